@@ -1,0 +1,160 @@
+"""The one function that turns a resolved spec into roles and device slots.
+
+Used by the validator (do the counts fit?), the preflight (placement-group
+bundles mapped to (node, GPU)) and the runtime (which actor goes where), so the
+three can never disagree.
+
+Model (after THUDM/slime's placement): A = train.nodes x train.gpus_per_node
+actor GPUs, R = rollout.gpus engine GPUs. Colocated: max(A, R) slots, engines
+start at slot 0 and share the actor's GPUs. Disaggregated: A + R slots, engines
+start at slot A. Slots are ordered by node, then GPU id. The PPO critic reuses
+the actor's slots. An engine must sit inside one node unless it spans whole
+nodes. On a CPU-only cluster (``cluster.gpus_per_node == 0``) every node has one
+CPU "slot": one trainer rank per train node, engines placed round-robin.
+
+Guaranteed: pure and deterministic (no I/O, no imports beyond the spec types).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slime.spec.types import Spec
+
+__all__ = ["Slot", "Layout", "LayoutError", "plan_layout", "layout_counts"]
+
+
+class LayoutError(ValueError):
+    """The requested roles do not fit the cluster; the message lists every number involved."""
+
+    def __init__(self, message: str, *, path: str, hint: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.hint = hint
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Slot:
+    """One device slot: a GPU on a node, or the node's CPU when gpu is None."""
+
+    node: int
+    gpu: int | None
+
+    def __str__(self) -> str:
+        return f"node{self.node}:{'cpu' if self.gpu is None else f'gpu{self.gpu}'}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Layout:
+    """Who runs where. Engine i uses ``engines[i]`` (its GPUs, in TP-rank order)."""
+
+    nodes: int
+    gpus_per_node: int
+    colocate: bool
+    actor: tuple[Slot, ...]
+    critic: tuple[Slot, ...]
+    engines: tuple[tuple[Slot, ...], ...]
+    total_slots: int
+    rollout_offset: int
+
+    @property
+    def cpu_only(self) -> bool:
+        return self.gpus_per_node == 0
+
+    def all_slots(self) -> tuple[Slot, ...]:
+        if self.cpu_only:
+            return tuple(Slot(node=n, gpu=None) for n in range(self.nodes))
+        return tuple(Slot(node=i // self.gpus_per_node, gpu=i % self.gpus_per_node) for i in range(self.total_slots))
+
+    def roles_of(self, slot: Slot) -> list[str]:
+        roles = []
+        if slot in self.actor:
+            roles.append("actor")
+        if slot in self.critic:
+            roles.append("critic")
+        for i, engine in enumerate(self.engines):
+            if slot in engine:
+                roles.append(f"engine{i}")
+        return roles
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LayoutCounts:
+    actor_gpus: int
+    rollout_gpus: int
+    total: int
+    offset: int
+    available: int
+
+
+def layout_counts(spec: Spec) -> LayoutCounts:
+    c, t, r = spec.cluster, spec.train, spec.rollout
+    actor = t.nodes * (t.gpus_per_node or 0)
+    rollout = r.gpus or 0
+    if r.colocate:
+        total, offset = max(actor, rollout), 0
+    else:
+        total, offset = actor + rollout, actor
+    return LayoutCounts(actor_gpus=actor, rollout_gpus=rollout, total=total, offset=offset,
+                        available=c.nodes * c.gpus_per_node)
+
+
+def _cpu_layout(spec: Spec) -> Layout:
+    nodes = spec.cluster.nodes
+    if spec.train.nodes > nodes:
+        raise LayoutError(f"train.nodes={spec.train.nodes} exceeds cluster.nodes={nodes}", path="train.nodes",
+                          hint=f"set train.nodes <= {nodes} or raise cluster.nodes")
+    actor = tuple(Slot(node=n, gpu=None) for n in range(spec.train.nodes))
+    n_engines = spec.rollout.num_engines or 1
+    engines = tuple((Slot(node=i % nodes, gpu=None),) for i in range(n_engines))
+    critic = actor if spec.algorithm.estimator == "ppo" else ()
+    return Layout(nodes=nodes, gpus_per_node=0, colocate=spec.rollout.colocate, actor=actor, critic=critic,
+                  engines=engines, total_slots=nodes, rollout_offset=0)
+
+
+def plan_layout(spec: Spec) -> Layout:
+    """Place actor, critic and engines on slots, or raise LayoutError naming the numbers."""
+    c, t, r = spec.cluster, spec.train, spec.rollout
+    if c.gpus_per_node == 0:
+        return _cpu_layout(spec)
+    gpn = c.gpus_per_node
+    if (t.gpus_per_node or 0) > gpn:
+        raise LayoutError(f"train.gpus_per_node={t.gpus_per_node} exceeds cluster.gpus_per_node={gpn}",
+                          path="train.gpus_per_node", hint=f"set train.gpus_per_node <= {gpn}")
+    if t.nodes > c.nodes:
+        raise LayoutError(f"train.nodes={t.nodes} exceeds cluster.nodes={c.nodes}", path="train.nodes",
+                          hint=f"set train.nodes <= {c.nodes} or raise cluster.nodes")
+    n = layout_counts(spec)
+    mode = "colocated: max(actor, rollout)" if r.colocate else "disaggregated: actor + rollout"
+    if n.total > n.available:
+        raise LayoutError(
+            f"the layout needs {n.total} GPUs ({mode}; actor = train.nodes {t.nodes} x train.gpus_per_node "
+            f"{t.gpus_per_node} = {n.actor_gpus}, rollout.gpus = {n.rollout_gpus}) but the cluster has "
+            f"{n.available} (cluster.nodes {c.nodes} x cluster.gpus_per_node {gpn})",
+            path="rollout.gpus" if not r.colocate else "train.nodes",
+            hint="lower train.nodes/train.gpus_per_node or rollout.gpus, or raise cluster.nodes",
+        )
+    # Actor: train.gpus_per_node GPUs on each of the first train.nodes nodes.
+    actor = tuple(Slot(node=nd, gpu=g) for nd in range(t.nodes) for g in range(t.gpus_per_node or 0))
+    gpe = r.gpus_per_engine
+    n_engines = n.rollout_gpus // gpe
+    engines: list[tuple[Slot, ...]] = []
+    if r.colocate:
+        pool = list(actor) + [s for s in (Slot(node=i // gpn, gpu=i % gpn) for i in range(n.total)) if s not in actor]
+    else:
+        pool = [Slot(node=i // gpn, gpu=i % gpn) for i in range(n.offset, n.offset + n.rollout_gpus)]
+    for i in range(n_engines):
+        slots = tuple(pool[i * gpe:(i + 1) * gpe])
+        nodes = sorted({s.node for s in slots})
+        if len(nodes) > 1 and (gpe % gpn != 0 or slots[0].gpu != 0):
+            raise LayoutError(
+                f"engine {i} ({gpe} GPUs) would straddle nodes {nodes} starting at {slots[0]}: an engine must fit "
+                f"in one node or span whole nodes (gpus_per_engine a multiple of {gpn}, starting at GPU 0)",
+                path="rollout.gpus_per_engine",
+                hint="make rollout.gpus_per_engine divide cluster.gpus_per_node (or a multiple of it) and the "
+                     "actor's GPUs fill whole nodes",
+            )
+        engines.append(slots)
+    critic = actor if spec.algorithm.estimator == "ppo" else ()
+    return Layout(nodes=c.nodes, gpus_per_node=gpn, colocate=r.colocate, actor=actor, critic=critic,
+                  engines=tuple(engines), total_slots=n.total, rollout_offset=n.offset)

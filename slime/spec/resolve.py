@@ -1,0 +1,124 @@
+"""Fill every derived value so the resolved spec shows exactly what will run.
+
+Nothing here is silent: each ``None`` documented as "derived" in
+``slime.spec.types`` becomes a concrete value, and relative paths become
+absolute (relative to the spec file's directory) so the job can run from any
+working directory. Derivations never raise; impossible combinations are left
+for ``slime.spec.rules`` to report.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from pathlib import Path
+
+from msgspec.structs import replace
+
+from slime.spec.types import Critic, Spec
+
+__all__ = ["resolve", "BUILTIN_CONTEXT", "model_config", "count_jsonl_rows"]
+
+# The built-in tiny model's max_position_embeddings (slime.models.tiny).
+BUILTIN_CONTEXT = 256
+_GROUP_ESTIMATORS = ("grpo", "gspo", "cispo")
+_COUNT_LIMIT_BYTES = 64 << 20  # count rows of prompt files up to this size at resolve time
+
+
+def _abs(path: str | None, base: Path) -> str | None:
+    if path is None or "://" in path:
+        return path
+    p = Path(os.path.expanduser(path))
+    return str(p if p.is_absolute() else (base / p).resolve())
+
+
+@functools.lru_cache(maxsize=64)
+def model_config(path: str | None) -> dict | None:
+    """The HF config.json of a local checkpoint dir, or None if it is not readable here."""
+    if not path:
+        return None
+    try:
+        return json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@functools.lru_cache(maxsize=64)
+def count_jsonl_rows(path: str) -> int | None:
+    try:
+        p = Path(path)
+        if p.stat().st_size > _COUNT_LIMIT_BYTES:
+            return None
+        with p.open("rb") as fh:
+            return sum(1 for line in fh if line.strip())
+    except OSError:
+        return None
+
+
+def resolve(spec: Spec, base_dir: Path) -> Spec:
+    c, m, t, r, d, a = spec.cluster, spec.model, spec.train, spec.rollout, spec.data, spec.algorithm
+
+    # Paths first: everything after may read files.
+    m = replace(m, path=_abs(m.path, base_dir),
+                ref_path=m.ref_path if m.ref_path == "initial" else _abs(m.ref_path, base_dir),
+                critic_path=_abs(m.critic_path, base_dir), tokenizer=_abs(m.tokenizer, base_dir))
+    d = replace(d, prompts=_abs(d.prompts, base_dir),
+                eval=tuple(replace(e, path=_abs(e.path, base_dir)) for e in d.eval))
+    ckpt = replace(t.checkpoint, dir=_abs(t.checkpoint.dir, base_dir), load=_abs(t.checkpoint.load, base_dir))
+    logging = replace(spec.logging, dir=_abs(spec.logging.dir, base_dir),
+                      wandb=replace(spec.logging.wandb, group=spec.logging.wandb.group or spec.name))
+
+    if c.cpus_per_node is None and c.launcher == "local":
+        c = replace(c, cpus_per_node=os.cpu_count() or 1)
+
+    cfg = model_config(m.path)
+    if m.max_context_len is None:
+        if m.builtin:
+            m = replace(m, max_context_len=BUILTIN_CONTEXT)
+        elif cfg and isinstance(cfg.get("max_position_embeddings"), int):
+            m = replace(m, max_context_len=cfg["max_position_embeddings"])
+    if m.tokenizer is None and m.path:
+        m = replace(m, tokenizer=m.path)
+    if a.estimator == "ppo" and m.critic_path is None:
+        m = replace(m, critic_path=m.path)
+
+    t = replace(t, nodes=t.nodes if t.nodes is not None else c.nodes,
+                gpus_per_node=t.gpus_per_node if t.gpus_per_node is not None else c.gpus_per_node,
+                checkpoint=ckpt)
+
+    actor_gpus = t.nodes * t.gpus_per_node
+    gpus = r.gpus
+    if gpus is None and (r.colocate or c.gpus_per_node == 0):
+        gpus = actor_gpus if c.gpus_per_node else 0
+    num_engines = r.num_engines
+    if num_engines is None:
+        if c.gpus_per_node == 0:
+            num_engines = 1
+        elif gpus and gpus >= r.gpus_per_engine:
+            num_engines = gpus // r.gpus_per_engine
+    weight_sync = r.weight_sync or ("nccl" if r.backend == "sglang" and not r.colocate else "disk")
+    num_rollouts = r.num_rollouts
+    if num_rollouts is None and r.epochs is not None:
+        rows = count_jsonl_rows(d.prompts)
+        if rows is not None:
+            num_rollouts = max(1, rows // r.batch_size) * r.epochs
+    r = replace(r, gpus=gpus, num_engines=num_engines, weight_sync=weight_sync, num_rollouts=num_rollouts,
+                over_sampling_batch_size=r.over_sampling_batch_size or r.batch_size)
+
+    samples = r.batch_size * r.n_samples_per_prompt
+    gbs, steps = t.global_batch_size, t.num_steps_per_rollout
+    if gbs is None and steps is None:
+        steps = 1
+    if gbs is None and steps and samples % steps == 0:
+        gbs = samples // steps
+    if steps is None and gbs and samples % gbs == 0:
+        steps = samples // gbs
+    t = replace(t, global_batch_size=gbs, num_steps_per_rollout=steps)
+
+    a = replace(a, eps_clip_high=a.eps_clip_high if a.eps_clip_high is not None else a.eps_clip,
+                normalize_std=a.normalize_std if a.normalize_std is not None else
+                (r.n_samples_per_prompt > 1 and a.estimator in _GROUP_ESTIMATORS),
+                critic=a.critic if a.critic is not None or a.estimator != "ppo" else Critic())
+
+    return replace(spec, cluster=c, model=m, train=t, rollout=r, data=d, algorithm=a, logging=logging)

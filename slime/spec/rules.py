@@ -1,0 +1,305 @@
+"""Cross-field rules of RL training, checked on the resolved spec.
+
+Each rule is a small function yielding ``(path, message, hint)``; ``check``
+runs them all and never stops early. The formulas follow THUDM/slime's
+argument checks (see the README's rule table), except that where slime derives
+or drops a value silently (e.g. a rollout GPU remainder) we reject it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Literal
+
+from slime.layout import LayoutError, plan_layout
+from slime.spec.resolve import model_config
+from slime.spec.types import Spec
+
+Finding = tuple[str, str, str | None]
+Rule = Callable[[Spec], Iterator[Finding]]
+RULES: list[Rule] = []
+WARNINGS: list[Rule] = []
+
+__all__ = ["check", "RULES", "WARNINGS"]
+
+
+def rule(fn: Rule) -> Rule:
+    RULES.append(fn)
+    return fn
+
+
+def warning(fn: Rule) -> Rule:
+    WARNINGS.append(fn)
+    return fn
+
+
+def _gpu(spec: Spec) -> bool:
+    return spec.cluster.gpus_per_node > 0
+
+
+def _world(spec: Spec) -> int:
+    t = spec.train
+    return t.nodes * t.gpus_per_node if _gpu(spec) else (t.nodes or 1)
+
+
+@rule
+def model_source(s: Spec) -> Iterator[Finding]:
+    if (s.model.path is None) == (s.model.builtin is None):
+        yield ("model", "give exactly one of model.path or model.builtin",
+               "set model.path to an HF checkpoint dir, or model.builtin: tiny for the embedded default")
+
+
+@rule
+def local_launcher(s: Spec) -> Iterator[Finding]:
+    c = s.cluster
+    if c.launcher != "local":
+        return
+    if c.nodes != 1:
+        yield ("cluster.nodes", f"the local launcher runs on this one machine, got cluster.nodes={c.nodes}",
+               "set cluster.nodes: 1, or cluster.launcher: slurm")
+    for name in ("partition", "account", "qos", "constraint", "reservation"):
+        if getattr(c, name) is not None:
+            yield (f"cluster.{name}", f"cluster.{name} is SLURM-only but cluster.launcher is 'local'",
+                   f"remove cluster.{name}, or set cluster.launcher: slurm")
+    if c.exclude:
+        yield ("cluster.exclude", "cluster.exclude is SLURM-only but cluster.launcher is 'local'",
+               "remove it, or set cluster.launcher: slurm")
+    if c.container is not None:
+        yield ("cluster.container", "containers are started by the SLURM launcher (pyxis) only",
+               "remove cluster.container, or set cluster.launcher: slurm")
+
+
+@rule
+def env_and_secrets(s: Spec) -> Iterator[Finding]:
+    import re
+
+    for key in s.cluster.env:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            yield (f"cluster.env.{key}", f"'{key}' is not a valid environment variable name",
+                   "use letters, digits and underscores, not starting with a digit")
+    for key, ref in s.cluster.secrets.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            yield (f"cluster.secrets.{key}", f"'{key}' is not a valid environment variable name",
+                   "the secret's name is the variable it is exported as inside the job")
+        if (ref.env is None) == (ref.file is None):
+            yield (f"cluster.secrets.{key}", "a secret needs exactly one of {env: VAR} or {file: PATH}",
+                   "secrets are references; never put the value in the spec")
+        if key in s.cluster.env:
+            yield (f"cluster.secrets.{key}", f"'{key}' is both a plain env var and a secret", "keep only the secret")
+
+
+@rule
+def devices(s: Spec) -> Iterator[Finding]:
+    if not _gpu(s):
+        if s.train.backend == "megatron":
+            yield ("train.backend", "the megatron backend needs GPUs but cluster.gpus_per_node is 0",
+                   "set cluster.gpus_per_node, or train.backend: torch")
+        if s.rollout.backend == "sglang":
+            yield ("rollout.backend", "the sglang backend needs GPUs but cluster.gpus_per_node is 0",
+                   "set cluster.gpus_per_node, or rollout.backend: builtin")
+        if s.train.gpus_per_node:
+            yield ("train.gpus_per_node", f"train.gpus_per_node={s.train.gpus_per_node} on a CPU-only cluster",
+                   "set cluster.gpus_per_node, or train.gpus_per_node: 0")
+        if s.rollout.gpus:
+            yield ("rollout.gpus", f"rollout.gpus={s.rollout.gpus} on a CPU-only cluster",
+                   "set cluster.gpus_per_node, or remove rollout.gpus")
+        return
+    if s.train.gpus_per_node == 0:
+        yield ("train.gpus_per_node", "train.gpus_per_node is 0 on a GPU cluster",
+               "give the actor at least one GPU per train node")
+
+
+@rule
+def parallel_sizes(s: Spec) -> Iterator[Finding]:
+    p = s.train.parallel
+    world = _world(s)
+    mp = p.tensor * p.pipeline * p.context
+    if world % mp:
+        yield ("train.parallel", f"tensor {p.tensor} x pipeline {p.pipeline} x context {p.context} = {mp} does not "
+               f"divide the {world} trainer GPUs (train.nodes x train.gpus_per_node)",
+               "choose parallel sizes whose product divides the trainer GPU count")
+        return
+    if p.expert > 1 and (world // (p.tensor * p.pipeline)) % p.expert:
+        yield ("train.parallel.expert", f"expert {p.expert} does not divide {world // (p.tensor * p.pipeline)} "
+               "(trainer GPUs / (tensor x pipeline))", "pick an expert-parallel size that divides it")
+    if p.sequence_parallel and p.tensor == 1:
+        yield ("train.parallel.sequence_parallel", "sequence parallelism needs tensor > 1",
+               "set train.parallel.tensor > 1 or sequence_parallel: false")
+    if mp > 1 and s.train.backend == "torch":
+        yield ("train.parallel", "the torch backend is data-parallel only (tensor/pipeline/context must be 1)",
+               "use train.backend: megatron for model parallelism")
+    cfg = model_config(s.model.path)
+    if cfg and p.pipeline > 1 and isinstance(cfg.get("num_hidden_layers"), int):
+        if cfg["num_hidden_layers"] % p.pipeline:
+            yield ("train.parallel.pipeline", f"pipeline {p.pipeline} does not divide the model's "
+                   f"{cfg['num_hidden_layers']} layers", "choose a pipeline size that divides num_hidden_layers")
+    if cfg and p.expert > 1:
+        experts = cfg.get("num_experts") or cfg.get("num_local_experts")
+        if isinstance(experts, int) and experts % p.expert:
+            yield ("train.parallel.expert", f"expert {p.expert} does not divide the model's {experts} experts",
+                   "choose an expert-parallel size that divides the expert count")
+
+
+@rule
+def batch_sizes(s: Spec) -> Iterator[Finding]:
+    t, r = s.train, s.rollout
+    samples = r.batch_size * r.n_samples_per_prompt
+    if t.global_batch_size is None or t.num_steps_per_rollout is None:
+        yield ("train.global_batch_size", f"rollout.batch_size {r.batch_size} x n_samples_per_prompt "
+               f"{r.n_samples_per_prompt} = {samples} samples is not divisible by global_batch_size "
+               f"{t.global_batch_size} (or by num_steps_per_rollout {t.num_steps_per_rollout})",
+               "choose a global_batch_size that divides the samples per rollout")
+        return
+    if t.global_batch_size * t.num_steps_per_rollout != samples:
+        yield ("train.global_batch_size", f"global_batch_size {t.global_batch_size} x num_steps_per_rollout "
+               f"{t.num_steps_per_rollout} != {samples} samples per rollout", "set only one of the two")
+    p = t.parallel
+    world = _world(s)
+    mp = p.tensor * p.pipeline * p.context
+    if world % mp:
+        return
+    dp = world // mp
+    unit = dp if t.dynamic_batch.enabled else t.micro_batch_size * dp
+    if t.global_batch_size % unit:
+        what = f"data-parallel size {dp}" if t.dynamic_batch.enabled else \
+            f"micro_batch_size {t.micro_batch_size} x data-parallel size {dp} = {unit}"
+        yield ("train.global_batch_size", f"global_batch_size {t.global_batch_size} is not divisible by {what}",
+               f"make global_batch_size a multiple of {unit}")
+    if r.over_sampling_batch_size is not None and r.over_sampling_batch_size < r.batch_size:
+        yield ("rollout.over_sampling_batch_size", f"over_sampling_batch_size {r.over_sampling_batch_size} < "
+               f"batch_size {r.batch_size}", "it must be at least rollout.batch_size")
+
+
+@rule
+def dynamic_batch(s: Spec) -> Iterator[Finding]:
+    db = s.train.dynamic_batch
+    if db.enabled and db.max_tokens_per_gpu is None:
+        yield ("train.dynamic_batch.max_tokens_per_gpu", "dynamic batching needs max_tokens_per_gpu",
+               "set train.dynamic_batch.max_tokens_per_gpu (e.g. 2 x (max_prompt_len + max_response_len))")
+
+
+@rule
+def rollout_gpus(s: Spec) -> Iterator[Finding]:
+    r = s.rollout
+    if not _gpu(s):
+        return
+    if not r.colocate and not r.gpus:
+        yield ("rollout.gpus", "a disaggregated layout (rollout.colocate: false) needs rollout.gpus",
+               "set rollout.gpus to the GPUs the engines get, or rollout.colocate: true")
+        return
+    if r.gpus and r.gpus % r.gpus_per_engine:
+        yield ("rollout.gpus", f"rollout.gpus {r.gpus} is not divisible by gpus_per_engine {r.gpus_per_engine} "
+               f"({r.gpus % r.gpus_per_engine} GPU(s) would sit idle)",
+               f"use a multiple of {r.gpus_per_engine} rollout GPUs")
+    gpn = s.cluster.gpus_per_node
+    if r.gpus_per_engine > gpn and r.gpus_per_engine % gpn:
+        yield ("rollout.gpus_per_engine", f"an engine of {r.gpus_per_engine} GPUs is larger than a node "
+               f"({gpn} GPUs) and must span whole nodes", f"use a multiple of {gpn}")
+    if r.num_engines is not None and r.gpus and r.num_engines != r.gpus // r.gpus_per_engine:
+        yield ("rollout.num_engines", f"num_engines {r.num_engines} != rollout.gpus {r.gpus} / gpus_per_engine "
+               f"{r.gpus_per_engine}", "remove num_engines (it is derived) or make them agree")
+
+
+@rule
+def layout_fits(s: Spec) -> Iterator[Finding]:
+    try:
+        plan_layout(s)
+    except LayoutError as exc:
+        yield (exc.path, str(exc), exc.hint)
+    except (TypeError, ZeroDivisionError):
+        return  # an earlier rule already reported the missing count
+
+
+@rule
+def sampling(s: Spec) -> Iterator[Finding]:
+    r = s.rollout
+    if r.temperature <= 0:
+        yield ("rollout.temperature", f"temperature must be > 0 for RL sampling, got {r.temperature}",
+               "use e.g. 1.0 (greedy decoding is only for eval sets)")
+    ctx = s.model.max_context_len
+    if ctx is not None and r.max_prompt_len >= ctx:
+        yield ("rollout.max_prompt_len", f"max_prompt_len {r.max_prompt_len} must be below the model's context "
+               f"length {ctx}", f"set rollout.max_prompt_len <= {ctx - 1}")
+    if (r.num_rollouts is None) and (r.epochs is None):
+        yield ("rollout.num_rollouts", "give rollout.num_rollouts or rollout.epochs", "e.g. num_rollouts: 100")
+    if s.rollout.weight_sync == "delta":
+        if r.colocate:
+            yield ("rollout.weight_sync", "delta weight sync ships changed tensors over disk; not for colocated runs",
+                   "use weight_sync: disk when colocated")
+
+
+@rule
+def algorithm(s: Spec) -> Iterator[Finding]:
+    a, m = s.algorithm, s.model
+    if (a.kl_coef > 0 or a.kl_loss_coef > 0) and m.ref_path is None:
+        which = "kl_coef" if a.kl_coef > 0 else "kl_loss_coef"
+        yield (f"algorithm.{which}", f"algorithm.{which} > 0 needs a reference model",
+               "set model.ref_path ('initial' anchors to the starting policy), or the coefficient to 0")
+    if a.kl_coef > 0 and a.kl_loss_coef > 0:
+        yield ("algorithm.kl_loss_coef", "KL in the reward (kl_coef) and in the loss (kl_loss_coef) are exclusive",
+               "set one of them to 0")
+    if a.dual_clip_c is not None and a.dual_clip_c <= 1:
+        yield ("algorithm.dual_clip_c", f"dual clip needs c > 1, got {a.dual_clip_c}", "e.g. 3.0, or remove it")
+    if a.critic is not None and a.estimator != "ppo":
+        yield ("algorithm.critic", f"a critic is only used by ppo, not {a.estimator}", "remove algorithm.critic")
+    if s.rollout.n_samples_per_prompt == 1 and a.normalize_std:
+        yield ("algorithm.normalize_std", "std normalisation of group advantages needs n_samples_per_prompt > 1",
+               "set normalize_std: false or sample more per prompt")
+
+
+@rule
+def reward(s: Spec) -> Iterator[Finding]:
+    rw = s.reward
+    if rw.type == "custom" and not rw.custom:
+        yield ("reward.custom", "reward.type custom needs reward.custom", "e.g. custom: 'my_pkg.rewards:score'")
+    if rw.type != "custom" and rw.custom:
+        yield ("reward.custom", f"reward.custom is set but reward.type is '{rw.type}'", "set type: custom")
+    if rw.type == "remote" and not rw.url:
+        yield ("reward.url", "reward.type remote needs reward.url", "e.g. url: http://reward-host:8000/score")
+
+
+@rule
+def agent(s: Spec) -> Iterator[Finding]:
+    ag = s.agent
+    if ag is None:
+        return
+    sb = ag.sandbox
+    if sb.backend == "e2b":
+        if not sb.api_key_secret:
+            yield ("agent.sandbox.api_key_secret", "the e2b sandbox needs an API key by secret reference",
+                   "add cluster.secrets.E2B_API_KEY: {env: E2B_API_KEY} and api_key_secret: E2B_API_KEY")
+        elif sb.api_key_secret not in s.cluster.secrets:
+            yield ("agent.sandbox.api_key_secret", f"'{sb.api_key_secret}' is not a cluster.secrets entry",
+                   f"known secrets: {', '.join(s.cluster.secrets) or 'none'}")
+
+
+@warning
+def long_responses(s: Spec) -> Iterator[Finding]:
+    r, ctx = s.rollout, s.model.max_context_len
+    if ctx is not None and r.max_prompt_len + r.max_response_len > ctx:
+        yield ("rollout.max_response_len", f"max_prompt_len + max_response_len = "
+               f"{r.max_prompt_len + r.max_response_len} exceeds the context length {ctx}; long responses "
+               "will be truncated", None)
+
+
+def check(spec: Spec, *, check_paths: bool = False) -> list[tuple[Literal["error", "warning"], Finding]]:
+    """Run every rule; with ``check_paths`` also require local files to exist."""
+    out: list[tuple[Literal["error", "warning"], Finding]] = []
+    for fn in RULES:
+        out.extend(("error", f) for f in fn(spec))
+    for fn in WARNINGS:
+        out.extend(("warning", f) for f in fn(spec))
+    if check_paths:
+        out.extend(("error", f) for f in _paths(spec))
+    return out
+
+
+def _paths(s: Spec) -> Iterator[Finding]:
+    files = [("data.prompts", s.data.prompts)] + [(f"data.eval[{i}].path", e.path) for i, e in enumerate(s.data.eval)]
+    for path, value in files:
+        if value and not os.path.isfile(value):
+            yield (path, f"file not found: {value}", "fix the path (relative paths are relative to the spec file)")
+    for path, value in (("model.path", s.model.path), ("model.ref_path", s.model.ref_path)):
+        if value and value != "initial" and not os.path.isdir(value):
+            yield (path, f"checkpoint directory not found: {value}", "point it at an HF-format checkpoint dir")

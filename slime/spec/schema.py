@@ -1,0 +1,202 @@
+"""The JSON Schema of each spec version, generated from the typed objects.
+
+``msgspec.json.schema`` derives the schema (types, constraints, defaults and
+each field's one-line description) from ``slime.spec.types``; the committed copy
+``slime/spec/schema/v1.json`` exists for editors' YAML language servers and a
+test keeps it byte-identical to the generated one. Validation uses the
+``jsonschema`` library because it reports every violation (``iter_errors``),
+where msgspec's converter stops at the first.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+from pathlib import Path as FsPath
+from typing import Any
+
+from slime.spec.errors import Origin, Problem
+from slime.spec.yamlmarks import Marks, Path
+
+SUPPORTED_VERSIONS = ("slime/v1",)
+SCHEMA_DIR = FsPath(__file__).with_name("schema")
+
+__all__ = ["SUPPORTED_VERSIONS", "schema_for", "schema_problems", "subschema", "origin_of", "dotted"]
+
+
+@functools.cache
+def schema_for(api_version: str) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of one spec version."""
+    if api_version != "slime/v1":
+        raise KeyError(api_version)
+    import msgspec
+
+    from slime.spec.types import Spec
+
+    schema = msgspec.json.schema(Spec)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://slime-submit.dev/schema/v1.json",
+        "title": "slime-submit RLJob spec (slime/v1)",
+        **schema,
+    }
+
+
+def dump_schema(api_version: str = "slime/v1") -> str:
+    return json.dumps(schema_for(api_version), indent=2, sort_keys=True) + "\n"
+
+
+@functools.cache
+def _validator(api_version: str):
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(schema_for(api_version))
+
+
+def dotted(path: Path) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def origin_of(path: Path, marks: Marks) -> Origin | None:
+    """The origin of ``path`` or of its nearest marked ancestor."""
+    for n in range(len(path), -1, -1):
+        o = marks.get(tuple(path[:n]))
+        if o is not None:
+            return o
+    return None
+
+
+def _deref(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        schema = root["$defs"][name]
+    return schema
+
+
+def _object_branches(schema: dict[str, Any], root: dict[str, Any]) -> list[dict[str, Any]]:
+    schema = _deref(schema, root)
+    if "anyOf" in schema:
+        out: list[dict[str, Any]] = []
+        for s in schema["anyOf"]:
+            out.extend(_object_branches(s, root))
+        return out
+    return [schema]
+
+
+def subschema(api_version: str, path: Path) -> dict[str, Any] | None:
+    """The schema of the field at ``path`` (list items for ints), or None if no such field."""
+    root = schema_for(api_version)
+    current: dict[str, Any] = root
+    for part in path:
+        nxt = None
+        for branch in _object_branches(current, root):
+            if isinstance(part, int) and "items" in branch:
+                nxt = branch["items"]
+            elif isinstance(part, str) and part in branch.get("properties", {}):
+                nxt = branch["properties"][part]
+            elif isinstance(part, str) and isinstance(branch.get("additionalProperties"), dict):
+                nxt = branch["additionalProperties"]
+            if nxt is not None:
+                break
+        if nxt is None:
+            return None
+        current = nxt
+    return current
+
+
+def field_names(api_version: str, path: Path) -> list[str]:
+    sub = subschema(api_version, path)
+    if sub is None:
+        return []
+    names: list[str] = []
+    for branch in _object_branches(sub, schema_for(api_version)):
+        names.extend(branch.get("properties", {}))
+    return names
+
+
+def _describe(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_TYPE_WORDS = {"integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false",
+               "object": "a mapping", "array": "a list", "null": "null"}
+
+
+def _leaf_error(error):
+    """For anyOf (Optional[...] fields) pick the branch error that is not about null."""
+    from jsonschema.exceptions import best_match
+
+    if error.validator in ("anyOf", "oneOf") and error.context:
+        non_null = [e for e in error.context if e.schema.get("type") != "null"]
+        return best_match(non_null or error.context)
+    return error
+
+
+def schema_problems(api_version: str, data: Any, marks: Marks, *, task: int | None = None) -> list[Problem]:
+    """Every JSON Schema violation in ``data``, as problems with origins and hints."""
+    problems: list[Problem] = []
+    for error in _validator(api_version).iter_errors(data):
+        parent_path: Path = tuple(error.absolute_path)
+        description = error.schema.get("description")
+        err = _leaf_error(error)
+        path: Path = tuple(err.absolute_path)
+        origin = origin_of(path, marks)
+        v = err.validator
+        if v == "additionalProperties":
+            allowed = list(err.schema.get("properties", {}))
+            for key in sorted(set(err.instance) - set(allowed)):
+                close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+                hint = (f"did you mean '{close[0]}'? " if close else "") + f"valid keys here: {', '.join(allowed)}"
+                problems.append(Problem(path=dotted(path + (key,)), message=f"unknown field '{key}'", hint=hint,
+                                        origin=origin_of(path + (key,), marks), task=task))
+            continue
+        if v == "required":
+            missing = [k for k in err.validator_value if k not in err.instance]
+            for key in missing:
+                sub = err.schema.get("properties", {}).get(key, {})
+                desc = _deref(sub, schema_for(api_version)).get("description") or sub.get("description")
+                problems.append(Problem(path=dotted(path + (key,)), message=f"required field '{key}' is missing",
+                                        hint=f"add '{key}:' under '{dotted(path) or 'the top level'}'"
+                                        + (f" ({desc})" if desc else ""), origin=origin, task=task))
+            continue
+        if v == "enum":
+            options = [str(o) for o in err.validator_value if o is not None]
+            close = difflib.get_close_matches(str(err.instance), options, n=1, cutoff=0.5)
+            hint = (f"did you mean '{close[0]}'? " if close else "") + f"valid values: {', '.join(options)}"
+            problems.append(Problem(path=dotted(path), message=f"{_describe(err.instance)} is not a valid value",
+                                    hint=hint, origin=origin, task=task))
+            continue
+        if v == "const":
+            problems.append(Problem(path=dotted(path), message=f"must be {err.validator_value!r}, got {_describe(err.instance)}",
+                                    hint=f"supported: {err.validator_value}", origin=origin, task=task))
+            continue
+        if v == "type":
+            want = err.validator_value
+            words = " or ".join(_TYPE_WORDS.get(w, w) for w in (want if isinstance(want, list) else [want]))
+            message = f"expected {words}, got {_describe(err.instance)}"
+        elif v == "pattern":
+            message = f"{_describe(err.instance)} has the wrong format"
+        else:
+            message = err.message
+        desc = err.schema.get("description") or description
+        problems.append(Problem(path=dotted(path if path else parent_path), message=message,
+                                hint=f"expected: {desc}" if desc else None, origin=origin, task=task))
+    return problems
+
+
+def write_committed_schema() -> FsPath:
+    SCHEMA_DIR.mkdir(exist_ok=True)
+    target = SCHEMA_DIR / "v1.json"
+    target.write_text(dump_schema("slime/v1"))
+    return target
+
+
+def committed_schema_path(api_version: str = "slime/v1") -> FsPath:
+    return SCHEMA_DIR / (api_version.split("/", 1)[1] + ".json")
+
+
