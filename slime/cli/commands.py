@@ -1,0 +1,243 @@
+"""Implementations of the spec-level subcommands (submit, validate, render, schema, explain, import)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from slime.errors import InfraError
+from slime.spec import SpecError
+from slime.spec.errors import Problem
+
+EXIT_OK, EXIT_BUG, EXIT_SPEC, EXIT_INFRA = 0, 1, 2, 3
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def print_problems(problems: list[Problem], *, stderr: bool = True) -> None:
+    from rich.markup import escape
+
+    con = _console(stderr=stderr)
+    errors = [p for p in problems if p.severity == "error"]
+    for p in problems:
+        color = "red" if p.severity == "error" else "yellow"
+        where = f"[bold]{escape(str(p.origin))}[/]: " if p.origin else ""
+        task = f" [dim]\\[sweep task {p.task}][/]" if p.task is not None else ""
+        con.print(f"{where}[{color}]{p.severity}[/]: [cyan]{escape(p.path or '<document>')}[/]{task}: "
+                  f"{escape(p.message)}")
+        if p.hint:
+            con.print(f"    [dim]hint:[/] {escape(p.hint)}")
+    if errors:
+        con.print(f"[red]{len(errors)} problem{'s' if len(errors) != 1 else ''}[/]; nothing was submitted.")
+
+
+def run_guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run a subcommand, mapping known failures to exit codes and messages (never a traceback)."""
+    from slime.registry import UnknownPlugin
+
+    as_json = getattr(args, "json", False)
+    try:
+        return func(args)
+    except SpecError as exc:
+        if as_json:
+            print(json.dumps({"ok": False, "problems": [p.to_json() for p in exc.problems]}, indent=2))
+        else:
+            print_problems(exc.problems)
+        return EXIT_SPEC
+    except UnknownPlugin as exc:
+        _error(as_json, "usage", str(exc))
+        return EXIT_SPEC
+    except InfraError as exc:
+        _error(as_json, "infrastructure", str(exc))
+        return EXIT_INFRA
+    except KeyboardInterrupt:
+        _error(as_json, "interrupted", "interrupted")
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception:  # a bug: say so, with the traceback, exit 1
+        print("slime-submit hit an internal error (a bug; please report it with this traceback):", file=sys.stderr)
+        traceback.print_exc()
+        return EXIT_BUG
+
+
+def _error(as_json: bool, kind: str, message: str) -> None:
+    if as_json:
+        print(json.dumps({"ok": False, "error": kind, "message": message}))
+    else:
+        from rich.markup import escape
+
+        _console(stderr=True).print(f"[red]{kind} error:[/] {escape(message)}")
+
+
+def _load(args: argparse.Namespace, *, check_paths: bool = False):
+    from slime.spec import load_spec
+
+    return load_spec(args.spec, overrides=args.overrides, check_paths=check_paths)
+
+
+# ----------------------------------------------------------------------------- validate
+def validate(args: argparse.Namespace) -> int:
+    from slime.spec import load_spec
+
+    results, all_problems, failed = [], [], False
+    for path in args.specs:
+        try:
+            loaded = load_spec(path, overrides=args.overrides, check_paths=args.check_paths)
+        except SpecError as exc:
+            failed = True
+            all_problems.extend(exc.problems)
+            results.append({"spec": path, "ok": False, "problems": [p.to_json() for p in exc.problems]})
+            continue
+        all_problems.extend(loaded.warnings)
+        results.append({"spec": path, "ok": True, "tasks": len(loaded.tasks),
+                        "warnings": [p.to_json() for p in loaded.warnings]})
+    if args.json:
+        print(json.dumps({"ok": not failed, "results": results}, indent=2))
+    else:
+        print_problems(all_problems)
+        con = _console()
+        for r in results:
+            if r["ok"]:
+                con.print(f"[green]valid[/]: {r['spec']} ({r['tasks']} task{'s' if r['tasks'] != 1 else ''})")
+    return EXIT_SPEC if failed else EXIT_OK
+
+
+# ----------------------------------------------------------------------------- compile / submit
+def _compile(args: argparse.Namespace, *, preflight_only: bool = False, force: bool = False):
+    from launchers import get_launcher
+    from launchers.base import SubmitOptions
+
+    loaded = _load(args, check_paths=True)
+    launcher = get_launcher(loaded.spec.cluster.launcher)
+    options = SubmitOptions(preflight_only=preflight_only, force=force)
+    return loaded, launcher, options, launcher.compile(loaded, options)
+
+
+def render(args: argparse.Namespace) -> int:
+    loaded, _, _, request = _compile(args)
+    if args.json:
+        print(json.dumps({"launcher": request.launcher, "run_dir": str(request.run_dir),
+                          "files": {p: c for p, c, _ in request.files}, "command": list(request.command)}, indent=2))
+    else:
+        print_problems(list(loaded.warnings))
+        sys.stdout.write(request.render())
+    return EXIT_OK
+
+
+def submit(args: argparse.Namespace) -> int:
+    loaded, launcher, options, request = _compile(args, preflight_only=args.preflight_only, force=args.force)
+    if args.dry_run:
+        return render(args)
+    if not args.json:
+        print_problems(list(loaded.warnings))
+    submission = launcher.submit(request, options)
+    if args.json:
+        print(json.dumps(submission.to_json(), indent=2))
+    else:
+        con = _console()
+        if submission.job_ids:
+            con.print(f"submitted job {', '.join(submission.job_ids)}")
+        con.print(f"run dir: {submission.run_dir}")
+    return submission.returncode
+
+
+# ----------------------------------------------------------------------------- schema / explain
+def schema(args: argparse.Namespace) -> int:
+    from slime.spec.schema import SUPPORTED_VERSIONS, dump_schema
+
+    if args.api_version not in SUPPORTED_VERSIONS:
+        _error(False, "usage", f"unknown apiVersion {args.api_version!r}; supported: {', '.join(SUPPORTED_VERSIONS)}")
+        return EXIT_SPEC
+    sys.stdout.write(dump_schema(args.api_version))
+    return EXIT_OK
+
+
+def _type_text(sub: dict, root: dict) -> str:
+    from slime.spec.schema import _deref  # noqa: PLC2701 - same package
+
+    sub = _deref(sub, root)
+    if "anyOf" in sub:
+        return " | ".join(_type_text(s, root) for s in sub["anyOf"])
+    if "enum" in sub:
+        return " | ".join(json.dumps(v) for v in sub["enum"])
+    t = sub.get("type")
+    if t == "array":
+        if "prefixItems" in sub:
+            return "[" + ", ".join(_type_text(s, root) for s in sub["prefixItems"]) + "]"
+        return f"list[{_type_text(sub.get('items', {}), root) if sub.get('items') else 'any'}]"
+    if t == "object":
+        if "properties" in sub:
+            return sub.get("title", "section")
+        add = sub.get("additionalProperties")
+        return f"map[str, {_type_text(add, root) if isinstance(add, dict) else 'any'}]"
+    if t is None:
+        return "any"
+    bounds = [f"{k}={sub[k]}" for k in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum",
+                                         "minLength", "pattern") if k in sub]
+    return t + (f" ({', '.join(bounds)})" if bounds else "")
+
+
+def explain(args: argparse.Namespace) -> int:
+    import difflib
+
+    from slime.spec.load import parse_path
+    from slime.spec.schema import _deref, dotted, field_names, schema_for, subschema  # noqa: PLC2701
+
+    root = schema_for("slime/v1")
+    path = parse_path(args.field)
+    sub = subschema("slime/v1", path)
+    if sub is None:
+        parent = path[:-1]
+        names = field_names("slime/v1", parent) if parent else list(root["$defs"]["Spec"]["properties"])
+        close = difflib.get_close_matches(str(path[-1]) if path else "", names, n=1)
+        hint = f" did you mean '{dotted(parent + (close[0],))}'?" if close else ""
+        _error(args.json, "usage", f"'{args.field}' is not a spec field.{hint} Fields here: {', '.join(names)}")
+        return EXIT_SPEC
+    desc = sub.get("description") or _deref(sub, root).get("description", "")
+    info = {"field": args.field, "type": _type_text(sub, root), "default": sub.get("default"), "description": desc}
+    children = field_names("slime/v1", path)
+    if children:
+        info["fields"] = children
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return EXIT_OK
+    con = _console()
+    from rich.markup import escape
+
+    con.print(f"[bold cyan]{escape(args.field)}[/]: {escape(info['type'])}")
+    if "default" in sub:
+        con.print(f"  default: {escape(json.dumps(info['default']))}")
+    if desc:
+        con.print(f"  {escape(desc)}")
+    if children:
+        con.print(f"  fields: {escape(', '.join(children))}")
+    return EXIT_OK
+
+
+# ----------------------------------------------------------------------------- migration
+def import_slime_args(args: argparse.Namespace) -> int:
+    from slime.spec.migrate import convert_slime_args
+
+    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    result = convert_slime_args(text, name=args.name)
+    if args.output:
+        Path(args.output).write_text(result.yaml)
+    elif not args.json:
+        sys.stdout.write(result.yaml)
+    if args.json:
+        print(json.dumps(result.report(), indent=2))
+    else:
+        con = _console(stderr=True)
+        for flag, why in result.unmapped:
+            con.print(f"[yellow]not mapped[/]: {flag} ({why})")
+        con.print(f"mapped {len(result.mapped)} flag(s); {len(result.unmapped)} not mapped (listed above)")
+    return EXIT_OK

@@ -1,0 +1,195 @@
+"""``RunPaths``: the one owner of the on-disk run layout.
+
+    <logging.dir>/<name>-<YYYYmmdd-HHMMSS>-<hash6>/
+      spec.yaml            the spec as given
+      resolved.json        the resolved base spec (every default visible)
+      tasks/<i>/resolved.json   one resolved spec per task (sweeps: per array task)
+      tasks/<i>/metrics.jsonl, checkpoints/, plots/, wandb/, logs/<node>.{out,err}
+      lock.json            provenance
+      job.sbatch           the rendered batch script (secrets are references only)
+      jobs.json            job ids, restarts and their causes
+      preflight.json / preflight.txt
+
+Nothing else in the code base builds these paths by hand. Run directories are
+created atomically (``create``): everything is written into a hidden sibling
+temp dir that is renamed into place, so a failure never leaves a half-written
+run dir behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["RunPaths", "TaskPaths", "new_run_name", "atomic_write"]
+
+
+def new_run_name(name: str, spec_text: str, now: float | None = None) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now if now is not None else time.time()))
+    digest = hashlib.sha256(spec_text.encode()).hexdigest()[:6]
+    return f"{name}-{stamp}-{digest}"
+
+
+def atomic_write(path: Path, data: str | bytes, mode: int = 0o644) -> None:
+    """Write then rename, so readers see the old or the new file, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data.encode() if isinstance(data, str) else data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPaths:
+    """Paths of one task (one sweep point; task 0 when there is no sweep)."""
+
+    root: Path
+    index: int
+
+    @property
+    def dir(self) -> Path:
+        return self.root / "tasks" / str(self.index)
+
+    @property
+    def resolved(self) -> Path:
+        return self.dir / "resolved.json"
+
+    @property
+    def metrics(self) -> Path:
+        return self.dir / "metrics.jsonl"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.dir / "checkpoints"
+
+    @property
+    def plots(self) -> Path:
+        return self.dir / "plots"
+
+    @property
+    def wandb(self) -> Path:
+        return self.dir / "wandb"
+
+    @property
+    def logs(self) -> Path:
+        return self.dir / "logs"
+
+    @property
+    def summary(self) -> Path:
+        return self.dir / "summary.json"
+
+    @property
+    def restarts(self) -> Path:
+        return self.dir / "restarts.jsonl"
+
+    @property
+    def preflight_json(self) -> Path:
+        return self.dir / "preflight.json"
+
+    @property
+    def preflight_txt(self) -> Path:
+        return self.dir / "preflight.txt"
+
+    @property
+    def state(self) -> Path:
+        """The task's own record of its state (running/succeeded/failed, step), written by the runtime."""
+        return self.dir / "state.json"
+
+    @property
+    def model_cache(self) -> Path:
+        return self.dir / "model"
+
+    def node_log(self, node: str, stream: str = "out") -> Path:
+        return self.logs / f"{node}.{stream}"
+
+
+@dataclass(frozen=True, slots=True)
+class RunPaths:
+    """Every path of one run dir."""
+
+    root: Path
+
+    @property
+    def spec(self) -> Path:
+        return self.root / "spec.yaml"
+
+    @property
+    def resolved(self) -> Path:
+        return self.root / "resolved.json"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / "lock.json"
+
+    @property
+    def script(self) -> Path:
+        return self.root / "job.sbatch"
+
+    @property
+    def jobs(self) -> Path:
+        return self.root / "jobs.json"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def preflight_json(self) -> Path:
+        return self.root / "preflight.json"
+
+    @property
+    def preflight_txt(self) -> Path:
+        return self.root / "preflight.txt"
+
+    def task(self, index: int) -> TaskPaths:
+        return TaskPaths(self.root, index)
+
+    def task_indices(self) -> list[int]:
+        d = self.root / "tasks"
+        if not d.is_dir():
+            return []
+        return sorted(int(p.name) for p in d.iterdir() if p.name.isdigit())
+
+    def read_jobs(self) -> dict:
+        try:
+            return json.loads(self.jobs.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def write_jobs(self, data: dict) -> None:
+        atomic_write(self.jobs, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def create(cls, parent: Path, name: str, files: Iterable[tuple[str, str | bytes, int]]) -> RunPaths:
+        """Create ``parent/name`` with ``files`` ((relative path, content, mode)), atomically."""
+        parent.mkdir(parents=True, exist_ok=True)
+        final = parent / name
+        if final.exists():
+            raise FileExistsError(f"run dir already exists: {final}")
+        tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{name}.tmp-"))
+        try:
+            for rel, content, mode in files:
+                target = tmp / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(content.encode() if isinstance(content, str) else content)
+                os.chmod(target, mode)
+            os.chmod(tmp, 0o755)
+            os.rename(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return cls(final)
