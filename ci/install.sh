@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Install everything slime-submit and its tests need on a fresh Debian machine (Python 3.11).
+#   - Debian packages (as root): SLURM + munge for the local test cluster, bubblewrap for the agent
+#     sandbox, iproute2/procps for network namespaces. Skipped (with a note) when not root.
+#   - A virtualenv at .venv with torch 2.13.0 (CPU wheel, installed FIRST so nothing pulls a CUDA
+#     build) and the project with its runtime, agent and test extras.
+# Idempotent: re-running only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(slurmctld slurmd slurm-client munge bubblewrap iproute2 procps)
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  missing=()
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    echo "ci/install.sh: apt-get install ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+else
+  echo "ci/install.sh: not root (or no apt-get): skipping Debian packages ${APT_PACKAGES[*]};" \
+       "SLURM and sandbox tests will skip with a reason."
+fi
+
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+# torch first, pinned: an unpinned resolve takes a multi-GB CUDA build.
+.venv/bin/python -c 'import torch' 2>/dev/null || .venv/bin/python -m pip install -q torch==2.13.0
+.venv/bin/python -m pip install -q -e '.[runtime,agent,test]'
+echo "ci/install.sh: ready (.venv/bin/slime-submit)"

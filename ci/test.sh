@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: install, then pytest. The SLURM tests bring the
+# local 2-node cluster up themselves (tests/slurm_cluster.py) and take it down after.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash ci/install.sh
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled
+exec .venv/bin/python -m pytest "$@"
