@@ -1,0 +1,123 @@
+"""The two backend interfaces and their registries.
+
+A *train backend* owns one trainer rank's model and optimizer (torch: plain
+data parallel; megatron: tensor/pipeline/context/data parallel). A *rollout
+backend* owns the inference engines' processes; generation itself always goes
+through ``slime.backends.rollout.client.EngineClient`` speaking SGLang's native
+HTTP API, so the built-in engine and real SGLang share one client code path.
+
+The interfaces are deliberately small (after THUDM/slime's actor/rollout
+split) and take the typed, resolved ``Spec``, never dicts. Backends are found
+by name in ``TRAIN_BACKENDS`` / ``ROLLOUT_BACKENDS``, imported lazily.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from slime.registry import Registry
+
+if TYPE_CHECKING:  # heavy imports only for type checkers
+    import torch
+
+    from slime.layout import Layout, Slot
+    from slime.spec.types import Spec
+
+__all__ = ["TrainBatch", "TrainBackend", "RolloutBackend", "TRAIN_BACKENDS", "ROLLOUT_BACKENDS", "RankInfo"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RankInfo:
+    """Where one trainer rank sits in the job."""
+
+    rank: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    device: str  # "cpu" or "cuda:0" (after CUDA_VISIBLE_DEVICES narrowing)
+    slot: Slot | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class TrainBatch:
+    """A padded batch for one rank: tokens ``[B, T]``, ``response_mask`` marks trained tokens.
+
+    ``log_probs`` are per-token log-probs aligned with ``tokens[:, 1:]`` (position t predicts t+1);
+    every per-token tensor here uses that same ``[B, T-1]`` alignment.
+    """
+
+    tokens: torch.Tensor
+    attention_mask: torch.Tensor
+    response_mask: torch.Tensor
+    advantages: torch.Tensor | None = None
+    old_log_probs: torch.Tensor | None = None
+    ref_log_probs: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+    old_values: torch.Tensor | None = None
+    rollout_log_probs: torch.Tensor | None = None
+
+
+class TrainBackend(ABC):
+    """One trainer rank (actor or critic)."""
+
+    @abstractmethod
+    def init(self, spec: Spec, rank: RankInfo, model_dir: Path, *, role: Literal["actor", "critic", "ref"]) -> None:
+        """Build the model from an HF-format dir, the optimizer, and join the process group."""
+
+    @abstractmethod
+    def log_probs(self, batch: TrainBatch, *, temperature: float) -> torch.Tensor:
+        """Per-token log-probs ``[B, T-1]`` of ``batch.tokens`` (logits divided by temperature)."""
+
+    def values(self, batch: TrainBatch) -> torch.Tensor:
+        """Critic values ``[B, T-1]`` (never temperature-scaled). Only critics implement it."""
+        raise NotImplementedError(f"{type(self).__name__} is not a critic")
+
+    @abstractmethod
+    def train_step(self, batch: TrainBatch, *, step: int) -> dict[str, float]:
+        """One optimizer step over ``batch`` (micro-batched inside); returns metrics (reduced over ranks)."""
+
+    @abstractmethod
+    def export_weights(self, out_dir: Path) -> Path:
+        """Write the current policy as an HF-format checkpoint dir engines can load; return it."""
+
+    @abstractmethod
+    def save(self, ckpt_dir: Path) -> None:
+        """Save model, optimizer and RNG state of this rank into ``ckpt_dir`` (the caller makes it atomic)."""
+
+    @abstractmethod
+    def load(self, ckpt_dir: Path) -> None:
+        """Restore what ``save`` wrote."""
+
+
+class RolloutBackend(ABC):
+    """The inference engines of one job."""
+
+    @abstractmethod
+    def start(self, spec: Spec, layout: Layout, placement: Any, model_dir: Path) -> list[str]:
+        """Start every engine (bounded wait for health); return their base URLs."""
+
+    @abstractmethod
+    def update_weights(self, source: Path, version: int) -> None:
+        """Make every engine serve the weights in ``source`` (HF dir), tagged ``version``."""
+
+    @abstractmethod
+    def health(self) -> dict[str, bool]:
+        """URL → healthy."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop every engine this backend started (by PID / actor handle only)."""
+
+
+TRAIN_BACKENDS = Registry("train backend", {
+    "torch": "slime.backends.train.torch_backend:TorchTrainBackend",
+    "megatron": "slime.backends.megatron.backend:MegatronTrainBackend",
+})
+
+ROLLOUT_BACKENDS = Registry("rollout backend", {
+    "builtin": "slime.backends.rollout.builtin.backend:BuiltinRolloutBackend",
+    "sglang": "slime.backends.sglang.backend:SGLangRolloutBackend",
+})
