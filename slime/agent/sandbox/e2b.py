@@ -1,0 +1,433 @@
+"""Run agent commands in E2B cloud sandboxes (Firecracker micro-VMs).
+
+Built on the official ``e2b`` SDK (its ``AsyncSandbox``): it speaks E2B's REST
+control plane and the envd RPC protocol inside each VM, which we would
+otherwise have to re-implement. ``tenacity`` provides the retry loop.
+
+Guaranteed here:
+
+- The API key is given as a *reference* (e.g. ``"env:E2B_API_KEY"``) and
+  resolved by the caller's resolver when the sandbox starts. It is held in a
+  wrapper whose ``repr`` is masked, never logged, never put in ``os.environ``,
+  and scrubbed from error messages this module raises or logs.
+- Transient failures (connection errors, HTTP 429/500/502/503/504, rate
+  limits, an unreachable-but-not-stopped sandbox, request timeouts) are retried
+  with jittered exponential backoff ("full jitter": a random wait in
+  ``[0, min(backoff_max_s, backoff_initial_s * 2**attempt)]``), at most
+  ``max_attempts`` tries in all. The SDK's own response retries are switched
+  off (``retries=0``) so there is one policy; its connect-only retries stay,
+  since a request that never connected was never sent.
+- Non-idempotent operations are never retried: ``exec`` is tried once unless
+  the caller passes ``idempotent=True``. ``write_file`` (overwrite with the
+  same bytes), ``read_file`` and ``kill`` are idempotent. Creating the sandbox
+  is made idempotent with an ``Idempotency-Key`` fixed per ``E2BSandbox``
+  object, so a retried create cannot start a second VM.
+- Lifetime: the VM is created with ``timeout=lifetime_s`` so E2B kills it even
+  if this process dies; locally, calls after the lifetime raise
+  :class:`SandboxError` and ``exec`` budgets are capped by the time left.
+- A timed-out ``exec`` has its process killed (SIGKILL through envd) and
+  returns ``TIMEOUT_RC``/``timed_out=True``. Children that the command put in
+  other process groups may outlive it inside the VM until the VM is killed
+  (on ``close`` or at the end of its lifetime); the VM boundary contains them.
+
+Not guaranteed: anything about the isolation of the VM itself (that is E2B's
+service), and output beyond ``max_output_bytes`` (cut, ``output_truncated``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import shlex
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_random_exponential,
+)
+
+from slime.agent.sandbox.base import TIMEOUT_RC, ExecResult, SandboxError, check_exec_args
+
+__all__ = ["E2BSandbox", "is_transient", "resolve_secret_ref"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+_STATUS_PREFIX = re.compile(r"^\s*(\d{3})\s*:")
+
+
+class _Secret:
+    """A string that does not show itself in repr/str/logs."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "<secret>"
+
+    __str__ = __repr__
+
+
+def resolve_secret_ref(ref: str) -> str:
+    """Default resolver: ``env:NAME`` (environment) or ``file:/path`` (file content, stripped)."""
+    scheme, sep, rest = ref.partition(":")
+    if sep and scheme == "env" and rest:
+        value = os.environ.get(rest)
+        if not value:
+            raise SandboxError(f"secret reference {ref!r}: environment variable {rest} is not set")
+        return value
+    if sep and scheme == "file" and rest:
+        try:
+            with open(rest, encoding="utf-8") as f:
+                value = f.read().strip()
+        except OSError as exc:
+            raise SandboxError(
+                f"secret reference {ref!r}: cannot read {rest}: {exc.strerror}"
+            ) from None
+        if not value:
+            raise SandboxError(f"secret reference {ref!r}: {rest} is empty")
+        return value
+    raise SandboxError(
+        f"secret reference {ref!r} is not understood; use 'env:NAME' or 'file:/path', "
+        "or pass secret_resolver= to resolve your own references"
+    )
+
+
+def _status_of(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int):
+        return status
+    match = _STATUS_PREFIX.match(str(exc))
+    return int(match.group(1)) if match else None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether retrying the same idempotent request may succeed."""
+    import httpx
+    from e2b import exceptions as ex
+
+    permanent = (
+        ex.AuthenticationException,
+        ex.InvalidArgumentException,
+        ex.NotFoundException,
+        ex.SandboxNotRunningException,
+        ex.NotEnoughSpaceException,
+        ex.TemplateException,
+    )
+    if isinstance(exc, permanent):
+        return False
+    if isinstance(
+        exc, (ex.RateLimitException, ex.SandboxUnreachableException, httpx.TransportError)
+    ):
+        return True
+    if isinstance(exc, ex.SandboxException):
+        if type(exc) is ex.TimeoutException:  # the request timed out, not the command
+            return True
+        return _status_of(exc) in _TRANSIENT_STATUS
+    return isinstance(exc, (ConnectionError, TimeoutError))
+
+
+class E2BSandbox:
+    """One E2B sandbox VM (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        api_key_ref: str = "env:E2B_API_KEY",
+        secret_resolver: Callable[[str], str] | None = None,
+        template: str | None = None,
+        lifetime_s: int = 3600,
+        network: bool = False,
+        user: str = "user",
+        workdir: str = "/home/user",
+        max_attempts: int = 5,
+        backoff_initial_s: float = 0.5,
+        backoff_max_s: float = 10.0,
+        request_timeout_s: float = 60.0,
+        max_output_bytes: int = 1024 * 1024,
+        metadata: Mapping[str, str] | None = None,
+        domain: str | None = None,
+        api_url: str | None = None,
+        sandbox_url: str | None = None,
+    ) -> None:
+        if not isinstance(lifetime_s, int) or isinstance(lifetime_s, bool) or lifetime_s <= 0:
+            raise ValueError(
+                "E2BSandbox(lifetime_s=...) must be a positive integer of seconds, "
+                f"got {lifetime_s!r}"
+            )
+        if not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ValueError(f"E2BSandbox(max_attempts=...) must be >= 1, got {max_attempts!r}")
+        for name, value in (
+            ("backoff_initial_s", backoff_initial_s),
+            ("backoff_max_s", backoff_max_s),
+            ("request_timeout_s", request_timeout_s),
+            ("max_output_bytes", max_output_bytes),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"E2BSandbox({name}=...) must be positive, got {value!r}")
+        if not workdir.startswith("/"):
+            raise ValueError(f"E2BSandbox(workdir=...) must be an absolute path, got {workdir!r}")
+        self.api_key_ref = api_key_ref
+        self._resolver = secret_resolver or resolve_secret_ref
+        self.template = template
+        self.lifetime_s = lifetime_s
+        self.network = network
+        self.user = user
+        self.workdir = workdir
+        self.max_attempts = max_attempts
+        self.backoff_initial_s = float(backoff_initial_s)
+        self.backoff_max_s = float(backoff_max_s)
+        self.request_timeout_s = float(request_timeout_s)
+        self.max_output_bytes = int(max_output_bytes)
+        self.metadata = dict(metadata or {})
+        self._endpoints = {
+            k: v
+            for k, v in (("domain", domain), ("api_url", api_url), ("sandbox_url", sandbox_url))
+            if v is not None
+        }
+        self._id = f"e2b-{uuid.uuid4().hex[:12]}"
+        self._idempotency_key = str(uuid.uuid4())
+        self._key: _Secret | None = None
+        self._sdk: Any = None
+        self._deadline: float | None = None
+        self._closed = False
+
+    # -- identity and lifecycle -----------------------------------------------------------
+
+    @property
+    def sandbox_id(self) -> str:
+        """Stable local id (the E2B VM id is :attr:`remote_id`, known after start)."""
+        return self._id
+
+    @property
+    def remote_id(self) -> str | None:
+        return None if self._sdk is None else self._sdk.sandbox_id
+
+    def __repr__(self) -> str:
+        return f"E2BSandbox(id={self._id}, remote={self.remote_id}, template={self.template!r})"
+
+    async def __aenter__(self) -> E2BSandbox:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _scrub(self, text: str) -> str:
+        if self._key is not None and self._key.reveal():
+            text = text.replace(self._key.reveal(), "<secret>")
+        return text
+
+    def _api_opts(self) -> dict[str, Any]:
+        assert self._key is not None
+        return {
+            "api_key": self._key.reveal(),
+            "retries": 0,  # one retry policy: ours
+            "request_timeout": self.request_timeout_s,
+            **self._endpoints,
+        }
+
+    async def start(self) -> None:
+        if self._sdk is not None or self._closed:
+            raise SandboxError(
+                f"sandbox {self._id} was already started"
+                if self._sdk
+                else f"sandbox {self._id} is closed"
+            )
+        try:
+            key = self._resolver(self.api_key_ref)
+        except SandboxError:
+            raise
+        except Exception as exc:  # the resolver is the caller's; do not echo what it saw
+            raise SandboxError(
+                f"cannot resolve E2B API key reference {self.api_key_ref!r}: {type(exc).__name__}"
+            ) from None
+        if not isinstance(key, str) or not key:
+            raise SandboxError(
+                f"E2B API key reference {self.api_key_ref!r} resolved to an empty value"
+            )
+        self._key = _Secret(key)
+        from e2b import AsyncSandbox
+
+        async def create() -> Any:
+            return await AsyncSandbox.create(
+                template=self.template,
+                timeout=self.lifetime_s,
+                allow_internet_access=self.network,
+                metadata=self.metadata or None,
+                idempotency_key=self._idempotency_key,
+                **self._api_opts(),
+            )
+
+        self._sdk = await self._call("create sandbox", create, idempotent=True)
+        self._deadline = time.monotonic() + self.lifetime_s
+
+    async def close(self) -> None:
+        """Kill the VM (retried); failures are logged, not raised (``__aexit__`` must not mask)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._sdk is None:
+            return
+        try:
+            await self._call("kill sandbox", self._sdk.kill, idempotent=True)
+        except SandboxError as exc:
+            log.warning("sandbox %s: %s (E2B kills it at the end of its lifetime)", self._id, exc)
+
+    def _require_running(self) -> float:
+        if self._closed:
+            raise SandboxError(f"sandbox {self._id} is closed")
+        if self._sdk is None or self._deadline is None:
+            raise SandboxError(
+                f"sandbox {self._id} is not started; use 'async with E2BSandbox(...)'"
+            )
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise SandboxError(f"sandbox {self._id} reached its lifetime of {self.lifetime_s}s")
+        return left
+
+    # -- retries ---------------------------------------------------------------------------
+
+    def _log_retry(self, op: str) -> Callable[[RetryCallState], None]:
+        def before_sleep(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            wait = state.next_action.sleep if state.next_action else 0.0
+            log.warning(
+                "sandbox %s: %s failed (attempt %d/%d, %s: %s); retrying in %.2fs",
+                self._id,
+                op,
+                state.attempt_number,
+                self.max_attempts,
+                type(exc).__name__,
+                self._scrub(str(exc))[:300],
+                wait,
+            )
+
+        return before_sleep
+
+    async def _call(self, op: str, fn: Callable[[], Any], *, idempotent: bool) -> Any:
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.max_attempts if idempotent else 1),
+            wait=wait_random_exponential(multiplier=self.backoff_initial_s, max=self.backoff_max_s),
+            retry=retry_if_exception(is_transient),
+            before_sleep=self._log_retry(op),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await fn()
+        except SandboxError:
+            raise
+        except Exception as exc:
+            kind = "transient" if is_transient(exc) else "permanent"
+            tries = retrying.statistics.get("attempt_number", 1)
+            raise SandboxError(
+                f"e2b {op} failed after {tries} attempt(s) ({kind} {type(exc).__name__}: "
+                f"{self._scrub(str(exc))[:500]})"
+            ) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- operations -------------------------------------------------------------------------
+
+    def _path(self, path: str) -> str:
+        if not isinstance(path, str) or not path or "\0" in path:
+            raise SandboxError(f"invalid sandbox path {path!r}")
+        return path if path.startswith("/") else f"{self.workdir.rstrip('/')}/{path}"
+
+    async def exec(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        timeout: float,
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+        idempotent: bool = False,
+    ) -> ExecResult:
+        checked = check_exec_args(cmd, timeout, env)
+        budget = min(float(timeout), self._require_running())
+        command = checked if isinstance(checked, str) else shlex.join(checked)
+        cwd = self._path(workdir) if workdir else self.workdir
+
+        async def run_once() -> ExecResult:
+            from e2b.sandbox.commands.command_handle import CommandExitException
+
+            handle = await self._sdk.commands.run(
+                command,
+                background=True,
+                envs=dict(env or {}),
+                cwd=cwd,
+                user=self.user,
+                # The stream may outlive the budget a little; we kill on our own deadline.
+                timeout=budget + self.request_timeout_s,
+                request_timeout=self.request_timeout_s,
+            )
+            try:
+                result = await asyncio.wait_for(handle.wait(), budget)
+            except CommandExitException as exc:
+                return self._result(exc.exit_code, exc.stdout, exc.stderr)
+            except asyncio.TimeoutError:
+                await self._call("kill timed-out command", handle.kill, idempotent=True)
+                return self._result(TIMEOUT_RC, handle.stdout, handle.stderr, timed_out=True)
+            return self._result(result.exit_code, result.stdout, result.stderr)
+
+        return await self._call("exec", run_once, idempotent=idempotent)
+
+    def _result(
+        self, rc: int, out: str | None, err: str | None, *, timed_out: bool = False
+    ) -> ExecResult:
+        out, err = out or "", err or ""
+        cap = self.max_output_bytes
+        cut = len(out.encode()) > cap or len(err.encode()) > cap
+        if cut:
+            out = out.encode()[:cap].decode("utf-8", "ignore")
+            err = err.encode()[:cap].decode("utf-8", "ignore")
+        return ExecResult(rc, out, err, timed_out=timed_out, output_truncated=cut)
+
+    async def write_file(self, path: str, data: bytes | str) -> None:
+        self._require_running()
+        target = self._path(path)
+        payload = data.encode() if isinstance(data, str) else bytes(data)
+        await self._call(
+            f"write {target}",
+            lambda: self._sdk.files.write(
+                target,
+                payload,
+                user=self.user,
+                use_octet_stream=True,
+                request_timeout=self.request_timeout_s,
+            ),
+            idempotent=True,
+        )
+
+    async def read_file(self, path: str) -> bytes:
+        self._require_running()
+        target = self._path(path)
+        data = await self._call(
+            f"read {target}",
+            lambda: self._sdk.files.read(
+                target, format="bytes", user=self.user, request_timeout=self.request_timeout_s
+            ),
+            idempotent=True,
+        )
+        return bytes(data)

@@ -1,0 +1,495 @@
+"""Run agent commands on this machine, isolated with bubblewrap.
+
+Why bubblewrap: it is a small, audited, unprivileged namespace tool packaged by
+every distribution (Debian: ``bubblewrap``), starts in a few milliseconds and
+needs no daemon, unlike Docker or a VM. Each ``exec`` is one fresh ``bwrap``
+process; the sandbox's working directory persists between calls.
+
+What one ``exec`` gets (isolated mode):
+
+- New user, PID, mount, IPC, UTS and cgroup namespaces; the network namespace
+  too unless ``network=True``. Without network only a private loopback exists:
+  host services on 127.0.0.1 and abstract Unix sockets are unreachable.
+- It runs as uid/gid 1000 ("agent") inside the namespace, which is an
+  unprivileged host uid outside (``host_uid``, default 65534, when the caller
+  is root: bwrap is started as that uid so the kernel enforces RLIMIT_NPROC,
+  which never applies to host uid 0; otherwise the caller's own uid). No
+  capabilities; creating further user namespaces is disabled.
+- Filesystem: read-only ``/usr`` (with the ``/bin``, ``/lib*`` links), a few
+  read-only ``/etc`` files (dynamic loader, certificates, alternatives, time
+  zone, generated passwd/group) and any ``ro_binds``; a writable ``/work``
+  (this sandbox's private directory, persistent across ``exec`` calls); a fresh
+  size-capped tmpfs ``/tmp`` and ``/dev/shm`` per call (not persistent); a
+  minimal ``/dev`` (null, zero, random, tty...) read-only; a ``/proc`` that shows
+  only the sandbox's processes. The root is read-only. ``/root``, ``/home``,
+  ``/work`` of the host, ``/tmp`` of the host, ``/run``, ``/sys``, ``/var`` are
+  not visible at all.
+- Limits via ``prlimit`` inside the sandbox: CPU seconds (RLIMIT_CPU), address
+  space per process (RLIMIT_AS), processes (RLIMIT_NPROC, counted per user
+  namespace, so per ``exec``), file size (RLIMIT_FSIZE), open files, no core
+  dumps. ``exec``'s timeout (capped by ``wall_timeout_s``) SIGKILLs the
+  namespace's PID 1, a small shell that runs the command; the kernel then
+  kills every process of the PID namespace, background, ``setsid`` and
+  double-forked ones included. When the command exits normally PID 1 exits
+  too, with the same effect, so nothing outlives an ``exec`` call. If this
+  Python process dies, ``--die-with-parent`` takes the namespace down.
+- The host-side ``write_file``/``read_file`` never follow symlinks the command
+  planted in ``/work`` (see ``hostfs.py``) and never block on FIFOs.
+- Several ``exec`` calls of one sandbox may run at once; they share ``/work``.
+
+What is NOT isolated (know this before running hostile code):
+
+- The kernel is shared: a kernel exploit escapes. There is no seccomp filter.
+- Memory and CPU are bounded by rlimits, not cgroups: RLIMIT_AS is per process,
+  so the worst case is about ``max_procs × memory_mb`` (plus tmpfs sizes);
+  RLIMIT_CPU is per process too, and the wall timeout bounds the total.
+- Disk: RLIMIT_FSIZE caps each file, not the sum; ``/work`` lives on the host
+  disk without a quota.
+- Timing and cache side channels, CPU load seen by other tenants, and
+  ``/proc/cpuinfo``-style host facts are visible.
+- ``network=True`` shares the host's network namespace, loopback services
+  and abstract Unix sockets included.
+- Read access to what is bound read-only (``/usr``, selected ``/etc`` files,
+  ``ro_binds``).
+
+``allow_unisolated=True`` is a fallback for machines without working user
+namespaces: commands then run directly on the host with the same rlimits and
+timeout (as ``host_uid`` when the caller is root), in their own process group
+which is killed after each call. They can read everything the uid can read,
+reach the network and escape the process group with ``setsid``. A warning is
+logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import signal
+import tempfile
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+from slime.agent.sandbox import hostfs
+from slime.agent.sandbox.base import (
+    TIMEOUT_RC,
+    ExecResult,
+    IsolationUnavailable,
+    SandboxError,
+    check_exec_args,
+)
+from slime.agent.sandbox.bwrap import (
+    INIT_ARGV,
+    MIB,
+    SANDBOX_WORKDIR,
+    Limits,
+    bwrap_prefix,
+    identity_files,
+    may_traverse,
+)
+from slime.agent.sandbox.processes import Capture, children, killpg, shell_returncode
+
+__all__ = ["SANDBOX_WORKDIR", "LocalSandbox"]
+
+log = logging.getLogger(__name__)
+
+_SELF_CHECK_TIMEOUT_S = 20.0
+# Outcome of the bwrap self-check per configuration: None = works, str = why not.
+_self_checks: dict[tuple, str | None] = {}
+
+
+def _positive(name: str, value: float, *, integer: bool = True) -> None:
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok or value <= 0:
+        kind = "a positive integer" if integer else "a positive number"
+        raise ValueError(f"LocalSandbox({name}=...) must be {kind}, got {value!r}")
+
+
+class LocalSandbox:
+    """A bubblewrap sandbox on this machine (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        network: bool = False,
+        cpu_time_s: int = 60,
+        memory_mb: int = 1024,
+        max_procs: int = 64,
+        max_file_mb: int = 64,
+        max_open_files: int = 256,
+        tmp_mb: int = 64,
+        wall_timeout_s: float = 600.0,
+        max_output_bytes: int = MIB,
+        workdir_root: str | os.PathLike[str] | None = None,
+        ro_binds: Sequence[str | tuple[str, str]] = (),
+        allow_unisolated: bool = False,
+        bwrap_path: str = "bwrap",
+        host_uid: int = 65534,
+        host_gid: int = 65534,
+    ) -> None:
+        for name, value in (
+            ("cpu_time_s", cpu_time_s),
+            ("memory_mb", memory_mb),
+            ("max_procs", max_procs),
+            ("max_file_mb", max_file_mb),
+            ("max_open_files", max_open_files),
+            ("tmp_mb", tmp_mb),
+            ("max_output_bytes", max_output_bytes),
+        ):
+            _positive(name, value)
+        _positive("wall_timeout_s", wall_timeout_s, integer=False)
+        if host_uid == 0 or host_gid == 0:
+            raise ValueError(
+                "LocalSandbox(host_uid/host_gid=0) would run sandboxed code as root; "
+                "give an unprivileged id"
+            )
+        self.network = bool(network)
+        self.limits = Limits(cpu_time_s, memory_mb, max_procs, max_file_mb, max_open_files)
+        self.tmp_mb = tmp_mb
+        self.wall_timeout_s = float(wall_timeout_s)
+        self.max_output_bytes = max_output_bytes
+        self.allow_unisolated = allow_unisolated
+        self.bwrap_path = bwrap_path
+        self._as_root = os.geteuid() == 0
+        self._uid, self._gid = (host_uid, host_gid) if self._as_root else (os.getuid(), os.getgid())
+        self._ro_binds = [self._check_bind(b) for b in ro_binds]
+        default_root = Path(tempfile.gettempdir()) / "slime-sandboxes"
+        self._root = Path(workdir_root or default_root).absolute()
+        self._id = f"local-{uuid.uuid4().hex[:12]}"
+        self._state: Path | None = None
+        self._isolated: bool | None = None
+        self._closed = False
+        self._procs: dict[asyncio.subprocess.Process, bool] = {}  # running -> isolated
+        self._bwrap = ""
+        self._argv_prefix: list[str] | None = None
+        self._limit_argv: list[str] = []
+
+    @staticmethod
+    def _check_bind(bind: str | tuple[str, str]) -> tuple[str, str]:
+        src, dest = (bind, bind) if isinstance(bind, str) else bind
+        if not os.path.isabs(src) or not os.path.isabs(dest):
+            raise ValueError(f"LocalSandbox(ro_binds=...): {bind!r} must be absolute paths")
+        if not os.path.exists(src):
+            raise ValueError(f"LocalSandbox(ro_binds=...): {src} does not exist on this machine")
+        return os.path.normpath(src), os.path.normpath(dest)
+
+    # -- identity and lifecycle ----------------------------------------------------------
+
+    @property
+    def sandbox_id(self) -> str:
+        return self._id
+
+    @property
+    def isolated(self) -> bool:
+        """True under bubblewrap, False in the unisolated fallback."""
+        if self._isolated is None:
+            raise SandboxError(
+                f"sandbox {self._id} is not started; use 'async with LocalSandbox(...)'"
+            )
+        return self._isolated
+
+    @property
+    def workdir(self) -> str:
+        """The persistent working directory as commands see it."""
+        if self._isolated is False and self._state is not None:
+            return str(self._state / "work")
+        return SANDBOX_WORKDIR
+
+    @property
+    def host_workdir(self) -> Path:
+        """Where the working directory lives on the host (for inspection by the caller)."""
+        if self._state is None:
+            raise SandboxError(f"sandbox {self._id} is not started")
+        return self._state / "work"
+
+    def __repr__(self) -> str:
+        mode = {None: "not started", True: "bwrap", False: "UNISOLATED"}[self._isolated]
+        return f"LocalSandbox(id={self._id}, {mode}, network={self.network})"
+
+    async def __aenter__(self) -> LocalSandbox:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        if self._state is not None:
+            raise SandboxError(f"sandbox {self._id} was already started")
+        if self._closed:
+            raise SandboxError(f"sandbox {self._id} is closed")
+        prlimit = shutil.which("prlimit")
+        if prlimit is None:
+            raise IsolationUnavailable("'prlimit' (util-linux) was not found; install util-linux")
+        self._limit_argv = self.limits.prlimit_argv(prlimit)
+        if self._as_root:
+            self._check_reachable()
+        self._make_state_dir()
+        try:
+            reason = await self._bwrap_problem()
+            if reason is None:
+                self._isolated = True
+            elif self.allow_unisolated:
+                log.warning(
+                    "sandbox %s runs UNISOLATED (rlimits and timeout only): %s", self._id, reason
+                )
+                self._isolated = False
+            else:
+                raise IsolationUnavailable(
+                    f"cannot isolate commands with bubblewrap: {reason}. Install it "
+                    "('apt-get install bubblewrap') and run where unprivileged user namespaces "
+                    "work, or pass allow_unisolated=True to run without isolation"
+                )
+        except BaseException:
+            self._remove_state_dir()
+            raise
+
+    async def close(self) -> None:
+        self._closed = True
+        await asyncio.gather(*(self._terminate(p, iso) for p, iso in list(self._procs.items())))
+        self._remove_state_dir()
+
+    def _check_reachable(self) -> None:
+        """bwrap runs as ``host_uid``: every bound path must be reachable by it."""
+        paths = [("workdir_root", self._root)]
+        paths += [("ro_binds", Path(src)) for src, _ in self._ro_binds]
+        for what, path in paths:
+            existing = path if path.exists() else next(p for p in path.parents if p.exists())
+            for directory in [existing, *existing.parents]:
+                if directory.is_dir() and not may_traverse(
+                    os.stat(directory), self._uid, self._gid
+                ):
+                    raise SandboxError(
+                        f"LocalSandbox({what}=...): {path} is below {directory}, which the "
+                        f"sandbox's host uid {self._uid} cannot enter; use a path under a "
+                        "world-traversable directory (such as /tmp) or chmod o+x it"
+                    )
+
+    def _make_state_dir(self) -> None:
+        self._root.mkdir(parents=True, exist_ok=True)
+        if self._as_root:
+            os.chmod(self._root, 0o711)  # the sandbox uid traverses it, cannot list it
+        state = self._root / self._id
+        state.mkdir(mode=0o711)
+        self._state = state
+        (state / "work").mkdir(mode=0o700)
+        for name, text in identity_files().items():
+            (state / name).write_text(text)
+            os.chmod(state / name, 0o644)
+        if self._as_root:
+            os.chown(state / "work", self._uid, self._gid)
+
+    def _remove_state_dir(self) -> None:
+        if self._state is not None:
+            hostfs.remove_tree(self._state)
+            self._state = None
+
+    # -- bubblewrap ------------------------------------------------------------------------
+
+    async def _bwrap_problem(self) -> str | None:
+        """Why bubblewrap cannot be used here, or None (checked once per configuration)."""
+        bwrap = shutil.which(self.bwrap_path)
+        if bwrap is None:
+            return f"bubblewrap executable {self.bwrap_path!r} was not found"
+        self._bwrap = bwrap
+        key = (bwrap, self._uid, self._gid, self.network, str(self._root), tuple(self._ro_binds))
+        if key not in _self_checks:
+            try:
+                result = await self._run(["true"], _SELF_CHECK_TIMEOUT_S, None, None, isolated=True)
+            except OSError as exc:
+                _self_checks[key] = f"starting {bwrap} failed: {exc}"
+            else:
+                detail = (
+                    result.stderr.strip()
+                    or result.stdout.strip()
+                    or f"exit code {result.returncode}"
+                )
+                ok = result.returncode == 0
+                _self_checks[key] = (
+                    None if ok else f"the self-check '{bwrap} ... true' failed: {detail}"
+                )
+        return _self_checks[key]
+
+    def _bwrap_argv(self, argv: list[str], workdir: str | None) -> list[str]:
+        if self._argv_prefix is None:
+            assert self._state is not None  # guarded by _require_started
+            self._argv_prefix = bwrap_prefix(
+                self._bwrap,
+                network=self.network,
+                state_dir=self._state,
+                ro_binds=self._ro_binds,
+                tmp_mb=self.tmp_mb,
+            )
+        chdir = self._inside_path(workdir) if workdir else SANDBOX_WORKDIR
+        return [*self._argv_prefix, "--chdir", chdir, "--", *self._limit_argv, *INIT_ARGV, *argv]
+
+    def _inside_path(self, path: str) -> str:
+        if "\0" in path:
+            raise ValueError("exec workdir contains a NUL byte")
+        return path if path.startswith("/") else os.path.join(self.workdir, path)
+
+    # -- exec ------------------------------------------------------------------------------
+
+    def _require_started(self) -> None:
+        if self._closed:
+            raise SandboxError(f"sandbox {self._id} is closed")
+        if self._state is None or self._isolated is None:
+            raise SandboxError(
+                f"sandbox {self._id} is not started; use 'async with LocalSandbox(...)'"
+            )
+
+    def _env(self, env: Mapping[str, str] | None) -> dict[str, str]:
+        # Built from scratch: nothing from the host's environment leaks in.
+        base = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": self.workdir,
+            "USER": "agent",
+            "LOGNAME": "agent",
+            "LANG": "C.UTF-8",
+            "TMPDIR": "/tmp",
+        }
+        base.update(env or {})
+        return base
+
+    async def exec(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        timeout: float,
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+        idempotent: bool = False,  # nothing is retried locally
+    ) -> ExecResult:
+        checked = check_exec_args(cmd, timeout, env)
+        self._require_started()
+        argv = ["/bin/sh", "-c", checked] if isinstance(checked, str) else checked
+        budget = min(float(timeout), self.wall_timeout_s)
+        return await self._run(argv, budget, env, workdir, isolated=bool(self._isolated))
+
+    async def _run(
+        self,
+        argv: list[str],
+        budget: float,
+        env: Mapping[str, str] | None,
+        workdir: str | None,
+        *,
+        isolated: bool,
+    ) -> ExecResult:
+        drop: dict[str, object] = {}
+        if self._as_root:
+            drop = {"user": self._uid, "group": self._gid, "extra_groups": []}
+        if isolated:
+            full, cwd = self._bwrap_argv(argv, workdir), "/"
+        else:
+            full = self._limit_argv + argv
+            cwd = self._inside_path(workdir) if workdir else self.workdir
+        # Our own pipes, not asyncio's: Process.wait() would otherwise also wait
+        # for every holder of stdout/stderr, i.e. for background children.
+        (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
+        captures = [Capture(out_r, self.max_output_bytes), Capture(err_r, self.max_output_bytes)]
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *full,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                env=self._env(env),
+                cwd=cwd,
+                start_new_session=True,
+                **drop,  # type: ignore[arg-type]
+            )
+        except BaseException:
+            for c in captures:
+                c.close()
+            raise
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        self._procs[proc] = isolated
+        readers = [asyncio.ensure_future(c.drain()) for c in captures]
+        timed_out = False
+        try:
+            try:
+                await asyncio.wait_for(proc.wait(), budget)
+            except asyncio.TimeoutError:
+                timed_out = True
+                await self._terminate(proc, isolated)
+            if not isolated:
+                killpg(proc.pid)  # background leftovers still in the group
+            # Pipes close once every process holding them is dead; in the
+            # unisolated fallback a setsid escapee may keep them open.
+            _, pending = await asyncio.wait(readers, timeout=2.0)
+            for capture, task in zip(captures, readers):
+                capture.cut = capture.cut or task in pending
+        finally:
+            if proc.returncode is None:  # cancelled or failed while running
+                await self._terminate(proc, isolated)
+            for task in readers:
+                task.cancel()
+            await asyncio.gather(*readers, return_exceptions=True)
+            for c in captures:
+                c.close()
+            self._procs.pop(proc, None)
+        out, err = captures
+        return ExecResult(
+            TIMEOUT_RC if timed_out else shell_returncode(proc.returncode),
+            out.text(),
+            err.text(),
+            timed_out=timed_out,
+            output_truncated=out.cut or err.cut,
+        )
+
+    @staticmethod
+    async def _terminate(proc: asyncio.subprocess.Process, isolated: bool) -> None:
+        """Kill everything one call started and reap bwrap.
+
+        Isolated: SIGKILL the namespace's PID 1 (bwrap's only child); the kernel
+        then kills every process of the PID namespace, and bwrap reaps PID 1 and
+        exits. Killing bwrap first would also work (``--die-with-parent``) but
+        leaves PID 1 as a zombie for the host's init. Fallback, or if bwrap does
+        not exit: SIGKILL the process group.
+        """
+        if isolated and proc.returncode is None:
+            for child in children(proc.pid):
+                try:
+                    os.kill(child, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            try:
+                await asyncio.wait_for(proc.wait(), 1.0)
+                return
+            except asyncio.TimeoutError:
+                pass
+        killpg(proc.pid)
+        await proc.wait()
+
+    # -- files -----------------------------------------------------------------------------
+
+    async def write_file(self, path: str, data: bytes | str) -> None:
+        """Write a file under the working directory (parents are created)."""
+        self._require_started()
+        parts = hostfs.relative_parts(path, self.workdir)
+        payload = data.encode() if isinstance(data, str) else bytes(data)
+        owner = (self._uid, self._gid) if self._as_root else None
+        try:
+            await asyncio.to_thread(hostfs.write_nofollow, self.host_workdir, parts, payload, owner)
+        except OSError as exc:
+            raise SandboxError(hostfs.fs_error("write", path, exc)) from exc
+
+    async def read_file(self, path: str) -> bytes:
+        """Read a file under the working directory (at most ``max_file_mb``)."""
+        self._require_started()
+        parts = hostfs.relative_parts(path, self.workdir)
+        cap = self.limits.max_file_mb * MIB
+        try:
+            return await asyncio.to_thread(hostfs.read_nofollow, self.host_workdir, parts, cap)
+        except OSError as exc:
+            raise SandboxError(hostfs.fs_error("read", path, exc)) from exc
