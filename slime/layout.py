@@ -140,7 +140,8 @@ def plan_layout(spec: Spec) -> Layout:
     n_engines = n.rollout_gpus // gpe
     engines: list[tuple[Slot, ...]] = []
     if r.colocate:
-        pool = list(actor) + [s for s in (Slot(node=i // gpn, gpu=i % gpn) for i in range(n.total)) if s not in actor]
+        actor_set = set(actor)
+        pool = list(actor) + [s for s in (Slot(node=i // gpn, gpu=i % gpn) for i in range(n.total)) if s not in actor_set]
     else:
         pool = [Slot(node=i // gpn, gpu=i % gpn) for i in range(n.offset, n.offset + n.rollout_gpus)]
     for i in range(n_engines):

@@ -225,9 +225,9 @@ def explain(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------- migration
 def import_slime_args(args: argparse.Namespace) -> int:
-    from slime.spec.migrate import convert_slime_args
+    from slime.spec.migrate import convert_slime_args, read_source
 
-    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    text = read_source(args.file)
     result = convert_slime_args(text, name=args.name)
     if args.output:
         Path(args.output).write_text(result.yaml)
@@ -239,5 +239,7 @@ def import_slime_args(args: argparse.Namespace) -> int:
         con = _console(stderr=True)
         for flag, why in result.unmapped:
             con.print(f"[yellow]not mapped[/]: {flag} ({why})")
+        if result.problems:
+            print_problems(list(result.problems))
         con.print(f"mapped {len(result.mapped)} flag(s); {len(result.unmapped)} not mapped (listed above)")
     return EXIT_OK

@@ -71,7 +71,7 @@ class SpecError(Exception):
 
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = sorted(
-            problems,
+            (_printable(p) for p in problems),
             key=lambda p: (p.origin.file if p.origin else "", p.origin.line or 0 if p.origin else 0, p.path),
         )
         super().__init__(self.format())
@@ -84,3 +84,18 @@ class SpecError(Exception):
         n = len([p for p in self.problems if p.severity == "error"])
         head = f"{n} problem{'s' if n != 1 else ''} in spec"
         return head + ":\n" + "\n".join(p.format() for p in self.problems)
+
+
+def _safe(text: str | None) -> str | None:
+    if text is None or not any("\ud800" <= ch <= "\udfff" for ch in text):
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _printable(p: Problem) -> Problem:
+    """The problem with lone surrogates (undecodable argv bytes, bad escapes) escaped, so it can be printed."""
+    path, message, hint = _safe(p.path), _safe(p.message), _safe(p.hint)
+    if (path, message, hint) == (p.path, p.message, p.hint):
+        return p
+    return Problem(path=path or "", message=message or "", hint=hint, origin=p.origin, severity=p.severity,
+                   task=p.task)

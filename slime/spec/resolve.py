@@ -18,7 +18,30 @@ from msgspec.structs import replace
 
 from slime.spec.types import Critic, Spec
 
-__all__ = ["resolve", "BUILTIN_CONTEXT", "model_config", "count_jsonl_rows"]
+__all__ = ["resolve", "BUILTIN_CONTEXT", "DERIVED_FROM", "model_config", "count_jsonl_rows"]
+
+# Which written fields each derived value is computed from (besides itself, when written).
+# slime.spec.partial uses it to tell which rules an invalid field can affect; a test checks it
+# against resolve() by changing each input and watching which derived values move.
+DERIVED_FROM: dict[str, tuple[str, ...]] = {
+    "cluster.cpus_per_node": ("cluster.launcher",),
+    "model.max_context_len": ("model.builtin", "model.path"),
+    "model.tokenizer": ("model.path",),
+    "model.critic_path": ("algorithm.estimator", "model.path"),
+    "train.nodes": ("cluster.nodes",),
+    "train.gpus_per_node": ("cluster.gpus_per_node",),
+    "rollout.gpus": ("rollout.colocate", "cluster.gpus_per_node", "train.nodes", "train.gpus_per_node"),
+    "rollout.num_engines": ("cluster.gpus_per_node", "rollout.gpus", "rollout.gpus_per_engine"),
+    "rollout.weight_sync": ("rollout.backend", "rollout.colocate"),
+    "rollout.num_rollouts": ("rollout.epochs", "data.prompts", "rollout.batch_size"),
+    "rollout.over_sampling_batch_size": ("rollout.batch_size",),
+    "train.global_batch_size": ("rollout.batch_size", "rollout.n_samples_per_prompt", "train.num_steps_per_rollout"),
+    "train.num_steps_per_rollout": ("rollout.batch_size", "rollout.n_samples_per_prompt", "train.global_batch_size"),
+    "algorithm.eps_clip_high": ("algorithm.eps_clip",),
+    "algorithm.normalize_std": ("rollout.n_samples_per_prompt", "algorithm.estimator"),
+    "algorithm.critic": ("algorithm.estimator",),
+    "logging.wandb.group": ("name",),
+}
 
 # The built-in tiny model's max_position_embeddings (slime.models.tiny).
 BUILTIN_CONTEXT = 256

@@ -20,8 +20,9 @@ Finding = tuple[str, str, str | None]
 Rule = Callable[[Spec], Iterator[Finding]]
 RULES: list[Rule] = []
 WARNINGS: list[Rule] = []
+RAW_RULES: list[Rule] = []  # run on the spec as written, before derived values are filled in
 
-__all__ = ["check", "RULES", "WARNINGS"]
+__all__ = ["check", "check_raw", "all_rules", "RULES", "WARNINGS", "RAW_RULES"]
 
 
 def rule(fn: Rule) -> Rule:
@@ -32,6 +33,33 @@ def rule(fn: Rule) -> Rule:
 def warning(fn: Rule) -> Rule:
     WARNINGS.append(fn)
     return fn
+
+
+def raw_rule(fn: Rule) -> Rule:
+    RAW_RULES.append(fn)
+    return fn
+
+
+@raw_rule
+def rollout_count(s: Spec) -> Iterator[Finding]:
+    r = s.rollout
+    if r.num_rollouts is not None and r.epochs is not None:
+        yield ("rollout.epochs", f"both rollout.num_rollouts ({r.num_rollouts}) and rollout.epochs ({r.epochs}) "
+               "are given; num_rollouts would silently win", "keep one of them")
+
+
+def _seconds(limit: str) -> int:
+    """SLURM --time text (already pattern-checked) in seconds."""
+    days, _, rest = limit.rpartition("-")
+    parts = [int(x) for x in rest.split(":")]
+    if days:  # D-HH[:MM[:SS]]
+        h, m, sec = (parts + [0, 0])[:3]
+        return int(days) * 86400 + h * 3600 + m * 60 + sec
+    if len(parts) == 1:  # MM
+        return parts[0] * 60
+    if len(parts) == 2:  # MM:SS
+        return parts[0] * 60 + parts[1]
+    return parts[0] * 3600 + parts[1] * 60 + parts[2]
 
 
 def _gpu(spec: Spec) -> bool:
@@ -68,6 +96,20 @@ def local_launcher(s: Spec) -> Iterator[Finding]:
     if c.container is not None:
         yield ("cluster.container", "containers are started by the SLURM launcher (pyxis) only",
                "remove cluster.container, or set cluster.launcher: slurm")
+
+
+@rule
+def time_limit(s: Spec) -> Iterator[Finding]:
+    c = s.cluster
+    if c.time_limit is None:
+        return
+    limit = _seconds(c.time_limit)
+    if limit == 0:
+        yield ("cluster.time_limit", f"time_limit {c.time_limit!r} is zero", "e.g. '04:00:00'")
+    elif c.signal_grace_s >= limit:
+        yield ("cluster.signal_grace_s", f"signal_grace_s {c.signal_grace_s} is not below the time limit "
+               f"{c.time_limit!r} ({limit} s): the job would be told to checkpoint before it starts",
+               "raise cluster.time_limit or lower cluster.signal_grace_s")
 
 
 @rule
@@ -126,8 +168,8 @@ def parallel_sizes(s: Spec) -> Iterator[Finding]:
     if p.sequence_parallel and p.tensor == 1:
         yield ("train.parallel.sequence_parallel", "sequence parallelism needs tensor > 1",
                "set train.parallel.tensor > 1 or sequence_parallel: false")
-    if mp > 1 and s.train.backend == "torch":
-        yield ("train.parallel", "the torch backend is data-parallel only (tensor/pipeline/context must be 1)",
+    if (mp > 1 or p.expert > 1) and s.train.backend == "torch":
+        yield ("train.parallel", "the torch backend is data-parallel only (tensor/pipeline/context/expert must be 1)",
                "use train.backend: megatron for model parallelism")
     cfg = model_config(s.model.path)
     if cfg and p.pipeline > 1 and isinstance(cfg.get("num_hidden_layers"), int):
@@ -146,10 +188,11 @@ def batch_sizes(s: Spec) -> Iterator[Finding]:
     t, r = s.train, s.rollout
     samples = r.batch_size * r.n_samples_per_prompt
     if t.global_batch_size is None or t.num_steps_per_rollout is None:
+        by = (f"global_batch_size {t.global_batch_size}" if t.global_batch_size is not None
+              else f"num_steps_per_rollout {t.num_steps_per_rollout}")
         yield ("train.global_batch_size", f"rollout.batch_size {r.batch_size} x n_samples_per_prompt "
-               f"{r.n_samples_per_prompt} = {samples} samples is not divisible by global_batch_size "
-               f"{t.global_batch_size} (or by num_steps_per_rollout {t.num_steps_per_rollout})",
-               "choose a global_batch_size that divides the samples per rollout")
+               f"{r.n_samples_per_prompt} = {samples} samples is not divisible by {by}",
+               "choose a global_batch_size (or num_steps_per_rollout) that divides the samples per rollout")
         return
     if t.global_batch_size * t.num_steps_per_rollout != samples:
         yield ("train.global_batch_size", f"global_batch_size {t.global_batch_size} x num_steps_per_rollout "
@@ -160,6 +203,8 @@ def batch_sizes(s: Spec) -> Iterator[Finding]:
     if world % mp:
         return
     dp = world // mp
+    if dp == 0:
+        return  # no trainer GPUs: the devices rule reports it
     unit = dp if t.dynamic_batch.enabled else t.micro_batch_size * dp
     if t.global_batch_size % unit:
         what = f"data-parallel size {dp}" if t.dynamic_batch.enabled else \
@@ -227,6 +272,13 @@ def sampling(s: Spec) -> Iterator[Finding]:
         if r.colocate:
             yield ("rollout.weight_sync", "delta weight sync ships changed tensors over disk; not for colocated runs",
                    "use weight_sync: disk when colocated")
+    if r.weight_sync == "nccl":
+        if not _gpu(s):
+            yield ("rollout.weight_sync", "weight_sync nccl needs GPUs but cluster.gpus_per_node is 0",
+                   "use weight_sync: disk on a CPU-only cluster")
+        elif r.colocate:
+            yield ("rollout.weight_sync", "weight_sync nccl broadcasts to engines on their own GPUs; colocated "
+                   "engines share the trainer's GPUs", "remove weight_sync (derived) or use disk when colocated")
 
 
 @rule
@@ -257,6 +309,25 @@ def reward(s: Spec) -> Iterator[Finding]:
         yield ("reward.custom", f"reward.custom is set but reward.type is '{rw.type}'", "set type: custom")
     if rw.type == "remote" and not rw.url:
         yield ("reward.url", "reward.type remote needs reward.url", "e.g. url: http://reward-host:8000/score")
+    if rw.type != "remote" and rw.url:
+        yield ("reward.url", f"reward.url is set but reward.type is '{rw.type}'", "set type: remote, or remove url")
+
+
+@rule
+def data_sets(s: Spec) -> Iterator[Finding]:
+    seen: dict[str, int] = {}
+    for i, e in enumerate(s.data.eval):
+        if e.name in seen:
+            yield (f"data.eval[{i}].name", f"eval set name '{e.name}' is also used by data.eval[{seen[e.name]}]; "
+                   "metric keys eval/<name>/... would collide", "give every eval set a distinct name")
+        seen.setdefault(e.name, i)
+
+
+@rule
+def optimizer(s: Spec) -> Iterator[Finding]:
+    o = s.train.optimizer
+    if o.min_lr > o.lr:
+        yield ("train.optimizer.min_lr", f"min_lr {o.min_lr} is above lr {o.lr}", "set min_lr <= lr")
 
 
 @rule
@@ -283,16 +354,23 @@ def long_responses(s: Spec) -> Iterator[Finding]:
                "will be truncated", None)
 
 
+def check_raw(spec: Spec) -> list[Finding]:
+    """Rules about what was written (before ``resolve`` fills derived values)."""
+    return [f for fn in RAW_RULES for f in fn(spec)]
+
+
+def all_rules(*, check_paths: bool = False) -> list[tuple[Literal["error", "warning"], Rule]]:
+    """Every rule of the resolved spec with its severity (``check`` runs these)."""
+    out: list[tuple[Literal["error", "warning"], Rule]] = [("error", fn) for fn in RULES]
+    out += [("warning", fn) for fn in WARNINGS]
+    if check_paths:
+        out.append(("error", _paths))
+    return out
+
+
 def check(spec: Spec, *, check_paths: bool = False) -> list[tuple[Literal["error", "warning"], Finding]]:
     """Run every rule; with ``check_paths`` also require local files to exist."""
-    out: list[tuple[Literal["error", "warning"], Finding]] = []
-    for fn in RULES:
-        out.extend(("error", f) for f in fn(spec))
-    for fn in WARNINGS:
-        out.extend(("warning", f) for f in fn(spec))
-    if check_paths:
-        out.extend(("error", f) for f in _paths(spec))
-    return out
+    return [(severity, f) for severity, fn in all_rules(check_paths=check_paths) for f in fn(spec)]
 
 
 def _paths(s: Spec) -> Iterator[Finding]:

@@ -77,8 +77,21 @@ def load_yaml(text: str, file: str) -> tuple[Any, Marks]:
                                  hint="fix the YAML at that position (indentation, quotes, duplicate keys)")]) from None
     except YAMLError as exc:
         raise SpecError([Problem(path="", message=f"YAML error: {exc}", origin=Origin(file=file))]) from None
+    except RecursionError:
+        raise SpecError([_too_deep(file)]) from None
+    except TypeError:  # ruamel hashes complex keys ({? {a: 1}: x}) and fails on nested mappings
+        raise SpecError([Problem(path="", message="YAML error: a mapping key is itself a mapping or list",
+                                 origin=Origin(file=file), hint="spec keys are plain names")]) from None
     marks: Marks = {(): Origin(file=file, line=1, col=1)}
-    return _plain(doc, (), marks, file), marks
+    try:
+        return _plain(doc, (), marks, file), marks
+    except RecursionError:
+        raise SpecError([_too_deep(file)]) from None
+
+
+def _too_deep(file: str) -> Problem:
+    return Problem(path="", message="the YAML is nested too deeply to be a spec", origin=Origin(file=file),
+                   hint="specs are a few levels deep; check for runaway brackets")
 
 
 def parse_scalar(text: str) -> Any:
@@ -87,5 +100,5 @@ def parse_scalar(text: str) -> Any:
 
     try:
         return _yaml("safe").load(text)
-    except YAMLError:
-        return text
+    except (YAMLError, RecursionError):
+        return text  # not YAML: keep the text; the schema then says what was expected

@@ -1,0 +1,431 @@
+"""Map parsed slime flags onto slime/v1 spec paths (the logic behind ``slime.spec.migrate``).
+
+``parse_flags`` splits shell words into flags and their values; ``map_flag``
+maps one flag through the tables of ``slime.spec.slime_flags`` (direct fields,
+pass-through to ``train.backend_args``/``rollout.engine_args``/``router_args``,
+implied architecture flags, slime-only flags with reasons); ``finish`` maps the
+flags whose meaning depends on others (KL and the reference model, Adam betas,
+resume, eval sets, W&B, weight sync), fills slime's defaults where they differ
+from slime/v1's, sizes the cluster and adds placeholders for required values.
+Everything goes through a :class:`Builder` that records each value's comment
+and the mapped/unmapped account.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from slime.spec.bashargs import Word
+from slime.spec.slime_flags import (
+    ARCHITECTURE,
+    DIRECT,
+    SLIME_DEFAULTS,
+    SLIME_ONLY,
+    SLIME_SGLANG_OWN,
+    SPECIAL,
+    slime_only_reason,
+)
+
+__all__ = ["IMPLIED", "Flag", "Builder", "Key", "parse_flags", "dedupe", "map_flag", "finish"]
+
+IMPLIED = "implied by model.path config.json"
+_UNRESOLVED = re.compile(r"\$\(|\$\{|\$[A-Za-z_]")
+_REPEATABLE = {"--rollout-sample-hook-path"}
+_RM_TYPES = {"math": "math", "dapo": "math", "deepscaler": "math", "f1": "f1", "remote_rm": "remote"}
+
+
+@dataclass
+class Flag:
+    name: str
+    values: list[str]
+    line: int
+
+    def shown(self) -> str:
+        return " ".join([self.name] + [v if v and " " not in v else repr(v) for v in self.values])
+
+
+Key = tuple[str, ...]
+
+
+def _key(path: str | Key) -> Key:
+    return path if isinstance(path, tuple) else tuple(path.split("."))
+
+
+class Builder:
+    def __init__(self) -> None:
+        self.values: dict[Key, tuple[Any, str]] = {}  # spec path (parts, so keys may hold dots) -> value, comment
+        self.mapped: list[tuple[str, str]] = []
+        self.unmapped: list[tuple[str, str]] = []
+        self.placeholders: list[tuple[str, str]] = []
+        self.notes: list[tuple[str, str]] = []
+
+    def set(self, path: str | Key, value: Any, comment: str) -> None:
+        self.values[_key(path)] = (value, comment)
+
+    def get(self, path: str, default: Any = None) -> Any:
+        return self.values[_key(path)][0] if _key(path) in self.values else default
+
+    def has(self, path: str) -> bool:
+        return _key(path) in self.values
+
+    def from_flag(self, f: Flag, path: str | Key, value: Any, note: str = "") -> None:
+        self.set(path, value, f"{f.shown()} (line {f.line}){note}")
+        self.mapped.append((f.name, ".".join(_key(path))))
+
+    def placeholder(self, path: str, value: Any, why: str) -> None:
+        self.set(path, value, f"PLACEHOLDER: {why}")
+        self.placeholders.append((path, why))
+
+
+# ----------------------------------------------------------------------------- flags
+def parse_flags(words: list[Word]) -> tuple[list[Flag], list[Word]]:
+    flags: list[Flag] = []
+    strays: list[Word] = []
+    for w in words:
+        if w.text.startswith("--") and len(w.text) > 2:
+            name, eq, value = w.text.partition("=")
+            flags.append(Flag(name, [value] if eq else [], w.line))
+        elif flags:
+            flags[-1].values.append(w.text)
+        else:
+            strays.append(w)
+    return flags, strays
+
+
+def dedupe(flags: list[Flag], b: Builder) -> list[Flag]:
+    last = {f.name: i for i, f in enumerate(flags)}
+    out = []
+    for i, f in enumerate(flags):
+        if last[f.name] != i and f.name not in _REPEATABLE:
+            b.unmapped.append((f.name, f"given again on line {flags[last[f.name]].line}; the last one wins "
+                                       "(as in slime's argparse)"))
+        else:
+            out.append(f)
+    return out
+
+
+def _convert(f: Flag, kind: str) -> tuple[Any, str | None]:
+    """The flag's value as ``kind``, or an error saying why it cannot be."""
+    vals = f.values
+    if kind == "bool":
+        return True, (f"a switch, but followed by {' '.join(vals)!r}" if vals else None)
+    if kind == "list":
+        return (list(vals), None) if vals else (None, "needs at least one value")
+    if len(vals) != 1:
+        return None, ("needs a value" if not vals else f"takes one value, got {len(vals)}: {' '.join(vals)}")
+    v = vals[0]
+    if kind == "str":
+        return v, None
+    if _UNRESOLVED.search(v):
+        return None, f"value {v!r} could not be resolved without running the script"
+    try:
+        out = int(v) if kind == "int" else float(v)
+    except ValueError:
+        return None, f"value {v!r} is not {'an integer' if kind == 'int' else 'a number'}"
+    if isinstance(out, float) and not math.isfinite(out):
+        return None, f"value {v!r} is not a finite number"
+    return out, None
+
+
+def _scalar(v: str) -> Any:
+    """A pass-through value as YAML will hold it: int, float, bool switch, or text."""
+    if re.fullmatch(r"[+-]?\d+", v):
+        return int(v)
+    if re.fullmatch(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?", v):
+        return float(v)
+    return v
+
+
+def _pass_through(f: Flag, b: Builder, section: str, key: str, what: str) -> None:
+    if len(f.values) > 1:
+        b.unmapped.append((f.name, f"takes several values ({' '.join(f.values)}); {section} holds one value per "
+                                   f"{what} flag: add it by hand if the engine accepts a quoted list"))
+    elif f.values and _UNRESOLVED.search(f.values[0]):
+        b.unmapped.append((f.name, f"value {f.values[0]!r} could not be resolved without running the script"))
+    else:
+        b.from_flag(f, _key(section) + (key,), _scalar(f.values[0]) if f.values else True)
+
+
+def _plugin_path(dotted: str) -> str:
+    """slime's 'pkg.mod.fn' as slime/v1's 'pkg.mod:fn'."""
+    if ":" in dotted:
+        return dotted
+    module, _, fn = dotted.rpartition(".")
+    return f"{module}:{fn}" if module else dotted
+
+
+def map_flag(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
+    name = f.name
+    if name in DIRECT:
+        path, kind = DIRECT[name]
+        value, error = _convert(f, kind)
+        if value is None:
+            b.unmapped.append((name, error or "no value"))
+            return
+        note = ""
+        if kind == "str" and _UNRESOLVED.search(value):
+            note = " -- contains an unexpanded shell variable: replace it"
+            b.notes.append((value, f"{name}: shell expansion not resolved in the script"))
+        b.from_flag(f, path, value, note)
+        if error:
+            b.unmapped.append((" ".join(f.values), f"{error} (ignored)"))
+    elif name in SPECIAL:
+        _special(f, b, seen)
+    elif name in ARCHITECTURE:
+        b.mapped.append((name, IMPLIED))
+    elif name in SLIME_SGLANG_OWN:
+        b.unmapped.append((name, SLIME_SGLANG_OWN[name]))
+    elif name.startswith("--sglang-"):
+        _pass_through(f, b, "rollout.engine_args", name[len("--sglang-"):], "SGLang")
+    elif name.startswith("--router-"):
+        _pass_through(f, b, "rollout.router_args", name[len("--router-"):], "router")
+    elif name in SLIME_ONLY:
+        b.unmapped.append((name, slime_only_reason(name)))
+    elif name == "--spec":
+        b.unmapped.append((name, "a custom Megatron layer spec: the megatron backend builds the model from "
+                                 "model.path's config.json; check it supports this model"))
+    else:  # a Megatron flag slime passes through
+        _pass_through(f, b, "train.backend_args", name[2:], "Megatron")
+
+
+_SWITCHES = {"--bf16", "--fp16", "--disable-grpo-std-normalization", "--use-kl-loss", "--use-wandb"}
+
+
+def _special(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
+    name, vals = f.name, f.values
+    one = vals[0] if len(vals) == 1 else None
+    if name in _SWITCHES and vals:
+        b.unmapped.append((" ".join(vals), f"value(s) after the switch {name} (line {f.line}), ignored"))
+    if name == "--rm-type" and one is None:
+        b.unmapped.append((name, "needs one value"))
+    elif name == "--rm-type":
+        kind = (one or "").removeprefix("boxed_")
+        if kind in _RM_TYPES:
+            b.from_flag(f, "reward.type", _RM_TYPES[kind],
+                        "" if kind == _RM_TYPES[kind] else f" -- slime's '{kind}' grader -> math")
+        else:
+            b.unmapped.append((name, f"no built-in {one!r} reward in slime/v1: port it as reward.type: custom"))
+    elif name == "--custom-rm-path" and one is None:
+        b.unmapped.append((name, "needs one value: the reward function's dotted path"))
+    elif name == "--custom-rm-path":
+        b.from_flag(f, "reward.custom", _plugin_path(one))
+        b.set("reward.type", "custom", f"implied by {name} (line {f.line})")
+    elif name == "--train-backend":
+        if one == "megatron":
+            b.from_flag(f, "train.backend", "megatron")
+        else:
+            b.unmapped.append((name, f"train backend {one!r} has no slime/v1 equivalent (torch or megatron)"))
+    elif name in ("--bf16", "--fp16"):
+        b.from_flag(f, "train.precision", name[2:])
+    elif name == "--optimizer":
+        if one == "adam":
+            b.from_flag(f, "train.optimizer.name", "adam")
+        else:
+            b.unmapped.append((name, f"optimizer {one!r}: slime/v1 trains with Adam(W) only"))
+    elif name == "--lr-decay-style":
+        if one in ("constant", "cosine", "linear"):
+            b.from_flag(f, "train.optimizer.lr_schedule", one)
+        else:
+            b.unmapped.append((name, f"lr decay style {one!r}: slime/v1 has constant, cosine and linear"))
+    elif name == "--disable-grpo-std-normalization":
+        b.from_flag(f, "algorithm.normalize_std", False)
+    elif name == "--save-hf":
+        b.from_flag(f, "train.checkpoint.save_hf", True, " -- the HF copy is written into the run dir")
+    elif name == "--train-env-vars":
+        try:
+            env = json.loads(" ".join(vals))
+            if not isinstance(env, dict):
+                raise ValueError
+        except ValueError:
+            b.unmapped.append((name, "not a JSON object of environment variables"))
+            return
+        for k, v in env.items():
+            if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+                b.from_flag(f, ("cluster", "env", k), str(v))
+            else:
+                b.unmapped.append((name, f"{k!r} is not an environment variable name"))
+    # The rest (--use-kl-loss, --kl-loss-coef, betas, --load, --ref-load, eval, wandb, weight
+    # updates) depend on other flags: ``finish`` maps them once every flag is known.
+
+
+# ----------------------------------------------------------------------------- cross-flag mapping
+def _num(f: Flag | None, kind: str, b: Builder) -> Any:
+    if f is None:
+        return None
+    value, error = _convert(f, kind)
+    if value is None:
+        b.unmapped.append((f.name, error or "no value"))
+    return value
+
+
+def finish(b: Builder, seen: dict[str, Flag], name: str | None) -> None:
+    # KL: slime applies --kl-loss-coef only with --use-kl-loss.
+    use_kl, coef = seen.get("--use-kl-loss"), seen.get("--kl-loss-coef")
+    coef_value = _num(coef, "float", b)
+    if use_kl:
+        b.mapped.append(("--use-kl-loss", "algorithm.kl_loss_coef"))
+    if coef is not None and coef_value is not None:
+        if use_kl or coef_value == 0:
+            b.from_flag(coef, "algorithm.kl_loss_coef", coef_value)
+        else:
+            b.unmapped.append(("--kl-loss-coef", "slime ignores it without --use-kl-loss"))
+    kl_used = (b.get("algorithm.kl_coef", 0) or 0) > 0 or (b.get("algorithm.kl_loss_coef", 0) or 0) > 0
+    ref = seen.get("--ref-load")
+    if ref is not None:
+        if kl_used:
+            b.from_flag(ref, "model.ref_path", "initial", " -- slime's Megatron copy of the starting weights; "
+                        "'initial' anchors KL to the starting policy")
+        else:
+            b.mapped.append(("--ref-load", "model.path (slime starts the actor from it; the HF checkpoint is used)"))
+    elif kl_used:
+        b.placeholder("model.ref_path", "initial", "KL needs a reference model and the input has no --ref-load")
+
+    betas = [seen.get("--adam-beta1"), seen.get("--adam-beta2")]
+    pair = [_num(f, "float", b) for f in betas]
+    if any(v is not None for v in pair):
+        value = [pair[0] if pair[0] is not None else 0.9, pair[1] if pair[1] is not None else 0.999]
+        used = [f for f, v in zip(betas, pair) if f is not None and v is not None]
+        shown = ", ".join(f"{f.shown()} (line {f.line})" for f in used)
+        b.set("train.optimizer.betas", value, shown + ("" if len(used) == 2 else "; the other is Megatron's default"))
+        b.mapped.extend((f.name, "train.optimizer.betas") for f in used)
+    else:
+        b.set("train.optimizer.betas", [0.9, 0.999], "Megatron's --adam-beta1/--adam-beta2 defaults")
+
+    load, save = seen.get("--load"), seen.get("--save")
+    if load is not None and len(load.values) != 1:
+        b.unmapped.append(("--load", "needs one value: the checkpoint directory"))
+    elif load is not None:
+        if save is not None and save.values and load.values[0].rstrip("/") == save.values[0].rstrip("/"):
+            b.mapped.append(("--load", "train.checkpoint.dir (resumes from the newest checkpoint there)"))
+        else:
+            b.from_flag(load, "train.checkpoint.load", load.values[0])
+
+    _weight_sync(b, seen)
+    _eval_sets(b, seen)
+    _wandb(b, seen)
+    for path, (value, why) in SLIME_DEFAULTS.items():
+        if not b.has(path):
+            b.set(path, value, f"{why} (flag absent)")
+    _cluster(b, seen)
+    _required(b)
+    b.set("name", name or _job_name(b), "from --name" if name else "derived from the model directory")
+
+
+def _weight_sync(b: Builder, seen: dict[str, Flag]) -> None:
+    mode, transport = seen.get("--update-weight-mode"), seen.get("--update-weight-transport")
+    for f in (mode, transport):
+        if f is None:
+            continue
+        if b.get("rollout.colocate"):
+            b.unmapped.append((f.name, "colocated engines are updated in memory; no transport to choose"))
+        elif f is mode:
+            if f.values == ["delta"]:
+                b.from_flag(f, "rollout.weight_sync", "delta")
+            else:
+                b.mapped.append((f.name, "rollout.weight_sync (full updates are the default)"))
+        elif not (mode and mode.values == ["delta"]):
+            if f.values and f.values[0] in ("nccl", "disk"):
+                b.from_flag(f, "rollout.weight_sync", f.values[0])
+            else:
+                b.unmapped.append((f.name, f"transport {' '.join(f.values)!r}: slime/v1 has nccl, disk and delta"))
+        else:
+            b.mapped.append((f.name, "rollout.weight_sync (delta updates travel over disk)"))
+
+
+def _eval_sets(b: Builder, seen: dict[str, Flag]) -> None:
+    data = seen.get("--eval-prompt-data")
+    extras = {n: seen.get(n) for n in ("--eval-interval", "--n-samples-per-eval-prompt", "--eval-temperature")}
+    if data is not None and not data.values:
+        b.unmapped.append((data.name, "needs values: NAME PATH [NAME PATH ...] or a PATH"))
+    if data is None or not data.values:
+        for n, f in extras.items():
+            if f is not None:
+                b.unmapped.append((n, "no --eval-prompt-data to apply it to"))
+        return
+    vals = data.values
+    pairs = [(vals[i], vals[i + 1]) for i in range(0, len(vals) - 1, 2)] if len(vals) > 1 else \
+        [(re.sub(r"\.\w+$", "", vals[0].rsplit("/", 1)[-1]), vals[0])]
+    interval = _num(extras["--eval-interval"], "int", b)
+    n_samples = _num(extras["--n-samples-per-eval-prompt"], "int", b)
+    temperature = _num(extras["--eval-temperature"], "float", b)
+    sets = []
+    for set_name, path in pairs:
+        item: dict[str, Any] = {"name": re.sub(r"[^A-Za-z0-9_.-]", "-", set_name) or "eval", "path": path}
+        if interval is not None:
+            item["interval"] = interval
+        elif b.get("rollout.num_rollouts"):  # slime evaluates periodically only with --eval-interval
+            item["interval"] = b.get("rollout.num_rollouts")
+        if n_samples is not None:
+            item["n_samples_per_prompt"] = n_samples
+        item["temperature"] = temperature if temperature is not None else b.get("rollout.temperature", 1.0)
+        sets.append(item)
+    comment = f"{data.shown()} (line {data.line})"
+    if interval is None:
+        comment += "; no --eval-interval: evaluated at the end only"
+    if temperature is None:
+        comment += "; temperature: slime's eval default (the rollout temperature)"
+    b.set("data.eval", sets, comment)
+    b.mapped.append(("--eval-prompt-data", "data.eval"))
+    b.mapped.extend((n, "data.eval[*]") for n, f in extras.items() if f is not None)
+
+
+def _wandb(b: Builder, seen: dict[str, Flag]) -> None:
+    use, mode, key = seen.get("--use-wandb"), seen.get("--wandb-mode"), seen.get("--wandb-key")
+    if mode is not None and mode.values and mode.values[0] in ("online", "offline", "disabled"):
+        b.from_flag(mode, "logging.wandb.mode", mode.values[0])
+    elif mode is not None:
+        b.unmapped.append((mode.name, f"W&B mode {' '.join(mode.values)!r}: slime/v1 has online, offline, disabled"))
+    if use is not None:
+        b.mapped.append((use.name, "logging.wandb.mode"))
+        if not b.has("logging.wandb.mode"):
+            b.set("logging.wandb.mode", "online", f"--use-wandb (line {use.line})")
+    elif not b.has("logging.wandb.mode"):
+        b.set("logging.wandb.mode", "disabled", "slime logs to W&B only with --use-wandb (flag absent)")
+    if key is not None:
+        b.set("cluster.secrets.WANDB_API_KEY", {"env": "WANDB_API_KEY"},
+              f"--wandb-key (line {key.line}): the key itself is not copied; export WANDB_API_KEY when submitting")
+        b.mapped.append((key.name, "cluster.secrets.WANDB_API_KEY (a reference; the value is not copied)"))
+
+
+def _cluster(b: Builder, seen: dict[str, Flag]) -> None:
+    nodes, per_node = b.get("train.nodes") or 1, b.get("train.gpus_per_node") or 0
+    actor = nodes * per_node
+    colocate = bool(b.get("rollout.colocate"))
+    if not colocate and b.get("rollout.gpus") is None:
+        b.placeholder("rollout.gpus", b.get("rollout.gpus_per_engine") or 1,
+                      "a disaggregated run (no --colocate) needs --rollout-num-gpus")
+    rollout = b.get("rollout.gpus") or 0
+    gpn = b.get("cluster.gpus_per_node")
+    if gpn is None:
+        gpn = max(per_node, 8)
+        b.set("cluster.gpus_per_node", gpn, "slime's --num-gpus-per-node default; set your nodes' GPU count")
+    total = max(actor, rollout) if colocate else actor + rollout
+    cluster_nodes = max(1, -(-total // gpn)) if gpn else nodes
+    b.set("cluster.nodes", cluster_nodes,
+          f"derived: {'max(actor, rollout)' if colocate else 'actor + rollout'} = {total} GPUs / {gpn} per node")
+    b.set("cluster.launcher", "local" if cluster_nodes == 1 else "slurm",
+          "slime scripts start Ray by hand: 'local' runs on this machine, 'slurm' submits with sbatch")
+
+
+def _required(b: Builder) -> None:
+    if b.get("model.path") is None:
+        b.placeholder("model.path", "/path/to/hf-checkpoint", "no --hf-checkpoint in the input; the HF-format "
+                      "checkpoint directory")
+    if b.get("data.prompts") is None:
+        b.placeholder("data.prompts", "/path/to/prompts.jsonl", "no --prompt-data in the input; a JSONL file")
+    if b.get("rollout.num_rollouts") is None and b.get("rollout.epochs") is None:
+        b.placeholder("rollout.num_rollouts", 100, "no --num-rollout or --num-epoch in the input")
+    if b.get("reward.type") is None:
+        b.placeholder("reward.type", "exact", "no --rm-type or --custom-rm-path in the input")
+
+
+def _job_name(b: Builder) -> str:
+    placeholder = any(path == "model.path" for path, _ in b.placeholders)
+    model = "" if placeholder else str(b.get("model.path") or "").rstrip("/").rsplit("/", 1)[-1]
+    base = "-".join(x for x in (model, str(b.get("algorithm.estimator") or "grpo")) if x)
+    slug = re.sub(r"[^a-z0-9]+", "-", base.lower()).strip("-")[:63].strip("-")
+    return slug or "slime-import"

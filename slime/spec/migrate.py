@@ -1,0 +1,201 @@
+"""``slime-submit import-slime-args``: turn a slime ``train.py`` launch script (or flag list) into a v1 spec.
+
+The migration path for slime users. ``convert_slime_args(text)`` reads the flags
+(``slime.spec.bashargs``: continuations, arrays, quoting, variables), maps each
+one through the tables in ``slime.spec.slime_flags`` and writes a commented
+slime/v1 YAML where every value says where it came from: ``--flag value (line
+N)``, a slime default that differs from slime/v1's, something derived (the
+cluster size), or a ``PLACEHOLDER`` for a required value the input lacked.
+
+Guaranteed: every flag ends up in ``mapped`` (with the spec path, ``train.
+backend_args``/``rollout.engine_args`` for Megatron/SGLang pass-through, or
+"implied by model.path config.json" for model-architecture flags) or in
+``unmapped`` with a reason; none is dropped silently. The YAML is validated
+with ``load_spec_text`` and any problems are returned (``problems``); for a
+complete launch script it validates. Not guaranteed: equivalence with slime
+for options slime/v1 has no field for (they are listed as unmapped).
+ruamel.yaml writes the YAML because it can attach a comment to each key.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+from typing import Any
+
+from slime.spec.bashargs import read_script
+from slime.spec.errors import Problem
+from slime.spec.flagmap import IMPLIED, Builder, Key, dedupe, finish, map_flag, parse_flags
+
+__all__ = ["ConversionResult", "convert_slime_args", "read_source", "IMPLIED"]
+
+_SECTION_ORDER = ("apiVersion", "kind", "name", "description", "cluster", "model", "train", "rollout", "data",
+                  "reward", "algorithm", "logging")
+
+
+@dataclass(frozen=True)
+class ConversionResult:
+    """The generated spec text and an account of every flag."""
+
+    yaml: str
+    mapped: list[tuple[str, str]]  # (flag, spec path or what implies it)
+    unmapped: list[tuple[str, str]]  # (flag or word, reason)
+    placeholders: list[tuple[str, str]] = field(default_factory=list)  # (spec path, what to put there)
+    notes: list[tuple[str, str]] = field(default_factory=list)  # (shell text, why it was left as written)
+    problems: list[Problem] = field(default_factory=list)  # validation of the generated spec
+
+    @property
+    def valid(self) -> bool:
+        return not any(p.severity == "error" for p in self.problems)
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "valid": self.valid,
+            "mapped": [{"flag": f, "path": p} for f, p in self.mapped],
+            "unmapped": [{"flag": f, "reason": r} for f, r in self.unmapped],
+            "placeholders": [{"path": p, "why": w} for p, w in self.placeholders],
+            "notes": [{"text": t, "why": w} for t, w in self.notes],
+            "problems": [p.to_json() for p in self.problems],
+        }
+
+
+# ----------------------------------------------------------------------------- YAML
+def _field_order() -> dict[str, list[str]]:
+    """Section path -> its field names in declaration order (the order `explain` uses)."""
+    from slime.spec.schema import field_names
+
+    order: dict[str, list[str]] = {"": list(_SECTION_ORDER)}
+    for section in ("cluster", "model", "train", "train.parallel", "train.dynamic_batch", "train.optimizer",
+                    "train.checkpoint", "rollout", "data", "reward", "algorithm", "algorithm.critic", "logging",
+                    "logging.wandb"):
+        order[section] = field_names("slime/v1", tuple(section.split(".")))
+    return order
+
+
+def _printable(text: str) -> str:
+    """Comment text on one line: control characters, line separators and lone surrogates escaped."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+def _emit(b: Builder, header: list[str], footer: list[str]) -> str:
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    order = _field_order()
+    root = CommentedMap()
+    for parts in sorted(b.values, key=lambda p: _sort_key(p, order)):
+        value, comment = b.values[parts]
+        node = root
+        for part in parts[:-1]:
+            node = node.setdefault(part, CommentedMap())
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            seq = CommentedSeq(CommentedMap(item) for item in value)
+            value = seq
+        elif isinstance(value, list):
+            seq = CommentedSeq(value)
+            seq.fa.set_flow_style()
+            value = seq
+        elif isinstance(value, dict):
+            inner = CommentedMap(value)
+            inner.fa.set_flow_style()
+            value = inner
+        node[parts[-1]] = value
+        if not comment:
+            continue
+        comment = _printable(comment)
+        if isinstance(value, CommentedSeq) and not value.fa.flow_style():  # a block list: comment above it
+            node.yaml_set_comment_before_after_key(parts[-1], before=comment, indent=2 * (len(parts) - 1))
+        else:
+            node.yaml_add_eol_comment(comment, parts[-1])
+    y = YAML(typ="rt")
+    y.representer.add_representer(type(None), lambda r, _: r.represent_scalar("tag:yaml.org,2002:null", "null"))
+    y.width = 4096
+    y.indent(mapping=2, sequence=4, offset=2)
+    buf = io.StringIO()
+    y.dump(root, buf)
+    head = "".join(f"# {_printable(line)}\n" for line in header)
+    foot = "".join(f"# {_printable(line)}\n" for line in footer)
+    return head + buf.getvalue() + (("\n" + foot) if foot else "")
+
+
+def _sort_key(path: Key, order: dict[str, list[str]]) -> list[int]:
+    key, parent = [], ""
+    for part in path:
+        names = order.get(parent, [])
+        key.append(names.index(part) if part in names else len(names))
+        parent = f"{parent}.{part}" if parent else part
+    return key
+
+
+# ----------------------------------------------------------------------------- entry point
+def convert_slime_args(text: str, name: str | None = None) -> ConversionResult:
+    """Convert a slime launch script or flag list into a commented slime/v1 spec (see the module docstring)."""
+    script = read_script(text)
+    b = Builder()
+    b.notes.extend(script.notes)
+    flags, strays = parse_flags(script.words)
+    for w in strays:
+        b.unmapped.append((w.text, f"a value with no flag before it (line {w.line})"))
+    for w in script.unknown_arrays:
+        b.unmapped.append((w.text, f"array not defined in this file (line {w.line}; a sourced file?): its flags "
+                                   "were not imported; model-architecture flags are implied by model.path's "
+                                   "config.json, add any others by hand"))
+    if script.entry and "async" in script.entry:
+        b.unmapped.append((script.entry, "asynchronous training (rollout overlapping training) has no slime/v1 "
+                                         "field; the spec runs rollout and training in turn"))
+    flags = dedupe(flags, b)
+    seen = {f.name: f for f in flags}
+    for f in flags:
+        map_flag(f, b, seen)
+    finish(b, seen, name)
+    accounted = {f for f, _ in b.mapped} | {f for f, _ in b.unmapped}
+    for f in flags:  # the guarantee: nothing dropped silently, whatever a handler above missed
+        if f.name not in accounted:
+            b.unmapped.append((f.name, f"could not be mapped with value(s) {f.values!r}"))
+    b.set("apiVersion", "slime/v1", "")
+    b.set("kind", "RLJob", "")
+    b.set("description", "Imported from a slime launch script by slime-submit import-slime-args.", "")
+
+    header = ["Generated by `slime-submit import-slime-args`" +
+              (f" from the flags of {script.entry} (line {script.entry_line})." if script.entry else "."),
+              "Each value says where it came from: '--flag value (line N)', a slime default that differs",
+              "from slime/v1's, 'derived', or PLACEHOLDER (required, not in the input: fill it in).",
+              f"{len(b.mapped)} flag(s) mapped, {len(b.unmapped)} not mapped (listed at the end)."]
+    footer: list[str] = []
+    if b.unmapped:
+        footer += ["Not mapped (no slime/v1 field, or not resolvable without running the script):"]
+        footer += [f"  {flag}: {why}" for flag, why in b.unmapped]
+    if b.notes:
+        footer += ["Shell text left as written:"] + [f"  {what}: {why}" for what, why in b.notes]
+    text_out = _emit(b, header, footer)
+    return ConversionResult(yaml=text_out, mapped=b.mapped, unmapped=b.unmapped, placeholders=b.placeholders,
+                            notes=b.notes, problems=_validate(text_out))
+
+
+def read_source(path: str) -> str:
+    """The text of a launch script or flag list ('-' = stdin), or a SpecError naming the file (exit 2)."""
+    import sys
+    from pathlib import Path
+
+    from slime.spec.errors import Origin, SpecError
+
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        return Path(path).read_text()
+    except FileNotFoundError:
+        message = f"file not found: {path}"
+    except (OSError, UnicodeDecodeError) as exc:
+        message = f"cannot read {path}: {exc}"
+    raise SpecError([Problem(path="", message=message, origin=Origin(file=path),
+                             hint="give a slime launch script (.sh) or a file of train.py flags")])
+
+
+def _validate(text: str) -> list[Problem]:
+    from slime.spec import SpecError, load_spec_text
+
+    try:
+        loaded = load_spec_text(text, file="<imported spec>")
+    except SpecError as exc:
+        return exc.problems
+    return list(loaded.warnings)

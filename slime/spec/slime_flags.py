@@ -1,0 +1,209 @@
+"""What THUDM/slime's ``train.py`` flags mean in a slime/v1 spec: the tables ``slime.spec.migrate`` uses.
+
+Facts about slime's argument parser (``slime/utils/arguments.py``, read at commit
+624b824): flag names, whether they take a value, and their defaults where those
+differ from slime/v1's. Flags not listed here and not ``--sglang-``/``--router-``
+prefixed are Megatron flags that slime passes through; they become
+``train.backend_args``. Every slime flag with no slime/v1 field has a reason, so
+the importer never drops one silently.
+"""
+
+from __future__ import annotations
+
+__all__ = ["DIRECT", "SPECIAL", "ARCHITECTURE", "SLIME_ONLY", "SLIME_SGLANG_OWN", "slime_only_reason",
+           "SLIME_DEFAULTS"]
+
+# flag -> (spec path, kind); kind: int | float | str | bool (a switch) | list (several values)
+DIRECT: dict[str, tuple[str, str]] = {
+    "--hf-checkpoint": ("model.path", "str"),
+    "--rollout-max-context-len": ("model.max_context_len", "int"),
+    "--actor-num-nodes": ("train.nodes", "int"),
+    "--actor-num-gpus-per-node": ("train.gpus_per_node", "int"),
+    "--num-gpus-per-node": ("cluster.gpus_per_node", "int"),
+    "--rollout-num-gpus": ("rollout.gpus", "int"),
+    "--rollout-num-gpus-per-engine": ("rollout.gpus_per_engine", "int"),
+    "--colocate": ("rollout.colocate", "bool"),
+    "--prompt-data": ("data.prompts", "str"),
+    "--input-key": ("data.input_key", "str"),
+    "--label-key": ("data.label_key", "str"),
+    "--metadata-key": ("data.metadata_key", "str"),
+    "--apply-chat-template": ("data.apply_chat_template", "bool"),
+    "--rollout-shuffle": ("data.shuffle", "bool"),
+    "--rollout-batch-size": ("rollout.batch_size", "int"),
+    "--n-samples-per-prompt": ("rollout.n_samples_per_prompt", "int"),
+    "--over-sampling-batch-size": ("rollout.over_sampling_batch_size", "int"),
+    "--num-rollout": ("rollout.num_rollouts", "int"),
+    "--num-epoch": ("rollout.epochs", "int"),
+    "--rollout-max-prompt-len": ("rollout.max_prompt_len", "int"),
+    "--rollout-max-response-len": ("rollout.max_response_len", "int"),
+    "--rollout-temperature": ("rollout.temperature", "float"),
+    "--rollout-top-p": ("rollout.top_p", "float"),
+    "--rollout-top-k": ("rollout.top_k", "int"),
+    "--rollout-stop": ("rollout.stop", "list"),
+    "--global-batch-size": ("train.global_batch_size", "int"),
+    "--num-steps-per-rollout": ("train.num_steps_per_rollout", "int"),
+    "--micro-batch-size": ("train.micro_batch_size", "int"),
+    "--use-dynamic-batch-size": ("train.dynamic_batch.enabled", "bool"),
+    "--max-tokens-per-gpu": ("train.dynamic_batch.max_tokens_per_gpu", "int"),
+    "--tensor-model-parallel-size": ("train.parallel.tensor", "int"),
+    "--pipeline-model-parallel-size": ("train.parallel.pipeline", "int"),
+    "--context-parallel-size": ("train.parallel.context", "int"),
+    "--expert-model-parallel-size": ("train.parallel.expert", "int"),
+    "--sequence-parallel": ("train.parallel.sequence_parallel", "bool"),
+    "--seed": ("train.seed", "int"),
+    "--lr": ("train.optimizer.lr", "float"),
+    "--min-lr": ("train.optimizer.min_lr", "float"),
+    "--lr-warmup-iters": ("train.optimizer.warmup_steps", "int"),
+    "--weight-decay": ("train.optimizer.weight_decay", "float"),
+    "--adam-eps": ("train.optimizer.eps", "float"),
+    "--clip-grad": ("train.optimizer.clip_grad", "float"),
+    "--use-distributed-optimizer": ("train.optimizer.distributed", "bool"),
+    "--save": ("train.checkpoint.dir", "str"),
+    "--save-interval": ("train.checkpoint.interval", "int"),
+    "--advantage-estimator": ("algorithm.estimator", "str"),
+    "--eps-clip": ("algorithm.eps_clip", "float"),
+    "--eps-clip-high": ("algorithm.eps_clip_high", "float"),
+    "--eps-clip-c": ("algorithm.dual_clip_c", "float"),
+    "--value-clip": ("algorithm.critic.value_clip", "float"),
+    "--kl-coef": ("algorithm.kl_coef", "float"),
+    "--kl-loss-type": ("algorithm.kl_loss_type", "str"),
+    "--entropy-coef": ("algorithm.entropy_coef", "float"),
+    "--gamma": ("algorithm.gamma", "float"),
+    "--lambd": ("algorithm.lambda", "float"),
+    "--rm-url": ("reward.url", "str"),
+    "--wandb-project": ("logging.wandb.project", "str"),
+    "--wandb-group": ("logging.wandb.group", "str"),
+    "--wandb-team": ("logging.wandb.entity", "str"),
+}
+
+# Flags migrate.py maps with logic of their own (they count as known).
+SPECIAL = frozenset({
+    "--use-kl-loss", "--kl-loss-coef", "--adam-beta1", "--adam-beta2", "--lr-decay-style", "--optimizer", "--load",
+    "--ref-load", "--save-hf", "--rm-type", "--custom-rm-path", "--eval-prompt-data", "--eval-interval",
+    "--n-samples-per-eval-prompt", "--eval-temperature", "--use-wandb", "--wandb-mode", "--wandb-key",
+    "--train-backend", "--bf16", "--fp16", "--update-weight-mode", "--update-weight-transport",
+    "--train-env-vars", "--disable-grpo-std-normalization",
+})
+
+# Megatron model-architecture flags: model.path's config.json already says all of these.
+ARCHITECTURE = frozenset({
+    "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--group-query-attention",
+    "--num-query-groups", "--kv-channels", "--rotary-base", "--rotary-percent", "--rotary-interleaved",
+    "--rotary-scaling-factor", "--use-rope-scaling", "--normalization", "--norm-epsilon", "--swiglu",
+    "--untie-embeddings-and-output-weights", "--vocab-size", "--padded-vocab-size", "--make-vocab-size-divisible-by",
+    "--disable-bias-linear", "--add-qkv-bias", "--add-bias-linear", "--use-rotary-position-embeddings",
+    "--position-embedding-type", "--no-position-embedding", "--max-position-embeddings", "--seq-length",
+    "--qk-layernorm", "--apply-layernorm-1p", "--use-gated-attention", "--attention-output-gate",
+    "--num-experts", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size", "--moe-layer-freq",
+    "--moe-router-topk", "--moe-router-score-function", "--moe-router-pre-softmax", "--moe-router-enable-expert-bias",
+    "--moe-router-topk-scaling-factor", "--moe-router-num-groups", "--moe-router-group-topk",
+    "--moe-shared-expert-gate", "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
+    "--qk-pos-emb-head-dim", "--v-head-dim", "--mscale", "--mscale-all-dim", "--post-self-attn-layernorm",
+    "--post-mlp-layernorm", "--mtp-num-layers", "--tokenizer-type", "--tokenizer-model", "--use-mcore-models",
+    "--model-name",
+})
+
+# slime's own --sglang-* flags (not SGLang server flags).
+SLIME_SGLANG_OWN = {
+    "--sglang-router-ip": "slime-submit starts the router itself",
+    "--sglang-router-port": "slime-submit starts the router itself",
+    "--sglang-router-request-timeout-secs": "router request timeout is not in slime/v1",
+    "--sglang-server-concurrency": "slime's client-side request concurrency is not in slime/v1",
+}
+
+_REASONS = {
+    "--balance-data": "token-balanced data-parallel partitioning is not configurable in slime/v1",
+    "--balance-by-flops": "FLOP-balanced partitioning is not configurable in slime/v1",
+    "--offload": "offloading is decided by the runtime (colocated runs offload in turn)",
+    "--offload-train": "offloading is decided by the runtime (colocated runs offload in turn)",
+    "--offload-rollout": "offloading is decided by the runtime (colocated runs offload in turn)",
+    "--rollout-function-path": "custom rollout functions are plug-ins; port it and name it in the spec by hand",
+    "--custom-generate-function-path": "custom generate functions are plug-ins (agent.generate takes an agent loop);"
+                                       " port it by hand",
+    "--dynamic-sampling-filter-path": "dynamic sampling filters are not in slime/v1",
+    "--rollout-seed": "slime/v1 seeds sampling from train.seed",
+    "--debug-rollout-only": "debug modes are not in slime/v1",
+    "--debug-train-only": "debug modes are not in slime/v1",
+    "--megatron-config-path": "per-role Megatron YAML configs are not in slime/v1; use train.backend_args",
+    "--start-rollout-id": "a resumed run continues from its checkpoint's rollout",
+    "--update-weight-buffer-size": "weight-update buffering is chosen by the runtime",
+    "--update-weights-interval": "engines are updated after every optimizer step",
+    "--use-tensorboard": "TensorBoard is not in slime/v1 (metrics.jsonl and W&B are)",
+    "--wandb-host": "self-hosted W&B: set WANDB_BASE_URL in cluster.env",
+    "--wandb-dir": "W&B files go to the run dir (logging.dir)",
+    "--wandb-run-id": "each run gets its own W&B run",
+    "--eval-max-response-len": "eval sets use rollout.max_response_len in slime/v1",
+    "--eval-max-prompt-len": "eval sets use rollout.max_prompt_len in slime/v1",
+    "--eval-top-p": "eval sets use rollout.top_p in slime/v1",
+    "--eval-top-k": "eval sets use rollout.top_k in slime/v1",
+    "--eval-input-key": "eval sets use data.input_key in slime/v1",
+    "--eval-label-key": "eval sets use data.label_key in slime/v1",
+    "--eval-config": "eval YAML configs are not in slime/v1; list eval sets under data.eval",
+    "--use-fault-tolerance": "restarts are set by cluster.max_failures/max_requeues",
+}
+
+# The rest of slime's own flags (names from its parser); none has a slime/v1 field.
+SLIME_ONLY = frozenset(_REASONS) | frozenset({
+    "--update-weight-disk-dir", "--update-weight-disk-keep-files",
+    "--update-weight-delta-encoding", "--update-weight-delta-checksum", "--custom-update-weight-post-write-path",
+    "--update-weight-local-checkpoint-dir", "--custom-model-provider-path", "--recompute-loss-function",
+    "--log-probs-chunk-size", "--only-train-params-name-list", "--freeze-params-name-list", "--freeze-indexer",
+    "--allgather-cp", "--rollout-skip-special-tokens", "--rollout-stop-token-ids", "--partial-rollout",
+    "--mask-offpolicy-in-partial-rollout", "--rollout-sample-hook-path", "--custom-rollout-log-function-path",
+    "--custom-eval-rollout-log-function-path", "--buffer-filter-path", "--keep-old-actor",
+    "--rollout-data-postprocess-path", "--rollout-data-transport", "--rollout-external-engine-addrs",
+    "--rollout-health-check-interval", "--rollout-health-check-timeout", "--rollout-health-check-first-wait",
+    "--disable-rollout-global-dataset", "--data-source-path", "--apply-chat-template-kwargs", "--multimodal-keys",
+    "--tool-key", "--log-probs-max-tokens-per-gpu", "--eval-function-path", "--skip-eval-before-train",
+    "--eval-tool-key", "--eval-min-new-tokens", "--eval-max-context-len", "--ref-ckpt-step", "--async-save",
+    "--no-save-optim", "--calculate-per-token-loss", "--num-critic-only-steps", "--loss-type",
+    "--custom-loss-function-path", "--disable-compute-advantages-and-returns", "--custom-advantage-function-path",
+    "--use-unbiased-kl", "--ref-update-interval", "--normalize-advantages", "--disable-rewards-normalization",
+    "--use-rollout-entropy", "--get-mismatch-metrics", "--reset-optimizer-states", "--use-stateless-adam",
+    "--use-rollout-logprobs", "--use-tis", "--tis-clip", "--tis-clip-low", "--custom-tis-function-path",
+    "--custom-pg-loss-reducer-function-path", "--use-routing-replay", "--use-rollout-routing-replay", "--use-opsm",
+    "--opsm-delta", "--use-opd", "--opd-type", "--opd-kl-coef", "--opd-teacher-load", "--opd-teacher-ckpt-step",
+    "--disable-wandb-random-suffix", "--wandb-always-use-train-step", "--log-multi-turn", "--log-passrate",
+    "--log-reward-category", "--log-correct-samples", "--tb-project-name", "--tb-experiment-name",
+    "--save-debug-rollout-data", "--load-forge-rollout-data", "--load-debug-rollout-data",
+    "--load-debug-rollout-data-subsample", "--save-debug-train-data", "--dump-details", "--memory-snapshot-dir",
+    "--memory-snapshot-num-steps", "--profile-target", "--memory-recorder", "--record-memory-history",
+    "--check-weight-update-equal", "--http-proxy", "--use-distributed-post", "--reward-key", "--eval-reward-key",
+    "--group-rm", "--custom-reward-post-process-path", "--custom-convert-samples-to-train-data-path",
+    "--rollout-buffer-url", "--fetch-trajectory-retry-times", "--min-batch-collection-ratio", "--rollout-task-type",
+    "--loss-mask-type", "--data-pad-size-multiplier", "--rollout-sample-filter-path",
+    "--rollout-all-samples-process-path", "--custom-megatron-init-path",
+    "--custom-megatron-before-log-prob-hook-path", "--custom-megatron-before-train-step-hook-path",
+    "--megatron-deepgemm-forward-layers", "--megatron-deepgemm-forward-modules",
+    "--megatron-deepgemm-moe-forward-layers", "--megatron-deepgemm-moe-forward-modules",
+    "--mtp-loss-scaling-factor", "--enable-mtp-training", "--ci-test", "--ci-disable-kl-checker",
+    "--ci-train-rollout-logprob-abs-diff-threshold", "--ci-save-grad-norm", "--ci-load-grad-norm",
+    "--custom-config-path", "--qwen-gdn-backend", "--release-train",
+})
+
+
+def slime_only_reason(flag: str) -> str:
+    if flag in _REASONS:
+        return _REASONS[flag]
+    if flag.startswith("--ci-"):
+        return "slime's CI self-checks are not in slime/v1"
+    if flag.startswith(("--custom-", "--rollout-sample-", "--rollout-all-samples-")) or flag.endswith("-path"):
+        return "a slime plug-in hook with no slime/v1 field; port it by hand"
+    return "a slime option with no slime/v1 field"
+
+
+# Where slime's default (flag absent) differs from slime/v1's: written into the spec so the
+# imported job behaves as the script did. spec path -> (value, why)
+SLIME_DEFAULTS: dict[str, tuple[object, str]] = {
+    "data.input_key": ("input", "slime's --input-key default"),
+    "data.label_key": (None, "slime's --label-key default (no label)"),
+    "data.shuffle": (False, "slime shuffles only with --rollout-shuffle"),
+    "rollout.n_samples_per_prompt": (1, "slime's --n-samples-per-prompt default"),
+    "algorithm.kl_loss_type": ("k1", "slime's --kl-loss-type default"),
+    "train.optimizer.weight_decay": (0.01, "Megatron's --weight-decay default"),
+    "train.nodes": (1, "slime's --actor-num-nodes default"),
+    "train.gpus_per_node": (8, "slime's --actor-num-gpus-per-node default"),
+    "train.precision": ("bf16", "slime trains in bf16 unless --fp16"),
+    "train.backend": ("megatron", "slime trains with Megatron"),
+    "rollout.backend": ("sglang", "slime generates with SGLang"),
+}

@@ -1,0 +1,383 @@
+"""import-slime-args: slime launch scripts and flag lists become commented, valid slime/v1 specs,
+and every flag is accounted for (mapped, implied, passed through, or listed with a reason)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slime.cli.main import main
+from slime.spec import SpecError, load_spec_text
+from slime.spec.bashargs import read_script
+from slime.spec.migrate import IMPLIED, convert_slime_args, read_source
+from slime.spec.slime_flags import ARCHITECTURE, DIRECT, SLIME_ONLY
+from slime.spec.yamlmarks import load_yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "slime_scripts"
+COLOCATED = FIXTURES / "run-qwen2.5-7b-grpo.sh"
+DISAGG = FIXTURES / "run-disagg-flags.sh"
+
+
+def convert(path: Path, **kw):
+    return convert_slime_args(path.read_text(), **kw)
+
+
+def spec_of(result):
+    return load_spec_text(result.yaml, file="imported.yaml").spec
+
+
+def line_of(path: Path, needle: str) -> int:
+    return next(i for i, ln in enumerate(path.read_text().splitlines(), 1)
+                if needle in ln and not ln.lstrip().startswith("#"))
+
+
+def yaml_line(result, key_text: str) -> str:
+    return next(ln for ln in result.yaml.splitlines() if ln.strip().startswith(key_text))
+
+
+def flags_in_script(path: Path) -> set[str]:
+    """Every --flag the train.py command receives, read independently: array bodies and the lines
+    after 'train.py', comments skipped."""
+    flags: set[str] = set()
+    in_array = after_entry = False
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if line.startswith("#"):
+            continue
+        if re.match(r"^[A-Z_]+=\($", line):
+            in_array = True
+            continue
+        if in_array and line == ")":
+            in_array = False
+            continue
+        if "train.py" in line:
+            after_entry = True
+            line = line.split("train.py", 1)[1]
+        if in_array or after_entry:
+            flags |= {m.split("=")[0] for m in re.findall(r"(?<![\w-])--[a-z0-9][a-z0-9-]*(?:=\S*)?", line)}
+    return flags
+
+
+# ----------------------------------------------------------------------------- the colocated launch script
+def test_launch_script_becomes_a_valid_spec():
+    result = convert(COLOCATED)
+    assert result.valid and result.problems == [], [p.format() for p in result.problems]
+    s = spec_of(result)
+    assert (s.cluster.launcher, s.cluster.nodes, s.cluster.gpus_per_node) == ("slurm", 2, 8)
+    assert s.model.path == "/mnt/shared/models/Qwen2.5-7B-Instruct" and s.model.ref_path == "initial"
+    t = s.train
+    assert (t.backend, t.nodes, t.gpus_per_node, t.precision) == ("megatron", 2, 8, "bf16")
+    assert (t.parallel.tensor, t.parallel.pipeline, t.parallel.sequence_parallel) == (2, 1, True)
+    assert (t.global_batch_size, t.micro_batch_size) == (256, 1)  # '# --micro-batch-size 1' is a comment
+    assert t.dynamic_batch.enabled and t.dynamic_batch.max_tokens_per_gpu == 8192
+    o = t.optimizer
+    assert (o.lr, o.lr_schedule, o.weight_decay, o.betas) == (1e-6, "constant", 0.1, (0.9, 0.98))
+    assert t.checkpoint.dir == "/mnt/shared/ckpt/qwen2.5-7b-grpo" and t.checkpoint.interval == 25
+    assert t.backend_args["recompute-granularity"] == "full" and t.backend_args["recompute-num-layers"] == 1
+    assert t.backend_args["accumulate-allreduce-grads-in-fp32"] is True
+    assert t.backend_args["attention-dropout"] == 0.0 and t.backend_args["expert-tensor-parallel-size"] == 1
+    r = s.rollout
+    assert (r.backend, r.colocate, r.gpus_per_engine, r.gpus, r.num_engines) == ("sglang", True, 2, 16, 8)
+    assert (r.batch_size, r.n_samples_per_prompt, r.num_rollouts) == (32, 8, 400)
+    assert (r.max_prompt_len, r.max_response_len, r.temperature, r.top_p) == (1024, 4096, 0.9, 1.0)
+    assert r.engine_args == {"mem-fraction-static": 0.7, "enable-metrics": True}
+    assert r.router_args == {"balance-abs-threshold": 16}
+    d = s.data
+    assert (d.prompts, d.input_key, d.label_key, d.apply_chat_template, d.shuffle) == \
+        ("/mnt/shared/data/dapo-math-17k.jsonl", "prompt", "label", True, True)
+    assert [(e.name, e.path, e.interval, e.n_samples_per_prompt, e.temperature) for e in d.eval] == [
+        ("aime24", "/mnt/shared/data/aime-2024.jsonl", 25, 8, 0.9),
+        ("math500", "/mnt/shared/data/math 500.jsonl", 25, 8, 0.9)]  # the quoted path keeps its space
+    assert s.reward.type == "math"
+    a = s.algorithm
+    assert (a.estimator, a.eps_clip, a.eps_clip_high, a.kl_loss_coef, a.kl_loss_type, a.entropy_coef) == \
+        ("grpo", 0.2, 0.28, 0.001, "low_var_kl", 0.0)
+    assert (s.logging.wandb.mode, s.logging.wandb.project, s.logging.wandb.group) == \
+        ("online", "slime-grpo", "qwen2.5-7b-grpo")
+    assert s.cluster.secrets["WANDB_API_KEY"].env == "WANDB_API_KEY"
+
+
+def test_every_flag_of_the_script_is_accounted_for():
+    result = convert(COLOCATED)
+    accounted = {f for f, _ in result.mapped} | {f for f, _ in result.unmapped}
+    expected = flags_in_script(COLOCATED)
+    assert len(expected) > 70
+    assert expected - accounted == set()
+    assert {f for f, _ in result.mapped}.isdisjoint({f for f, _ in result.unmapped})
+
+
+def test_architecture_flags_are_implied_by_the_hf_config():
+    mapped = dict(convert(COLOCATED).mapped)
+    for flag in ("--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads",
+                 "--group-query-attention", "--num-query-groups", "--rotary-base", "--normalization",
+                 "--norm-epsilon", "--swiglu", "--untie-embeddings-and-output-weights", "--vocab-size",
+                 "--disable-bias-linear", "--add-qkv-bias", "--use-rotary-position-embeddings"):
+        assert mapped[flag] == IMPLIED == "implied by model.path config.json"
+
+
+def test_unmapped_flags_have_reasons():
+    unmapped = dict(convert(COLOCATED).unmapped)
+    assert set(unmapped) == {"--update-weight-buffer-size", "--balance-data", "--eval-max-response-len",
+                             "--eval-top-p", "--sglang-cuda-graph-bs"}
+    assert "several values (1 2 4 8 16 32 64)" in unmapped["--sglang-cuda-graph-bs"]
+    assert all(reason for reason in unmapped.values())
+
+
+def test_comments_say_where_each_value_came_from():
+    result = convert(COLOCATED)
+    n = line_of(COLOCATED, "--rollout-batch-size 32")
+    assert yaml_line(result, "batch_size:").endswith(f"# --rollout-batch-size 32 (line {n})")
+    assert f"--tensor-model-parallel-size 2 (line {line_of(COLOCATED, '--tensor-model-parallel-size')})" in \
+        yaml_line(result, "tensor:")
+    assert "(line 143)" in yaml_line(result, "nodes: 2 # --actor") or "--actor-num-nodes 2 (line" in result.yaml
+    assert "derived: max(actor, rollout) = 16 GPUs / 8 per node" in yaml_line(result, "nodes: 2 # derived")
+    assert yaml_line(result, "weight_decay:").endswith(f"(line {line_of(COLOCATED, '--weight-decay')})")
+    assert result.yaml.startswith("# Generated by `slime-submit import-slime-args` from the flags of train.py")
+    assert "# Not mapped" in result.yaml and "#   --balance-data: token-balanced" in result.yaml
+
+
+def test_commented_out_flags_are_not_imported():
+    result = convert(COLOCATED)
+    assert "FP8" not in yaml_line(result, "path: /mnt")
+    assert "micro_batch_size" not in result.yaml
+
+
+def test_secret_values_are_never_copied():
+    text = COLOCATED.read_text().replace("--wandb-key ${WANDB_API_KEY}", "--wandb-key abc123secret")
+    result = convert_slime_args(text)
+    assert "abc123secret" not in result.yaml and "WANDB_API_KEY: {env: WANDB_API_KEY}" in result.yaml
+
+
+# ----------------------------------------------------------------------------- the disaggregated script
+def test_disaggregated_flags_with_equals_signs():
+    result = convert(DISAGG)
+    assert result.valid, [p.format() for p in result.problems]
+    s = spec_of(result)
+    assert (s.cluster.nodes, s.cluster.gpus_per_node, s.cluster.launcher) == (2, 8, "slurm")
+    assert (s.rollout.colocate, s.rollout.gpus, s.rollout.gpus_per_engine, s.rollout.num_engines) == \
+        (False, 8, 4, 2)
+    assert s.rollout.weight_sync == "nccl" and s.rollout.stop == ("</answer>", "<|im_end|>")
+    assert s.rollout.batch_size == 32  # given twice: the last wins, as in argparse
+    assert (s.rollout.epochs, s.rollout.num_rollouts) == (2, None)
+    assert s.data.prompts == "/data/gsm8k/train.jsonl"  # ${DATA_ROOT:-/data}
+    assert (s.data.input_key, s.data.label_key, s.data.shuffle) == ("question", "answer", False)
+    assert s.reward.type == "math" and s.algorithm.kl_loss_coef == 0.0
+    assert s.rollout.engine_args == {"cuda-graph-max-bs": 128}
+    unmapped = dict(result.unmapped)
+    assert "slime ignores it without --use-kl-loss" in unmapped["--kl-loss-coef"]
+    assert "layer spec" in unmapped["--spec"]
+    assert "given again on line" in unmapped["--rollout-batch-size"]
+    assert "not defined in this file" in unmapped['"${MODEL_ARGS[@]}"'.strip('"')]
+    assert any(t.startswith("source ") for t, _ in result.notes)
+
+
+def test_slime_defaults_that_differ_are_written_out():
+    result = convert_slime_args("--hf-checkpoint /m --prompt-data /p.jsonl --num-rollout 5 --colocate "
+                                "--rollout-batch-size 8 --rm-type math")
+    s = spec_of(result)
+    assert (s.data.input_key, s.data.label_key, s.data.shuffle) == ("input", None, False)
+    assert s.rollout.n_samples_per_prompt == 1 and s.algorithm.kl_loss_type == "k1"
+    assert s.train.optimizer.betas == (0.9, 0.999) and s.train.optimizer.weight_decay == 0.01
+    assert s.logging.wandb.mode == "disabled" and (s.train.nodes, s.train.gpus_per_node) == (1, 8)
+    assert "(flag absent)" in yaml_line(result, "input_key:")
+    assert s.cluster.launcher == "local" and s.cluster.nodes == 1
+
+
+# ----------------------------------------------------------------------------- incomplete input
+def test_missing_required_values_get_placeholders_and_the_spec_still_validates():
+    result = convert_slime_args("--actor-num-gpus-per-node 2 --colocate\n")
+    assert {p for p, _ in result.placeholders} == {"model.path", "data.prompts", "rollout.num_rollouts",
+                                                   "reward.type"}
+    assert result.valid, [p.format() for p in result.problems]
+    assert "# PLACEHOLDER: no --hf-checkpoint in the input" in yaml_line(result, "path: /path/to/hf-checkpoint")
+    assert result.report()["placeholders"][0]["path"] == "model.path"
+
+
+@pytest.mark.parametrize("text", ["", "   \n# nothing\n", "echo hi\n", "python3 train.py\n"])
+def test_empty_inputs_still_give_a_valid_skeleton(text):
+    result = convert_slime_args(text)
+    assert result.valid and result.mapped == [] and result.unmapped == []
+
+
+def test_kl_without_a_reference_gets_one():
+    result = convert_slime_args("--kl-coef 0.05 --hf-checkpoint /m --colocate")
+    s = spec_of(result)
+    assert s.model.ref_path == "initial" and ("model.ref_path" in dict(result.placeholders))
+
+
+def test_a_generated_spec_that_breaks_a_rule_reports_it():
+    result = convert_slime_args("--hf-checkpoint /m --prompt-data /p --num-rollout 3 --colocate "
+                                "--rollout-batch-size 3 --n-samples-per-prompt 1 --global-batch-size 2 --rm-type f1")
+    assert not result.valid
+    assert [p.path for p in result.problems] == ["train.global_batch_size"]
+    assert result.report()["valid"] is False and result.report()["problems"][0]["path"] == "train.global_batch_size"
+
+
+# ----------------------------------------------------------------------------- individual mappings
+@pytest.mark.parametrize("flags, path, value", [
+    ("--custom-rm-path my_pkg.rewards.score", "reward.custom", "my_pkg.rewards:score"),
+    ("--rm-type remote_rm --rm-url http://rm:8000/score", "reward.type", "remote"),
+    ("--rm-type boxed_f1", "reward.type", "f1"),
+    ("--fp16", "train.precision", "fp16"),
+    ("--lambd 0.95 --advantage-estimator ppo", "algorithm.lambda", 0.95),
+    ("--eps-clip-c 3", "algorithm.dual_clip_c", 3.0),
+    ("--disable-grpo-std-normalization", "algorithm.normalize_std", False),
+    ("--train-env-vars '{\"NCCL_DEBUG\": \"INFO\"}'", "cluster.env", {"NCCL_DEBUG": "INFO"}),
+    ("--rollout-max-context-len 4096", "model.max_context_len", 4096),
+    ("--update-weight-mode delta --update-weight-transport disk --rollout-num-gpus 8",
+     "rollout.weight_sync", "delta"),
+    ("--eval-prompt-data /d/aime-2024.jsonl --eval-temperature 0.6 --num-rollout 40",
+     "data.eval", [{"name": "aime-2024", "path": "/d/aime-2024.jsonl", "interval": 40, "temperature": 0.6}]),
+])
+def test_individual_mappings(flags, path, value):
+    result = convert_slime_args("--hf-checkpoint /m --prompt-data /p --num-rollout 3 " + flags)
+    data, _ = load_yaml(result.yaml, "imported.yaml")
+    node = data
+    for part in path.split("."):
+        node = node[part]
+    assert node == value
+
+
+@pytest.mark.parametrize("flag, words", [
+    ("--rm-type gpqa", "no built-in 'gpqa' reward"),
+    ("--optimizer sgd", "Adam(W) only"),
+    ("--lr-decay-style WSD", "constant, cosine and linear"),
+    ("--use-tis", "a slime option with no slime/v1 field"),
+    ("--ci-test", "CI self-checks"),
+    ("--custom-generate-function-path a.b.c", "plug-ins"),
+    ("--sglang-router-port 3000", "starts the router itself"),
+    ("--rollout-batch-size abc", "not an integer"),
+    ("--rollout-batch-size", "needs a value"),
+    ("--seq-length", None),
+])
+def test_unmappable_flags_are_listed_with_a_reason(flag, words):
+    result = convert_slime_args(flag)
+    name = flag.split()[0]
+    if words is None:
+        assert (name, IMPLIED) in result.mapped
+        return
+    assert words in dict(result.unmapped)[name]
+    assert f"#   {name}: " in result.yaml
+
+
+def test_a_megatron_flag_with_several_values_is_listed():
+    unmapped = dict(convert_slime_args("--recompute-modules core_attn mlp").unmapped)
+    assert "train.backend_args holds one value per Megatron flag" in unmapped["--recompute-modules"]
+
+
+def test_async_entry_point_is_noted():
+    result = convert_slime_args("python train_async.py --colocate --hf-checkpoint /m")
+    assert "asynchronous training" in dict(result.unmapped)["train_async.py"]
+
+
+def test_tables_do_not_overlap():
+    assert not set(DIRECT) & ARCHITECTURE and not set(DIRECT) & SLIME_ONLY and not ARCHITECTURE & SLIME_ONLY
+
+
+# ----------------------------------------------------------------------------- reading bash
+def test_read_script_handles_bash_syntax():
+    script = read_script(r'''
+A=/x
+export B="${A}/y"   # comment
+ARR=( --one 1
+      # --skipped 0
+      "--two" 'lit $A' )
+ARR+=(--three $(( 2 * 3 )) --four ${UNSET:-dflt})
+cat foo > /tmp/out 2>&1
+CMD="--not-used"
+nohup python3 /opt/train.py --a=$A --b "$B" \
+   ${ARR[@]} --c ${NOPE} --d $(hostname) --e 1 2>&1 | tee x.log &
+''')
+    assert script.entry == "/opt/train.py"
+    assert [w.text for w in script.words] == ["--a=/x", "--b", "/x/y", "--one", "1", "--two", "lit $A", "--three",
+                                              "6", "--four", "dflt", "--c", "${NOPE}", "--d", "$(hostname)", "--e",
+                                              "1"]
+    assert [w.line for w in script.words][:5] == [10, 10, 10, 4, 4]
+    notes = dict(script.notes)
+    assert "not assigned" in notes["${NOPE}"] and "not run" in notes["$(hostname)"]
+
+
+def test_read_script_without_an_entry_point_reads_flag_lists():
+    script = read_script("--a 1 \\\n  --b\n# --c 3\n--d 'x y'\n")
+    assert script.entry is None and [w.text for w in script.words] == ["--a", "1", "--b", "--d", "x y"]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(max_size=300))
+def test_read_script_never_raises(text):
+    read_script(text)
+
+
+_FLAG_POOL = sorted(DIRECT) + ["--use-kl-loss", "--kl-loss-coef", "--adam-beta1", "--ref-load", "--load", "--rm-type",
+                               "--eval-prompt-data", "--eval-interval", "--use-wandb", "--wandb-key", "--num-layers",
+                               "--sglang-mem-fraction-static", "--router-policy", "--recompute-granularity",
+                               "--balance-data", "--update-weight-transport", "--train-env-vars", "--spec"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(_FLAG_POOL),
+                          st.lists(st.one_of(st.sampled_from(["1", "0", "8", "0.5", "abc", "/p", "math", "grpo",
+                                                              "${X}", "-1", "{}", "nccl"]),
+                                             st.text(max_size=5)), max_size=2)), max_size=12))
+def test_any_flag_list_converts_and_accounts_for_every_flag(pairs):
+    import shlex
+
+    text = " ".join(shlex.quote(f) + "".join(" " + shlex.quote(v) for v in vals) for f, vals in pairs)
+    result = convert_slime_args(text)
+    load_yaml(result.yaml, "imported.yaml")  # always well-formed YAML
+    accounted = {f for f, _ in result.mapped} | {f for f, _ in result.unmapped}
+    for f, _ in pairs:
+        assert f in accounted, (f, result.mapped, result.unmapped)
+    for p in result.problems:
+        assert p.message
+
+
+# ----------------------------------------------------------------------------- CLI
+def test_cli_writes_a_spec_that_validates(tmp_path, capsys):
+    out = tmp_path / "job.yaml"
+    assert main(["import-slime-args", str(COLOCATED), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "not mapped: --balance-data" in err and "5 not mapped" in err
+    assert main(["validate", str(out)]) == 0
+
+
+def test_cli_prints_yaml_and_json_report(capsys):
+    assert main(["import-slime-args", str(DISAGG), "--name", "disagg-job"]) == 0
+    out = capsys.readouterr().out
+    assert load_spec_text(out, file="x.yaml").spec.name == "disagg-job"
+    assert main(["import-slime-args", "--json", str(DISAGG)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert set(report) == {"valid", "mapped", "unmapped", "placeholders", "notes", "problems"}
+    assert report["valid"] is True
+    assert {"flag": "--rollout-stop", "path": "rollout.stop"} in report["mapped"]
+    assert all(set(u) == {"flag", "reason"} for u in report["unmapped"])
+
+
+def test_cli_reads_stdin():
+    proc = subprocess.run([sys.executable, "-m", "slime.cli.main", "import-slime-args", "-"], input="--colocate\n",
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0 and "colocate: true # --colocate (line 1)" in proc.stdout
+
+
+def test_read_source_errors_are_spec_errors(tmp_path):
+    with pytest.raises(SpecError) as info:
+        read_source(str(tmp_path / "missing.sh"))
+    assert "file not found" in info.value.problems[0].message
+    with pytest.raises(SpecError):
+        read_source(str(tmp_path))
+    (tmp_path / "f.sh").write_text("--colocate")
+    assert read_source(str(tmp_path / "f.sh")) == "--colocate"
+
+
+def test_cli_missing_file_exits_2_without_a_traceback(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "slime.cli.main", "import-slime-args", str(tmp_path / "no.sh")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr

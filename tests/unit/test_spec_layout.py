@@ -1,0 +1,107 @@
+"""slime.layout: where actor, critic and engines land (colocated, disaggregated, CPU), and every
+LayoutError with its field path, numbers and hint. The validator reports these same errors
+(see test_spec_rules.py, rule layout_fits); here the placement itself is checked."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from slime.layout import LayoutError, Slot, layout_counts, plan_layout
+from slime.spec.resolve import resolve
+from slime.spec.types import Spec
+from tests.fixtures.spec_helpers import CPU_SPEC, GPU_SPEC, ROOT, load, spec
+
+
+def resolved(data: dict):
+    """Resolved but not validated (to reach plan_layout with layouts the rules would reject)."""
+    return resolve(msgspec.convert(data, Spec), ROOT)
+
+
+def gpus(slots) -> list[tuple[int, int]]:
+    return [(s.node, s.gpu) for s in slots]
+
+
+def test_colocated_engines_share_the_actor_gpus():
+    layout = plan_layout(load(GPU_SPEC).spec)
+    assert (layout.total_slots, layout.rollout_offset, layout.colocate) == (16, 0, True)
+    assert gpus(layout.actor) == [(n, g) for n in range(2) for g in range(8)]
+    assert [gpus(e) for e in layout.engines][:2] == [[(0, 0), (0, 1)], [(0, 2), (0, 3)]]
+    assert len(layout.engines) == 8 and layout.critic == ()
+    assert layout.roles_of(Slot(node=1, gpu=7)) == ["actor", "engine7"]
+
+
+def test_disaggregated_engines_start_after_the_actor():
+    layout = plan_layout(load(spec(GPU_SPEC, **{"cluster.nodes": 1, "train.gpus_per_node": 4, "rollout.colocate": False,
+                                                "rollout.gpus": 4, "train.global_batch_size": 128})).spec)
+    assert (layout.total_slots, layout.rollout_offset) == (8, 4)
+    assert gpus(layout.actor) == [(0, 0), (0, 1), (0, 2), (0, 3)]
+    assert [gpus(e) for e in layout.engines] == [[(0, 4), (0, 5)], [(0, 6), (0, 7)]]
+    assert layout.roles_of(Slot(node=0, gpu=5)) == ["engine0"]
+
+
+def test_colocated_rollout_larger_than_the_actor_uses_more_nodes():
+    layout = plan_layout(load(spec(GPU_SPEC, **{"train.nodes": 1, "rollout.gpus": 16,
+                                                "train.global_batch_size": 128})).spec)
+    assert layout.total_slots == 16 and len(layout.actor) == 8
+    assert gpus(layout.engines[4]) == [(1, 0), (1, 1)]
+
+
+def test_an_engine_may_span_whole_nodes():
+    layout = plan_layout(load(spec(GPU_SPEC, **{"rollout.gpus_per_engine": 16})).spec)
+    (engine,) = layout.engines
+    assert gpus(engine) == [(n, g) for n in range(2) for g in range(8)]
+
+
+def test_ppo_critic_reuses_the_actor_slots():
+    layout = plan_layout(load(spec(GPU_SPEC, **{"algorithm.estimator": "ppo"})).spec)
+    assert layout.critic == layout.actor
+    assert layout.roles_of(Slot(node=0, gpu=0)) == ["actor", "critic", "engine0"]
+
+
+def test_cpu_layout_one_rank_per_node_and_round_robin_engines():
+    layout = plan_layout(resolved(spec(CPU_SPEC, **{"cluster.nodes": 2, "cluster.launcher": "slurm",
+                                                    "train.nodes": 2, "rollout.num_engines": 3})))
+    assert layout.cpu_only and [str(s) for s in layout.actor] == ["node0:cpu", "node1:cpu"]
+    assert [[str(s) for s in e] for e in layout.engines] == [["node0:cpu"], ["node1:cpu"], ["node0:cpu"]]
+    assert [str(s) for s in layout.all_slots()] == ["node0:cpu", "node1:cpu"]
+
+
+def test_layout_counts():
+    colocated = layout_counts(resolved(spec(GPU_SPEC, **{"rollout.gpus": 12})))
+    assert (colocated.actor_gpus, colocated.rollout_gpus, colocated.total, colocated.offset, colocated.available) == \
+        (16, 12, 16, 0, 16)
+    split = layout_counts(resolved(spec(GPU_SPEC, **{"rollout.colocate": False, "rollout.gpus": 4})))
+    assert (split.total, split.offset) == (20, 16)
+
+
+@pytest.mark.parametrize("edits, path, words, hint", [
+    ({"rollout.gpus": 24}, "train.nodes", ["needs 24 GPUs", "max(actor, rollout)", "cluster has 16"],
+     "raise cluster.nodes"),
+    ({"rollout.colocate": False, "rollout.gpus": 2}, "rollout.gpus", ["needs 18 GPUs", "actor + rollout",
+                                                                     "rollout.gpus = 2"], "lower"),
+    ({"train.gpus_per_node": 9}, "train.gpus_per_node", ["train.gpus_per_node=9 exceeds cluster.gpus_per_node=8"],
+     "<= 8"),
+    ({"train.nodes": 4}, "train.nodes", ["train.nodes=4 exceeds cluster.nodes=2"], "raise cluster.nodes"),
+    ({"train.nodes": 1, "train.gpus_per_node": 6, "rollout.colocate": False, "rollout.gpus": 8,
+      "rollout.gpus_per_engine": 4}, "rollout.gpus_per_engine", ["engine 0 (4 GPUs) would straddle nodes [0, 1]",
+                                                                  "node0:gpu6"], "divide cluster.gpus_per_node"),
+])
+def test_layout_errors_name_the_numbers(edits, path, words, hint):
+    with pytest.raises(LayoutError) as info:
+        plan_layout(resolved(spec(GPU_SPEC, **edits)))
+    err = info.value
+    assert err.path == path and hint in err.hint
+    for w in words:
+        assert w in str(err), str(err)
+
+
+def test_cpu_layout_error():
+    with pytest.raises(LayoutError) as info:
+        plan_layout(resolved(spec(CPU_SPEC, **{"train.nodes": 3})))
+    assert info.value.path == "train.nodes" and "exceeds cluster.nodes=1" in str(info.value)
+
+
+def test_fitting_layouts_raise_nothing():
+    for edits in ({}, {"rollout.gpus": 16}, {"rollout.colocate": False, "rollout.gpus": 4, "train.gpus_per_node": 6}):
+        plan_layout(resolved(spec(GPU_SPEC, **edits)))
