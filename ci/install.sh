@@ -29,5 +29,5 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 # torch first, pinned: an unpinned resolve takes a multi-GB CUDA build.
 .venv/bin/python -c 'import torch' 2>/dev/null || .venv/bin/python -m pip install -q torch==2.13.0
-.venv/bin/python -m pip install -q -e '.[runtime,agent,test]'
+.venv/bin/python -m pip install -q -e '.[runtime,agent,megatron,test]'
 echo "ci/install.sh: ready (.venv/bin/slime-submit)"

@@ -1,0 +1,476 @@
+"""The megatron-core train backend: one trainer rank of a TP x PP x DP layout.
+
+What one rank does (``init``): join the job's process group (NCCL on GPU), set
+megatron-core's model-parallel groups from ``train.parallel``, build a
+``GPTModel`` for its pipeline stage from the HF config (``config.py``) with the
+chosen attention (Transformer Engine, else SDPA — ``attention.py``), load only
+its stage's HF tensors and its TP slice (``convert.py``), wrap it for bf16
+(``Float16Module``) and data parallel (megatron ``DistributedDataParallel``),
+and build megatron's distributed optimizer (fp32 master weights sharded over
+data-parallel ranks) with the spec's LR schedule.
+
+Batches: every rank of one model replica (same data-parallel index, see
+``config.rank_coords``) must receive the same ``TrainBatch``; micro-batches
+are fixed-size or packed by ``train.dynamic_batch.max_tokens_per_gpu``
+(``batching.py``). Losses are the shared ``slime.rl.losses.total_loss``; each
+micro-batch's loss is weighted so that the sum over micro-batches and
+data-parallel ranks equals the loss of the whole global batch (megatron divides
+by the micro-batch count and averages gradients over DP; both are undone).
+
+Outputs: ``log_probs`` returns ``[B, T-1]`` on every rank (the last pipeline
+stage broadcasts). ``export_weights`` writes an HF checkpoint: each pipeline
+stage's first TP rank (of data-parallel replica 0) writes its own shards, stage 0
+writes the index — the directory must be on storage all trainer nodes share.
+``save``/``load`` use megatron's distributed checkpointing (model + the RL
+optimizer, resharding-capable) plus a per-rank file for the scheduler and RNG
+state. ``TrainBatch.kind == "sft"`` (the SFT warm-up) trains the masked NLL with a
+second optimizer at ``algorithm.sft_warmup_lr``; it is not checkpointed (the
+warm-up precedes RL), and whichever optimizer takes over reloads its fp32 copies
+from the current weights.
+
+Roles: ``actor`` (policy loss), ``ref`` (frozen, log-probs only) and
+``critic`` (PPO value model: ``critic.py``'s value head on the same GPTModel,
+``values`` + the shared ``value_loss``, learning rate ``algorithm.critic.lr``).
+Not supported (clear errors at ``init``): context parallel > 1, fp8. Runs on CUDA only;
+what was verified where is listed in ``slime/backends/megatron/README.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+
+from slime.backends.base import RankInfo, TrainBackend, TrainBatch
+from slime.backends.megatron import config as mcfg
+from slime.backends.megatron import convert, hf_io
+from slime.backends.megatron.batching import pad_to_multiple, plan_micro_batches
+from slime.backends.megatron.logprobs import vocab_parallel_logprobs
+from slime.rl.losses import critic_values, sft_loss, total_loss, value_loss
+
+if TYPE_CHECKING:
+    from slime.spec.types import Spec
+
+__all__ = ["MegatronTrainBackend"]
+
+
+def _per_token(t: torch.Tensor | None, T: int) -> torch.Tensor | None:
+    """Per-token tensors use the [B, T-1] alignment; accept [B, T] by dropping column 0."""
+    if t is None or t.shape[-1] == T - 1:
+        return t
+    if t.shape[-1] == T:
+        return t[:, 1:]
+    raise ValueError(f"per-token tensor has {t.shape[-1]} columns; expected {T - 1} (tokens[:, 1:] alignment)")
+
+
+class MegatronTrainBackend(TrainBackend):
+    """``train.backend: megatron``."""
+
+    # ------------------------------------------------------------------ setup
+    def init(self, spec: Spec, rank: RankInfo, model_dir: Path, *, role: str = "actor") -> None:
+        from megatron.core import parallel_state as ps
+        from megatron.core import tensor_parallel
+        from megatron.core.models.gpt import GPTModel
+
+        from slime.backends.megatron.attention import layer_spec, state_dict_naming
+
+        if role not in ("actor", "critic", "ref"):
+            raise ValueError(f"role must be actor, critic or ref, got {role!r}")
+        self.spec, self.role, self.model_dir, self.rank_info = spec, role, Path(model_dir), rank
+        t, par = spec.train, spec.train.parallel
+        self.tp, self.pp, self.cp = par.tensor, par.pipeline, par.context
+        if self.cp > 1:
+            raise mcfg.MegatronConfigError([f"train.parallel.context={self.cp}: context parallel is not "
+                                            "implemented in the megatron backend yet; set context: 1"])
+        self.shape = mcfg.ModelShape.from_hf_config(json.loads((self.model_dir / "config.json").read_text()))
+        ours, overrides = mcfg.split_backend_args(t.backend_args)
+        self.attention = mcfg.choose_attention_backend(str(ours.get("attention_backend", "auto")))
+        mcfg.check_parallel(self.shape, tp=self.tp, pp=self.pp, cp=self.cp, sequence_parallel=par.sequence_parallel,
+                            world_size=rank.world_size, attention_backend=self.attention)
+
+        self.device = torch.device(rank.device)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo",
+                                    init_method=f"tcp://{rank.master_addr}:{rank.master_port}",
+                                    rank=rank.rank, world_size=rank.world_size)
+        if not ps.model_parallel_is_initialized():
+            ps.initialize_model_parallel(tensor_model_parallel_size=self.tp, pipeline_model_parallel_size=self.pp,
+                                         context_parallel_size=self.cp)
+        self.coords = mcfg.rank_coords(rank.rank, rank.world_size, tp=self.tp, pp=self.pp, cp=self.cp)
+        torch.manual_seed(t.seed)
+        if self.device.type == "cuda":
+            tensor_parallel.model_parallel_cuda_manual_seed(t.seed)
+
+        # perform_initialization stays on even though the HF weights overwrite the init: with it
+        # off, megatron-core 0.16 never tags TP-split weights (tensor_model_parallel), and the
+        # gradient norm (hence clipping) then drops the shards of TP ranks > 0.
+        base = {} if self.device.type == "cuda" else {"use_cpu_initialization": True}
+        self.config = mcfg.build_transformer_config(mcfg.transformer_config_kwargs(
+            self.shape, tp=self.tp, pp=self.pp, cp=self.cp, sequence_parallel=par.sequence_parallel,
+            precision=t.precision, attention_backend=self.attention, overrides={**base, **overrides}))
+        self.first_stage, self.last_stage = ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage()
+        critic = role == "critic"
+        model_shape = dataclasses.replace(self.shape, tie_embeddings=False) if critic else self.shape
+        model = GPTModel(config=self.config, transformer_layer_spec=layer_spec(self.attention),
+                         pre_process=self.first_stage, post_process=self.last_stage,
+                         **mcfg.gpt_model_kwargs(model_shape, tp=self.tp))
+        if critic and self.last_stage:
+            from slime.backends.megatron.critic import ValueHead
+
+            model.output_layer = ValueHead(self.config)
+        self.naming = state_dict_naming(self.attention)
+        self._load_hf_into(model, self.model_dir)
+        model.to(self.device)
+        self.gpt = model
+        if t.precision in ("bf16", "fp16"):
+            from megatron.core.transformer.module import Float16Module
+
+            model = Float16Module(self.config, model)
+        self.optimizer = self.scheduler = self.sft_optimizer = self._active = None
+        if role == "ref":
+            model.eval().requires_grad_(False)
+            self.model = model
+            return
+        self._build_optimizer(model)
+
+    def _load_hf_into(self, model: torch.nn.Module, model_dir: Path) -> None:
+        per = self.shape.num_layers // self.pp
+        lo = self.coords.pp * per
+        wanted = [n for n in convert.iter_hf_names(self.shape)
+                  if not n.startswith("model.layers.") or lo <= int(n.split(".")[2]) < lo + per]
+        critic = self.role == "critic"
+        tied = self.shape.tie_embeddings or critic  # the critic's output layer is its value head
+        hf = hf_io.read_tensors(model_dir, wanted + ([] if tied else ["lm_head.weight"]))
+        missing = [n for n in wanted if n not in hf]
+        if missing:
+            raise convert.ConversionError(f"{model_dir}: checkpoint lacks {len(missing)} tensor(s), e.g. {missing[:3]}")
+        # Renumber this stage's layers as if it were the whole model, then convert and slice for TP.
+        local = {(f"model.layers.{int(n.split('.')[2]) - lo}." + n.split(".", 3)[3]
+                  if n.startswith("model.layers.") else n): v for n, v in hf.items()}
+        stage_shape = mcfg.ModelShape(**{**mcfg.describe(self.shape), "num_layers": per, "tie_embeddings": tied})
+        full = convert.hf_to_megatron(local, stage_shape, tp=self.tp, naming=self.naming)
+        if not self.first_stage:
+            full.pop("embedding.word_embeddings.weight")
+        if not self.last_stage:
+            full.pop("decoder.final_layernorm.weight")
+            full.pop("output_layer.weight", None)
+        elif self.shape.tie_embeddings and self.pp > 1 and not critic:
+            full["output_layer.weight"] = convert.hf_to_megatron(
+                local, stage_shape, tp=self.tp)["embedding.word_embeddings.weight"]
+        state = {n: convert.shard_param(n, v, self.tp, self.coords.tp) for n, v in full.items()}
+        result = model.load_state_dict(state, strict=False)
+        missing = [k for k in result.missing_keys if not k.endswith("_extra_state")
+                   and not (critic and k == "output_layer.weight")]
+        if missing or result.unexpected_keys:
+            raise convert.ConversionError(f"GPTModel stage {self.coords.pp} did not match the converted weights: "
+                                          f"missing {missing[:5]}, unexpected {list(result.unexpected_keys)[:5]}")
+
+    def _build_optimizer(self, module: torch.nn.Module) -> None:
+        from megatron.core.distributed import (
+            DistributedDataParallel,
+            DistributedDataParallelConfig,
+            finalize_model_grads,
+        )
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+        from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+        t = self.spec.train
+        self.model = DistributedDataParallel(self.config, DistributedDataParallelConfig(**mcfg.ddp_config_kwargs(t)),
+                                             module)
+        lr = self.spec.algorithm.critic.lr if self.role == "critic" and self.spec.algorithm.critic else None
+        opt_kwargs = mcfg.optimizer_config_kwargs(t, lr=lr)
+        opt_kwargs["params_dtype"] = getattr(torch, opt_kwargs["params_dtype"])
+        self.optimizer = get_megatron_optimizer(OptimizerConfig(**opt_kwargs), [self.model])
+        self.scheduler = OptimizerParamScheduler(self.optimizer,
+                                                 **mcfg.scheduler_kwargs(t, self.spec.rollout.num_rollouts, lr=lr))
+        self.config.finalize_model_grads_func = finalize_model_grads
+        self.config.no_sync_func = self.model.no_sync
+
+    def _optimizer_for(self, kind: str):
+        """The RL optimizer, or the SFT warm-up's own one (constant ``algorithm.sft_warmup_lr``)."""
+        if kind == "sft" and self.sft_optimizer is None:
+            from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+            kwargs = mcfg.optimizer_config_kwargs(self.spec.train, lr=self.spec.algorithm.sft_warmup_lr)
+            kwargs["params_dtype"] = getattr(torch, kwargs["params_dtype"])
+            self.sft_optimizer = get_megatron_optimizer(OptimizerConfig(**kwargs), [self.model])
+        opt = self.sft_optimizer if kind == "sft" else self.optimizer
+        if self._active is not None and self._active is not opt:
+            opt.reload_model_params()  # the other optimizer moved the weights: refresh this one's fp32 copies
+        self._active = opt
+        self.config.grad_scale_func = opt.scale_loss
+        return opt
+
+    def data_parallel_coords(self) -> tuple[int, int]:
+        return self.coords.dp, self.coords.dp_size
+
+    # ------------------------------------------------------------------ forward/backward
+    def _micro_batches(self, batch: TrainBatch) -> tuple[list[dict[str, torch.Tensor]], Any]:
+        T = batch.tokens.shape[1]
+        lengths = batch.attention_mask.sum(dim=1).tolist()
+        dyn = self.spec.train.dynamic_batch
+        plan = plan_micro_batches([max(1, int(n)) for n in lengths], micro_batch_size=self.spec.train.micro_batch_size,
+                                  max_tokens_per_gpu=dyn.max_tokens_per_gpu if dyn.enabled else None)
+        multiple = 8 * self.tp if self.config.sequence_parallel else 8
+        per_token = {k: _per_token(getattr(batch, k), T) for k in
+                     ("response_mask", "advantages", "old_log_probs", "ref_log_probs", "returns", "old_values")}
+        out = []
+        for idx in plan.batches:
+            rows = torch.tensor(idx)
+            L = pad_to_multiple(max(int(lengths[i]) for i in idx), multiple)
+            tokens = torch.zeros(len(idx), L, dtype=torch.long)
+            n = min(L, T)
+            tokens[:, :n] = batch.tokens[rows, :n]
+            mb = {"tokens": tokens}
+            for key, value in per_token.items():
+                if value is not None:
+                    padded = torch.zeros(len(idx), L - 1, dtype=value.dtype)
+                    padded[:, : n - 1] = value[rows, : n - 1]
+                    mb[key] = padded
+            mb["rows"] = rows
+            out.append({k: v.to(self.device, non_blocking=True) if k != "rows" else v for k, v in mb.items()})
+        return out, plan
+
+    def _forward(self, model, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+        tokens = mb["tokens"]
+        pos = torch.arange(tokens.shape[1], device=tokens.device).unsqueeze(0).expand_as(tokens)
+        return model(tokens, pos, None)
+
+    def _logp(self, logits: torch.Tensor, tokens: torch.Tensor, temperature: float, with_entropy: bool):
+        from megatron.core import parallel_state as ps
+
+        group = ps.get_tensor_model_parallel_group() if self.tp > 1 else None
+        return vocab_parallel_logprobs(logits[:, :-1], tokens[:, 1:], vocab_size=self.shape.vocab_size,
+                                       temperature=temperature, group=group, with_entropy=with_entropy)
+
+    def _run(self, mbs: list[dict], loss_func, *, forward_only: bool) -> None:
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        def step_func(data_iterator, model):
+            mb = next(data_iterator)
+            return self._forward(model, mb), partial(loss_func, mb)
+
+        get_forward_backward_func()(
+            forward_step_func=step_func, data_iterator=iter(mbs), model=[self.model], num_microbatches=len(mbs),
+            seq_length=max(mb["tokens"].shape[1] for mb in mbs), micro_batch_size=max(len(mb["rows"]) for mb in mbs),
+            forward_only=forward_only)
+
+    def _from_last_stage(self, obj: Any) -> Any:
+        """Broadcast a picklable object from the last pipeline stage to the others."""
+        if self.pp == 1:
+            return obj
+        from megatron.core import parallel_state as ps
+
+        box = [obj]
+        dist.broadcast_object_list(box, src=ps.get_pipeline_model_parallel_last_rank(),
+                                   group=ps.get_pipeline_model_parallel_group())
+        return box[0]
+
+    def log_probs(self, batch: TrainBatch, *, temperature: float) -> torch.Tensor:
+        B, T = batch.tokens.shape
+        mbs, _ = self._micro_batches(batch)
+        out = torch.zeros(B, T - 1, dtype=torch.float32)
+
+        def loss_func(mb, logits):
+            logp, _ = self._logp(logits, mb["tokens"], temperature, False)
+            n = min(T - 1, logp.shape[1])
+            out[mb["rows"], :n] = logp[:, :n].float().cpu()
+            return torch.zeros((), device=logits.device), {}
+
+        self.model.eval()
+        with torch.no_grad():
+            self._run(mbs, loss_func, forward_only=True)
+        return self._from_last_stage(out)
+
+    def values(self, batch: TrainBatch) -> torch.Tensor:
+        """Critic values ``[B, T-1]`` (position t values the state before token t+1); not temperature-scaled."""
+        if self.role != "critic":
+            raise NotImplementedError(f"this rank is a {self.role!r}, not a critic")
+        B, T = batch.tokens.shape
+        mbs, _ = self._micro_batches(batch)
+        out = torch.zeros(B, T - 1, dtype=torch.float32)
+
+        def loss_func(mb, head):
+            v = critic_values(head)[:, :-1]
+            n = min(T - 1, v.shape[1])
+            out[mb["rows"], :n] = v[:, :n].float().cpu()
+            return torch.zeros((), device=head.device), {}
+
+        self.model.eval()
+        with torch.no_grad():
+            self._run(mbs, loss_func, forward_only=True)
+        return self._from_last_stage(out)
+
+    def train_step(self, batch: TrainBatch, *, step: int) -> dict[str, float]:
+        from megatron.core import parallel_state as ps
+
+        if self.optimizer is None:
+            raise RuntimeError(f"train_step called on a {self.role!r} rank (no optimizer)")
+        a, T = self.spec.algorithm, batch.tokens.shape[1]
+        critic, sft = self.role == "critic", batch.kind == "sft"
+        if sft and self.role != "actor":
+            raise RuntimeError("the SFT warm-up trains the actor only")
+        if critic and (batch.returns is None or batch.old_values is None):
+            raise ValueError("a critic train_step needs TrainBatch.returns and TrainBatch.old_values")
+        if not critic and not sft and batch.advantages is None:
+            raise ValueError("TrainBatch.advantages is required for train_step")
+        mbs, plan = self._micro_batches(batch)
+        mask = _per_token(batch.response_mask, T).bool()
+        seq_agg = a.loss_agg == "seq_mean_token_mean" and not sft
+        count = (mask.any(dim=1).sum() if seq_agg else mask.sum()).to(self.device, torch.float32)
+        dp_group = ps.get_data_parallel_group()
+        dist.all_reduce(count, group=dp_group)
+        global_count = max(count.item(), 1.0)
+        dp, n_mb = ps.get_data_parallel_world_size(), len(mbs)
+        sums: dict[str, float] = {}
+
+        def loss_func(mb, output):
+            m = mb["response_mask"]
+            if sft:
+                logp, _ = self._logp(output, mb["tokens"], 1.0, False)
+                loss = sft_loss(logp, m)
+                metrics = {"sft_loss": loss.detach()}
+            elif critic:
+                clip = a.critic.value_clip if a.critic else None
+                loss, metrics = value_loss(critic_values(output)[:, :-1], mb["old_values"], mb["returns"], m,
+                                           value_clip=clip, agg=a.loss_agg)
+            else:
+                logp, ent = self._logp(output, mb["tokens"], self.spec.rollout.temperature, a.entropy_coef > 0)
+                # No old log-probs = strictly on-policy: the ratio is 1 at this step.
+                old = mb["old_log_probs"] if "old_log_probs" in mb else logp.detach()
+                loss, metrics = total_loss(
+                    logp, old, mb["advantages"], m, estimator=a.estimator, eps_clip=a.eps_clip,
+                    eps_clip_high=a.eps_clip_high, dual_clip_c=a.dual_clip_c, entropy=ent,
+                    entropy_coef=a.entropy_coef, ref_logp=mb.get("ref_log_probs") if a.kl_loss_coef > 0 else None,
+                    kl_loss_coef=a.kl_loss_coef, kl_loss_type=a.kl_loss_type, agg=a.loss_agg)
+            local = float(m.bool().any(dim=1).sum() if seq_agg else m.bool().sum())
+            weight = local / global_count
+            for k, v in metrics.items():
+                sums[k] = sums.get(k, 0.0) + float(v) * weight
+            # megatron divides by n_mb and averages gradients over dp: undo both.
+            return loss * weight * n_mb * dp, {}
+
+        opt = self._optimizer_for(batch.kind)
+        self.model.train()
+        self.model.zero_grad_buffer()
+        opt.zero_grad()
+        start = time.perf_counter()
+        self._run(mbs, loss_func, forward_only=False)
+        ok, grad_norm, _ = opt.step()
+        if ok and not sft:
+            self.scheduler.step(increment=1)
+        metrics = self._reduce_metrics(sums, dp_group)
+        metrics.update(grad_norm=float(grad_norm) if grad_norm is not None else float("nan"),
+                       lr=float(opt.param_groups[0]["lr"]), step_skipped=float(not ok),
+                       micro_batches=float(n_mb), oversized_samples=float(len(plan.oversized)),
+                       step_time_s=time.perf_counter() - start)
+        return metrics
+
+    def _reduce_metrics(self, sums: dict[str, float], dp_group) -> dict[str, float]:
+        keys = sorted(self._from_last_stage(sorted(sums)))
+        vec = torch.tensor([sums.get(k, 0.0) for k in keys], dtype=torch.float64, device=self.device)
+        if keys:
+            dist.all_reduce(vec, group=dp_group)
+        vec = self._from_last_stage(vec.cpu())
+        return {k: float(v) for k, v in zip(keys, vec.tolist())}
+
+    # ------------------------------------------------------------------ weights out
+    def iter_hf_weights(self):
+        """Yield this stage's ``(hf_name, full tensor)`` pairs; every TP rank must iterate (all-gathers)."""
+        from megatron.core import parallel_state as ps
+
+        group = ps.get_tensor_model_parallel_group()
+        offset = convert.layer_offset(self.shape.num_layers, self.pp, self.coords.pp)
+        for name, param in self.gpt.state_dict().items():
+            if not isinstance(param, torch.Tensor) or name.endswith("_extra_state"):
+                continue
+            if name == "output_layer.weight" and self.shape.tie_embeddings:
+                continue
+            shard = param.detach()
+            if self.tp > 1 and convert.tp_split_kind(name) is not None:
+                parts = [torch.empty_like(shard) for _ in range(self.tp)]
+                dist.all_gather(parts, shard.contiguous(), group=group)
+                full = convert.gather_param(name, parts)
+            else:
+                full = shard
+            yield from convert.megatron_param_to_hf(name, full, self.shape, layer_offset=offset)
+
+    def export_weights(self, out_dir: Path) -> Path:
+        if self.role == "critic":
+            raise NotImplementedError("the critic is not served by engines; use save() to checkpoint it")
+        out = Path(out_dir)
+        writer = self.coords.tp == 0 and self.coords.dp == 0 and self.coords.cp == 0
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.spec.train.precision, torch.float32)
+        pairs = ((n, t.to(dtype)) for n, t in self.iter_hf_weights())
+        if writer:
+            mapping = hf_io.write_shards(out, pairs, prefix=f"model-stage{self.coords.pp:03d}")
+            (out / f".stage{self.coords.pp:03d}.json").write_text(json.dumps(mapping))
+        else:
+            for _ in pairs:  # take part in the TP all-gathers
+                pass
+        dist.barrier()
+        if writer and self.coords.pp == 0:
+            mapping = {}
+            for p in range(self.pp):
+                part = out / f".stage{p:03d}.json"
+                mapping.update(json.loads(part.read_text()))
+                part.unlink()
+            hf_io.write_index(out, mapping)
+            hf_io.copy_side_files(self.model_dir, out)
+        dist.barrier()
+        return out
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, ckpt_dir: Path) -> None:
+        from megatron.core import dist_checkpointing
+
+        ckpt = Path(ckpt_dir)
+        (ckpt / "megatron").mkdir(parents=True, exist_ok=True)  # dist_checkpointing wants it to exist
+        dist.barrier()
+        state = {"model": self.gpt.sharded_state_dict()}
+        if self.optimizer is not None:
+            state["optimizer"] = self.optimizer.sharded_state_dict(state["model"])
+        dist_checkpointing.save(state, str(ckpt / "megatron"))
+        extra = {"rng": torch.get_rng_state(), "cuda_rng": torch.cuda.get_rng_state() if self.device.type == "cuda"
+                 else None, "scheduler": self.scheduler.state_dict() if self.scheduler else None}
+        torch.save(extra, ckpt / f"rank{dist.get_rank():05d}.pt")
+
+    def load(self, ckpt_dir: Path) -> None:
+        from megatron.core import dist_checkpointing
+
+        ckpt = Path(ckpt_dir)
+        state = {"model": self.gpt.sharded_state_dict()}
+        if self.optimizer is not None:
+            state["optimizer"] = self.optimizer.sharded_state_dict(state["model"], is_loading=True)
+        loaded = dist_checkpointing.load(state, str(ckpt / "megatron"))
+        self.gpt.load_state_dict(loaded["model"])
+        if self.optimizer is not None:
+            self.optimizer.load_state_dict(loaded["optimizer"])
+        extra = torch.load(ckpt / f"rank{dist.get_rank():05d}.pt", weights_only=False)
+        torch.set_rng_state(extra["rng"])
+        if extra["cuda_rng"] is not None:
+            torch.cuda.set_rng_state(extra["cuda_rng"])
+        if self.scheduler is not None and extra["scheduler"] is not None:
+            self.scheduler.load_state_dict(extra["scheduler"])
+
+
+def model_flops_per_token(shape: mcfg.ModelShape, seq_len: int) -> float:
+    """Training FLOPs per token (forward + backward = 3x forward), dense matmuls + causal attention."""
+    h, d = shape.hidden_size, shape.kv_channels
+    per_layer = 2 * h * shape.qkv_rows + 2 * shape.num_attention_heads * d * h + 6 * h * shape.ffn_hidden_size
+    attn = 2 * 2 * shape.num_attention_heads * d * seq_len / 2  # QK^T and PV, causal half
+    return 3 * (shape.num_layers * (per_layer + attn) + 2 * h * shape.vocab_size)
+
+
+def mfu(shape: mcfg.ModelShape, tokens: int, seq_len: int, seconds: float, peak_flops: float) -> float:
+    return model_flops_per_token(shape, seq_len) * tokens / seconds / peak_flops if seconds > 0 else math.nan
+

@@ -1,0 +1,74 @@
+"""Micro-batch planning for one data-parallel rank: fixed size, or dynamic by a token budget.
+
+Pure Python (no torch), so the plan is unit-tested on CPU and identical on every
+rank that receives the same lengths — all ranks of one model replica (its TP/PP/CP
+group) must run the same micro-batches or the collectives deadlock.
+
+Dynamic batching packs samples into micro-batches whose *padded* cost
+(samples x longest sample, what a padded ``[b, s]`` batch really computes) stays
+within ``max_tokens_per_gpu``: longest first, each sample into the first
+micro-batch where it still fits (first-fit decreasing). A sample longer than the
+budget on its own gets a micro-batch of its own and is reported in
+``Plan.oversized`` (it cannot be split without context parallelism).
+
+Guaranteed: every index appears exactly once; micro-batches are in a
+deterministic order (by their first sample's position) so gradients accumulate
+in the same order on every run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["Plan", "plan_micro_batches", "pad_to_multiple"]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    batches: tuple[tuple[int, ...], ...]
+    oversized: tuple[int, ...] = field(default=())
+
+    def padded_tokens(self, lengths: Sequence[int]) -> list[int]:
+        return [len(b) * max(lengths[i] for i in b) for b in self.batches]
+
+
+def pad_to_multiple(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def plan_micro_batches(lengths: Sequence[int], *, micro_batch_size: int = 1,
+                       max_tokens_per_gpu: int | None = None) -> Plan:
+    """Split sample indices ``0..len(lengths)-1`` into micro-batches.
+
+    ``max_tokens_per_gpu`` None: consecutive groups of ``micro_batch_size``.
+    Otherwise: dynamic packing under the token budget (``micro_batch_size`` ignored).
+    """
+    if micro_batch_size < 1:
+        raise ValueError(f"train.micro_batch_size must be >= 1, got {micro_batch_size}")
+    if any(n < 1 for n in lengths):
+        raise ValueError("every sample needs at least one token")
+    n = len(lengths)
+    if max_tokens_per_gpu is None:
+        return Plan(tuple(tuple(range(i, min(i + micro_batch_size, n))) for i in range(0, n, micro_batch_size)))
+    if max_tokens_per_gpu < 1:
+        raise ValueError(f"train.dynamic_batch.max_tokens_per_gpu must be >= 1, got {max_tokens_per_gpu}")
+    order = sorted(range(n), key=lambda i: (-lengths[i], i))
+    bins: list[list[int]] = []
+    longest: list[int] = []  # longest sample per bin (the first one placed, given the order)
+    oversized = []
+    for i in order:
+        if lengths[i] > max_tokens_per_gpu:
+            oversized.append(i)
+            bins.append([i])
+            longest.append(lengths[i])
+            continue
+        for b, members in enumerate(bins):
+            if longest[b] <= max_tokens_per_gpu and (len(members) + 1) * longest[b] <= max_tokens_per_gpu:
+                members.append(i)
+                break
+        else:
+            bins.append([i])
+            longest.append(lengths[i])
+    batches = sorted((tuple(sorted(b)) for b in bins), key=lambda b: b[0])
+    return Plan(tuple(batches), tuple(sorted(oversized)))

@@ -1,0 +1,108 @@
+"""``render_megatron_args(spec)``: the exact megatron-core arguments a spec's trainer ranks use.
+
+The backend builds megatron-core objects in-process (no Megatron-LM command
+line), so "the command" is the set of constructor arguments. They are printed
+from the same functions the backend calls (``config.transformer_config_kwargs``,
+``gpt_model_kwargs``, ``ddp_config_kwargs``, ``optimizer_config_kwargs``,
+``scheduler_kwargs``), so the rendering cannot drift from what runs.
+
+Model-shape fields come from ``<model.path>/config.json``; when that file is not
+readable where ``render`` runs (a login node without the model), they are listed
+as "from config.json at launch" and the rest is still exact. The attention
+backend ``auto`` depends on the trainer nodes (Transformer Engine installed or
+not); it is rendered for SDPA and says so. Imports neither torch nor megatron-core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from slime.backends.megatron import config as mcfg
+
+if TYPE_CHECKING:
+    from slime.spec.types import Spec
+
+__all__ = ["render_megatron_args"]
+
+_SHAPE_KEYS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
+               "kv_channels", "layernorm_epsilon", "add_qkv_bias")
+_GPT_SHAPE_KEYS = ("vocab_size", "max_sequence_length", "rotary_base", "share_embeddings_and_output_weights",
+                   "rope_scaling", "rope_scaling_factor")
+
+
+class _Raw(str):
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _call(name: str, kwargs: Mapping[str, Any], pending: tuple[str, ...] = ()) -> list[str]:
+    lines = [f"{name}("]
+    lines += [f"    {k}={v!r}," for k, v in kwargs.items()]
+    lines += [f"    {k}=<from config.json at launch>," for k in pending]
+    return lines + [")"]
+
+
+def render_megatron_args(spec: Spec, hf_config: Mapping[str, Any] | None = None) -> str:
+    """Text listing every megatron-core argument of the spec's trainer (raises MegatronConfigError on bad layouts)."""
+    from slime.spec.resolve import model_config
+
+    t, par = spec.train, spec.train.parallel
+    if t.backend != "megatron":
+        raise mcfg.MegatronConfigError([f"train.backend is {t.backend!r}; megatron arguments exist only for "
+                                        "'megatron'"])
+    cfg = hf_config if hf_config is not None else model_config(spec.model.path)
+    ours, overrides = mcfg.split_backend_args(t.backend_args)
+    requested = str(ours.get("attention_backend", "auto"))
+    if requested not in mcfg.ATTENTION_BACKENDS:
+        mcfg.choose_attention_backend(requested)  # raises the clear error
+    attention = "sdpa" if requested == "auto" else requested
+    world = (t.nodes or 1) * (t.gpus_per_node or 1)
+    shape = mcfg.ModelShape.from_hf_config(cfg) if cfg is not None else None
+    if shape is not None:
+        mcfg.check_parallel(shape, tp=par.tensor, pp=par.pipeline, cp=par.context,
+                            sequence_parallel=par.sequence_parallel, world_size=world, attention_backend=attention)
+    placeholder = shape or mcfg.ModelShape(family="qwen2", vocab_size=1, hidden_size=1, ffn_hidden_size=1, num_layers=1,
+                                           num_attention_heads=1, num_query_groups=1, kv_channels=1, rope_theta=1.0,
+                                           norm_eps=1.0, tie_embeddings=False, qkv_bias=False,
+                                           max_position_embeddings=1)
+    tc = mcfg.transformer_config_kwargs(placeholder, tp=par.tensor, pp=par.pipeline, cp=par.context,
+                                        sequence_parallel=par.sequence_parallel, precision=t.precision,
+                                        attention_backend=attention, overrides=overrides)
+    gpt = mcfg.gpt_model_kwargs(placeholder, tp=par.tensor)
+    pending_tc: tuple[str, ...] = ()
+    pending_gpt: tuple[str, ...] = ()
+    if shape is None:
+        tc = {k: v for k, v in tc.items() if k not in _SHAPE_KEYS}
+        gpt = {k: v for k, v in gpt.items() if k not in _GPT_SHAPE_KEYS}
+        pending_tc, pending_gpt = _SHAPE_KEYS, _GPT_SHAPE_KEYS[:4]
+    dp = world // (par.tensor * par.pipeline * par.context)
+    spec_name = {"sdpa": "local layer spec + SDPACoreAttention (torch scaled_dot_product_attention)",
+                 "te": "Transformer Engine layer spec", "local": "local layer spec (unfused DotProductAttention)"}
+    model_line = (f"# model: {spec.model.path}/config.json -> {shape.family}, "
+                  f"{shape.num_params() / 1e9:.2f}B parameters" if shape else
+                  f"# model: {spec.model.path}/config.json is not readable here; shape fields are read from it "
+                  f"at launch")
+    dyn = t.dynamic_batch
+    lines = [
+        f"# megatron-core arguments for {spec.name} (train.backend: megatron)",
+        f"# trainer: {world} rank(s) = {t.nodes} node(s) x {t.gpus_per_node} GPU(s); tensor {par.tensor} x "
+        f"pipeline {par.pipeline} x context {par.context} -> data parallel {dp}",
+        f"# attention: {requested}" + (" -> Transformer Engine when importable on the trainer nodes, else SDPA "
+                                       "(rendered for SDPA)" if requested == "auto" else ""),
+        model_line,
+        f"initialize_model_parallel(tensor_model_parallel_size={par.tensor}, "
+        f"pipeline_model_parallel_size={par.pipeline}, context_parallel_size={par.context})",
+        *_call("TransformerConfig", tc, pending_tc),
+        *_call("GPTModel", {"transformer_layer_spec": _Raw(f"<{spec_name[attention]}>"), **gpt}, pending_gpt),
+        *_call("DistributedDataParallelConfig", mcfg.ddp_config_kwargs(t)),
+        *_call("OptimizerConfig", mcfg.optimizer_config_kwargs(t)),
+        *_call("OptimizerParamScheduler", mcfg.scheduler_kwargs(t, spec.rollout.num_rollouts)),
+        f"# batches: global_batch_size={t.global_batch_size} per optimizer step, {t.num_steps_per_rollout} "
+        f"step(s) per rollout, micro_batch_size={t.micro_batch_size}"
+        + (f", dynamic micro-batches up to {dyn.max_tokens_per_gpu} padded tokens per GPU" if dyn.enabled else ""),
+        f"# losses: slime.rl.losses.total_loss(estimator={spec.algorithm.estimator!r}, "
+        f"eps_clip={spec.algorithm.eps_clip}, eps_clip_high={spec.algorithm.eps_clip_high}, "
+        f"agg={spec.algorithm.loss_agg!r}), logits / temperature {spec.rollout.temperature}",
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,231 @@
+"""The exact ``sglang.launch_server`` / ``sglang_router`` commands a spec runs, one per engine process.
+
+Pure and deterministic (no I/O except reading ``config.json`` for
+``--trust-remote-code``; no SGLang import), so ``slime-submit render`` prints the
+same argv the runtime executes and golden tests pin it.
+
+Per engine ``i`` (GPU slots from ``slime.layout.plan_layout``):
+
+* ``--model-path`` = ``model.path``; ``--tp-size`` = ``gpus_per_engine`` (divided by
+  ``pp-size`` when ``rollout.engine_args`` sets one, which must divide it);
+* ``--base-gpu-id`` = the GPU id of the engine's first slot on its node;
+* ``--host`` = the node's address, ``--port`` = ``port_base + 10 j`` where ``j``
+  counts the engines whose first GPU is on the same node (so ports are
+  deterministic and never shared on a node), ``--nccl-port`` = port + 1;
+* an engine spanning ``n`` whole nodes runs one process per node with
+  ``--nnodes n --node-rank r --dist-init-addr <first node>:<port + 2>``; only
+  node rank 0 serves HTTP (``--host``/``--port`` only on it);
+* ``--trust-remote-code`` when the checkpoint's ``config.json`` has an
+  ``auto_map`` (custom modelling code), else only if ``engine_args`` asks;
+* ``--enable-memory-saver`` when colocated (engines release and resume their GPU
+  memory around training steps);
+* then ``rollout.engine_args`` verbatim, in spec order: ``key: value`` →
+  ``--key value``; ``true`` → bare ``--key``; ``false`` / ``null`` → omitted.
+  Keys are used as written (write SGLang's dashed names); a key that names a
+  flag set above (e.g. ``tp-size`` or ``tp_size``) is rejected, not overridden.
+
+With more than one engine, a router on the first node fronts them:
+``python -m sglang_router.launch_router --host <node0> --port <router_port>
+--worker-urls <engine urls...>`` plus ``rollout.router_args`` (same conversion).
+
+Node addresses are unknown until the job runs: commands take ``hosts`` (one
+per cluster node); rendering without them prints ``node0``, ``node1``, ...
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from slime.layout import Layout
+    from slime.spec.types import Spec
+
+__all__ = [
+    "ENGINE_PORT_BASE",
+    "PORT_STRIDE",
+    "ROUTER_PORT",
+    "EngineCommand",
+    "LaunchError",
+    "RouterCommand",
+    "engine_commands",
+    "flags_from_args",
+    "render_engine_commands",
+    "router_command",
+]
+
+ROUTER_PORT = 30000
+ENGINE_PORT_BASE = 30010
+PORT_STRIDE = 10  # http, http+1 = nccl, http+2 = multi-node dist-init
+_ENGINE_RESERVED = ("model-path", "model", "tp-size", "tensor-parallel-size", "base-gpu-id", "host", "port",
+                    "nccl-port", "nnodes", "node-rank", "dist-init-addr", "nccl-init-addr")
+_ROUTER_RESERVED = ("worker-urls", "host", "port")
+
+
+class LaunchError(ValueError):
+    """The spec cannot be turned into engine commands; names the field and the fix."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EngineCommand:
+    """One server process of engine ``engine`` (``node_rank`` > 0 only for engines spanning nodes)."""
+
+    engine: int
+    node_rank: int
+    nnodes: int
+    node: int
+    host: str
+    gpus: tuple[int, ...]
+    port: int | None
+    argv: tuple[str, ...]
+    ports: tuple[int, ...] = ()  # every port it binds on its node (checked free before launch)
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str | None:
+        return None if self.port is None else f"http://{self.host}:{self.port}"
+
+    def render(self) -> str:
+        return shlex.join(self.argv)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RouterCommand:
+    host: str
+    port: int
+    argv: tuple[str, ...]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def render(self) -> str:
+        return shlex.join(self.argv)
+
+
+def _norm(key: str) -> str:
+    return key.strip().lstrip("-").replace("_", "-")
+
+
+def flags_from_args(args: Mapping[str, Any], *, field_name: str, reserved: Sequence[str] = ()) -> list[str]:
+    """``{key: value}`` → argv flags (the conversion documented in the module docstring)."""
+    out: list[str] = []
+    for key, value in args.items():
+        if not isinstance(key, str) or not key.strip().lstrip("-"):
+            raise LaunchError(f"{field_name}: empty or non-string key {key!r}")
+        if _norm(key) in reserved:
+            raise LaunchError(f"{field_name}.{key}: slime sets --{_norm(key)} itself from the spec and layout; "
+                              f"remove it (change rollout.gpus_per_engine / model.path instead)")
+        flag = "--" + key.strip().lstrip("-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            out.append(flag)
+        elif isinstance(value, (str, int, float)):
+            out += [flag, str(value)]
+        else:
+            raise LaunchError(f"{field_name}.{key}: value {value!r} must be a string, number, true/false or null")
+    return out
+
+
+def _needs_remote_code(model_path: str | None) -> bool:
+    try:
+        return "auto_map" in json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def _tp_size(spec: Spec) -> int:
+    gpe = spec.rollout.gpus_per_engine
+    pp = 1
+    for key, value in spec.rollout.engine_args.items():
+        if _norm(key) in ("pp-size", "pipeline-parallel-size"):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1 or gpe % value:
+                raise LaunchError(f"rollout.engine_args.{key}={value!r} must be a positive integer dividing "
+                                  f"rollout.gpus_per_engine={gpe}")
+            pp = value
+    return gpe // pp
+
+
+def engine_commands(spec: Spec, layout: Layout | None = None, *, hosts: Sequence[str] | None = None,
+                    port_base: int = ENGINE_PORT_BASE, python: str = "python") -> list[EngineCommand]:
+    """Every engine process of the spec, engine by engine (node rank 0 first)."""
+    from slime.layout import plan_layout
+
+    r = spec.rollout
+    if r.backend != "sglang":
+        raise LaunchError(f"rollout.backend is {r.backend!r}; SGLang commands exist only for 'sglang'")
+    if not spec.model.path:
+        raise LaunchError("model.path is required for SGLang engines (a built-in model cannot be served by SGLang)")
+    layout = layout or plan_layout(spec)
+    if layout.cpu_only:
+        raise LaunchError("SGLang engines need GPUs: cluster.gpus_per_node is 0")
+    hosts = list(hosts) if hosts is not None else [f"node{i}" for i in range(layout.nodes)]
+    if len(hosts) < layout.nodes:
+        raise LaunchError(f"{len(hosts)} host address(es) given for {layout.nodes} node(s)")
+    extra = flags_from_args(r.engine_args, field_name="rollout.engine_args", reserved=_ENGINE_RESERVED)
+    common = [python, "-m", "sglang.launch_server", "--model-path", spec.model.path, "--tp-size", str(_tp_size(spec))]
+    derived: list[str] = []
+    if _needs_remote_code(spec.model.path) and "--trust-remote-code" not in extra:
+        derived.append("--trust-remote-code")
+    if r.colocate and "--enable-memory-saver" not in extra:
+        derived.append("--enable-memory-saver")
+    per_node: dict[int, int] = {}
+    out: list[EngineCommand] = []
+    for i, slots in enumerate(layout.engines):
+        nodes = sorted({s.node for s in slots})
+        first = nodes[0]
+        j = per_node.get(first, 0)
+        for n in nodes:
+            per_node[n] = per_node.get(n, 0) + 1
+        port = port_base + PORT_STRIDE * j
+        for rank, node in enumerate(nodes):
+            gpus = tuple(s.gpu for s in slots if s.node == node)
+            argv = list(common) + ["--base-gpu-id", str(gpus[0])]
+            if rank == 0:
+                argv += ["--host", hosts[node], "--port", str(port), "--nccl-port", str(port + 1)]
+            if len(nodes) > 1:
+                argv += ["--nnodes", str(len(nodes)), "--node-rank", str(rank),
+                         "--dist-init-addr", f"{hosts[first]}:{port + 2}"]
+            out.append(EngineCommand(engine=i, node_rank=rank, nnodes=len(nodes), node=node, host=hosts[node],
+                                     gpus=gpus, port=port if rank == 0 else None,
+                                     ports=(port, port + 1) if rank == 0 else (),
+                                     argv=tuple(argv + derived + extra)))
+    return out
+
+
+def router_command(spec: Spec, engine_urls: Sequence[str], *, host: str, port: int = ROUTER_PORT,
+                   python: str = "python") -> RouterCommand | None:
+    """The sglang-router in front of several engines (None for a single engine)."""
+    if len(engine_urls) < 2:
+        return None
+    extra = flags_from_args(spec.rollout.router_args, field_name="rollout.router_args", reserved=_ROUTER_RESERVED)
+    argv = [python, "-m", "sglang_router.launch_router", "--host", host, "--port", str(port),
+            "--worker-urls", *engine_urls, *extra]
+    return RouterCommand(host=host, port=port, argv=tuple(argv))
+
+
+def render_engine_commands(spec: Spec, hosts: Sequence[str] | None = None) -> str:
+    """Human-readable listing of every engine command and the router (what ``render`` prints)."""
+    from slime.layout import plan_layout
+
+    layout = plan_layout(spec)
+    cmds = engine_commands(spec, layout, hosts=hosts)
+    r = spec.rollout
+    lines = [f"# SGLang rollout engines for {spec.name}: {len(layout.engines)} engine(s) x {r.gpus_per_engine} "
+             f"GPU(s), {'colocated with' if r.colocate else 'beside'} training",
+             f"# node addresses: {', '.join(hosts or [f'node{i}' for i in range(layout.nodes)])}"
+             + ("" if hosts else " (placeholders: the runtime substitutes each node's address)")]
+    for c in cmds:
+        gpus = f"GPU {c.gpus[0]}" if len(c.gpus) == 1 else f"GPUs {c.gpus[0]}-{c.gpus[-1]}"
+        role = f"node rank {c.node_rank}/{c.nnodes}, " if c.nnodes > 1 else ""
+        where = f"url {c.url}" if c.url else "no HTTP server (joins node rank 0)"
+        lines += [f"# engine {c.engine} ({role}node{c.node} {gpus}) {where}", c.render()]
+    router = router_command(spec, [c.url for c in cmds if c.url], host=(hosts or ["node0"])[0])
+    if router:
+        lines += [f"# router on node0, url {router.url}", router.render()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,234 @@
+"""The Megatron train backend end to end on CPU: TP=2, PP=2 and DP=2 over gloo, two processes each.
+
+Checks what must hold whatever the layout: log-probs equal the HF model's; the
+same global batch gives the same loss, metrics and gradient norm under TP=2,
+PP=2 and DP=2 (DP ranks get half the batch each, so this also checks the
+micro-batch / data-parallel loss weighting); the exported HF checkpoint
+reproduces the trained model's log-probs; save → train → load → train repeats
+the step exactly; the SFT warm-up (its own optimizer) and the critic (value head)
+train identically under every layout.
+
+Fake at the boundary: megatron-core places a few buffers with
+``device='cuda'`` and asserts CUDA tensor types in places; the worker redirects
+exactly those placements to the CPU inside megatron's own modules (see
+``_cpu_shim``). The distributed optimizer and bf16 optimizer check parameter
+types against CUDA classes, so this runs fp32 with the non-distributed
+optimizer, without gradient clipping (its kernel asserts CUDA grads; the norm is still
+computed and compared); bf16, clipping and the distributed optimizer are covered by ``tests/gpu``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HAS_MEGATRON = importlib.util.find_spec("megatron.core") is not None
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not HAS_MEGATRON, reason="megatron-core is not installed (optional extra 'megatron')")]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(model_dir: Path, out_dir: Path, *, tp: int, pp: int, dp_split: bool, save: bool = False) -> list[dict]:
+    port = _free_port()
+    procs = []
+    for rank in range(2):
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+        args = [sys.executable, __file__, str(model_dir), str(out_dir), str(rank), str(port), str(tp), str(pp),
+                str(int(dp_split)), str(int(save))]
+        procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-4000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    from slime.models.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "llama", arch="llama", hidden=64, layers=4, heads=4,
+                            kv_heads=2, seed=3)
+
+
+def test_tp_pp_dp_agree_and_export_round_trips(tiny_llama, tmp_path):
+    import torch
+
+    tp2 = _run(tiny_llama, tmp_path / "tp2", tp=2, pp=1, dp_split=False, save=True)
+    pp2 = _run(tiny_llama, tmp_path / "pp2", tp=1, pp=2, dp_split=False)
+    dp2 = _run(tiny_llama, tmp_path / "dp2", tp=1, pp=1, dp_split=True)
+    full = _batch(slice(None))
+    mask = full.response_mask.bool()
+    hf_before = _hf_logp(tiny_llama, full.tokens)
+    for name, run in (("tp2", tp2), ("pp2", pp2), ("dp2", dp2)):
+        rows = [slice(0, None, 2), slice(1, None, 2)] if name == "dp2" else [slice(None), slice(None)]
+        hf_after = _hf_logp(tmp_path / name / "export", full.tokens)
+        for r, sl in zip(run, rows):
+            m = mask[sl]
+            before, after = torch.tensor(r["logp_before"]), torch.tensor(r["logp_after"])
+            assert (before - hf_before[sl])[m].abs().max() < 1e-5, name
+            assert (after - hf_after[sl])[m].abs().max() < 1e-5, name  # the export is the trained model
+            assert (after - before)[m].abs().max() > 1e-3, name  # and training changed it
+    # SFT warm-up: the first NLL is the HF model's (token mean over DP ranks' masks), then it falls
+    nll = -hf_before[mask].mean().item()
+    for run in (tp2, pp2, dp2):
+        for r in run:
+            assert r["sft_losses"][0] == pytest.approx(nll, rel=1e-5) and r["sft_losses"][1] < r["sft_losses"][0]
+    ref = tp2[0]["steps"]
+    assert ref[0]["grad_norm"] > 0 and ref[1]["grad_norm"] > 0
+    assert ref[1]["pg_loss"] < ref[0]["pg_loss"]  # the policy improved on its batch
+    for run in (tp2, pp2, dp2):
+        for r in run:
+            for got, want in zip(r["steps"], ref):
+                for key in ("loss", "pg_loss", "clipfrac", "approx_kl", "grad_norm"):
+                    assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), (key, got, want)
+    assert tp2[0]["reload"]["before"] == pytest.approx(tp2[0]["reload"]["after"], rel=1e-6)
+    # critic: zero-initialised value head, the value loss falls, identically under every layout
+    critic = tp2[0]["critic_losses"]
+    assert tp2[0]["critic_initial_abs"] == 0.0 and critic[2] < critic[0]
+    for run in (tp2, pp2, dp2):
+        for r in run:
+            assert r["critic_losses"] == pytest.approx(critic, rel=1e-4)
+    index = json.loads((tmp_path / "pp2" / "export" / "model.safetensors.index.json").read_text())
+    assert {Path(f).name.split("-")[1] for f in index["weight_map"].values()} == {"stage000", "stage001"}
+
+
+# ----------------------------------------------------------------------------- worker
+def _cpu_shim() -> None:
+    """Send megatron-core's hard-coded ``device='cuda'`` allocations to the CPU (its modules only)."""
+    import contextlib
+    import types
+
+    import torch
+
+    torch.cuda.current_device = lambda: "cpu"
+    torch.cuda.synchronize = lambda *a, **k: None
+    torch.Tensor.cuda = lambda self, *a, **k: self
+
+    def fix(kwargs):
+        if str(kwargs.get("device", "")).startswith("cuda"):
+            kwargs["device"] = "cpu"
+        return kwargs
+
+    class TorchProxy(types.ModuleType):
+        def __getattr__(self, name):
+            obj = getattr(torch, name)
+            if name in ("tensor", "zeros", "empty", "ones", "full", "arange"):
+                return lambda *a, **k: obj(*a, **fix(k))
+            return obj
+
+    import megatron.core.distributed.distributed_data_parallel  # noqa: F401 - load before patching
+    import megatron.core.distributed.param_and_grad_buffer  # noqa: F401
+    import megatron.core.optimizer.clip_grads  # noqa: F401
+    import megatron.core.optimizer.optimizer  # noqa: F401
+    import megatron.core.tensor_parallel as mtp
+
+    proxy = TorchProxy("torch")
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "__name__", "").startswith("megatron.core") and getattr(mod, "torch", None) is torch:
+            mod.torch = proxy
+
+    class NoRng:
+        def fork(self, *a, **k):
+            return contextlib.nullcontext()
+
+    mtp.get_cuda_rng_tracker = lambda *a, **k: NoRng()
+
+
+def _batch(rows: slice):
+    import torch
+
+    from slime.backends.base import TrainBatch
+
+    g = torch.Generator().manual_seed(0)
+    B, T = 8, 20
+    tokens = torch.randint(5, 100, (B, T), generator=g)
+    lengths = torch.tensor([20, 14, 17, 9, 20, 12, 18, 11])
+    am = (torch.arange(T)[None] < lengths[:, None]).long()
+    rm = am[:, 1:].clone()
+    rm[:, :5] = 0  # prompt tokens are not trained
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 1.5, -0.2, 0.3, -1.2])[:, None].expand(B, T - 1).clone()
+    return TrainBatch(tokens=tokens[rows], attention_mask=am[rows], response_mask=rm[rows], advantages=adv[rows])
+
+
+def _hf_logp(model_dir: Path, tokens):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from slime.rl.losses import logprobs_from_logits
+
+    hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    with torch.no_grad():
+        return logprobs_from_logits(hf(tokens).logits[:, :-1], tokens[:, 1:], 1.0)
+
+
+def _worker(model_dir: str, out_dir: str, rank: int, port: int, tp: int, pp: int, dp_split: bool, save: bool):
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    _cpu_shim()
+    import msgspec
+    import torch
+
+    from slime.backends.base import RankInfo
+    from slime.backends.megatron.backend import MegatronTrainBackend
+    from slime.spec.resolve import resolve
+    from slime.spec.types import Spec
+
+    data = {"apiVersion": "slime/v1", "kind": "RLJob", "name": "cpu", "model": {"path": model_dir},
+            "data": {"prompts": "unused.jsonl"}, "rollout": {"num_rollouts": 4},
+            "train": {"backend": "megatron", "parallel": {"tensor": tp, "pipeline": pp}, "micro_batch_size": 2,
+                      "precision": "fp32", "optimizer": {"lr": 1e-3, "distributed": False, "clip_grad": 0.0}}}
+    spec = resolve(msgspec.convert(data, Spec), Path(out_dir))
+    backend = MegatronTrainBackend()
+    backend.init(spec, RankInfo(rank=rank, world_size=2, master_addr="127.0.0.1", master_port=port, device="cpu"),
+                 Path(model_dir), role="actor")
+    batch = _batch(slice(rank, None, 2) if dp_split else slice(None))
+    result = {"logp_before": backend.log_probs(batch, temperature=1.0).tolist()}
+    sft = batch.select(slice(None))
+    sft.kind = "sft"
+    result["sft_losses"] = [backend.train_step(sft, step=0)["sft_loss"] for _ in range(2)]
+    logp = backend.log_probs(batch, temperature=1.0)  # after the warm-up: the RL steps start here
+    batch.old_log_probs = logp
+    keys = ("loss", "pg_loss", "clipfrac", "approx_kl", "grad_norm")
+    steps = []
+    for step in range(2):
+        if save and step == 1:
+            backend.save(Path(out_dir) / "ckpt")
+        metrics = backend.train_step(batch, step=step)
+        steps.append({k: metrics[k] for k in keys})
+    result["steps"] = steps
+    if save:  # back to the state before step 1, which must then repeat exactly
+        backend.load(Path(out_dir) / "ckpt")
+        result["reload"] = {"before": steps[1]["loss"], "after": backend.train_step(batch, step=1)["loss"]}
+    result["logp_after"] = backend.log_probs(batch, temperature=1.0).tolist()
+    backend.export_weights(Path(out_dir) / "export")
+
+    critic = MegatronTrainBackend()
+    critic.init(spec, RankInfo(rank=rank, world_size=2, master_addr="127.0.0.1", master_port=port, device="cpu"),
+                Path(model_dir), role="critic")
+    batch.old_values = critic.values(batch)
+    batch.returns = batch.advantages.clone()
+    result["critic_initial_abs"] = float(batch.old_values.abs().max())
+    result["critic_losses"] = [critic.train_step(batch, step=s)["value_loss"] for s in range(3)]
+    torch.distributed.destroy_process_group()
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    a = sys.argv[1:]
+    _worker(a[0], a[1], int(a[2]), int(a[3]), int(a[4]), int(a[5]), a[6] == "1", a[7] == "1")

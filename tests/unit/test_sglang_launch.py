@@ -1,0 +1,148 @@
+"""Exact SGLang / sglang-router commands (golden files) and the megatron arguments of the example spec.
+
+Refresh the golden files with ``UPDATE_GOLDEN=1 pytest tests/unit/test_sglang_launch.py``
+and review the diff: each one is what a real cluster would execute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from slime.backends.megatron.config import MegatronConfigError
+from slime.backends.megatron.render import render_megatron_args
+from slime.backends.sglang.launch import (
+    LaunchError,
+    engine_commands,
+    flags_from_args,
+    render_engine_commands,
+    router_command,
+)
+from slime.spec.load import load_spec
+from tests.unit.test_megatron_config import QWEN25_7B
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "golden"
+SPEC = ROOT / "specs" / "grpo-multinode.yaml"
+
+
+def _spec(*overrides: str, path: Path = SPEC):
+    return load_spec(path, overrides=list(overrides)).tasks[0].spec
+
+
+def _golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert path.is_file(), f"{path} missing: run with UPDATE_GOLDEN=1 to create it"
+    assert text == path.read_text(), f"{name} differs from the golden file (UPDATE_GOLDEN=1 to refresh)"
+
+
+def test_grpo_multinode_engine_commands_golden():
+    _golden("sglang_grpo_multinode.txt", render_engine_commands(_spec()))
+
+
+def test_multinode_engine_golden():
+    _golden("sglang_multinode_engine.txt", render_engine_commands(_spec("rollout.gpus_per_engine=16")))
+
+
+def test_grpo_multinode_megatron_args_golden():
+    _golden("sglang_grpo_multinode_megatron.txt", render_megatron_args(_spec(), QWEN25_7B))
+
+
+def test_megatron_args_without_a_readable_config_keep_every_other_field():
+    text = render_megatron_args(_spec())
+    assert "num_layers=<from config.json at launch>" in text and "vocab_size=<from config.json at launch>" in text
+    assert "tensor_model_parallel_size=2" in text and "recompute_granularity='full'" in text
+    assert "use_distributed_optimizer=True" in text
+
+
+def test_megatron_args_reject_a_layout_the_model_cannot_take():
+    with pytest.raises(MegatronConfigError, match="query groups\\)=4 is not divisible by train.parallel.tensor=8"):
+        render_megatron_args(_spec("train.parallel.tensor=8"), QWEN25_7B)
+
+
+def test_engine_command_structure():
+    spec = _spec()
+    cmds = engine_commands(spec, hosts=["10.0.0.1", "10.0.0.2"])
+    assert len(cmds) == 8 and {c.nnodes for c in cmds} == {1}
+    assert [(c.node, c.gpus, c.port) for c in cmds[3:5]] == [(0, (6, 7), 30040), (1, (0, 1), 30010)]
+    c = cmds[5]
+    argv = list(c.argv)
+    assert argv[:3] == ["python", "-m", "sglang.launch_server"]
+    assert argv[argv.index("--tp-size") + 1] == "2" and argv[argv.index("--base-gpu-id") + 1] == "2"
+    assert argv[argv.index("--host") + 1] == "10.0.0.2" and c.url == "http://10.0.0.2:30020"
+    assert c.ports == (30020, 30021)
+    assert "--enable-memory-saver" in argv  # colocated
+    assert argv[-4:] == ["--mem-fraction-static", "0.7", "--cuda-graph-max-bs", "256"]
+    multi = engine_commands(_spec("rollout.gpus_per_engine=16"), hosts=["a", "b"])
+    assert [(c.node_rank, c.port, c.url) for c in multi] == [(0, 30010, "http://a:30010"), (1, None, None)]
+    for c in multi:
+        argv = list(c.argv)
+        assert argv[argv.index("--dist-init-addr") + 1] == "a:30012" and argv[argv.index("--nnodes") + 1] == "2"
+
+
+def test_disaggregated_engines_start_after_the_actor_gpus():
+    spec = _spec(path=ROOT / "specs" / "grpo-disaggregated.yaml")
+    cmds = engine_commands(spec)
+    assert [c.gpus for c in cmds] == [(4, 5), (6, 7)]
+    assert all("--enable-memory-saver" not in c.argv for c in cmds)
+
+
+def test_engine_args_conversion():
+    flags = flags_from_args({"mem-fraction-static": 0.8, "enable-torch-compile": True, "disable-radix-cache": False,
+                             "chunked-prefill-size": None, "attention-backend": "fa3", "max-running-requests": 128},
+                            field_name="rollout.engine_args")
+    assert flags == ["--mem-fraction-static", "0.8", "--enable-torch-compile", "--attention-backend", "fa3",
+                     "--max-running-requests", "128"]
+    for key in ("tp-size", "tp_size", "--port", "base_gpu_id", "dist-init-addr"):
+        with pytest.raises(LaunchError, match=f"rollout.engine_args.{key}: slime sets"):
+            flags_from_args({key: 1}, field_name="rollout.engine_args", reserved=("tp-size", "port", "base-gpu-id",
+                                                                                  "dist-init-addr"))
+    with pytest.raises(LaunchError, match="must be a string, number"):
+        flags_from_args({"x": [1, 2]}, field_name="rollout.engine_args")
+
+
+def test_pp_size_divides_gpus_per_engine_and_reserved_keys_are_rejected_from_specs():
+    spec = _spec("rollout.engine_args.pp-size=2")
+    argv = list(engine_commands(spec)[0].argv)
+    assert argv[argv.index("--tp-size") + 1] == "1" and argv[argv.index("--pp-size") + 1] == "2"
+    with pytest.raises(LaunchError, match="pp-size=3 must be a positive integer dividing"):
+        engine_commands(_spec("rollout.engine_args.pp-size=3"))
+    with pytest.raises(LaunchError, match="rollout.engine_args.tp-size: slime sets --tp-size itself"):
+        engine_commands(_spec("rollout.engine_args.tp-size=4"))
+
+
+def test_trust_remote_code_follows_auto_map(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({**QWEN25_7B, "auto_map": {"AutoModel": "x.Y"}}))
+    cmds = engine_commands(_spec(f"model.path={tmp_path}"))
+    assert all("--trust-remote-code" in c.argv for c in cmds)
+    assert all("--trust-remote-code" not in c.argv for c in engine_commands(_spec()))
+
+
+def test_router_only_for_several_engines_with_router_args():
+    spec = _spec("rollout.router_args.policy=cache_aware")
+    cmd = router_command(spec, ["http://a:1", "http://b:2"], host="a")
+    assert list(cmd.argv) == ["python", "-m", "sglang_router.launch_router", "--host", "a", "--port", "30000",
+                              "--worker-urls", "http://a:1", "http://b:2", "--policy", "cache_aware"]
+    assert router_command(spec, ["http://a:1"], host="a") is None
+
+
+def test_non_sglang_specs_are_refused():
+    with pytest.raises(LaunchError, match="rollout.backend is 'builtin'"):
+        engine_commands(_spec("rollout.backend=builtin"))
+
+
+def test_each_node_starts_only_its_own_engine_processes():
+    from slime.backends.sglang.backend import process_specs
+
+    multi = engine_commands(_spec("rollout.gpus_per_engine=16"), hosts=["a", "b"])
+    on_b = process_specs(multi, {1})
+    assert [(p.name, p.url, p.ports) for p in on_b] == [("engine0-node1", None, ())]
+    on_a = process_specs(engine_commands(_spec(), hosts=["a", "b"]), {0})
+    assert [p.name for p in on_a] == ["engine0", "engine1", "engine2", "engine3"]
+    assert on_a[1].url == "http://a:30020" and on_a[1].ports == (30020, 30021)
