@@ -10,6 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 ENTRIES: dict[str, tuple[str, str]] = {
+    "status": ("slime.cli.jobs:configure_status", "state of a run's tasks: SLURM or local state, restarts, last step"),
+    "logs": ("slime.cli.jobs:configure_logs", "print (or -f follow) a run's job log or one node's log"),
+    "cancel": ("slime.cli.jobs:configure_cancel", "cancel a run (every task) or one task with --task"),
+    "list": ("slime.cli.jobs:configure_list", "recent runs as a table: name, run dir, job ids, state, last step"),
+    "rerun": ("slime.cli.jobs:configure_rerun", "submit exactly what a run dir's lock.json recorded, as a new run"),
+    "patches": ("slime.cli.patches_cmd:configure", "check/apply our patches to the pinned SGLang and megatron-core"),
 }
 
 

@@ -1,0 +1,453 @@
+"""Job management subcommands: ``status``, ``logs``, ``cancel``, ``list``, ``rerun`` (all with ``--json``).
+
+Which run (``TARGET``), in order:
+
+1. omitted — the newest run under ``--dir`` (default ``$SLIME_RUNS_DIR``, else ``./runs``);
+2. an existing directory — that run dir;
+3. a job id (``123``, ``123_4`` for array index 4, or an array task's own id) — the run under
+   ``--dir`` whose ``jobs.json`` lists it; else SLURM is asked for the job's ``WorkDir`` (the
+   launcher submits from the run dir), from ``scontrol`` or the job completion log (``sacct -c``).
+   No separate index file is kept: ``jobs.json`` and SLURM's own record are the index.
+
+State and logs come from the launcher's job manager (``launchers.slurm.jobs`` or
+``launchers.local_jobs``, named in ``jobs.json``). ``status`` also merges the preflight's
+hosts/GPUs into ``lock.json`` (``slime.provenance.update_lock_from_preflight``).
+Exit codes: 0 ok · 2 usage (no such run, bad ``--task``, duplicate on ``rerun``) · 3 SLURM failed.
+This module imports only the standard library at import time (the CLI builds every parser).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["configure_status", "configure_logs", "configure_cancel", "configure_list", "configure_rerun",
+           "resolve_target", "find_runs", "MANAGERS"]
+
+EXIT_OK, EXIT_SPEC, EXIT_INFRA = 0, 2, 3
+MANAGERS = {"slurm": "launchers.slurm.jobs", "local": "launchers.local_jobs"}
+_JOB_ID = re.compile(r"\d+(_\d+)?")
+_COLORS = {"succeeded": "green", "running": "cyan", "pending": "magenta", "requeued": "magenta",
+           "suspended": "magenta", "failed": "red", "timeout": "red", "cancelled": "yellow", "unknown": "dim"}
+
+
+class UsageError(Exception):
+    """Bad target or option: exit code 2, message printed like the CLI's other usage errors."""
+
+
+def _guard(func):
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except UsageError as exc:
+            from slime.cli.commands import _error
+
+            _error(getattr(args, "json", False), "usage", str(exc))
+            return EXIT_SPEC
+    return run
+
+
+def _default_dir() -> Path:
+    return Path(os.environ.get("SLIME_RUNS_DIR") or "runs")
+
+
+def _common(p: argparse.ArgumentParser, *, target: bool = True, task: bool = True) -> None:
+    if target:
+        p.add_argument("target", nargs="?", metavar="RUN_DIR|JOB_ID",
+                       help="a run dir or a SLURM job id (default: the newest run under --dir)")
+    if task:
+        p.add_argument("--task", type=int, default=None, metavar="N", help="only sweep task N")
+    p.add_argument("--dir", type=Path, default=None, metavar="D",
+                   help="where runs live (default: $SLIME_RUNS_DIR, else ./runs)")
+    p.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+
+# ----------------------------------------------------------------------------- finding runs
+def _manager(launcher: str):
+    import importlib
+
+    if launcher not in MANAGERS:
+        raise UsageError(f"unknown launcher {launcher!r} in jobs.json; known: {', '.join(sorted(MANAGERS))}")
+    return importlib.import_module(MANAGERS[launcher])
+
+
+def _is_run(d: Path) -> bool:
+    return (d / "jobs.json").is_file() or (d / "lock.json").is_file()
+
+
+def _launcher_of(paths) -> str:
+    launcher = paths.read_jobs().get("launcher")
+    if not launcher:
+        try:
+            launcher = json.loads(paths.lock.read_text()).get("launcher")
+        except (OSError, ValueError):
+            launcher = None
+    return launcher or "local"
+
+
+def find_runs(parent: Path) -> list:
+    """Run dirs directly under ``parent``, newest first (by submit time)."""
+    from launchers.local_jobs import run_started
+    from slime.paths import RunPaths
+
+    try:
+        dirs = [d for d in Path(parent).iterdir() if d.is_dir() and not d.name.startswith(".") and _is_run(d)]
+    except OSError:
+        return []
+    runs = [RunPaths(d.resolve()) for d in dirs]
+    return sorted(runs, key=lambda p: run_started(p) or 0.0, reverse=True)
+
+
+def _jobs_ids(paths) -> set[str]:
+    doc = paths.read_jobs()
+    return {str(j) for j in doc.get("job_ids", [])} | {str(a.get("job_id")) for a in doc.get("arrays") or []}
+
+
+def resolve_target(target: str | None, search: Path | None) -> tuple[Any, int | None]:
+    """(RunPaths, task or None) for a TARGET (see the module doc)."""
+    from slime.paths import RunPaths
+
+    parent = search or _default_dir()
+    if target is None:
+        runs = find_runs(parent)
+        if not runs:
+            raise UsageError(f"no runs under {parent.resolve()}; pass a run dir or a job id, or --dir")
+        return runs[0], None
+    p = Path(target).expanduser()
+    if p.is_dir():
+        if not _is_run(p):
+            raise UsageError(f"{p} is not a run dir (it has no jobs.json or lock.json)")
+        return RunPaths(p.resolve()), None
+    if _JOB_ID.fullmatch(target):
+        job, _, index = target.partition("_")
+        for paths in find_runs(parent):
+            if job in _jobs_ids(paths):
+                task = None
+                if index:
+                    from launchers.slurm.jobs import task_layout
+                    from launchers.local_jobs import task_count
+
+                    layout = task_layout(paths.read_jobs(), task_count(paths))
+                    task = next((t for t, key in layout.items() if key == (job, int(index))), None)
+                return paths, task
+        if shutil.which("scontrol"):
+            from launchers.slurm.jobs import find_run
+
+            found = find_run(target)
+            if found:
+                return RunPaths(found[0].resolve()), found[1]
+        raise UsageError(f"job {target}: no run under {parent.resolve()} lists it and SLURM does not know its "
+                         "run dir; pass the run dir instead (or --dir where the run lives)")
+    raise UsageError(f"{target!r} is neither a run dir nor a job id")
+
+
+def _task_arg(args: argparse.Namespace, implied: int | None, n: int) -> int | None:
+    task = args.task if args.task is not None else implied
+    if task is not None and not 0 <= task < n:
+        raise UsageError(f"--task {task}: the run has tasks 0..{n - 1}")
+    return task
+
+
+# ----------------------------------------------------------------------------- output helpers
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def _when(t: float | None) -> str:
+    if t is None:
+        return "?"
+    age = time.time() - t
+    ago = f"{age:.0f}s" if age < 120 else f"{age / 60:.0f}m" if age < 7200 else f"{age / 3600:.0f}h" \
+        if age < 172800 else f"{age / 86400:.0f}d"
+    return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t))} ({ago} ago)"
+
+
+def _state(s: str) -> str:
+    return f"[{_COLORS.get(s, 'white')}]{s}[/]"
+
+
+def _metric(m: dict | None) -> str:
+    if not m:
+        return ""
+    v = m.get("value")
+    return f"{m['name']}={v:.4g}" if isinstance(v, (int, float)) else f"{m['name']}={v}"
+
+
+# ----------------------------------------------------------------------------- status
+def configure_status(p: argparse.ArgumentParser) -> None:
+    _common(p)
+    p.set_defaults(func=_guard(status))
+
+
+def status(args: argparse.Namespace) -> int:
+    from slime.provenance import update_lock_from_preflight
+
+    paths, implied = resolve_target(args.target, args.dir)
+    st = _manager(_launcher_of(paths)).run_status(paths)
+    task = _task_arg(args, implied, len(st.tasks))
+    update_lock_from_preflight(paths.root)
+    doc = st.to_json()
+    if task is not None:
+        doc["tasks"] = [t for t in doc["tasks"] if t["task"] == task]
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return EXIT_OK
+    from rich.markup import escape
+    from rich.table import Table
+
+    con = _console()
+    ids = ", ".join(st.job_ids) or "-"
+    con.print(f"[bold]{escape(st.name)}[/] {_state(st.state)}  launcher {st.launcher}  job {escape(ids)}  "
+              f"submitted {_when(st.started)}" + ("  [dim](preflight only)[/]" if st.preflight_only else ""))
+    con.print(f"run dir: {escape(st.run_dir)}")
+    table = Table(show_edge=False, pad_edge=False)
+    for col in ("task", "state", "job", "nodes", "restarts", "step", "metric", "reason / detail"):
+        table.add_column(col, overflow="fold")
+    for t in doc["tasks"]:
+        restarts = str(t["restarts"]) + (f" ({', '.join(t['restart_causes'])})" if t["restart_causes"] else "")
+        table.add_row(str(t["task"]), _state(t["state"]), escape(t["job_id"] or "-"), escape(t["nodes"] or "-"),
+                      escape(restarts), "-" if t["step"] is None else str(t["step"]), escape(_metric(t["metric"])),
+                      escape(t["reason"] or "") + (f" [dim]\\[{t['source']}][/]"))
+    con.print(table)
+    return EXIT_OK
+
+
+# ----------------------------------------------------------------------------- logs
+def configure_logs(p: argparse.ArgumentParser) -> None:
+    _common(p)
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing new output until the job ends")
+    p.add_argument("--node", default=None, metavar="NAME", help="that node's bootstrap log instead of the job log")
+    p.add_argument("--tail", type=int, default=None, metavar="N", help="only the last N lines (before following)")
+    p.add_argument("--poll", type=float, default=0.5, help=argparse.SUPPRESS)
+    p.set_defaults(func=_guard(logs))
+
+
+def _tail(text: str, n: int | None) -> str:
+    if n is None:
+        return text
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[-n:]) if n > 0 else ""
+
+
+def logs(args: argparse.Namespace) -> int:
+    from launchers.local_jobs import ACTIVE, task_count
+
+    paths, implied = resolve_target(args.target, args.dir)
+    mgr = _manager(_launcher_of(paths))
+    n = task_count(paths)
+    task = _task_arg(args, implied, n)
+    task = 0 if task is None else task
+    files = mgr.log_files(paths, task, args.node)
+    if not args.follow:
+        out = [{"path": str(f), "exists": f.exists(),
+                "text": _tail(f.read_text(errors="replace"), args.tail) if f.exists() else ""} for f in files]
+        if args.json:
+            print(json.dumps({"run_dir": str(paths.root), "task": task, "node": args.node, "files": out}, indent=2))
+            return EXIT_OK
+        if not any(f["exists"] for f in out):
+            st = mgr.run_status(paths).tasks[task].state
+            _console(stderr=True).print(f"no log yet for task {task} ({st}): {', '.join(f['path'] for f in out)}")
+        for f in out:
+            if f["exists"]:
+                if len(out) > 1:
+                    sys.stdout.write(f"==> {f['path']} <==\n")
+                sys.stdout.write(f["text"])
+        sys.stdout.flush()
+        if n > 1 and args.task is None and implied is None and not args.json:
+            _console(stderr=True).print(f"[dim](task {task} of {n}; --task N for another)[/]")
+        return EXIT_OK
+    return _follow(paths, mgr, task, files, args, ACTIVE)
+
+
+def _follow(paths, mgr, task: int, files: list[Path], args: argparse.Namespace, active_states) -> int:
+    """Print new bytes as they arrive; stop once the task is no longer active (polled every ~2 s)."""
+    pos: dict[Path, int] = {}
+    first = True
+
+    def drain() -> None:
+        nonlocal first
+        for f in files:
+            try:
+                size = f.stat().st_size
+            except OSError:
+                continue
+            start = pos.get(f, 0)
+            if size < start:  # truncated (a requeue without append): start over
+                start = 0
+            if size == start:
+                continue
+            with f.open("rb") as fh:
+                fh.seek(start)
+                data = fh.read(size - start).decode("utf-8", "replace")
+            pos[f] = size
+            if first and args.tail is not None and start == 0:
+                data = _tail(data, args.tail)
+            if args.json:
+                print(json.dumps({"path": str(f), "text": data}), flush=True)
+            else:
+                sys.stdout.write(data)
+                sys.stdout.flush()
+        first = False
+
+    last_check, state = 0.0, None
+    while True:
+        drain()
+        now = time.monotonic()
+        if now - last_check >= 2.0:
+            last_check = now
+            state = mgr.run_status(paths).tasks[task].state
+            if state not in active_states:
+                drain()  # what the job wrote while it ended
+                break
+        time.sleep(max(0.05, args.poll))
+    if args.json:
+        print(json.dumps({"run_dir": str(paths.root), "task": task, "state": state, "done": True}), flush=True)
+    else:
+        _console(stderr=True).print(f"[dim]task {task} is {state}; stopped following[/]")
+    return EXIT_OK
+
+
+# ----------------------------------------------------------------------------- cancel
+def configure_cancel(p: argparse.ArgumentParser) -> None:
+    _common(p)
+    p.set_defaults(func=_guard(cancel))
+
+
+def cancel(args: argparse.Namespace) -> int:
+    from launchers.local_jobs import task_count
+
+    if args.target is None:
+        raise UsageError("cancel needs a RUN_DIR or JOB_ID (it never guesses which run to stop)")
+    paths, implied = resolve_target(args.target, args.dir)
+    task = _task_arg(args, implied, task_count(paths))
+    result = _manager(_launcher_of(paths)).cancel(paths, task)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        con = _console()
+        if result.get("cancelled"):
+            what = ", ".join(str(c) for c in result["cancelled"])
+            con.print(f"cancelled {what} (task{'s' if len(result.get('tasks', [])) != 1 else ''} "
+                      f"{', '.join(str(t) for t in result.get('tasks', result['cancelled']))}) of {paths.root}")
+        else:
+            con.print(result.get("message", "nothing to cancel"))
+    return EXIT_OK
+
+
+# ----------------------------------------------------------------------------- list
+def configure_list(p: argparse.ArgumentParser) -> None:
+    _common(p, target=False, task=False)
+    p.add_argument("--limit", type=int, default=20, metavar="N", help="at most N runs, newest first (default 20)")
+    p.set_defaults(func=_guard(list_runs))
+
+
+def list_runs(args: argparse.Namespace) -> int:
+    parent = args.dir or _default_dir()
+    if args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    runs = find_runs(parent)[:args.limit]
+    by_launcher: dict[str, list] = {}
+    for p in runs:
+        by_launcher.setdefault(_launcher_of(p), []).append(p)
+    states: dict[Path, Any] = {}
+    for launcher, group in by_launcher.items():
+        states.update(_manager(launcher).run_states(group))
+    rows = []
+    for p in runs:
+        st = states[p.root]
+        rows.append({"name": st.name, "run_dir": st.run_dir, "launcher": st.launcher, "job_ids": st.job_ids,
+                     "state": st.state, "started": st.started, "last_step": st.last_step, "tasks": len(st.tasks),
+                     "preflight_only": st.preflight_only})
+    if args.json:
+        print(json.dumps({"dir": str(Path(parent).resolve()), "runs": rows}, indent=2))
+        return EXIT_OK
+    from rich.markup import escape
+    from rich.table import Table
+
+    con = _console()
+    if not rows:
+        con.print(f"no runs under {escape(str(Path(parent).resolve()))}")
+        return EXIT_OK
+    con.print(f"runs under {escape(str(Path(parent).resolve()))}, newest first:")
+    table = Table(show_edge=False, pad_edge=False)
+    for col in ("name", "run dir", "launcher", "job ids", "state", "started", "last step"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(escape(r["name"]), escape(Path(r["run_dir"]).name), r["launcher"],
+                      escape(", ".join(r["job_ids"]) or "-"),
+                      _state(r["state"]) + (f" ({r['tasks']} tasks)" if r["tasks"] > 1 else ""), _when(r["started"]),
+                      "-" if r["last_step"] is None else str(r["last_step"]))
+    con.print(table)
+    return EXIT_OK
+
+
+# ----------------------------------------------------------------------------- rerun
+def configure_rerun(p: argparse.ArgumentParser) -> None:
+    p.add_argument("target", metavar="RUN_DIR|JOB_ID", help="the run to submit again")
+    p.add_argument("--dir", type=Path, default=None, metavar="D", help="where to look up a job id")
+    p.add_argument("--force", action="store_true", help="submit even if that spec's job is still pending/running")
+    p.add_argument("--dry-run", action="store_true", help="print what would be submitted; change nothing")
+    p.add_argument("--json", action="store_true", help="print JSON for scripts")
+    p.set_defaults(func=_guard(rerun))
+
+
+def _script_identical(old: Path, old_root: str, new_text: str | None, new_root: Path) -> bool | None:
+    if new_text is None or not old.exists():
+        return None
+    return old.read_text().replace(old_root, str(new_root)) == new_text
+
+
+def rerun(args: argparse.Namespace) -> int:
+    from launchers import get_launcher
+    from launchers.base import SubmitOptions
+    from slime.errors import InfraError
+    from slime.provenance import loaded_from_run, read_lock, rerun_extra, spec_sha256
+
+    paths, _ = resolve_target(args.target, args.dir)
+    lock = read_lock(paths.root)
+    loaded = loaded_from_run(paths, lock)
+    extra, env = rerun_extra(paths, lock)
+    os.environ.update(env)  # e.g. SLIME_DRIVER, which the job reads from its environment
+    launcher = get_launcher(lock["launcher"])
+    options = SubmitOptions(preflight_only=bool((lock.get("options") or {}).get("preflight_only")), force=args.force,
+                            extra=extra)
+    request = launcher.compile(loaded, options)
+    if spec_sha256(request.file("resolved.json")) != lock["spec_sha256"]:
+        raise InfraError(f"rerun of {paths.root} would not submit the recorded resolved spec (hash differs): a bug; "
+                         "please report it")
+    try:
+        new_script = request.file(paths.script.name)
+    except KeyError:
+        new_script = None
+    same = _script_identical(paths.script, str(lock.get("run_dir") or paths.root), new_script, request.run_dir)
+    if args.dry_run:
+        if args.json:
+            print(json.dumps({"run_dir": str(request.run_dir), "rerun_of": str(paths.root),
+                              "spec_sha256": lock["spec_sha256"], "script_identical": same,
+                              "command": list(request.command)}, indent=2))
+        else:
+            sys.stdout.write(request.render())
+        return EXIT_OK
+    submission = launcher.submit(request, options)
+    out = {**submission.to_json(), "rerun_of": str(paths.root), "spec_sha256": lock["spec_sha256"],
+           "script_identical": same}
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        con = _console()
+        if submission.job_ids:
+            con.print(f"submitted job {', '.join(submission.job_ids)} (rerun of {paths.root})")
+        con.print(f"run dir: {submission.run_dir}")
+        if same is False:
+            con.print("[yellow]note:[/] the batch script differs from the original's beyond the run dir "
+                      "(slime-submit changed since); the resolved spec is identical")
+    return submission.returncode

@@ -1,0 +1,172 @@
+"""``slime-submit status/logs/cancel/list`` on run dirs made here (local runs with real processes,
+and a SLURM run dir whose job SLURM does not know, answered from the run dir's own records).
+
+The SLURM side against the live cluster is tests/e2e/test_job_management.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from launchers.local_jobs import record_exit, record_start
+from slime.cli.main import main
+from slime.paths import RunPaths
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def make_run(parent: Path, name: str, launcher: str = "local", started: float = 0.0, **jobs) -> RunPaths:
+    paths = RunPaths.create(parent, name, [("resolved.json", json.dumps({"name": name.split("-")[0]}), 0o644),
+                                           ("spec.yaml", "x\n", 0o644)])
+    paths.task(0).logs.mkdir(parents=True)
+    paths.write_jobs({"launcher": launcher, "job_ids": [], "tasks": 1, "preflight_only": False,
+                      "submitted_at": started or time.time(), **jobs})
+    return paths
+
+
+@pytest.fixture(autouse=True)
+def wide(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")  # rich tables: one row per line
+
+
+def run(capsys, *argv: str) -> tuple[int, dict | str]:
+    rc = main(list(argv))
+    out = capsys.readouterr().out
+    try:
+        return rc, json.loads(out)
+    except ValueError:
+        return rc, out
+
+
+@pytest.fixture
+def runs(tmp_path):
+    """Two local runs: an older finished one with metrics, a newer one whose bootstrap is running."""
+    d = tmp_path / "runs"
+    old = make_run(d, "alpha-20260101-000000-aaaaaa", started=time.time() - 100)
+    record_exit(old, 0, 0)
+    old.task(0).state.write_text(json.dumps({"state": "succeeded"}))
+    old.task(0).metrics.write_text("".join(json.dumps({"rollout_id": k, "step": k + 1, "rollout/reward_mean": k / 4})
+                                           + "\n" for k in range(5)))
+    old.task(0).node_log("vm").write_text("line 1\nline 2\nline 3\n")
+    new = make_run(d, "beta-20260101-000100-bbbbbb")
+    proc = subprocess.Popen([sys.executable, "-c", "import signal, sys, time\n"
+                             "signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))\n"
+                             "print('ready', flush=True)\ntime.sleep(60)", str(new.root)],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "ready\n"
+    record_start(new, 0, proc.pid)
+    yield d, old, new, proc
+    proc.kill()
+    proc.wait()
+
+
+def test_list_shows_newest_first_with_state_and_last_step(runs, capsys):
+    d, old, new, _ = runs
+    rc, out = run(capsys, "list", "--dir", str(d), "--json")
+    assert rc == 0
+    assert [(r["name"], r["state"], r["last_step"], r["launcher"]) for r in out["runs"]] == [
+        ("beta", "running", None, "local"), ("alpha", "succeeded", 5, "local")]
+    assert out["runs"][1]["run_dir"] == str(old.root)
+    rc, out = run(capsys, "list", "--dir", str(d), "--limit", "1", "--json")
+    assert [r["name"] for r in out["runs"]] == ["beta"]
+    rc, text = run(capsys, "list", "--dir", str(d))
+    assert rc == 0 and "alpha-20260101-000000-aaaaaa" in text and "succeeded" in text
+
+
+def test_status_of_the_newest_run_by_default_and_of_a_given_run_dir(runs, capsys, monkeypatch):
+    d, old, new, _ = runs
+    monkeypatch.setenv("SLIME_RUNS_DIR", str(d))
+    rc, out = run(capsys, "status", "--json")
+    assert rc == 0 and out["run_dir"] == str(new.root) and out["tasks"][0]["state"] == "running"
+    rc, out = run(capsys, "status", str(old.root), "--json")
+    (t,) = out["tasks"]
+    assert (out["state"], t["step"], t["rollout_id"], t["metric"]) == (
+        "succeeded", 5, 4, {"name": "rollout/reward_mean", "value": 1.0})
+    rc, text = run(capsys, "status", str(old.root))
+    assert rc == 0 and "rollout/reward_mean=1" in text and "succeeded" in text
+
+
+def test_bad_targets_and_tasks_are_usage_errors(runs, capsys, tmp_path):
+    d, old, *_ = runs
+    rc, out = run(capsys, "status", str(old.root), "--task", "3", "--json")
+    assert rc == 2 and "tasks 0..0" in out["message"]
+    rc, out = run(capsys, "status", str(tmp_path), "--json")  # a dir that is not a run dir
+    assert rc == 2 and "not a run dir" in out["message"]
+    rc, out = run(capsys, "status", "no such thing", "--dir", str(d), "--json")
+    assert rc == 2 and "neither a run dir nor a job id" in out["message"]
+    rc, out = run(capsys, "status", "--dir", str(tmp_path / "empty"), "--json")
+    assert rc == 2 and "no runs under" in out["message"]
+    rc, out = run(capsys, "cancel", "--dir", str(d), "--json")
+    assert rc == 2 and "never guesses" in out["message"]
+
+
+def test_logs_print_and_json(runs, capsys):
+    d, old, *_ = runs
+    rc, text = run(capsys, "logs", str(old.root), "--tail", "2")
+    assert rc == 0 and text == "line 2\nline 3\n"
+    rc, out = run(capsys, "logs", str(old.root), "--node", "vm", "--json")
+    assert out["files"] == [{"path": str(old.task(0).node_log("vm")), "exists": True,
+                             "text": "line 1\nline 2\nline 3\n"}]
+    rc, out = run(capsys, "logs", str(old.root), "--node", "nosuchnode", "--json")
+    assert rc == 0 and out["files"][0]["exists"] is False
+    rc, text = run(capsys, "logs", str(old.root), "-f")  # a finished run: prints what there is and stops
+    assert rc == 0 and text.endswith("line 3\n")
+
+
+def test_logs_follow_streams_until_the_task_ends(runs, capsys):
+    d, old, new, proc = runs
+    log = new.task(0).node_log("vm")
+    log.write_text("starting\n")
+
+    def job():
+        for i in range(3):
+            time.sleep(0.3)
+            with log.open("a") as fh:
+                fh.write(f"step {i}\n")
+        proc.terminate()
+        record_exit(new, 0, proc.wait())
+
+    t = threading.Thread(target=job)
+    t.start()
+    started = time.monotonic()
+    rc = main(["logs", str(new.root), "-f", "--poll", "0.1", "--json"])
+    t.join()
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert rc == 0 and time.monotonic() - started < 20
+    assert "".join(x.get("text", "") for x in lines) == "starting\nstep 0\nstep 1\nstep 2\n"
+    assert lines[-1]["done"] is True and lines[-1]["state"] == "failed"  # killed, exit 143, no cancel record
+
+
+def test_cancel_a_running_local_run(runs, capsys):
+    d, old, new, proc = runs
+    rc, out = run(capsys, "cancel", str(new.root), "--json")
+    assert rc == 0 and out["cancelled"] == [0] and out["pids"] == [proc.pid]
+    assert proc.wait(timeout=10) == 143  # SIGTERM reached it
+    record_exit(new, 0, 143)
+    rc, out = run(capsys, "status", str(new.root), "--json")
+    assert out["state"] == "cancelled"
+    rc, out = run(capsys, "cancel", str(old.root), "--json")
+    assert rc == 0 and out["cancelled"] == [] and "succeeded" in out["message"]
+
+
+def test_a_slurm_job_id_resolves_through_jobs_json_and_the_run_dir_answers(tmp_path, capsys):
+    """Job 9876543 is unknown to SLURM (or SLURM is absent): the batch log's last line decides."""
+    d = tmp_path / "runs"
+    paths = make_run(d, "gamma-20260101-000200-cccccc", launcher="slurm", job_ids=["9876543"], arrays=[])
+    paths.logs.mkdir()
+    (paths.logs / "slurm-9876543.out").write_text("slime: job 9876543 task 0 on sn1 (restart 0)\n"
+                                                   "slime: task 0 finished with exit code 0\n")
+    rc, out = run(capsys, "status", "9876543", "--dir", str(d), "--json")
+    assert rc == 0 and out["run_dir"] == str(paths.root)
+    (t,) = out["tasks"]
+    assert (t["state"], t["source"], t["job_id"]) == ("succeeded", "run dir", "9876543")
+    assert t["log"] == str(paths.logs / "slurm-9876543.out")
+    rc, text = run(capsys, "logs", "9876543", "--dir", str(d))
+    assert "finished with exit code 0" in text
