@@ -239,7 +239,8 @@ class E2BSandbox:
         return text
 
     def _api_opts(self) -> dict[str, Any]:
-        assert self._key is not None
+        if self._key is None:
+            raise SandboxError("E2B API key not resolved: use the sandbox as an async context manager")
         return {
             "api_key": self._key.reveal(),
             "retries": 0,  # one retry policy: ours

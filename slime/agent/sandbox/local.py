@@ -320,7 +320,8 @@ class LocalSandbox:
 
     def _bwrap_argv(self, argv: list[str], workdir: str | None) -> list[str]:
         if self._argv_prefix is None:
-            assert self._state is not None  # guarded by _require_started
+            if self._state is None:  # guarded by _require_started; kept explicit under python -O
+                raise SandboxError("sandbox not started: use it as an async context manager")
             self._argv_prefix = bwrap_prefix(
                 self._bwrap,
                 network=self.network,
