@@ -1,0 +1,245 @@
+"""Sampling parameters (SGLang's native names) and the batched token sampler.
+
+``SamplingParams.from_dict`` accepts the subset of SGLang's ``sampling_params``
+that this engine implements and rejects the rest with a message naming the key,
+so a client never silently gets different behaviour from the built-in engine
+than from SGLang. Keys SGLang knows but this engine does not implement are
+accepted only at their neutral value (e.g. ``frequency_penalty: 0``).
+
+Log-probabilities follow SGLang: ``log_softmax(logits / temperature)`` of the
+chosen token, computed in fp32 *before* top-p/top-k filtering; with
+``temperature == 0`` (greedy) the raw logits are used. Sampling draws one
+uniform number per row and inverts the row's CDF, which costs far less on CPU
+than ``torch.multinomial`` or Gumbel noise over the whole vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+__all__ = ["SamplingParams", "BatchSampling", "sample_next"]
+
+# Known to SGLang, not implemented here: allowed only at these neutral values.
+_NEUTRAL = {
+    "frequency_penalty": 0.0,
+    "presence_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "min_p": 0.0,
+    "min_new_tokens": 0,
+    "n": 1,
+    "regex": None,
+    "json_schema": None,
+    "ebnf": None,
+    "structural_tag": None,
+    "stop_regex": None,
+    "logit_bias": None,
+    "custom_params": None,
+    "lora_path": None,
+}
+_IGNORED = {"spaces_between_special_tokens"}  # detokenisation detail; harmless to ignore
+
+
+def _num(d: dict, key: str, default, kind):
+    value = d.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"sampling_params.{key} must be a number, got {value!r}")
+    if kind is int:
+        if isinstance(value, float) and not value.is_integer():
+            raise ValueError(f"sampling_params.{key} must be an integer, got {value!r}")
+        return int(value)
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"sampling_params.{key} must be finite, got {value!r}")
+    return value
+
+
+def _bool(d: dict, key: str, default: bool) -> bool:
+    value = d.get(key, default)
+    if not isinstance(value, bool):
+        raise ValueError(f"sampling_params.{key} must be true or false, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """One request's decoding settings (SGLang names and defaults)."""
+
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    no_stop_trim: bool = False
+    sampling_seed: int | None = None
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "SamplingParams":
+        if d is None:
+            d = {}
+        if not isinstance(d, dict):
+            raise ValueError(f"sampling_params must be a JSON object, got {type(d).__name__}")
+        known = {"max_new_tokens", "temperature", "top_p", "top_k", "stop", "stop_token_ids", "ignore_eos",
+                 "skip_special_tokens", "no_stop_trim", "sampling_seed"}
+        for key, value in d.items():
+            if key in known or key in _IGNORED:
+                continue
+            if key in _NEUTRAL:
+                if value is not None and value != _NEUTRAL[key]:
+                    raise ValueError(
+                        f"sampling_params.{key}={value!r} is not supported by the built-in engine "
+                        f"(only the neutral value {_NEUTRAL[key]!r}); use the SGLang backend for it")
+                continue
+            raise ValueError(
+                f"unknown sampling_params key {key!r}; supported: {', '.join(sorted(known))}")
+        max_new = _num(d, "max_new_tokens", 128, int)
+        if max_new < 0:
+            raise ValueError(f"sampling_params.max_new_tokens must be >= 0, got {max_new}")
+        temperature = _num(d, "temperature", 1.0, float)
+        if temperature < 0:
+            raise ValueError(f"sampling_params.temperature must be >= 0, got {temperature}")
+        top_p = _num(d, "top_p", 1.0, float)
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"sampling_params.top_p must be in (0, 1], got {top_p}")
+        top_k = _num(d, "top_k", -1, int)
+        if top_k == 0 or top_k < -1:
+            raise ValueError(f"sampling_params.top_k must be -1 (off) or >= 1, got {top_k}")
+        stop = d.get("stop") or ()
+        if isinstance(stop, str):
+            stop = (stop,)
+        if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) and s for s in stop):
+            raise ValueError(f"sampling_params.stop must be a non-empty string or a list of them, got {stop!r}")
+        stop_ids = d.get("stop_token_ids") or ()
+        if isinstance(stop_ids, int) and not isinstance(stop_ids, bool):
+            stop_ids = (stop_ids,)
+        if not isinstance(stop_ids, (list, tuple)) or not all(
+                isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in stop_ids):
+            raise ValueError(f"sampling_params.stop_token_ids must be a list of token ids, got {stop_ids!r}")
+        seed = d.get("sampling_seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"sampling_params.sampling_seed must be an integer, got {seed!r}")
+        return cls(
+            max_new_tokens=max_new,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            stop=tuple(stop),
+            stop_token_ids=tuple(stop_ids),
+            ignore_eos=_bool(d, "ignore_eos", False),
+            skip_special_tokens=_bool(d, "skip_special_tokens", True),
+            no_stop_trim=_bool(d, "no_stop_trim", False),
+            sampling_seed=seed,
+        )
+
+
+class BatchSampling:
+    """Per-slot sampling settings held as tensors so a step samples all rows at once."""
+
+    def __init__(self, max_slots: int, vocab_size: int, device: torch.device, seed: int | None) -> None:
+        self.vocab_size = vocab_size
+        self.temperature = torch.ones(max_slots, device=device)
+        self.greedy = torch.zeros(max_slots, dtype=torch.bool, device=device)
+        self.top_p = torch.ones(max_slots, device=device)
+        self.top_k = torch.full((max_slots,), vocab_size, dtype=torch.long, device=device)
+        self.generator = torch.Generator(device=device)
+        self.generator.manual_seed(0 if seed is None else int(seed))
+        if seed is None:
+            self.generator.seed()
+        self.row_generators: dict[int, torch.Generator] = {}
+        # Counts over occupied slots decide which (costly) branches a step needs.
+        self.n_active = 0
+        self.n_greedy = 0
+        self.n_filtered = 0
+        self.n_scaled = 0  # rows whose temperature is not 1 (others skip the division)
+        self._active = [False] * max_slots
+        self._filtered = [False] * max_slots
+        self._scaled = [False] * max_slots
+        self._greedy = [False] * max_slots
+        self.device = device
+
+    def set_row(self, slot: int, p: SamplingParams) -> None:
+        self.clear_row(slot)
+        greedy = p.greedy
+        self.greedy[slot] = greedy
+        self.temperature[slot] = 1.0 if greedy else p.temperature
+        self.top_p[slot] = p.top_p
+        self.top_k[slot] = self.vocab_size if p.top_k < 0 else min(p.top_k, self.vocab_size)
+        filtered = not greedy and (p.top_p < 1.0 or 0 < p.top_k < self.vocab_size)
+        scaled = not greedy and p.temperature != 1.0
+        self._filtered[slot], self._greedy[slot], self._active[slot] = filtered, greedy, True
+        self._scaled[slot] = scaled
+        self.n_scaled += scaled
+        self.n_filtered += filtered
+        self.n_greedy += greedy
+        self.n_active += 1
+        if p.sampling_seed is not None and not greedy:
+            g = torch.Generator(device=self.device)
+            g.manual_seed(p.sampling_seed)
+            self.row_generators[slot] = g
+
+    def clear_row(self, slot: int) -> None:
+        self.n_filtered -= self._filtered[slot]
+        self.n_greedy -= self._greedy[slot]
+        self.n_active -= self._active[slot]
+        self.n_scaled -= self._scaled[slot]
+        self._filtered[slot] = self._greedy[slot] = self._active[slot] = self._scaled[slot] = False
+        self.row_generators.pop(slot, None)
+
+
+def sample_next(logits: torch.Tensor, bs: BatchSampling,
+                rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick one token per row of fp32 ``logits`` [n, V]; return (tokens, log-probs).
+
+    Row ``i`` uses the settings of slot ``rows[i]``, or of slot ``i`` when
+    ``rows`` is None (a decode step over slots ``0..n-1``; rows of free slots are
+    computed and ignored).
+    """
+    n = logits.shape[0]
+    idx = rows if rows is not None else slice(0, n)
+    if bs.n_greedy == bs.n_active:
+        tokens = logits.argmax(dim=-1)
+        logp = torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None]).squeeze(1)
+        return tokens, logp
+    scaled = logits / bs.temperature[idx][:, None] if bs.n_scaled else logits
+    logprobs = torch.log_softmax(scaled, dim=-1)
+    probs = logprobs.exp()
+    if bs.n_filtered:
+        probs = _filter(probs, bs.top_p[idx], bs.top_k[idx])
+    cdf = torch.cumsum(probs, dim=-1)
+    u = torch.rand((n, 1), generator=bs.generator, device=logits.device)
+    if bs.row_generators:
+        # Seeded rows draw from their own stream, so their samples do not depend
+        # on which other requests share the batch.
+        where = {slot: i for i, slot in enumerate(rows.tolist())} if rows is not None else None
+        for slot, g in bs.row_generators.items():
+            i = slot if where is None else where.get(slot)
+            if i is not None and i < n:
+                u[i] = torch.rand((1,), generator=g, device=logits.device)
+    tokens = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(1).clamp_(max=logits.shape[1] - 1)
+    if bs.n_greedy:
+        tokens = torch.where(bs.greedy[idx], logits.argmax(dim=-1), tokens)
+    logp = logprobs.gather(1, tokens[:, None]).squeeze(1)
+    return tokens, logp
+
+
+def _filter(probs: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
+    """Zero the probabilities outside each row's top-k and nucleus (SGLang's rule)."""
+    sorted_p, order = torch.sort(probs, dim=-1, descending=True)
+    ranks = torch.arange(probs.shape[1], device=probs.device)[None, :]
+    drop = ranks >= top_k[:, None]
+    drop |= (torch.cumsum(sorted_p, dim=-1) - sorted_p) > top_p[:, None]
+    sorted_p = sorted_p.masked_fill(drop, 0.0)
+    return torch.zeros_like(probs).scatter_(1, order, sorted_p)

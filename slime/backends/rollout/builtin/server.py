@@ -1,0 +1,420 @@
+"""HTTP front end of the built-in engine, speaking a subset of SGLang's native API.
+
+The rollout client drives real SGLang and this server through the same code, so
+request and response shapes follow SGLang's ``http_server.py``:
+
+* ``POST /generate`` - ``input_ids`` (list, or list of lists for a batch) or
+  ``text``; ``sampling_params`` (object or one per item); ``rid``;
+  ``return_logprob``. Replies ``{"text", "output_ids", "meta_info": {"id",
+  "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens",
+  "weight_version", "e2e_latency", "output_token_logprobs": [[logprob, id,
+  null], ...]}}`` (a list of those for a batch).
+* ``GET /health`` (engine thread alive), ``GET /health_generate`` (one real
+  token), ``GET|POST /flush_cache`` (nothing to flush: no prefix cache),
+  ``POST /update_weights_from_disk``, ``GET /get_model_info``,
+  ``GET /get_weight_version``, ``POST /update_weight_version``,
+  ``GET /get_server_info``, ``POST /abort_request``.
+
+Errors are HTTP 400 with SGLang's body ``{"error": {"message": ...}}``; an
+unexpected failure is a 500 with the same body; the server keeps running.
+Not implemented (400 if asked for): streaming, multimodal input, LoRA,
+top-logprobs, constrained decoding.
+
+aiohttp was chosen because it is already a runtime dependency (the rollout
+client uses it) and runs in a plain thread, so :func:`start_server` works inside
+a synchronous Ray actor as well as from tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+if __name__ == "__main__":
+    # Must precede the torch import. With OpenMP's default busy-wait, torch threads on a CPU
+    # shared with other busy processes (the trainer, on the quickstart's 2 cores) slowed decode
+    # down 20-40x in our measurements; sleeping waiters cost little when the cores are idle.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from aiohttp import web
+
+from .generator import Completion, Engine
+from .sampling import SamplingParams
+
+__all__ = ["build_app", "start_server", "EngineServer", "main"]
+
+log = logging.getLogger(__name__)
+
+_GENERATE_KEYS = {"input_ids", "text", "sampling_params", "rid", "return_logprob", "stream",
+                  "return_text_in_logprobs"}
+# SGLang fields that change nothing here when left at these values.
+_GENERATE_NEUTRAL = {"logprob_start_len": (None, -1, 0), "top_logprobs_num": (None, 0),
+                     "token_ids_logprob": (None,), "image_data": (None,), "audio_data": (None,),
+                     "video_data": (None,), "input_embeds": (None,), "lora_path": (None,),
+                     "custom_logit_processor": (None,), "return_hidden_states": (None, False),
+                     "modalities": (None,), "session_params": (None,)}
+_GENERATE_IGNORED = {"log_metrics", "data_parallel_rank", "priority", "bootstrap_host", "bootstrap_port",
+                     "bootstrap_room", "extra_key", "no_logs", "routed_dp_rank", "background"}
+
+
+class BadRequest(ValueError):
+    pass
+
+
+def _error(message: str, status: int = 400) -> web.Response:
+    return web.json_response({"error": {"message": message}}, status=status)
+
+
+async def _json_object(request: web.Request) -> dict:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequest(f"request body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def _per_item(value: Any, n: int, name: str, batched: bool, default: Any) -> list:
+    if value is None:
+        return [default] * n
+    if batched and isinstance(value, list):
+        if len(value) != n:
+            raise BadRequest(f"{name} has {len(value)} entries but the batch has {n} inputs")
+        return value
+    return [value] * n
+
+
+class _Handlers:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # ---------------------------------------------------------------- generate
+    def _parse_generate(self, body: dict) -> tuple[bool, list[list[int]], list[SamplingParams], list, list[bool]]:
+        unknown = set(body) - _GENERATE_KEYS - set(_GENERATE_NEUTRAL) - _GENERATE_IGNORED
+        if unknown:
+            raise BadRequest(f"unknown /generate field(s) {sorted(unknown)}; supported: {sorted(_GENERATE_KEYS)}")
+        for key, ok in _GENERATE_NEUTRAL.items():
+            if body.get(key) not in ok:
+                raise BadRequest(f"/generate field {key!r}={body[key]!r} is not supported by the built-in engine")
+        if body.get("stream"):
+            raise BadRequest("stream=true is not supported by the built-in engine")
+        has_ids, has_text = body.get("input_ids") is not None, body.get("text") is not None
+        if has_ids == has_text:
+            raise BadRequest("give exactly one of 'input_ids' or 'text'")
+        if has_ids:
+            ids = body["input_ids"]
+            if not isinstance(ids, list) or not ids:
+                raise BadRequest("input_ids must be a non-empty list of token ids or a list of such lists")
+            batched = isinstance(ids[0], list)
+            prompts = ids if batched else [ids]
+            for i, p in enumerate(prompts):
+                if not isinstance(p, list) or not p or not all(
+                        isinstance(t, int) and not isinstance(t, bool) for t in p):
+                    raise BadRequest(f"input_ids[{i}] must be a non-empty list of integers" if batched
+                                     else "input_ids must be a non-empty list of integers")
+        else:
+            text = body["text"]
+            batched = isinstance(text, list)
+            texts = text if batched else [text]
+            if not texts or not all(isinstance(t, str) and t for t in texts):
+                raise BadRequest("text must be a non-empty string or a list of them")
+            prompts = [self.engine.tokenizer.encode(t) for t in texts]
+        n = len(prompts)
+        raw_params = _per_item(body.get("sampling_params"), n, "sampling_params", batched, {})
+        try:
+            params = [SamplingParams.from_dict(p) for p in raw_params]
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        rids = _per_item(body.get("rid"), n, "rid", batched, None)
+        if not batched and body.get("rid") is not None and not isinstance(body["rid"], str):
+            raise BadRequest("rid must be a string")
+        if batched and body.get("rid") is not None and not isinstance(body["rid"], list):
+            raise BadRequest("for a batch, rid must be a list with one id per input")
+        want_lp = _per_item(body.get("return_logprob"), n, "return_logprob", batched, False)
+        if not all(isinstance(x, bool) for x in want_lp):
+            raise BadRequest("return_logprob must be true/false (or one per input)")
+        return batched, prompts, params, rids, want_lp
+
+    def _render(self, c: Completion, return_logprob: bool, lp_text: bool) -> dict:
+        meta = {
+            "id": c.rid,
+            "finish_reason": c.finish_reason,
+            "prompt_tokens": c.prompt_tokens,
+            "completion_tokens": len(c.output_ids),
+            "cached_tokens": 0,
+            "weight_version": c.weight_version,
+            "e2e_latency": c.e2e_latency,
+        }
+        if return_logprob:
+            tok = self.engine.tokenizer
+            meta["output_token_logprobs"] = [
+                [lp, t, tok.decode([t]) if lp_text else None] for lp, t in zip(c.logprobs, c.output_ids)]
+        return {"text": c.text, "output_ids": c.output_ids, "meta_info": meta}
+
+    async def generate(self, request: web.Request) -> web.Response:
+        body = await _json_object(request)
+        batched, prompts, params, rids, want_lp = self._parse_generate(body)
+        # Name every request so a disconnect or a rejected batch item can abort the rest.
+        rids = [rid if rid is not None else uuid.uuid4().hex for rid in rids]
+        futures, submitted = [], []
+        try:
+            for p, sp, rid in zip(prompts, params, rids):
+                fut = self.engine.submit(p, sp, rid)
+                submitted.append(rid)
+                futures.append(asyncio.wrap_future(fut))
+        except ValueError as exc:
+            for rid in submitted:
+                self.engine.abort(rid, message="another input of the batch was rejected")
+            raise BadRequest(str(exc)) from None
+        try:
+            results = await asyncio.gather(*futures)
+        except asyncio.CancelledError:
+            # Client went away: free the engine's slots (SGLang does the same).
+            for rid in submitted:
+                self.engine.abort(rid, message="client disconnected")
+            raise
+        lp_text = bool(body.get("return_text_in_logprobs"))
+        out = [self._render(c, lp, lp_text) for c, lp in zip(results, want_lp)]
+        return web.json_response(out if batched else out[0])
+
+    # ------------------------------------------------------------------ others
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200 if self.engine.alive else 503)
+
+    async def health_generate(self, request: web.Request) -> web.Response:
+        if not self.engine.alive:
+            return web.Response(status=503)
+        start_id = self.engine.tokenizer.bos_token_id or 0
+        try:
+            fut = self.engine.submit([start_id], SamplingParams(max_new_tokens=1, temperature=0.0))
+            await asyncio.wait_for(asyncio.wrap_future(fut), timeout=20)
+        except (asyncio.TimeoutError, ValueError):
+            return web.Response(status=503)
+        return web.Response(status=200)
+
+    async def flush_cache(self, request: web.Request) -> web.Response:
+        return web.Response(text="Cache flushed.\nThe built-in engine keeps no prefix cache.\n")
+
+    async def update_weights_from_disk(self, request: web.Request) -> web.Response:
+        body = await _json_object(request)
+        path = body.get("model_path")
+        if not isinstance(path, str) or not path:
+            raise BadRequest("model_path (a checkpoint directory) is required")
+        version = body.get("weight_version")
+        if version is not None and not isinstance(version, (str, int)):
+            raise BadRequest("weight_version must be a string")
+        abort_all = body.get("abort_all_requests", False)
+        if not isinstance(abort_all, bool):
+            raise BadRequest("abort_all_requests must be true or false")
+        fut = self.engine.update_weights_from_disk(
+            path, weight_version=None if version is None else str(version),
+            load_format=body.get("load_format"), abort_all=abort_all)
+        ok, message = await asyncio.wrap_future(fut)
+        return web.json_response({"success": ok, "message": message, "num_paused_requests": 0},
+                                 status=200 if ok else 400)
+
+    async def update_weight_version(self, request: web.Request) -> web.Response:
+        body = await _json_object(request)
+        version = body.get("new_version")
+        if not isinstance(version, str) or not version:
+            raise BadRequest("new_version (a non-empty string) is required")
+        if body.get("abort_all_requests"):
+            self.engine.abort(abort_all=True, message="Aborted for a weight version update")
+        self.engine.weight_version = version
+        return web.json_response({"success": True, "message": f"Weight version updated to {version}",
+                                  "new_version": version})
+
+    async def get_model_info(self, request: web.Request) -> web.Response:
+        e = self.engine
+        return web.json_response({"model_path": e.model_path, "tokenizer_path": e.model_path,
+                                  "is_generation": True, "preferred_sampling_params": None,
+                                  "weight_version": e.weight_version})
+
+    async def get_weight_version(self, request: web.Request) -> web.Response:
+        return web.json_response({"weight_version": self.engine.weight_version})
+
+    async def get_server_info(self, request: web.Request) -> web.Response:
+        e = self.engine
+        return web.json_response({
+            "model_path": e.model_path, "context_length": e.context_length,
+            "max_running_requests": e.max_slots, "device": str(e.device), "weight_version": e.weight_version,
+            "internal_states": [{"num_running_reqs": e.num_running}], "version": "slime-builtin",
+        })
+
+    async def abort_request(self, request: web.Request) -> web.Response:
+        body = await _json_object(request)
+        rid, abort_all = body.get("rid"), body.get("abort_all", False)
+        if not isinstance(abort_all, bool):
+            raise BadRequest("abort_all must be true or false")
+        if not abort_all and (not isinstance(rid, str) or not rid):
+            raise BadRequest("give a request id in 'rid' (a string) or set abort_all=true")
+        self.engine.abort(rid, abort_all=abort_all)
+        return web.Response(status=200)
+
+
+@web.middleware
+async def _errors(request: web.Request, handler):
+    try:
+        return await handler(request)
+    except BadRequest as exc:
+        return _error(str(exc))
+    except web.HTTPException:
+        raise
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # never take the server down for one request
+        log.exception("unhandled error in %s", request.path)
+        return _error(f"internal error: {exc!r}", status=500)
+
+
+def build_app(engine: Engine) -> web.Application:
+    h = _Handlers(engine)
+    app = web.Application(middlewares=[_errors], client_max_size=256 * 1024 * 1024)
+    app.router.add_route("POST", "/generate", h.generate)
+    app.router.add_route("PUT", "/generate", h.generate)
+    app.router.add_get("/health", h.health)
+    app.router.add_get("/health_generate", h.health_generate)
+    app.router.add_route("GET", "/flush_cache", h.flush_cache)
+    app.router.add_route("POST", "/flush_cache", h.flush_cache)
+    app.router.add_post("/update_weights_from_disk", h.update_weights_from_disk)
+    app.router.add_post("/update_weight_version", h.update_weight_version)
+    app.router.add_get("/get_model_info", h.get_model_info)
+    app.router.add_get("/get_weight_version", h.get_weight_version)
+    app.router.add_get("/get_server_info", h.get_server_info)
+    app.router.add_post("/abort_request", h.abort_request)
+    return app
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+class EngineServer:
+    """A running server: an engine scheduler thread plus an aiohttp loop thread."""
+
+    def __init__(self, engine: Engine, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.engine = engine
+        self.host = host
+        self._sock = _bind(host, port)
+        self.port = self._sock.getsockname()[1]
+        self._loop = asyncio.new_event_loop()
+        self._runner: web.AppRunner | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=f"builtin-http-{self.port}", daemon=True)
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> "EngineServer":
+        self.engine.start()
+        self._thread.start()
+        self._ready.wait(30)
+        if self._error is not None:
+            raise RuntimeError(f"built-in engine HTTP server failed to start: {self._error}")
+        return self
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._runner = web.AppRunner(build_app(self.engine), access_log=None)
+            self._loop.run_until_complete(self._runner.setup())
+            self._loop.run_until_complete(web.SockSite(self._runner, self._sock).start())
+        except BaseException as exc:  # reported by start()
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(self._runner.cleanup())
+        self._loop.close()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Abort what is running, close the listener and join both threads."""
+        self.engine.stop()
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout)
+        self._sock.close()
+
+    def __enter__(self) -> "EngineServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def start_server(model_path: str | Path, *, host: str = "127.0.0.1", port: int = 0, seed: int | None = None,
+                 **engine_kwargs: Any) -> EngineServer:
+    """Load the model and serve it from background threads; returns once listening.
+
+    ``port=0`` picks a free port (read it from ``.port`` / ``.url``). Call
+    ``.stop()`` to shut down. Extra keyword arguments go to :class:`Engine`.
+    """
+    engine = Engine(model_path, seed=seed, **engine_kwargs)
+    return EngineServer(engine, host, port).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m slime.backends.rollout.builtin.server",
+                                 description="Serve a model with the built-in engine (SGLang native API subset).")
+    ap.add_argument("--model-path", required=True, help="Hugging Face checkpoint directory")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=30000)
+    ap.add_argument("--seed", type=int, default=None, help="engine sampling seed (repeatable runs)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, checkpoint dtype on GPU), float32, bfloat16")
+    ap.add_argument("--max-running-requests", type=int, default=256)
+    ap.add_argument("--context-length", type=int, default=None)
+    ap.add_argument("--num-threads", type=int, default=None, help="torch intra-op threads")
+    ap.add_argument("--weight-version", default="default")
+    ap.add_argument("--log-level", default="info")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not (Path(args.model_path) / "config.json").is_file():
+        print(f"error: --model-path {args.model_path!r} is not a Hugging Face checkpoint directory "
+              "(no config.json)", file=sys.stderr)
+        return 2
+    try:
+        server = start_server(args.model_path, host=args.host, port=args.port, seed=args.seed,
+                              device=args.device, dtype=args.dtype,
+                              max_running_requests=args.max_running_requests,
+                              context_length=args.context_length, num_threads=args.num_threads)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    server.engine.weight_version = args.weight_version
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"built-in engine serving {args.model_path} at {server.url}", flush=True)
+    stop.wait()
+    server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

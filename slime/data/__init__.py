@@ -1,0 +1,1 @@
+"""Prompt datasets: JSONL reading with exact-resume cursors, and the built-in arithmetic task."""

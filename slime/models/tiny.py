@@ -1,0 +1,269 @@
+"""The built-in tiny causal LM and its character-level tokenizer, built locally.
+
+No model hub is reachable from CI, so quickstarts and tests use a model written
+here: a small Qwen2- (or Llama-) shaped network with random weights and a
+tokenizer with one token per character (printable ASCII and ``\\n`` first, then
+the remaining bytes). The result is an ordinary Hugging Face checkpoint directory
+(``config.json``, ``model.safetensors``, ``generation_config.json``,
+``tokenizer.json``, ``tokenizer_config.json`` with a chat template) that
+``AutoModelForCausalLM`` / ``AutoTokenizer`` load offline.
+
+Guaranteed:
+* the same ``seed`` and shape give bit-identical tensors (the global torch RNG is
+  left untouched);
+* any text round-trips through encode/decode exactly (arithmetic, JSON tool
+  calls, chat markup, non-ASCII via its UTF-8 bytes); every ASCII character is
+  exactly one token;
+* :func:`ensure_builtin_model` is idempotent and atomic: a checkpoint is built in
+  a temporary sibling directory and renamed into place, so a concurrent reader
+  never sees a half-written directory.
+
+Not guaranteed: identical tensors across torch/transformers versions (their
+initialisers may change).
+
+Why a byte-level BPE with no merges rather than a WordLevel character model:
+transformers 5 loads any ``model_type: qwen2`` checkpoint with ``Qwen2Tokenizer``,
+which rebuilds a ByteLevel pipeline around the vocabulary in ``tokenizer.json``;
+a vocabulary of byte symbols is therefore the one form that both that class and
+the generic ``PreTrainedTokenizerFast`` (Llama, transformers 4.x) read the same
+way. (``LlamaTokenizerFast(vocab_file=...)`` silently produced a 3-token
+vocabulary in transformers 5, so the ``tokenizers`` library is used directly.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import string
+import tempfile
+from pathlib import Path
+
+__all__ = [
+    "SPECIAL_TOKENS",
+    "CHAT_TEMPLATE",
+    "build_tiny_tokenizer",
+    "build_tiny_model",
+    "ensure_builtin_model",
+    "BUILTIN_MODELS",
+]
+
+PAD, BOS, EOS, IM_START, IM_END = "<pad>", "<bos>", "<eos>", "<|im_start|>", "<|im_end|>"
+SPECIAL_TOKENS = (PAD, BOS, EOS, IM_START, IM_END)
+# Printable ASCII (space .. ~) plus newline get the first ids after the specials.
+CHARACTERS = tuple(c for c in string.printable if c not in "\t\r\x0b\x0c")
+
+# Qwen-style markup. Tools are listed in the system turn and tool calls are
+# rendered as <tool_call>{json}</tool_call>, tool results as <tool_response>,
+# so agent adapters can exercise a realistic round trip with this model.
+# Tools are listed compactly as ``name(arg, ...)``, one per line: with one token
+# per character and a 256-token context, a tool's full JSON schema (~180
+# tokens) would leave no room for a tool call, its result and an answer.
+CHAT_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages and messages[0]['role'] == 'system' %}{{- messages[0]['content'] + '\\n' }}{%- endif %}"
+    "{{- '<tools>' }}"
+    "{%- for tool in tools %}"
+    "{%- set fn = tool['function'] if tool.get('function') else tool %}"
+    "{%- set props = (fn.get('parameters') or {}).get('properties') or {} %}"
+    "{{- '\\n' + fn['name'] + '(' + (props | list | join(', ')) + ')' }}"
+    "{%- endfor %}"
+    "{{- '\\n</tools><|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'system' and tools and loop.first %}"
+    "{%- elif message['role'] == 'tool' %}"
+    "{{- '<|im_start|>user\\n<tool_response>\\n' + message['content'] + '\\n</tool_response><|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' }}"
+    "{%- if message['content'] %}{{- message['content'] }}{%- endif %}"
+    "{%- if message.get('tool_calls') %}"
+    "{%- for call in message['tool_calls'] %}"
+    "{%- set fn = call['function'] if call.get('function') else call %}"
+    "{{- '<tool_call>\\n{\"name\": \"' + fn['name'] + '\", \"arguments\": ' }}"
+    "{%- if fn['arguments'] is string %}{{- fn['arguments'] }}{%- else %}{{- fn['arguments'] | tojson }}{%- endif %}"
+    "{{- '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+BUILTIN_MODELS = ("tiny",)
+
+
+def _byte_symbols() -> dict[int, str]:
+    """GPT-2's byte -> printable-unicode map (what ByteLevel pre-tokenizers emit)."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    out, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + extra)
+            extra += 1
+    return out
+
+
+def build_tiny_tokenizer():
+    """Return the tokenizer: specials at ids 0..4, then one token per byte.
+
+    Printable ASCII and ``\\n`` come first (ids 5..100) so the task-relevant
+    characters have small, stable ids; the other 160 bytes follow so that any
+    UTF-8 text encodes and round-trips instead of being dropped. There are no
+    merges, so every ASCII character is exactly one token.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    symbols = _byte_symbols()
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+    for ch in CHARACTERS:
+        vocab[symbols[ord(ch)]] = len(vocab)
+    for b in range(256):
+        vocab.setdefault(symbols[b], len(vocab))
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None, fuse_unk=False, byte_fallback=False))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(list(SPECIAL_TOKENS))
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        unk_token=None,
+        additional_special_tokens=[IM_START, IM_END],
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=1 << 20,
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def _save_tokenizer(tokenizer, out: Path) -> None:
+    """Save, then rewrite tokenizer_config.json in the form transformers 4.4x-5.x all read.
+
+    transformers 5 writes ``tokenizer_class: TokenizersBackend``, a list-valued
+    ``extra_special_tokens`` and a separate ``chat_template.jinja``; 4.x (what
+    SGLang images pin) knows none of these.
+    """
+    tokenizer.save_pretrained(out)
+    cfg_path = out / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+    cfg.pop("extra_special_tokens", None)
+    cfg.pop("backend", None)
+    cfg["additional_special_tokens"] = [IM_START, IM_END]
+    cfg["chat_template"] = CHAT_TEMPLATE
+    cfg["model_max_length"] = 1 << 20
+    cfg_path.write_text(json.dumps(cfg, indent=1, sort_keys=True) + "\n")
+    (out / "chat_template.jinja").unlink(missing_ok=True)
+
+
+def _config(arch: str, vocab_size: int, *, hidden: int, layers: int, heads: int, kv_heads: int,
+            intermediate: int, max_position: int, ids: dict[str, int]):
+    from transformers import LlamaConfig, Qwen2Config
+
+    common = dict(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=max_position,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        initializer_range=0.02,
+        pad_token_id=ids[PAD],
+        bos_token_id=ids[BOS],
+        eos_token_id=ids[EOS],
+        dtype="float32",
+    )
+    if arch == "qwen2":
+        return Qwen2Config(**common, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    if arch == "llama":
+        return LlamaConfig(**common, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    raise ValueError(f"arch={arch!r} is not supported by the tiny model builder; use 'qwen2' or 'llama'")
+
+
+def build_tiny_model(
+    out_dir: str | os.PathLike,
+    *,
+    seed: int = 0,
+    arch: str = "qwen2",
+    hidden: int = 128,
+    layers: int = 4,
+    heads: int = 4,
+    kv_heads: int = 2,
+    intermediate: int | None = None,
+    max_position: int = 256,
+) -> Path:
+    """Write a randomly initialised HF checkpoint to ``out_dir`` and return its path.
+
+    ``intermediate`` defaults to ``3 * hidden`` (about 0.79M parameters at the
+    default shape). ``out_dir`` may exist; files in it are overwritten.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    for name, value in (("hidden", hidden), ("layers", layers), ("heads", heads), ("kv_heads", kv_heads),
+                        ("max_position", max_position)):
+        if not isinstance(value, int) or value <= 0:
+            raise ValueError(f"build_tiny_model: {name} must be a positive integer, got {value!r}")
+    if hidden % heads or heads % kv_heads or (hidden // heads) % 2:
+        raise ValueError(
+            f"build_tiny_model: need hidden % heads == 0, heads % kv_heads == 0 and an even head dim; "
+            f"got hidden={hidden}, heads={heads}, kv_heads={kv_heads}")
+    intermediate = 3 * hidden if intermediate is None else intermediate
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tiny_tokenizer()
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    config = _config(arch, len(tokenizer), hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads,
+                     intermediate=intermediate, max_position=max_position, ids=ids)
+    # fork_rng: deterministic init without disturbing the caller's RNG stream.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.generation_config = GenerationConfig(
+        bos_token_id=ids[BOS], pad_token_id=ids[PAD], eos_token_id=[ids[EOS], ids[IM_END]],
+        do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
+    )
+    model.save_pretrained(out, safe_serialization=True)
+    _save_tokenizer(tokenizer, out)
+    (out / "slime_tiny.json").write_text(json.dumps(
+        {"seed": seed, "arch": arch, "hidden": hidden, "layers": layers, "heads": heads, "kv_heads": kv_heads,
+         "intermediate": intermediate, "max_position": max_position}, indent=1) + "\n")
+    return out
+
+
+def ensure_builtin_model(name: str, cache_dir: str | os.PathLike) -> Path:
+    """Return the directory of built-in model ``name`` under ``cache_dir``, building it once.
+
+    Safe to call concurrently from several processes: each builds in its own
+    temporary directory and renames it into place; the loser discards its copy.
+    """
+    if name not in BUILTIN_MODELS:
+        raise ValueError(f"unknown built-in model {name!r}; valid names: {', '.join(BUILTIN_MODELS)}")
+    cache = Path(cache_dir)
+    final = cache / name
+    if (final / "config.json").is_file() and (final / "tokenizer.json").is_file():
+        return final
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=cache))
+    try:
+        build_tiny_model(tmp)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            # Another process won the race (final exists and is non-empty).
+            if not (final / "config.json").is_file():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
