@@ -143,7 +143,11 @@ def plan_layout(spec: Spec) -> Layout:
         actor_set = set(actor)
         pool = list(actor) + [s for s in (Slot(node=i // gpn, gpu=i % gpn) for i in range(n.total)) if s not in actor_set]
     else:
-        pool = [Slot(node=i // gpn, gpu=i % gpn) for i in range(n.offset, n.offset + n.rollout_gpus)]
+        # Engines take the first free slots after the actor's, node by node; with
+        # train.gpus_per_node < cluster.gpus_per_node the actor's slots are not a flat prefix.
+        actor_set = set(actor)
+        free = (Slot(node=i // gpn, gpu=i % gpn) for i in range(n.available))
+        pool = [s for s in free if s not in actor_set][:n.rollout_gpus]
     for i in range(n_engines):
         slots = tuple(pool[i * gpe:(i + 1) * gpe])
         nodes = sorted({s.node for s in slots})

@@ -113,6 +113,36 @@ class TaskPaths:
     def model_cache(self) -> Path:
         return self.dir / "model"
 
+    @property
+    def rendezvous(self) -> Path:
+        """Files the per-job Ray bootstrap uses to meet: head address, node states, done marker."""
+        return self.dir / "rendezvous"
+
+    @property
+    def driver_probe(self) -> Path:
+        """What the bootstrap's test driver (launchers.tinydriver) saw of the Ray cluster."""
+        return self.dir / "driver-probe.json"
+
+    @property
+    def weights(self) -> Path:
+        """HF exports of the policy, one ``v<version>`` dir per weight sync (the runtime keeps the newest)."""
+        return self.dir / "weights"
+
+    @property
+    def ref_model(self) -> Path:
+        """The frozen reference policy when ``model.ref_path: initial`` follows an SFT warm-up."""
+        return self.dir / "ref_model"
+
+    @property
+    def final_model(self) -> Path:
+        """HF copy of the final policy (``train.checkpoint.save_hf``)."""
+        return self.dir / "final_model"
+
+    @property
+    def wandb_id(self) -> Path:
+        """The task's W&B run id, reused on resume so a requeued job continues the same W&B run."""
+        return self.dir / "wandb_run_id"
+
     def node_log(self, node: str, stream: str = "out") -> Path:
         return self.logs / f"{node}.{stream}"
 

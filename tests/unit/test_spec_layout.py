@@ -105,3 +105,23 @@ def test_cpu_layout_error():
 def test_fitting_layouts_raise_nothing():
     for edits in ({}, {"rollout.gpus": 16}, {"rollout.colocate": False, "rollout.gpus": 4, "train.gpus_per_node": 6}):
         plan_layout(resolved(spec(GPU_SPEC, **edits)))
+
+
+def test_disaggregated_partial_nodes_never_share_a_gpu():
+    """train.gpus_per_node < cluster.gpus_per_node: engines fill the actor's leftover GPUs, no overlap."""
+    from slime.layout import plan_layout
+    from slime.spec import load_spec_text
+
+    text = """apiVersion: slime/v1
+kind: RLJob
+name: x
+cluster: {launcher: slurm, nodes: 2, gpus_per_node: 2}
+model: {builtin: tiny}
+train: {nodes: 2, gpus_per_node: 1, global_batch_size: 8, micro_batch_size: 1}
+rollout: {gpus: 2, batch_size: 2, n_samples_per_prompt: 4, num_rollouts: 1, max_prompt_len: 8, max_response_len: 4}
+data: {prompts: p.jsonl}
+"""
+    layout = plan_layout(load_spec_text(text).spec)
+    engine_slots = {s for e in layout.engines for s in e}
+    assert not engine_slots & set(layout.actor)
+    assert len(engine_slots) == 2 and {s.node for s in engine_slots} == {0, 1}

@@ -1,0 +1,124 @@
+"""The local launcher: the SLURM path minus sbatch, on this machine as a single node.
+
+``compile`` returns the run files plus the bootstrap command (``python -m launchers.bootstrap
+RUN_DIR --task N --local``); ``submit`` creates the run dir atomically and runs that command in the
+foreground for each task in turn (sweeps run sequentially), streaming its output. The bootstrap
+starts a private Ray head (own ports, own temp dir), runs the preflight and then the driver,
+exactly as on a SLURM node. ``final_metrics`` is read from the last task's ``summary.json`` when
+the runtime wrote one.
+
+Each task's bootstrap PID and exit code go into ``jobs.json`` (``launchers.local_jobs``), which
+is how ``status``/``cancel`` follow a local run.
+
+``SubmitOptions.extra``: ``python`` (interpreter, default this one), ``driver`` (module run after
+the preflight; ``$SLIME_DRIVER`` works too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+
+from launchers import local_jobs
+from launchers.base import Request, Submission, SubmitOptions, create_run_dir, default_run_dir, run_files
+from slime.errors import InfraError
+from slime.spec import LoadedSpec
+
+__all__ = ["LocalLauncher", "bootstrap_command"]
+
+
+def bootstrap_command(python: str, run_dir: str, task: int, *, preflight_only: bool,
+                      driver: str | None) -> tuple[str, ...]:
+    cmd = [python, "-m", "launchers.bootstrap", run_dir, "--task", str(task), "--local"]
+    if preflight_only:
+        cmd.append("--preflight-only")
+    if driver:
+        cmd += ["--driver", driver]
+    return tuple(cmd)
+
+
+def job_env(resolved: dict) -> dict[str, str]:
+    """The job's environment, as the SLURM script builds it: ours + ``cluster.env`` + each
+    ``cluster.secrets`` entry read from its reference (env var, or a file's first line, stripped).
+    Checked before anything is written: a missing secret fails the submit, naming it."""
+    c = resolved.get("cluster") or {}
+    env = {**os.environ, **{k: str(v) for k, v in (c.get("env") or {}).items()}}
+    for name, ref in sorted((c.get("secrets") or {}).items()):
+        if ref.get("env"):
+            if ref["env"] not in os.environ:
+                raise InfraError(f"cluster.secrets.{name}: environment variable {ref['env']} is not set; "
+                                 "export it before slime-submit")
+            env[name] = os.environ[ref["env"]]
+        else:
+            try:
+                with open(os.path.expanduser(ref["file"]), encoding="utf-8") as fh:
+                    env[name] = fh.readline().strip()
+            except OSError as exc:
+                raise InfraError(f"cluster.secrets.{name}: cannot read file {ref['file']}: {exc.strerror}") from None
+    return env
+
+
+def _run_foreground(cmd: list[str], on_start: Callable[[int], None] | None = None, grace: float = 30.0,
+                    env: dict[str, str] | None = None) -> int:
+    """Run ``cmd`` with our stdout/stderr. On Ctrl-C the child got the same SIGINT: give it time to
+    tear its Ray down (subprocess.run would SIGKILL it after 0.25 s), then kill it."""
+    proc = subprocess.Popen(cmd, env=env)
+    if on_start is not None:
+        on_start(proc.pid)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        return 130
+
+
+class LocalLauncher:
+    name = "local"
+
+    def compile(self, loaded: LoadedSpec, options: SubmitOptions) -> Request:
+        self._spec_source = loaded.source  # for the lock's git provenance (slime.provenance)
+        run_dir = default_run_dir(loaded, options)
+        python = options.extra.get("python") or sys.executable
+        command = bootstrap_command(python, str(run_dir), 0, preflight_only=options.preflight_only,
+                                    driver=options.extra.get("driver"))
+        notes = []
+        if len(loaded.tasks) > 1:
+            notes.append(f"{len(loaded.tasks)} sweep tasks run one after another (the command below with "
+                         f"--task 0 .. {len(loaded.tasks) - 1})")
+        return Request(launcher=self.name, run_dir=run_dir, files=tuple(run_files(loaded, run_dir)),
+                       command=command, notes=tuple(notes))
+
+    def submit(self, request: Request, options: SubmitOptions) -> Submission:
+        from slime.provenance import refuse_duplicate, write_lock
+
+        env = job_env(json.loads(request.file("resolved.json")))
+        refuse_duplicate(request, options, local_jobs.run_status)  # same spec running: exit 2 unless --force
+        paths = create_run_dir(request)
+        write_lock(paths, request, options, spec_path=getattr(self, "_spec_source", None))
+        n_tasks = sum(1 for rel, _, _ in request.files if rel.startswith("tasks/") and rel.endswith("/resolved.json"))
+        paths.write_jobs({"launcher": self.name, "job_ids": [], "tasks": n_tasks,
+                          "preflight_only": options.preflight_only})
+        returncode = 0
+        for task in range(n_tasks):
+            cmd = list(request.command)
+            cmd[cmd.index("--task") + 1] = str(task)
+            rc = _run_foreground(cmd, on_start=lambda pid, t=task: local_jobs.record_start(paths, t, pid), env=env)
+            local_jobs.record_exit(paths, task, rc)
+            if rc != 0:
+                returncode = rc
+                break
+        summary = paths.task(n_tasks - 1).summary
+        final = None
+        if summary.exists():
+            try:
+                final = json.loads(summary.read_text())
+            except ValueError:
+                final = None
+        return Submission(run_dir=paths.root, returncode=returncode, final_metrics=final)

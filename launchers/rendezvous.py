@@ -1,0 +1,114 @@
+"""How the nodes of one job meet: small JSON files in ``tasks/<i>/rendezvous/`` of the run dir.
+
+The run dir is on a filesystem every node sees (the job reads its spec from it), so it is the
+simplest reliable channel (NeMo-Run's Ray template does the same with marker files):
+
+* ``head-<instance>.json``  written by node 0 as it launches its Ray: address, GCS and gloo ports
+  (``ray start --address`` on the workers waits for the GCS by itself);
+* ``node-<instance>-<rank>.json``  each node's state (starting/joined/failed), address, the
+  CPUs/GPUs it gave Ray, its last error — the head names failed nodes from these;
+* ``preflight-<instance>`` written by node 0 when the preflight starts; each node's collective
+  subprocess (``launchers.collective``) then joins the all_reduce and writes
+  ``collective-<instance>-<rank>.json``;
+* ``done-<instance>``  written by node 0 when it finishes: workers then stop their Ray.
+
+``<instance>`` is ``<job id>.<restart count>``, so files of an earlier run of a requeued job are
+never mistaken for the current one. Writes are atomic (write + rename); polling is bounded by
+the caller's deadline and stop event.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from slime.paths import atomic_write
+
+__all__ = ["Rendezvous"]
+
+
+class Rendezvous:
+    def __init__(self, directory: Path, instance: str) -> None:
+        self.dir = directory
+        self.instance = instance
+
+    # ------------------------------------------------------------------ paths
+    @property
+    def head_file(self) -> Path:
+        return self.dir / f"head-{self.instance}.json"
+
+    @property
+    def done_file(self) -> Path:
+        return self.dir / f"done-{self.instance}"
+
+    @property
+    def go_file(self) -> Path:
+        """Written by the head when the preflight starts: the nodes' collective may begin."""
+        return self.dir / f"preflight-{self.instance}"
+
+    def collective_file(self, rank: int) -> Path:
+        return self.dir / f"collective-{self.instance}-{rank}.json"
+
+    def node_file(self, rank: int) -> Path:
+        return self.dir / f"node-{self.instance}-{rank}.json"
+
+    # ------------------------------------------------------------------ writes
+    def _write(self, path: Path, data: dict[str, Any]) -> None:
+        atomic_write(path, json.dumps({**data, "instance": self.instance, "time": time.time()}, indent=1) + "\n")
+
+    def clean_stale(self) -> None:
+        """Remove files of other instances (earlier runs of a requeued job)."""
+        if not self.dir.is_dir():
+            return
+        for p in self.dir.iterdir():
+            if self.instance not in p.name:
+                p.unlink(missing_ok=True)
+
+    def publish_head(self, **info: Any) -> None:
+        self._write(self.head_file, info)
+
+    def write_node(self, rank: int, **info: Any) -> None:
+        self._write(self.node_file(rank), {"rank": rank, **info})
+
+    def go(self) -> None:
+        self._write(self.go_file, {})
+
+    def mark_done(self, rc: int) -> None:
+        self._write(self.done_file, {"rc": rc})
+
+    # ------------------------------------------------------------------ reads
+    @staticmethod
+    def _read(path: Path) -> dict[str, Any] | None:
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def head(self) -> dict[str, Any] | None:
+        return self._read(self.head_file)
+
+    def node(self, rank: int) -> dict[str, Any] | None:
+        return self._read(self.node_file(rank))
+
+    def nodes(self, num_nodes: int) -> dict[int, dict[str, Any]]:
+        return {r: info for r in range(num_nodes) if (info := self.node(r)) is not None}
+
+    def collectives(self, num_nodes: int) -> dict[int, dict[str, Any]]:
+        return {r: info for r in range(num_nodes) if (info := self._read(self.collective_file(r))) is not None}
+
+    def done(self) -> bool:
+        return self.done_file.exists()
+
+    def wait_head(self, deadline: float, stop: threading.Event, poll: float = 0.1) -> dict[str, Any] | None:
+        """The head's record, or None when the deadline passes, the job is done, or ``stop`` is set."""
+        while time.monotonic() < deadline and not stop.is_set():
+            info = self.head()
+            if info is not None:
+                return info
+            if self.done():
+                return None
+            stop.wait(poll)
+        return None

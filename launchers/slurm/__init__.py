@@ -1,0 +1,135 @@
+"""The SLURM launcher: spec → run dir + batch script (compile, pure) → sbatch (submit).
+
+SLURM words live only in this package. ``compile`` renders ``job.sbatch`` (see
+``launchers.slurm.script``) next to the run files; ``submit``:
+
+1. refuses early when ``sbatch`` is missing, or when no node of the partition can hold the
+   request (``launchers.slurm.cluster.check_fits``: names the constraint, e.g. gres gpu:4);
+2. creates the run dir atomically (with its log dirs: SLURM does not create them);
+3. submits one array per ``MaxArraySize`` tasks (``launchers.slurm.arrays``), records the job
+   ids in ``jobs.json``;
+4. with ``--preflight-only`` waits for the job(s) and prints each task's preflight table
+   (a cluster doctor), returning 0 when every task passed and 3 otherwise.
+
+Options read from ``SubmitOptions.extra``: ``python`` (interpreter on the nodes; default this
+one, or ``python3`` inside a container), ``driver`` (python module started after the preflight;
+default ``slime.train``; the bootstrap also honours ``SLIME_DRIVER`` from the environment, which
+sbatch passes on), ``wait_timeout_s`` (bound on the ``--preflight-only`` wait).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+
+from launchers.base import Request, Submission, SubmitOptions, create_run_dir, default_run_dir, run_files
+from launchers.slurm import cluster
+from launchers.slurm.arrays import plan_arrays
+from launchers.slurm.script import ScriptOptions, render_script
+from slime.paths import RunPaths
+from slime.spec import LoadedSpec
+from slime.spec.types import Spec
+
+__all__ = ["SlurmLauncher"]
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class SlurmLauncher:
+    name = "slurm"
+
+    def compile(self, loaded: LoadedSpec, options: SubmitOptions) -> Request:
+        self._spec_source = loaded.source  # for the lock's git provenance (slime.provenance)
+        spec = loaded.spec
+        run_dir = default_run_dir(loaded, options)
+        python = options.extra.get("python") or ("python3" if spec.cluster.container else sys.executable)
+        script = render_script(spec, ScriptOptions(run_dir=run_dir, n_tasks=len(loaded.tasks),
+                                                   preflight_only=options.preflight_only, python=python,
+                                                   driver=options.extra.get("driver")))
+        files = run_files(loaded, run_dir) + [(RunPaths(Path(".")).script.as_posix(), script, 0o755)]
+        notes = []
+        if loaded.is_sweep:
+            notes.append(f"{len(loaded.tasks)} sweep task(s) as a job array; split into several arrays at submit "
+                         "time if the cluster's MaxArraySize is smaller")
+        return Request(launcher=self.name, run_dir=run_dir, files=tuple(files),
+                       command=("sbatch", "--parsable", str(RunPaths(run_dir).script)), notes=tuple(notes))
+
+    def submit(self, request: Request, options: SubmitOptions) -> Submission:
+        cluster.require_sbatch()
+        spec = msgspec.json.decode(request.file("resolved.json"), type=Spec)
+        n_tasks = sum(1 for rel, _, _ in request.files if rel.startswith("tasks/") and rel.endswith("/resolved.json"))
+        partition, nodes = cluster.partition_nodes(spec.cluster.partition)
+        cluster.check_fits(spec, nodes, partition)
+        chunks = plan_arrays(n_tasks, cluster.max_array_size(), spec.sweep.max_parallel) if spec.sweep else []
+
+        from launchers.slurm.jobs import run_status
+        from slime.provenance import refuse_duplicate, write_lock
+
+        refuse_duplicate(request, options, run_status)  # same spec pending/running: exit 2 unless --force
+        paths = create_run_dir(request)
+        write_lock(paths, request, options, spec_path=getattr(self, "_spec_source", None))
+        paths.logs.mkdir(parents=True, exist_ok=True)
+        for i in range(n_tasks):
+            paths.task(i).logs.mkdir(parents=True, exist_ok=True)
+
+        arrays, job_ids = [], []
+        try:
+            if not chunks:
+                job_ids.append(cluster.sbatch(str(paths.script), cwd=str(paths.root)))
+            for k, chunk in enumerate(chunks):
+                split = len(chunks) > 1
+                jid = cluster.sbatch(
+                    str(paths.script), cwd=str(paths.root),
+                    array=chunk.spec if split else None,  # else the script's own #SBATCH --array
+                    dependency=f"afterany:{job_ids[-1]}" if chunk.after_previous else None,
+                    extra_env={"SLIME_TASK_OFFSET": str(chunk.offset)})
+                job_ids.append(jid)
+                arrays.append({"job_id": jid, "first_task": chunk.offset, "last_task": chunk.last,
+                               "array": chunk.spec})
+        finally:
+            paths.write_jobs({"launcher": self.name, "job_ids": job_ids, "arrays": arrays, "tasks": n_tasks,
+                              "partition": partition, "submitted_at": time.time(),
+                              "preflight_only": options.preflight_only})
+        if options.preflight_only:
+            return self._wait_preflight(paths, job_ids, n_tasks, options)
+        return Submission(run_dir=paths.root, job_ids=tuple(job_ids))
+
+    # ------------------------------------------------------------------ --preflight-only
+    def _wait_preflight(self, paths: RunPaths, job_ids: list[str], n_tasks: int,
+                        options: SubmitOptions) -> Submission:
+        con = _console()
+        con.print(f"submitted job {', '.join(job_ids)}; waiting for the preflight (run dir: {paths.root})")
+
+        def on_change(jid: str, recs: list[dict[str, str]]) -> None:
+            for r in recs:
+                reason = r.get("Reason", "")
+                con.print(f"  job {r.get('JobId', jid)}: {r.get('JobState', '?')}"
+                          + (f" ({reason})" if reason and reason != "None" else ""))
+
+        records = cluster.wait_jobs(job_ids, poll=0.5, on_change=on_change,
+                                    timeout=options.extra.get("wait_timeout_s"))
+        ok = all(r.get("JobState") == "COMPLETED" for recs in records.values() for r in recs)
+        for i in range(n_tasks):
+            tp = paths.task(i)
+            if tp.preflight_txt.exists():  # stderr: stdout stays free for --json
+                sys.stderr.write(tp.preflight_txt.read_text())
+            try:
+                report = json.loads(tp.preflight_json.read_text())
+            except (OSError, ValueError):
+                report = None
+            if report is None:
+                ok = False
+                con.print(f"[red]task {i}: no preflight report[/]; see the job log in {paths.logs}")
+            elif not report.get("ok"):
+                ok = False
+                con.print(f"[red]task {i}: preflight failed[/]: {report.get('error', '')}")
+        return Submission(run_dir=paths.root, job_ids=tuple(job_ids), returncode=0 if ok else 3)
+

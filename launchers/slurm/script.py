@@ -1,0 +1,244 @@
+"""Render the batch script: readable, self-contained, every value quoted by ``launchers.quoting``.
+
+The script is ours (not submitit's generator) because it must be readable by the person who
+submits it, carry the requeue/signal settings the resilience work relies on, and contain
+nothing spec-derived beyond quoted ``#SBATCH`` values and ``export`` lines: each array task
+reads its resolved spec from ``$RUN_DIR/tasks/$TASK/resolved.json``.
+
+Structure (top to bottom): ``#SBATCH`` header → ``RUN_DIR``/``TASK`` → ``cluster.env`` exports
+→ secrets exported from their reference (``{env: VAR}``: the job's copy of the submitting
+shell's VAR, passed by sbatch's default ``--export=ALL``; ``{file: PATH}``: first line of the
+file read inside the job) → signal forwarding → ``srun`` of ``launchers.bootstrap`` on every
+node → wait → exit with the step's status.
+
+Signals (kept deliberately small so the resilience work can extend it): SLURM sends USR1 to the
+batch shell ``signal_grace_s`` before the time limit (``--signal=B:USR1@N``) and TERM on
+preemption or scancel. The traps forward the signal to the ``srun`` step, which relays it to the
+bootstrap on every node; ``wait`` is re-entered until the step really exits, because a trapped
+signal makes ``wait`` return early.
+
+Not guaranteed here: that the cluster can satisfy the request (``launchers.slurm.cluster``
+checks that at submit time) or that pyxis is installed when ``cluster.container`` is set.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from launchers.quoting import check_env_name, check_single_line, export_line, q, sbatch_line
+from slime.paths import RunPaths
+from slime.spec import Problem, SpecError
+from slime.spec.types import Spec
+
+__all__ = ["ScriptOptions", "render_script", "log_pattern", "DRIVER_PATTERN"]
+
+DRIVER_PATTERN = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*")
+
+_SECRET_FUNCS = r'''# slime_secret_env NAME VAR: export NAME from the job's copy of VAR (sbatch passes the
+# submitting shell's environment to the job); the value itself is never written here.
+slime_secret_env() {
+    if [[ -z ${!2+set} ]]; then
+        echo "slime: secret $1: environment variable $2 is not set in the job; export it before slime-submit" >&2
+        exit 3
+    fi
+    export "$1=${!2}"
+}
+# slime_secret_file NAME PATH: export NAME as the first line of PATH, whitespace-trimmed.
+slime_secret_file() {
+    local value=
+    if [[ ! -r $2 ]]; then
+        echo "slime: secret $1: cannot read file $2 on $(hostname)" >&2
+        exit 3
+    fi
+    IFS= read -r value <"$2" || true
+    value=${value#"${value%%[![:space:]]*}"}
+    value=${value%"${value##*[![:space:]]}"}
+    export "$1=$value"
+}'''
+
+_SIGNALS = r'''# Signals: USR1 arrives signal_grace_s before the time limit (--signal=B:USR1@N), TERM on
+# preemption or scancel. Forward both to the srun step, which relays them to every node.
+# Before the step exists: USR1 is dropped (nothing to save yet), TERM ends the job here.
+step_pid=
+forward() {
+    if [[ -n $step_pid ]]; then kill -s "$1" "$step_pid" 2>/dev/null || true
+    elif [[ $1 == TERM ]]; then exit 143; fi
+}
+trap 'forward USR1' USR1
+trap 'forward TERM' TERM'''
+
+_WAIT = r'''step_pid=$!
+# A trapped signal makes `wait` return early: wait again until the step has really exited.
+while kill -0 "$step_pid" 2>/dev/null; do wait "$step_pid" || true; done
+rc=0
+wait "$step_pid" || rc=$?
+echo "slime: task $TASK finished with exit code $rc"
+exit "$rc"'''
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScriptOptions:
+    """What is rendered besides the spec."""
+
+    run_dir: Path
+    n_tasks: int = 1
+    preflight_only: bool = False
+    python: str = "python3"
+    driver: str | None = None  # python module run after the preflight (default: slime.train)
+
+
+def _reject(field: str, message: str, hint: str) -> SpecError:
+    return SpecError([Problem(path=field, message=message, hint=hint)])
+
+
+def log_pattern(run_dir: Path, array: bool) -> str:
+    """``--output`` path: ``<run>/logs/slurm-%A_%a.out`` (arrays) or ``slurm-%j.out``.
+
+    SLURM expands ``%`` patterns in this path, so a literal ``%`` of the run dir is doubled;
+    a backslash would switch all expansion off, so it is rejected.
+    """
+    logs = str(RunPaths(run_dir).logs)
+    check_single_line(logs, "logging.dir")
+    if "\\" in logs:
+        raise _reject("logging.dir", f"{logs!r} contains a backslash, which makes SLURM ignore the %j "
+                                     "pattern of the job's log path", "use a directory path without backslashes")
+    name = "slurm-%A_%a.out" if array else "slurm-%j.out"
+    return logs.replace("%", "%%") + "/" + name
+
+
+def _header(spec: Spec, opts: ScriptOptions) -> list[str]:
+    c = spec.cluster
+    array = spec.sweep is not None
+    lines = [sbatch_line("job-name", spec.name, field="name"),
+             sbatch_line("nodes", c.nodes, field="cluster.nodes"),
+             sbatch_line("ntasks-per-node", 1, field="cluster.nodes")]
+    if c.gpus_per_node:
+        lines.append(sbatch_line("gpus-per-node", c.gpus_per_node, field="cluster.gpus_per_node"))
+    # Unset cpus_per_node: one CPU per device slot, the least the placement group needs.
+    cpus = c.cpus_per_node or max(1, c.gpus_per_node)
+    lines.append(sbatch_line("cpus-per-task", cpus, field="cluster.cpus_per_node"))
+    if c.mem:
+        lines.append(sbatch_line("mem", c.mem, field="cluster.mem"))
+    if c.time_limit:
+        lines.append(sbatch_line("time", c.time_limit, field="cluster.time_limit"))
+    for name in ("partition", "account", "qos", "constraint", "reservation"):
+        value = getattr(c, name)
+        if value is not None:
+            lines.append(sbatch_line(name, value, field=f"cluster.{name}"))
+    if c.exclude:
+        for i, node in enumerate(c.exclude):
+            if "," in node or not node.strip():
+                raise _reject(f"cluster.exclude[{i}]", f"{node!r} is not one node name or host list",
+                              "give one entry per node, e.g. [gpu01, 'gpu[03-05]']")
+        lines.append(sbatch_line("exclude", ",".join(c.exclude), field="cluster.exclude"))
+    out = log_pattern(opts.run_dir, array)
+    lines += [sbatch_line("output", out, field="logging.dir"),
+              sbatch_line("error", out, field="logging.dir"),
+              sbatch_line("open-mode", "append", field="<internal>"),
+              sbatch_line("requeue", field="<internal>"),
+              sbatch_line("signal", f"B:USR1@{c.signal_grace_s}", field="cluster.signal_grace_s")]
+    if array:
+        from launchers.slurm.arrays import array_spec
+
+        lines.append(sbatch_line("array", array_spec(opts.n_tasks, spec.sweep.max_parallel),
+                                 field="sweep.max_parallel"))
+    return lines
+
+
+def _env_lines(spec: Spec) -> list[str]:
+    c = spec.cluster
+    lines: list[str] = []
+    if c.env:
+        lines.append("# Plain environment (cluster.env).")
+        lines += [export_line(k, v) for k, v in sorted(c.env.items())]
+    if c.secrets:
+        lines += ["", "# Secrets (cluster.secrets): exported from their reference inside the job.", _SECRET_FUNCS]
+        for name, ref in sorted(c.secrets.items()):
+            check_env_name(name, f"cluster.secrets.{name}")
+            if (ref.env is None) == (ref.file is None):
+                raise _reject(f"cluster.secrets.{name}", "a secret needs exactly one of {env: VAR} or {file: PATH}",
+                              "secrets are references; never put the value in the spec")
+            if ref.env is not None:
+                check_env_name(ref.env, f"cluster.secrets.{name}.env")
+                lines.append(f"slime_secret_env {name} {ref.env}")
+            else:
+                lines.append(f"slime_secret_file {name} {q(ref.file)}")
+    return lines
+
+
+def _container_flags(spec: Spec) -> list[str]:
+    ct = spec.cluster.container
+    if ct is None:
+        return []
+    mounts = list(ct.mounts)
+    for i, m in enumerate(mounts):
+        if "," in m:
+            raise _reject(f"cluster.container.mounts[{i}]", f"{m!r} contains a comma, which pyxis reads as a "
+                                                           "separator between mounts", "give one mount per entry")
+    logdir = spec.logging.dir
+    if not any(m.split(":")[0] == logdir for m in mounts):
+        if "," in logdir or ":" in logdir:
+            raise _reject("logging.dir", f"{logdir!r} contains ',' or ':' and cannot be mounted into the container",
+                          "use a logging.dir without commas or colons")
+        mounts.append(f"{logdir}:{logdir}")  # the run dir must be visible inside the container
+    flags = [f"--container-image={q(ct.image)}", f"--container-mounts={q(','.join(mounts))}"]
+    if ct.workdir:
+        flags.append(f"--container-workdir={q(ct.workdir)}")
+    return flags
+
+
+def render_script(spec: Spec, opts: ScriptOptions) -> str:
+    """The batch script for ``spec`` (the base spec: ``cluster``/``logging`` are never swept)."""
+    if opts.driver is not None and not DRIVER_PATTERN.fullmatch(opts.driver):
+        raise ValueError(f"driver must be a python module name, got {opts.driver!r}")
+    c = spec.cluster
+    parts = ["#!/bin/bash",
+             f"# slime-submit batch script for {spec.name!r}: {c.nodes} node(s)"
+             + (f" x {c.gpus_per_node} GPU(s)" if c.gpus_per_node else ", CPU only")
+             + (f", array of {opts.n_tasks} sweep task(s)" if spec.sweep is not None else "") + ".",
+             "# Generated: every value below is quoted by launchers/quoting.py. Secrets appear only as",
+             "# references. Each task reads its resolved spec from $RUN_DIR/tasks/$TASK/resolved.json.",
+             *_header(spec, opts),
+             "",
+             "set -euo pipefail",
+             "",
+             f"RUN_DIR={q(opts.run_dir)}",
+             "# Sweep task = array index + offset (MaxArraySize caps the index; split arrays pass an offset).",
+             'TASK=$(( ${SLIME_TASK_OFFSET:-0} + ${SLURM_ARRAY_TASK_ID:-0} ))',
+             'export SLIME_RUN_DIR="$RUN_DIR" SLIME_TASK="$TASK"']
+    env = _env_lines(spec)
+    if env:
+        parts += ["", *env]
+    cmd = ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1", *_container_flags(spec),
+           q(opts.python), "-m", "launchers.bootstrap", '"$RUN_DIR"', "--task", '"$TASK"']
+    if opts.preflight_only:
+        cmd.append("--preflight-only")
+    if opts.driver:
+        cmd += ["--driver", q(opts.driver)]
+    parts += ["",
+              'echo "slime: job ${SLURM_JOB_ID:-?} task $TASK on ${SLURM_JOB_NODELIST:-?}'
+              ' (restart ${SLURM_RESTART_COUNT:-0})"',
+              "",
+              _SIGNALS,
+              "",
+              "# One bootstrap per node: Ray head on node 0, workers elsewhere; then preflight and driver.",
+              " \\\n    ".join(_wrap(cmd)) + " &",
+              _WAIT]
+    return "\n".join(parts) + "\n"
+
+
+def _wrap(words: list[str], width: int = 88) -> list[str]:
+    """Group words into lines of about ``width`` characters (joined with ``\\`` continuations)."""
+    lines: list[str] = []
+    cur = ""
+    for w in words:
+        if cur and len(cur) + 1 + len(w) > width:
+            lines.append(cur)
+            cur = w
+        else:
+            cur = f"{cur} {w}" if cur else w
+    if cur:
+        lines.append(cur)
+    return lines

@@ -1,0 +1,155 @@
+"""Benchmark: batch start → preflight passed, against a bare Ray start measured in the same run.
+
+Run by hand on a machine where ``ci/slurm-cluster.sh up`` works (numbers depend on the load;
+nothing here asserts):
+
+    python tests/bench/bootstrap.py [--rounds 3]
+
+Each round submits, one after the other on the same 2 nodes x 2 GPUs:
+
+* slime: ``specs/smoke-slurm.yaml --preflight-only`` through ``SlurmLauncher`` — time from just
+  before submit to the preflight report's timestamp (Ray head + worker up with per-job ports,
+  temp dirs and addresses, every node joined, placement group mapped, gloo all_reduce checked);
+* bare: a hand-written sbatch script doing the least that works — ``ray start --head`` on node 0,
+  ``ray start --address`` on node 1 as soon as the head wrote its address, and a driver that
+  connects and polls ``ray.nodes()`` until both are alive — time from just before sbatch to the
+  driver seeing 2 nodes.
+
+Prints every round, the medians and the ratio slime/bare (goal <= 1.3), plus the slime
+preflight's own breakdown (placement group, bundle probes, collective). The ratio is computed from
+the job's SLURM StartTime (1 s resolution, the same for both) so that time spent queued behind
+other users' jobs on a shared cluster does not count; the submit-based times are printed too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+SMOKE = ROOT / "specs" / "smoke-slurm.yaml"
+GOAL = 1.3
+
+BARE_JOB = """#!/bin/bash
+#SBATCH --job-name=bare-ray --nodes=2 --ntasks-per-node=1 --gpus-per-node=2 --cpus-per-task=2 --mem=2G
+#SBATCH --output={dir}/bare-%j.out
+srun bash {dir}/bare-node.sh
+"""
+
+BARE_NODE = r"""set -u
+export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=0
+D={dir}; J=$SLURM_JOB_ID; T=/tmp/slime-ray/bare-$J-$SLURM_NODEID; P=$((19000 + (J % 50) * 20))
+IP=$(getent ahostsv4 "$(hostname)" | awk 'NR==1{{print $1}}')
+COMMON="--block --temp-dir=$T --num-cpus=2 --num-gpus=2 --disable-usage-stats --object-store-memory=644245094
+  --node-manager-port=$((P+1)) --object-manager-port=$((P+2)) --dashboard-agent-grpc-port=$((P+3))
+  --dashboard-agent-listen-port=$((P+4)) --metrics-export-port=$((P+5)) --runtime-env-agent-port=$((P+6))
+  --min-worker-port=$((P+10)) --max-worker-port=$((P+19)) --node-ip-address=$IP"
+if [ "$SLURM_NODEID" = 0 ]; then
+  {ray} start --head --port=$P --include-dashboard=false --dashboard-port=$((P+7)) $COMMON >$D/head-$J.log 2>&1 &
+  R=$!
+  echo "$IP:$P" > $D/addr-$J
+  {python} -c "
+import ray, time
+while True:
+    try:
+        ray.init(address='$IP:$P', logging_level='WARNING'); break
+    except Exception:
+        time.sleep(0.1)
+while sum(n['Alive'] for n in ray.nodes()) < 2:
+    time.sleep(0.1)
+open('$D/done-$J', 'w').write(repr(time.time()))
+"
+  kill $R; wait $R
+else
+  while [ ! -s $D/addr-$J ]; do sleep 0.05; done
+  {ray} start --address=$(cat $D/addr-$J) $COMMON >$D/worker-$J.log 2>&1 &
+  R=$!
+  while [ ! -f $D/done-$J ]; do sleep 0.1; done
+  kill $R; wait $R
+fi
+rm -rf "$T"
+"""
+
+
+def start_time(job: str) -> float:
+    from launchers.slurm.cluster import job_records
+
+    (rec,) = [r for r in job_records(job) if r.get("StartTime")]
+    return time.mktime(time.strptime(rec["StartTime"], "%Y-%m-%dT%H:%M:%S"))
+
+
+def run_slime(work: Path) -> tuple[float, float, dict]:
+    from launchers.base import SubmitOptions
+    from launchers.slurm import SlurmLauncher
+    from slime.spec import load_spec
+
+    loaded = load_spec(SMOKE, overrides=[f"logging.dir={json.dumps(str(work / 'runs'))}"])
+    launcher = SlurmLauncher()
+    options = SubmitOptions(preflight_only=True, extra={"wait_timeout_s": 300})
+    request = launcher.compile(loaded, options)
+    t0 = time.time()
+    sub = launcher.submit(request, options)
+    if sub.returncode != 0:
+        raise SystemExit(f"slime preflight failed: see {sub.run_dir}")
+    report = json.loads((sub.run_dir / "tasks/0/preflight.json").read_text())
+    return report["created"] - t0, report["created"] - start_time(sub.job_ids[0]), report
+
+
+def run_bare(work: Path) -> tuple[float, float]:
+    ray = Path(sys.executable).parent / "ray"
+    (work / "bare-node.sh").write_text(BARE_NODE.format(dir=work, ray=ray, python=sys.executable))
+    (work / "bare.sbatch").write_text(BARE_JOB.format(dir=work))
+    t0 = time.time()
+    out = subprocess.run(["sbatch", "--parsable", str(work / "bare.sbatch")], capture_output=True, text=True, check=True)
+    job = out.stdout.strip().split(";")[0]
+    done = work / f"done-{job}"
+    deadline = time.monotonic() + 300
+    while not done.exists() or not done.read_text():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bare Ray job {job} did not connect; see {work}/bare-{job}.out")
+        time.sleep(0.1)
+    end = float(done.read_text())
+    while subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True).stdout.strip():
+        time.sleep(0.5)  # let it finish before the next round starts
+    return end - t0, end - start_time(job)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args()
+    if subprocess.run(["bash", str(ROOT / "ci/slurm-cluster.sh"), "status"], capture_output=True).returncode != 0:
+        print("the local SLURM cluster is not up: run `ci/slurm-cluster.sh up` first", file=sys.stderr)
+        return 2
+    slime_t, bare_t, breakdowns = [], [], []
+    with tempfile.TemporaryDirectory(prefix="slime-bench-boot-") as tmp:
+        for r in range(args.rounds):
+            work = Path(tmp) / f"round{r}"
+            work.mkdir()
+            b_submit, b_start = run_bare(work)
+            s_submit, s_start, report = run_slime(work)
+            bare_t.append(b_start)
+            slime_t.append(s_start)
+            breakdowns.append(report)
+            print(f"round {r + 1}: slime job start→preflight passed {s_start:5.1f} s (submit→ {s_submit:5.1f} s; "
+                  f"preflight {report['seconds']:.2f} s {report['timings']}) | bare job start→driver sees 2 nodes "
+                  f"{b_start:5.1f} s (submit→ {b_submit:5.1f} s)", flush=True)
+    ms, mb = statistics.median(slime_t), statistics.median(bare_t)
+    ratio = ms / mb
+    print(f"\nmedian from job start: slime {ms:.1f} s, bare {mb:.1f} s, ratio {ratio:.2f} (goal <= {GOAL}) "
+          f"-> {'meets' if ratio <= GOAL else 'misses'} the goal")
+    pre = statistics.median(r["seconds"] for r in breakdowns)
+    print(f"median preflight: {pre:.2f} s; slime without the preflight vs bare: {(ms - pre) / mb:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

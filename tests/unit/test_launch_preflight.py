@@ -1,0 +1,121 @@
+"""Preflight decisions that need no Ray: GPU visibility, role/GPU conflicts, the report and table.
+
+The probes' inputs are what a node reports (environment variables, nvidia-smi/torch counts); the
+placement rows are what ``slime.placement`` maps. The checks with Ray run in
+tests/integration/test_local_launcher.py and tests/e2e/test_slurm_e2e.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+from launchers.preflight_checks import gpu_visibility, ray_resources, render_table, role_conflicts, write_report
+from slime.layout import Layout, Slot
+from slime.paths import TaskPaths
+from slime.placement import bundle_specs, node_rank_of
+
+
+def _checks(checks):
+    return {c.name: c for c in checks}
+
+
+def test_ci_fake_gpus_are_counted_from_slurm_gres():
+    c = _checks(gpu_visibility("sn1", 2, {"cuda_visible_devices": "0,1", "slurm_gpus_on_node": "2",
+                                          "slurm_gpus": "0,1", "nvidia_smi": None}))
+    assert c["gpu_count"].ok and "SLURM GRES" in c["gpu_count"].message
+    assert c["cuda_visible_devices"].ok
+    c = _checks(gpu_visibility("sn1", 4, {"cuda_visible_devices": "0,1", "slurm_gpus_on_node": "2",
+                                          "slurm_gpus": "0,1", "nvidia_smi": None}))
+    assert not c["gpu_count"].ok and c["gpu_count"].node == "sn1" and "spec wants 4" in c["gpu_count"].message
+
+
+def test_real_gpus_use_cuda_visible_devices_checked_against_nvidia_smi_and_torch():
+    good = {"cuda_visible_devices": "2,3", "slurm_gpus_on_node": "2", "slurm_gpus": "2,3", "nvidia_smi": 8,
+            "torch_cuda": 2}
+    assert all(c.ok for c in gpu_visibility("g1", 2, good))
+    renumbered = dict(good, cuda_visible_devices="0,1")  # device cgroups renumber from 0
+    assert all(c.ok for c in gpu_visibility("g1", 2, renumbered))
+    c = _checks(gpu_visibility("g1", 2, dict(good, torch_cuda=1)))
+    assert not c["gpu_count"].ok and "torch.cuda sees 1" in c["gpu_count"].message and c["gpu_count"].fix
+    c = _checks(gpu_visibility("g1", 2, dict(good, cuda_visible_devices="0,5")))
+    assert not c["cuda_visible_devices"].ok and "SLURM allocated GPUs 2,3" in c["cuda_visible_devices"].message
+    c = _checks(gpu_visibility("g1", 2, dict(good, cuda_visible_devices=None)))
+    assert not c["cuda_visible_devices"].ok
+
+
+def test_no_gpus_anywhere_is_fine_for_a_cpu_job_only():
+    assert all(c.ok for c in gpu_visibility("vm", 0, {"cuda_visible_devices": None, "slurm_gpus_on_node": None,
+                                                       "slurm_gpus": None, "nvidia_smi": None}))
+    assert not all(c.ok for c in gpu_visibility("vm", 1, {"cuda_visible_devices": None, "nvidia_smi": None}))
+
+
+def test_ray_resources_against_bootstrap_spec_and_slots():
+    ok = ray_resources("sn1", {"CPU": 2.0, "GPU": 2.0}, {"num_cpus": 2, "num_gpus": 2}, 2, 2)
+    assert ok.ok and ok.message == "Ray registered CPU 2, GPU 2"
+    bad = ray_resources("sn1", {"CPU": 1.0, "GPU": 1.0}, {"num_cpus": 2, "num_gpus": 2}, 2, 2)
+    assert not bad.ok and bad.node == "sn1" and "cpus_per_node" in bad.fix
+    for part in ("GPU 1 != cluster.gpus_per_node 2", "GPU 1 != the 2 the bootstrap gave Ray",
+                 "CPU 1 != the 2 the bootstrap gave Ray", "CPU 1 < the 2 slot(s)"):
+        assert part in bad.message
+
+
+def _rows(layout, phys):
+    return [{"slot": str(s), "node": s.node, "host": phys[s][0], "gpu": phys[s][1], "roles": layout.roles_of(s),
+             "bundle": i, "ip": "10.0.0.1"} for i, s in enumerate(layout.all_slots())]
+
+
+def _layout(actor, engines, colocate=False, total=4):
+    return Layout(nodes=2, gpus_per_node=2, colocate=colocate, actor=tuple(actor), critic=(),
+                  engines=tuple(tuple(e) for e in engines), total_slots=total, rollout_offset=0 if colocate else 2)
+
+
+def test_disaggregated_roles_must_not_share_a_physical_gpu():
+    s = lambda n, g: Slot(node=n, gpu=g)  # noqa: E731
+    ok = _layout([s(0, 0), s(0, 1)], [[s(1, 0)], [s(1, 1)]])
+    phys = {sl: (f"sn{sl.node + 1}", str(sl.gpu)) for sl in ok.all_slots()}
+    assert all(c.ok for c in role_conflicts(ok, _rows(ok, phys)))
+    # An actor on GPU 0 of both nodes with engines from linear slot 2 on: engine 0 lands on sn2 GPU 0 too.
+    clash = _layout([s(0, 0), s(1, 0)], [[s(1, 0)], [s(1, 1)]])
+    bad = [c for c in role_conflicts(clash, _rows(clash, phys)) if not c.ok]
+    assert bad and bad[0].name == "roles" and bad[0].node == "sn2" and "engine 0 shares GPU" in bad[0].message
+
+
+def test_duplicate_physical_gpus_and_engines_straddling_nodes_are_reported():
+    s = lambda n, g: Slot(node=n, gpu=g)  # noqa: E731
+    lay = _layout([s(0, 0), s(0, 1), s(1, 0), s(1, 1)], [[s(0, 1), s(1, 0)]], colocate=True)
+    phys = {sl: (f"sn{sl.node + 1}", str(sl.gpu)) for sl in lay.all_slots()}
+    names = {c.name: c for c in role_conflicts(lay, _rows(lay, phys)) if not c.ok}
+    assert "spans nodes" in names["roles"].message
+    phys[s(0, 1)] = ("sn1", "0")  # Ray gave two bundles the same GPU
+    names = {c.name: c for c in role_conflicts(lay, _rows(lay, phys)) if not c.ok}
+    assert names["placement"].node == "sn1" and "('sn1', '0')" in names["placement"].message
+
+
+def test_bundles_are_pinned_to_their_node_and_ask_one_gpu_each():
+    s = lambda n, g: Slot(node=n, gpu=g)  # noqa: E731
+    lay = _layout([s(0, 0), s(0, 1), s(1, 0)], [], total=3)
+    assert bundle_specs(lay) == [{"CPU": 1.0, "GPU": 1.0, "slime_node_0": 0.001},
+                                 {"CPU": 1.0, "GPU": 1.0, "slime_node_0": 0.001},
+                                 {"CPU": 1.0, "GPU": 1.0, "slime_node_1": 0.001}]
+    cpu = Layout(nodes=2, gpus_per_node=0, colocate=False, actor=(Slot(node=0, gpu=None),), critic=(),
+                 engines=(), total_slots=2, rollout_offset=0)
+    assert bundle_specs(cpu) == [{"CPU": 1.0, "slime_node_0": 0.001}, {"CPU": 1.0, "slime_node_1": 0.001}]
+    assert node_rank_of({"CPU": 4.0, "slime_node_3": 1.0}) == 3 and node_rank_of({"CPU": 1.0}) is None
+
+
+def test_report_files_and_table(tmp_path):
+    report = {"ok": False, "task": 0, "job_id": "15", "ray_nodes": 2, "bad_nodes": ["sn2"],
+              "slots": [{"slot": "node0:gpu0"}],
+              "nodes": [{"rank": 0, "host": "sn1", "ip": "10.77.0.11", "gpus": ["0", "1"],
+                         "roles": {"0": ["actor", "engine0"], "1": ["actor"]}},
+                        {"rank": 1, "host": "sn2", "ip": "10.77.0.12", "gpus": [], "roles": {}}],
+              "checks": [{"name": "collective", "ok": False, "node": "sn2", "message": "timed out",
+                          "fix": "check the network"}]}
+    tp = TaskPaths(tmp_path, 0)
+    text = write_report(tp, report)
+    assert json.loads(tp.preflight_json.read_text()) == report and tp.preflight_txt.read_text() == text
+    assert "preflight FAILED" in text and "10.77.0.11" in text and "gpu0: actor, engine0" in text
+    assert "FAIL collective [sn2]: timed out" in text and "fix: check the network" in text
+    sn2_line = next(line for line in text.splitlines() if "sn2 (rank 1)" in line)
+    assert "FAIL" in sn2_line
+    assert "preflight PASSED" in render_table(dict(report, ok=True, bad_nodes=[], checks=[]))

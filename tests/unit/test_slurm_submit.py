@@ -1,0 +1,112 @@
+"""SlurmLauncher.submit against shimmed ``sbatch``/``scontrol`` executables on PATH.
+
+The boundary faked here is the SLURM client: the real CI cluster's MaxArraySize is fixed when it
+starts (and must not be restarted by tests), so splitting a sweep across arrays is exercised with
+an ``scontrol`` that reports a small MaxArraySize and an ``sbatch`` that records its arguments
+and environment. The real submission path is covered by tests/e2e/test_slurm_e2e.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from launchers.base import SubmitOptions
+from launchers.slurm import SlurmLauncher
+from slime.errors import InfraError
+from slime.spec import load_spec_text
+
+SCONTROL = r"""#!/bin/bash
+case "$2" in
+  config) echo "MaxArraySize            = 3" ;;
+  partition) echo "PartitionName=batch Default=YES Nodes=sn[1-2] State=UP" ;;
+  node) for n in sn1 sn2; do
+          echo "NodeName=$n CPUTot=4 Gres=gpu:2 RealMemory=8000 State=IDLE Partitions=batch"
+        done ;;
+esac
+"""
+
+SBATCH = r"""#!/bin/bash
+n=$(ls "$REC" | wc -l)
+printf '%s\n' "$@" > "$REC/call-$n"
+echo "offset=$SLIME_TASK_OFFSET" >> "$REC/call-$n"
+[ -n "${FAIL_AT:-}" ] && [ "$n" = "$FAIL_AT" ] && { echo "sbatch: error: QOSMaxSubmitJobPerUserLimit" >&2; exit 1; }
+echo "$((100 + n))"
+"""
+
+
+def _spec(tmp_path: Path, n_seeds: int) -> str:
+    doc = {"apiVersion": "slime/v1", "kind": "RLJob", "name": "split",
+           "cluster": {"launcher": "slurm", "nodes": 1, "gpus_per_node": 2},
+           "model": {"builtin": "tiny"},
+           "rollout": {"colocate": True, "num_rollouts": 1, "max_prompt_len": 16, "max_response_len": 8,
+                       "batch_size": 4, "n_samples_per_prompt": 2},
+           "data": {"prompts": "/p.jsonl"}, "logging": {"dir": str(tmp_path / "runs")},
+           "sweep": {"grid": {"train.seed": list(range(n_seeds))}, "max_parallel": 2}}
+    return json.dumps(doc)
+
+
+@pytest.fixture
+def shims(tmp_path, monkeypatch):
+    bin_dir, rec = tmp_path / "bin", tmp_path / "rec"
+    bin_dir.mkdir()
+    rec.mkdir()
+    for name, text in (("scontrol", SCONTROL), ("sbatch", SBATCH)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755 | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("REC", str(rec))
+    return rec
+
+
+def _calls(rec: Path) -> list[list[str]]:
+    return [(rec / f"call-{i}").read_text().split("\n")[:-1] for i in range(len(list(rec.iterdir())))]
+
+
+def test_a_sweep_larger_than_max_array_size_is_split_into_chained_arrays_with_offsets(tmp_path, shims):
+    launcher = SlurmLauncher()
+    request = launcher.compile(load_spec_text(_spec(tmp_path, 7)), SubmitOptions(run_name="r"))
+    sub = launcher.submit(request, SubmitOptions(run_name="r"))
+    assert sub.job_ids == ("100", "101", "102")
+    script = str(sub.run_dir / "job.sbatch")
+    assert _calls(shims) == [
+        ["--parsable", "--array=0-2%2", script, "offset=0"],
+        ["--parsable", "--array=0-2%2", "--dependency=afterany:100", script, "offset=3"],
+        ["--parsable", "--array=0%2", "--dependency=afterany:101", script, "offset=6"],
+    ]
+    jobs = json.loads((sub.run_dir / "jobs.json").read_text())
+    assert [(a["job_id"], a["first_task"], a["last_task"]) for a in jobs["arrays"]] == [
+        ("100", 0, 2), ("101", 3, 5), ("102", 6, 6)]
+    assert (sub.run_dir / "logs").is_dir() and (sub.run_dir / "tasks/6/logs").is_dir()  # SLURM won't create them
+
+
+def test_a_sweep_that_fits_uses_the_scripts_own_array_line(tmp_path, shims):
+    launcher = SlurmLauncher()
+    request = launcher.compile(load_spec_text(_spec(tmp_path, 3)), SubmitOptions(run_name="r"))
+    sub = launcher.submit(request, SubmitOptions(run_name="r"))
+    ((*args, offset),) = _calls(shims)
+    assert args == ["--parsable", str(sub.run_dir / "job.sbatch")] and offset == "offset=0"
+    assert "#SBATCH --array=0-2%2" in (sub.run_dir / "job.sbatch").read_text()
+
+
+def test_a_refused_submission_is_an_infra_error_and_what_was_submitted_is_recorded(tmp_path, shims, monkeypatch):
+    monkeypatch.setenv("FAIL_AT", "1")
+    launcher = SlurmLauncher()
+    request = launcher.compile(load_spec_text(_spec(tmp_path, 7)), SubmitOptions(run_name="r"))
+    with pytest.raises(InfraError, match="sbatch refused the job.*QOSMaxSubmitJobPerUserLimit"):
+        launcher.submit(request, SubmitOptions(run_name="r"))
+    jobs = json.loads((tmp_path / "runs/r/jobs.json").read_text())
+    assert jobs["job_ids"] == ["100"]
+
+
+def test_no_sbatch_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    launcher = SlurmLauncher()
+    request = launcher.compile(load_spec_text(_spec(tmp_path, 2)), SubmitOptions(run_name="r"))
+    with pytest.raises(InfraError, match="sbatch is not on PATH.*cluster.launcher: local"):
+        launcher.submit(request, SubmitOptions(run_name="r"))
+    assert not (tmp_path / "runs").exists()
