@@ -1,0 +1,195 @@
+"""OpenAI chat completions (``POST /v1/chat/completions``) for the adapter server.
+
+Requests: ``messages`` (roles system/developer/user/assistant/tool; string
+content or text parts; assistant ``tool_calls`` with ``function.arguments`` as
+a JSON string), ``tools`` (``{"type": "function", "function": {name,
+description, parameters}}``), ``tool_choice`` auto/none, ``max_tokens`` /
+``max_completion_tokens``, ``temperature``, ``top_p``, ``stop``, ``seed``,
+``stream`` (+ ``stream_options.include_usage``). Unknown keys are ignored, as
+OpenAI clients send many optional ones; values the engine cannot honour
+(``n > 1``, penalties, forced tool choice, image parts) are a 400.
+
+Replies follow the API: ``choices[0].message`` has ``content`` and
+``tool_calls`` (``arguments`` is the JSON text exactly as the model wrote it),
+``finish_reason`` is ``tool_calls``, ``stop`` or ``length``. Extension: a
+malformed tool call is listed in ``message.invalid_tool_calls`` (``id``,
+``name`` if recoverable, ``raw`` text, ``error``) and its text stays in
+``content``; it is not in ``tool_calls``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from slime.agent.adapters.fields import bad, opt_bool, opt_int, opt_number, opt_str_list, sse, text_of
+from slime.agent.adapters.server import ChatRequest, Generation
+
+__all__ = ["OpenAIProtocol"]
+
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                410: "invalid_request_error", 500: "server_error", 502: "server_error", 503: "server_error"}
+
+
+def _tool_calls(raw: Any, field: str) -> list[dict[str, Any]]:
+    if not isinstance(raw, list):
+        raise bad(field, "must be a list")
+    out = []
+    for i, call in enumerate(raw):
+        f = f"{field}[{i}]"
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise bad(f, "must be {'id', 'type': 'function', 'function': {'name', 'arguments'}}")
+        args = fn.get("arguments", "{}")
+        if not isinstance(args, (str, dict)):
+            raise bad(f"{f}.function.arguments", "must be a JSON string")
+        out.append({"id": str(call.get("id") or ""), "type": "function",
+                    "function": {"name": fn["name"], "arguments": args}})
+    return out
+
+
+def _messages(raw: Any) -> list[dict[str, Any]]:
+    if not isinstance(raw, list) or not raw:
+        raise bad("messages", "must be a non-empty list")
+    out: list[dict[str, Any]] = []
+    for i, m in enumerate(raw):
+        f = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise bad(f, "must be an object")
+        role = m.get("role")
+        if role == "developer":
+            role = "system"
+        if role not in ("system", "user", "assistant", "tool"):
+            raise bad(f"{f}.role", f"must be system, developer, user, assistant or tool, got {role!r}")
+        msg: dict[str, Any] = {"role": role, "content": text_of(m.get("content"), f"{f}.content")}
+        if role == "assistant" and m.get("tool_calls"):
+            msg["tool_calls"] = _tool_calls(m["tool_calls"], f"{f}.tool_calls")
+        if role == "tool":
+            if not isinstance(m.get("tool_call_id"), str):
+                raise bad(f"{f}.tool_call_id", "a tool message needs the id of the call it answers")
+            msg["tool_call_id"] = m["tool_call_id"]
+        out.append(msg)
+    return out
+
+
+def _tools(raw: Any) -> list[dict[str, Any]]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise bad("tools", "must be a list")
+    out = []
+    for i, t in enumerate(raw):
+        fn = t.get("function") if isinstance(t, dict) and t.get("type", "function") == "function" else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise bad(f"tools[{i}]", "must be {'type': 'function', 'function': {'name', 'description', 'parameters'}}")
+        params = fn.get("parameters", {"type": "object", "properties": {}})
+        if not isinstance(params, dict):
+            raise bad(f"tools[{i}].function.parameters", "must be a JSON Schema object")
+        out.append({"type": "function", "function": {"name": fn["name"], "description": fn.get("description", ""),
+                                                     "parameters": params}})
+    return out
+
+
+class OpenAIProtocol:
+    name = "openai"
+    path = "/v1/chat/completions"
+
+    @staticmethod
+    def new_call_id() -> str:
+        return f"call_{uuid.uuid4().hex[:24]}"
+
+    @staticmethod
+    def error_body(status: int, code: str, message: str) -> dict[str, Any]:
+        return {"error": {"message": message, "type": _ERROR_TYPES.get(status, "invalid_request_error"),
+                          "param": None, "code": code}}
+
+    def parse(self, body: dict[str, Any]) -> ChatRequest:
+        messages = _messages(body.get("messages"))
+        tools = _tools(body.get("tools"))
+        choice = body.get("tool_choice")
+        if choice not in (None, "auto", "none"):
+            raise bad("tool_choice", "only 'auto' and 'none' are supported (the engine cannot force a tool call)")
+        n = opt_int(body, "n", 1)
+        if n not in (None, 1):
+            raise bad("n", "only n=1 is supported; send several requests")
+        for key in ("presence_penalty", "frequency_penalty"):
+            if body.get(key) not in (None, 0, 0.0):
+                raise bad(key, "penalties are not supported by the rollout engine")
+        sampling: dict[str, Any] = {}
+        max_new = opt_int(body, "max_completion_tokens", 1)
+        max_new = max_new if max_new is not None else opt_int(body, "max_tokens", 1)
+        if max_new is not None:
+            sampling["max_new_tokens"] = max_new
+        for key, lo, hi in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0)):
+            v = opt_number(body, key, lo, hi)
+            if v is not None:
+                sampling[key] = v
+        stop = opt_str_list(body, "stop", allow_str=True)
+        if stop:
+            sampling["stop"] = stop
+        seed = body.get("seed")
+        if seed is not None:
+            if isinstance(seed, bool) or not isinstance(seed, int):
+                raise bad("seed", f"must be an integer, got {seed!r}")
+            sampling["sampling_seed"] = seed
+        stream = opt_bool(body, "stream")
+        opts = body.get("stream_options") or {}
+        include_usage = bool(isinstance(opts, dict) and opts.get("include_usage"))
+        return ChatRequest(messages=messages, tools=None if choice == "none" else (tools or None),
+                           sampling=sampling, model=str(body.get("model") or ""), stream=stream,
+                           options={"include_usage": include_usage})
+
+    @staticmethod
+    def _message(gen: Generation) -> dict[str, Any]:
+        p = gen.parsed
+        msg: dict[str, Any] = {"role": "assistant", "content": p.content if (p.content or not p.tool_calls) else None}
+        if p.tool_calls:
+            msg["tool_calls"] = [{"id": c.id, "type": "function",
+                                  "function": {"name": c.name, "arguments": c.raw_arguments}}
+                                 for c in p.tool_calls]
+        if p.invalid_tool_calls:
+            msg["invalid_tool_calls"] = [c.to_dict() for c in p.invalid_tool_calls]
+        return msg
+
+    @staticmethod
+    def _finish(gen: Generation) -> str:
+        if gen.parsed.tool_calls:
+            return "tool_calls"
+        return gen.finish_reason
+
+    @staticmethod
+    def _usage(gen: Generation) -> dict[str, int]:
+        return {"prompt_tokens": gen.prompt_tokens, "completion_tokens": gen.completion_tokens,
+                "total_tokens": gen.prompt_tokens + gen.completion_tokens}
+
+    def reply(self, req: ChatRequest, gen: Generation, model: str) -> dict[str, Any]:
+        return {"id": f"chatcmpl-{gen.record.turn_id}-{uuid.uuid4().hex[:12]}", "object": "chat.completion",
+                "created": int(time.time()), "model": req.model or model,
+                "system_fingerprint": f"weights-{gen.weight_version}",
+                "choices": [{"index": 0, "message": self._message(gen), "finish_reason": self._finish(gen),
+                             "logprobs": None}],
+                "usage": self._usage(gen)}
+
+    def stream_events(self, req: ChatRequest, gen: Generation, model: str) -> Iterator[bytes]:
+        head = {"id": f"chatcmpl-{gen.record.turn_id}-{uuid.uuid4().hex[:12]}", "object": "chat.completion.chunk",
+                "created": int(time.time()), "model": req.model or model,
+                "system_fingerprint": f"weights-{gen.weight_version}"}
+        msg = self._message(gen)
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            return sse({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]})
+
+        first: dict[str, Any] = {"role": "assistant", "content": msg["content"] or ""}
+        if "invalid_tool_calls" in msg:
+            first["invalid_tool_calls"] = msg["invalid_tool_calls"]
+        yield chunk(first)
+        for i, call in enumerate(msg.get("tool_calls", [])):
+            yield chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                         "function": {"name": call["function"]["name"], "arguments": ""}}]})
+            yield chunk({"tool_calls": [{"index": i, "function": {"arguments": call["function"]["arguments"]}}]})
+        yield chunk({}, self._finish(gen))
+        if req.options.get("include_usage"):
+            yield sse({**head, "choices": [], "usage": self._usage(gen)})
+        yield sse("[DONE]")

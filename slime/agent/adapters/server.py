@@ -1,0 +1,359 @@
+"""The adapter HTTP server: an agent-facing API in front of a rollout engine.
+
+One :class:`AdapterServer` speaks one protocol (``openai``: ``POST
+/v1/chat/completions``; ``anthropic``: ``POST /v1/messages``) and forwards to
+one engine (the built-in engine or SGLang, through
+:class:`~slime.backends.rollout.client.EngineClient`). Per request:
+
+1. the session comes from ``Authorization: Bearer <token>`` or ``x-api-key``
+   (401 unknown, 410 closed);
+2. the body is translated to chat-template messages and tools (400 on bad
+   input, naming the field);
+3. the tokenizer's chat template renders the prompt (with tools) and the turn
+   is admitted (403 past ``max_turns``);
+4. the engine's ``/generate`` runs on the prompt token ids with log-probs;
+5. tool calls are parsed from the text (``toolcalls`` module; malformed ones
+   are flagged as ``invalid_tool_calls``, never an error);
+6. the turn is recorded in the session's trajectory tree (prompt ids, output
+   ids, log-probs, weight version, messages), then the reply is sent, as JSON
+   or, with ``stream: true``, as server-sent events. The engine does not stream,
+   so an SSE reply arrives in one burst after generation, in the protocol's
+   event shapes.
+
+The server runs its own event loop in a daemon thread (like the built-in
+engine's), so sessions and the trajectory trees are touched by that one thread
+only; the rollout side calls the thread-safe ``open_session``/``close_session``
+(or their ``a``-prefixed coroutine forms) from any thread or loop. aiohttp is
+used because the engine client and server already depend on it.
+
+Not guaranteed: token-by-token streaming, ``n > 1``, forced tool choice
+(``tool_choice`` other than auto/none), log-probs in the reply, non-text
+content (images). Engine weight versions that are not integers (the engine's
+initial ``"default"``) are recorded as version -1 in the trajectory (the
+runtime's convention); the raw string is kept in the turn record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from slime.agent.adapters.sessions import AdapterError, SessionRegistry, SessionResult, TurnRecord
+from slime.agent.adapters.toolcalls import ParsedOutput, parse_tool_calls
+from slime.agent.trajectory import Turn
+from slime.backends.rollout.client import EngineClient, EngineError, EngineUnavailable
+
+__all__ = ["AdapterServer", "ChatRequest", "Generation", "start_adapter"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ChatRequest:
+    """A request translated to the chat-template form (protocol independent)."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None  # [{"type": "function", "function": {...}}]
+    sampling: dict[str, Any]  # SGLang sampling params (max_new_tokens, temperature, stop, ...)
+    model: str = ""
+    stream: bool = False
+    options: dict[str, Any] = field(default_factory=dict)  # protocol-specific flags
+
+
+@dataclass
+class Generation:
+    """One generated reply, parsed and recorded."""
+
+    turn_id: str
+    parsed: ParsedOutput
+    finish_reason: str  # "stop" | "length"
+    stop_matched: str | None  # the stop string that ended generation, if one did
+    prompt_tokens: int
+    completion_tokens: int
+    weight_version: str | None
+    record: TurnRecord
+
+
+def version_number(version: str | None) -> int:
+    """The engine's weight version as the trajectory's int (non-integers -> -1, as the runtime does)."""
+    try:
+        return int(version) if version is not None else -1
+    except ValueError:
+        return -1
+
+
+def session_token(headers: Mapping[str, str]) -> str | None:
+    auth = headers.get("Authorization", "")
+    scheme, _, value = auth.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    key = headers.get("x-api-key", "").strip()
+    return key or None
+
+
+def _load_tokenizer(tokenizer: Any) -> Any:
+    if isinstance(tokenizer, (str, Path)):
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(tokenizer))
+    if not hasattr(tokenizer, "apply_chat_template"):
+        raise TypeError(f"tokenizer must be a Hugging Face tokenizer or its directory, got {type(tokenizer).__name__}")
+    return tokenizer
+
+
+def _protocol(name: str) -> Any:
+    from slime.agent.adapters import PROTOCOLS
+
+    return PROTOCOLS.get(name)()
+
+
+class AdapterServer:
+    """An OpenAI- or Anthropic-compatible server over one engine (see the module docstring)."""
+
+    def __init__(self, protocol: str, engine: str | EngineClient, tokenizer: Any, *, host: str = "127.0.0.1",
+                 port: int = 0, max_turns: int | None = None, model_name: str = "slime-policy",
+                 max_new_tokens: int | None = None, sampling_defaults: Mapping[str, Any] | None = None,
+                 sampling_overrides: Mapping[str, Any] | None = None, drift_threshold: int = 8,
+                 engine_timeout_s: float = 600.0) -> None:
+        self.protocol = _protocol(protocol)
+        self.protocol_name = protocol
+        self.engine_url = engine.base_url if isinstance(engine, EngineClient) else str(engine)
+        # A private client: its aiohttp session belongs to this server's loop.
+        self.engine = EngineClient(self.engine_url, timeout_s=engine_timeout_s)
+        self.tokenizer = _load_tokenizer(tokenizer)
+        if max_new_tokens is not None and max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        self.max_new_tokens = max_new_tokens
+        self.model_name = model_name
+        self.sampling_defaults = dict(sampling_defaults or {})
+        self.sampling_overrides = dict(sampling_overrides or {})
+        self.sessions = SessionRegistry(default_max_turns=max_turns, drift_threshold=drift_threshold)
+        self.host = host
+        self._sock = _bind(host, port)
+        self.port = self._sock.getsockname()[1]
+        self._loop = asyncio.new_event_loop()
+        self._runner: web.AppRunner | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=f"agent-adapter-{protocol}-{self.port}", daemon=True)
+
+    # ----------------------------------------------------------------- lifecycle
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def start(self) -> AdapterServer:
+        self._thread.start()
+        self._ready.wait(30)
+        if self._error is not None:
+            raise RuntimeError(f"agent adapter server failed to start: {self._error}")
+        return self
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            app = web.Application(middlewares=[self._errors], client_max_size=64 * 1024 * 1024)
+            app.router.add_post(self.protocol.path, self._handle)
+            app.router.add_get("/health", self._health)
+            self._runner = web.AppRunner(app, access_log=None)
+            self._loop.run_until_complete(self._runner.setup())
+            self._loop.run_until_complete(web.SockSite(self._runner, self._sock).start())
+        except BaseException as exc:  # reported by start()
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(self._runner.cleanup())
+        self._loop.run_until_complete(self.engine.close())
+        self._loop.close()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout)
+        self._sock.close()
+
+    def __enter__(self) -> AdapterServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------- sessions (thread-safe)
+    def _submit(self, coro: Any) -> Any:
+        if not self._thread.is_alive():
+            coro.close()
+            raise RuntimeError("the agent adapter server is not running; call start() first")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    async def _open(self, session_id: str, kwargs: dict[str, Any]) -> str:
+        return self.sessions.open(session_id, **kwargs)
+
+    def open_session(self, session_id: str | None = None, *, max_turns: int | None = None,
+                     metadata: dict[str, Any] | None = None,
+                     sampling: dict[str, Any] | None = None) -> tuple[str, str]:
+        """Open a session; returns ``(session_id, token)``. The agent's API key is the token.
+
+        ``max_turns`` overrides the server's cap; ``sampling`` (SGLang sampling
+        params) overrides what the agent asks for on every turn of the session, so
+        the rollout side decides how the policy samples (e.g. the training temperature).
+        """
+        sid = session_id or uuid.uuid4().hex
+        kwargs = {"max_turns": max_turns, "metadata": metadata, "sampling": sampling}
+        return sid, self._submit(self._open(sid, kwargs)).result()
+
+    async def aopen_session(self, session_id: str | None = None, *, max_turns: int | None = None,
+                            metadata: dict[str, Any] | None = None,
+                            sampling: dict[str, Any] | None = None) -> tuple[str, str]:
+        sid = session_id or uuid.uuid4().hex
+        kwargs = {"max_turns": max_turns, "metadata": metadata, "sampling": sampling}
+        return sid, await asyncio.wrap_future(self._submit(self._open(sid, kwargs)))
+
+    def close_session(self, session_id: str, *, drain_timeout_s: float | None = None) -> SessionResult:
+        """Refuse new turns, wait for in-flight ones, return the session's trajectories."""
+        return self._submit(self.sessions.close(session_id, drain_timeout_s=drain_timeout_s)).result()
+
+    async def aclose_session(self, session_id: str, *, drain_timeout_s: float | None = None) -> SessionResult:
+        return await asyncio.wrap_future(
+            self._submit(self.sessions.close(session_id, drain_timeout_s=drain_timeout_s)))
+
+    # ------------------------------------------------------------------ requests
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except AdapterError as exc:
+            return web.json_response(self.protocol.error_body(exc.status, exc.code, exc.message), status=exc.status)
+        except web.HTTPException:
+            raise
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # one bad request must not take the server down
+            log.exception("agent adapter: unhandled error in %s", request.path)
+            return web.json_response(self.protocol.error_body(500, "internal_error", f"internal error: {exc!r}"),
+                                     status=500)
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"ok": True, "protocol": self.protocol_name, "open_sessions": len(self.sessions)})
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        sess = self.sessions.lookup(session_token(request.headers))
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise AdapterError(f"request body is not valid JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise AdapterError(f"request body must be a JSON object, got {type(body).__name__}")
+        req = self.protocol.parse(body)
+        prompt_ids = self._render(req)
+        turn_id = sess.admit()  # no await between the state check and the in-flight count
+        try:
+            gen = await self._generate(sess, turn_id, req, prompt_ids)
+        finally:
+            sess.release()
+        if req.stream:
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+            await resp.prepare(request)
+            for event in self.protocol.stream_events(req, gen, self.model_name):
+                await resp.write(event)
+            await resp.write_eof()
+            return resp
+        return web.json_response(self.protocol.reply(req, gen, self.model_name))
+
+    def _render(self, req: ChatRequest) -> list[int]:
+        try:
+            text = self.tokenizer.apply_chat_template(req.messages, tools=req.tools or None, tokenize=False,
+                                                      add_generation_prompt=True)
+        except Exception as exc:  # jinja errors, template raise_exception(), missing keys
+            raise AdapterError(f"the chat template cannot render these messages: {exc}", code="template_error") from None
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        if not ids:
+            raise AdapterError("the rendered prompt is empty", code="template_error")
+        return list(ids)
+
+    def _sampling(self, req: ChatRequest, sess: Any) -> dict[str, Any]:
+        params = {**self.sampling_defaults, **req.sampling, **self.sampling_overrides, **sess.sampling}
+        if self.max_new_tokens is not None:
+            params["max_new_tokens"] = min(int(params.get("max_new_tokens", self.max_new_tokens)),
+                                           self.max_new_tokens)
+        return params
+
+    async def _generate(self, sess: Any, turn_id: str, req: ChatRequest, prompt_ids: list[int]) -> Generation:
+        try:
+            res = await self.engine.generate(prompt_ids, self._sampling(req, sess), return_logprob=True,
+                                             rid=f"{sess.session_id}-{turn_id}-{uuid.uuid4().hex[:8]}")
+        except EngineUnavailable as exc:
+            raise AdapterError(f"the rollout engine is unreachable: {exc}", status=503,
+                               code="engine_unavailable") from None
+        except EngineError as exc:
+            if exc.status is not None and 400 <= exc.status < 500:
+                raise AdapterError(f"the rollout engine rejected the request: {exc.message}",
+                                   code="engine_rejected") from None
+            raise AdapterError(f"the rollout engine failed: {exc}", status=502, code="engine_error") from None
+        if res.aborted:
+            raise AdapterError("generation was aborted by the engine (e.g. a weight update); retry",
+                               status=503, code="generation_aborted")
+        if res.logprobs is None:
+            raise AdapterError("the engine returned no log-probs", status=502, code="engine_error")
+        parsed = parse_tool_calls(res.text, self.protocol.new_call_id)
+        message = assistant_message(parsed)
+        finish = "length" if res.truncated else "stop"
+        stop_matched = res.matched if isinstance(res.matched, str) else None
+        turn = Turn(prompt_token_ids=prompt_ids, response_token_ids=list(res.output_ids),
+                    response_logprobs=list(res.logprobs), weight_version=version_number(res.weight_version),
+                    messages=[*req.messages, message], truncated=res.truncated, turn_id=turn_id)
+        record = sess.record(turn, {
+            "weight_version": res.weight_version, "finish_reason": finish, "prompt_tokens": len(prompt_ids),
+            "completion_tokens": len(res.output_ids), "content": parsed.content,
+            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in parsed.tool_calls],
+            "invalid_tool_calls": [c.to_dict() for c in parsed.invalid_tool_calls],
+            "protocol": self.protocol_name})
+        return Generation(turn_id, parsed, finish, stop_matched, len(prompt_ids), len(res.output_ids),
+                          res.weight_version, record)
+
+
+def assistant_message(parsed: ParsedOutput) -> dict[str, Any]:
+    """The reply as a chat-template message (what the agent will send back next turn)."""
+    msg: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+    if parsed.tool_calls:
+        msg["tool_calls"] = [{"id": c.id, "type": "function",
+                              "function": {"name": c.name, "arguments": c.raw_arguments}}
+                             for c in parsed.tool_calls]
+    if parsed.invalid_tool_calls:
+        msg["invalid_tool_calls"] = [c.to_dict() for c in parsed.invalid_tool_calls]
+    return msg
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"agent adapter cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+def start_adapter(protocol: str, engine: str | EngineClient, tokenizer: Any, **kwargs: Any) -> AdapterServer:
+    """Build and start an :class:`AdapterServer`; returns once it listens (``.url``)."""
+    return AdapterServer(protocol, engine, tokenizer, **kwargs).start()

@@ -1,0 +1,522 @@
+"""The default agent loop as a generate plug-in (``agent.generate`` default).
+
+``await generate(ctx, sample, sampling_params)`` runs one agent episode for one
+prompt and returns its training samples:
+
+1. open a session on the adapter server of ``agent.adapter`` (one shared
+   server per protocol, engine and tokenizer in this process, started on first
+   use), with the rollout's sampling params pinned for every turn;
+2. an agent talks to it over HTTP as a real OpenAI/Anthropic client would
+   (``slime.agent.adapters.clients``), offering ``agent.tools``; each tool call
+   runs in a sandbox of ``agent.sandbox.backend`` (started at the first call,
+   closed at the end of the episode) and its output goes back as a tool result,
+   until the model answers without a tool call or ``agent.max_turns`` turns;
+3. the session is closed (in-flight turns drained) and its trajectory tree is
+   linearised into samples: loss mask 1 only on model tokens, the engine's
+   log-probs, status ``truncated`` when cut at the model's context length;
+4. the final answer (the last reply's text) is scored once with the reward and
+   the reward is copied to every sample of the episode.
+
+What the runtime passes (``ctx``, duck-typed): ``ctx.tokenizer`` (an HF
+tokenizer with a chat template) and the engines, as ``ctx.engine_client`` (an
+``EngineClient``) or ``ctx.clients`` (a list; group ``g`` uses engine ``g % n``)
+are required; ``ctx.spec`` (the resolved ``Spec``: ``agent``,
+``model.max_context_len``, ``reward``) and ``ctx.reward_fn`` (an async
+``RewardFn``) are optional (defaults: ``AgentConfig()`` and ``exact``).
+The runtime's rollout manager calls :func:`fill_samples`, which runs the
+plug-in per sample and keeps its invariant of one sample per input.
+
+Returned samples keep ``group_index``/``index``/``label``/``prompt`` of the
+input; ``response`` is the final answer (what the reward scored, so scoring it
+again gives the same value); the trained tokens are
+``tokens[-response_length:]``; ``weight_version`` is the oldest version that
+produced a token (-1 for a non-integer engine version); ``reward`` is set. An
+episode whose first turn already failed (e.g. the prompt does not fit the
+context) gives one sample with status ``failed`` and no tokens
+(``metadata["agent"]["error"]`` says why). Usually one sample per episode; a
+session whose history forked gives one per leaf, all with the same
+``group_index``. ``metadata["agent"]`` records the episode: stop reason,
+turns, every tool call with its output, invalid tool calls, the sandbox id.
+An engine that is unreachable, fails or aborts the generation raises
+``RuntimeError`` (an infrastructure fault must not become a zero reward); a
+prompt the engine rejects (too long for the context) just ends the episode.
+
+Also here: :func:`rollout_metrics` (``agent/*`` metrics of a rollout),
+:func:`render_demonstration` (a chat transcript -> an SFT sample with loss
+only on assistant tokens), :func:`calculator_demonstration` (the tool-using
+transcript that warms the tiny model up) and :func:`agent_sft_sample` (the
+SFT warm-up sample the runtime uses for agent specs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from slime.agent.adapters.clients import AgentAPIError, CallRequest, make_client
+from slime.agent.adapters.server import AdapterServer, start_adapter
+from slime.agent.sandbox import Sandbox, make_sandbox
+from slime.agent.tools import Tool, get_tools
+from slime.rl.sample import Sample, SampleStatus
+
+__all__ = [
+    "AgentConfig",
+    "AgentRunner",
+    "Episode",
+    "agent_sft_sample",
+    "fill_samples",
+    "rollout_metrics",
+    "calculator_demonstration",
+    "generate",
+    "render_demonstration",
+    "run_episode",
+    "sandbox_kwargs",
+    "shutdown_adapters",
+]
+
+
+def sandbox_kwargs(sandbox_spec: Any) -> tuple[str, dict[str, Any]]:
+    """``(backend, constructor kwargs)`` for the spec's ``agent.sandbox`` section."""
+    sb = sandbox_spec
+    if sb.backend == "local":
+        return "local", {"network": sb.network, "memory_mb": sb.memory_mb, "cpu_time_s": sb.cpu_time_s,
+                         "max_procs": sb.max_procs, "max_file_mb": sb.max_file_mb,
+                         "allow_unisolated": sb.allow_unisolated, "wall_timeout_s": sb.timeout_s}
+    if sb.backend == "e2b":
+        if not sb.api_key_secret:
+            raise ValueError("agent.sandbox.api_key_secret is required for the e2b backend")
+        kwargs: dict[str, Any] = {"api_key_ref": f"env:{sb.api_key_secret}", "network": sb.network}
+        if sb.image:
+            kwargs["template"] = sb.image
+        return "e2b", kwargs
+    return sb.backend, {}
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    protocol: str = "openai"
+    max_turns: int = 4
+    tools: tuple[str, ...] = ("python",)
+    sandbox_backend: str = "local"
+    sandbox_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    tool_timeout_s: float = 10.0
+    system_prompt: str | None = None
+    max_length: int | None = None  # the model's context length: longer samples are cut
+    max_tool_output_chars: int = 200  # every character of a tool result is a prompt token
+    drift_threshold: int = 8
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> AgentConfig:
+        ag = spec.agent
+        if ag is None:
+            return cls(max_length=spec.model.max_context_len)
+        backend, kwargs = sandbox_kwargs(ag.sandbox)
+        return cls(protocol=ag.adapter, max_turns=ag.max_turns, tools=tuple(ag.tools), sandbox_backend=backend,
+                   sandbox_kwargs=kwargs, tool_timeout_s=ag.sandbox.timeout_s,
+                   max_length=spec.model.max_context_len)
+
+
+@dataclass
+class Episode:
+    final_text: str = ""
+    stop: str = ""  # answer | max_turns | refused:<code> | error:<code>
+    turns: int = 0
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    invalid_tool_calls: int = 0
+    error: str | None = None
+    sandbox_id: str | None = None
+
+
+class _LazySandbox:
+    """Starts the sandbox at the first tool call; most episodes of an untrained policy make none."""
+
+    def __init__(self, backend: str, kwargs: Mapping[str, Any]) -> None:
+        self.backend, self.kwargs = backend, dict(kwargs)
+        self.sandbox: Sandbox | None = None
+
+    async def get(self) -> Sandbox:
+        if self.sandbox is None:
+            sb = make_sandbox(self.backend, **self.kwargs)
+            await sb.__aenter__()
+            self.sandbox = sb
+        return self.sandbox
+
+    async def close(self) -> None:
+        if self.sandbox is not None:
+            await self.sandbox.__aexit__(None, None, None)
+
+
+async def run_episode(client: Any, tools: Sequence[Tool], sandbox: _LazySandbox, *, prompt: str,
+                      max_turns: int, tool_timeout_s: float, system_prompt: str | None = None,
+                      max_tool_output_chars: int = 200) -> Episode:
+    """Talk to the adapter through ``client`` until a final answer or ``max_turns`` turns."""
+    ep = Episode()
+    by_name = {t.name: t for t in tools}
+    client.start(prompt, system_prompt)
+    for turn in range(max_turns):
+        try:
+            reply = await client.complete(list(tools))
+        except AgentAPIError as exc:
+            refused = exc.code in ("turn_limit_exceeded", "session_closed")
+            ep.stop = f"{'refused' if refused else 'error'}:{exc.code}"
+            ep.error = None if refused else str(exc)
+            return ep
+        ep.turns += 1
+        ep.invalid_tool_calls += len(reply.invalid_tool_calls)
+        ep.final_text = reply.text
+        if not reply.tool_calls:
+            ep.stop = "answer"
+            return ep
+        if turn == max_turns - 1:
+            break  # no turn left to show the model any tool result: do not run the tools
+        results: list[tuple[CallRequest, str]] = []
+        for call in reply.tool_calls:
+            record = {"name": call.name, "arguments": call.arguments, "ok": False, "timed_out": False}
+            tool = by_name.get(call.name)
+            if tool is None:
+                output = f"error: unknown tool {call.name!r}; available: {', '.join(by_name)}"
+            elif call.arguments is None:
+                output = "error: the arguments are not a JSON object"
+            else:
+                sb = await sandbox.get()
+                ep.sandbox_id = sb.sandbox_id
+                res = await tool.run(sb, call.arguments, timeout=tool_timeout_s,
+                                     max_output_chars=max_tool_output_chars)
+                output = res.output
+                record.update(ok=res.ok, timed_out=res.timed_out)
+            record["output"] = output
+            ep.tool_calls.append(record)
+            results.append((call, output))
+        client.add_tool_results(results)
+    ep.stop = "max_turns"
+    return ep
+
+
+# Adapter errors that mean the infrastructure failed (not the policy): the rollout must fail loudly.
+_FATAL = frozenset({"engine_unavailable", "engine_error", "internal_error", "generation_aborted"})
+
+# One adapter server per (protocol, engine, tokenizer) in this process.
+_ADAPTERS: dict[tuple[str, str, int], AdapterServer] = {}
+_ADAPTERS_LOCK = threading.Lock()
+
+
+def _shared_adapter(protocol: str, engine_url: str, tokenizer: Any, drift_threshold: int) -> AdapterServer:
+    key = (protocol, engine_url, id(tokenizer))
+    with _ADAPTERS_LOCK:
+        srv = _ADAPTERS.get(key)
+        if srv is None or not srv.running:
+            srv = start_adapter(protocol, engine_url, tokenizer, drift_threshold=drift_threshold)
+            _ADAPTERS[key] = srv
+        return srv
+
+
+def shutdown_adapters() -> None:
+    """Stop every adapter server this process started (the runtime calls it at exit)."""
+    with _ADAPTERS_LOCK:
+        servers = list(_ADAPTERS.values())
+        _ADAPTERS.clear()
+    for srv in servers:
+        srv.stop()
+
+
+def _reward_from_spec(spec: Any) -> Any:
+    from slime.rl.rewards import make_reward_fn
+
+    r = getattr(spec, "reward", None)
+    if r is None:
+        return make_reward_fn("exact")
+    return make_reward_fn(r.type, custom=r.custom if r.type == "custom" else None,
+                          url=r.url if r.type == "remote" else None, timeout_s=r.timeout_s,
+                          max_retries=r.max_retries)
+
+
+class AgentRunner:
+    """Runs episodes against one or more engines; holds the config, tools and reward.
+
+    With several engines, prompt group ``g`` goes to engine ``g % len(engines)``
+    (each engine gets its own adapter server), as the rollout manager deals groups.
+    """
+
+    def __init__(self, config: AgentConfig, engine_url: str | Sequence[str], tokenizer: Any, *,
+                 reward_fn: Any = None) -> None:
+        self.config = config
+        self.engine_urls = [engine_url] if isinstance(engine_url, str) else list(engine_url)
+        if not self.engine_urls:
+            raise ValueError("AgentRunner needs at least one engine URL")
+        self.tokenizer = tokenizer
+        self.tools = get_tools(config.tools)
+        if reward_fn is None:
+            from slime.rl.rewards import make_reward_fn
+
+            reward_fn = make_reward_fn("exact")
+        self.reward_fn = reward_fn
+
+    @classmethod
+    def from_context(cls, ctx: Any) -> AgentRunner:
+        engines = getattr(ctx, "engine_client", None)
+        engines = [engines] if engines is not None else list(getattr(ctx, "clients", None) or ())
+        urls = [e if isinstance(e, str) else getattr(e, "base_url", None) for e in engines]
+        if not urls or not all(urls):
+            raise TypeError("the agent generate plug-in needs ctx.engine_client (an EngineClient) or ctx.clients "
+                            "(a list of them)")
+        tokenizer = getattr(ctx, "tokenizer", None)
+        if tokenizer is None or not hasattr(tokenizer, "apply_chat_template"):
+            raise TypeError("the agent generate plug-in needs ctx.tokenizer (a Hugging Face tokenizer)")
+        spec = getattr(ctx, "spec", None)
+        config = AgentConfig.from_spec(spec) if spec is not None else AgentConfig()
+        reward = getattr(ctx, "reward_fn", None) or (_reward_from_spec(spec) if spec is not None else None)
+        return cls(config, urls, tokenizer, reward_fn=reward)
+
+    def adapter(self, group_index: int | None = None) -> AdapterServer:
+        c = self.config
+        url = self.engine_urls[(group_index or 0) % len(self.engine_urls)]
+        return _shared_adapter(c.protocol, url, self.tokenizer, c.drift_threshold)
+
+    async def run(self, sample: Sample, sampling_params: Mapping[str, Any]) -> list[Sample]:
+        c = self.config
+        adapter = self.adapter(sample.group_index)
+        session_id = f"agent-{sample.group_index}-{sample.index}-{uuid.uuid4().hex[:8]}"
+        _, token = await adapter.aopen_session(session_id, max_turns=c.max_turns, sampling=dict(sampling_params),
+                                               metadata={"index": sample.index})
+        sandbox = _LazySandbox(c.sandbox_backend, c.sandbox_kwargs)
+        try:
+            async with aiohttp.ClientSession() as http:
+                client = make_client(c.protocol, http, adapter.url, token)
+                episode = await run_episode(client, self.tools, sandbox, prompt=_prompt_text(sample),
+                                            max_turns=c.max_turns, tool_timeout_s=c.tool_timeout_s,
+                                            system_prompt=c.system_prompt,
+                                            max_tool_output_chars=c.max_tool_output_chars)
+        finally:
+            try:
+                await sandbox.close()
+            finally:
+                result = await adapter.aclose_session(session_id)
+        if episode.stop.removeprefix("error:") in _FATAL:
+            raise RuntimeError(f"agent episode {session_id} failed: {episode.error}")
+        scored = replace_sample(sample, response=episode.final_text)
+        reward = float(await self.reward_fn(scored))
+        return to_samples(sample, result.samples(reward, max_length=c.max_length), episode, reward,
+                          records=result.records)
+
+
+def _prompt_text(sample: Sample) -> str:
+    p = sample.prompt
+    if isinstance(p, str):
+        return p
+    # A list of chat messages: the agent sends the last user message (system prompts come from the config).
+    if isinstance(p, list) and p and isinstance(p[-1], Mapping) and isinstance(p[-1].get("content"), str):
+        return p[-1]["content"]
+    raise ValueError(f"sample {sample.index}: the agent needs a text prompt, got {type(p).__name__}")
+
+
+def replace_sample(sample: Sample, **changes: Any) -> Sample:
+    d = sample.to_dict()
+    d.update(changes)
+    return Sample.from_dict(d)
+
+
+def to_samples(sample: Sample, trajectories: list[Any], episode: Episode, reward: float, *,
+               records: Sequence[Any] = ()) -> list[Sample]:
+    """Training samples of one episode (see the module docstring for the fields)."""
+    agent_meta = {"stop": episode.stop, "turns": episode.turns, "tool_calls": episode.tool_calls,
+                  "invalid_tool_calls": episode.invalid_tool_calls, "final_answer": episode.final_text,
+                  "sandbox_id": episode.sandbox_id, "error": episode.error,
+                  "placements": [r.placement.kind for r in records], "leaves": len(trajectories)}
+    if not trajectories:
+        failed = replace_sample(sample, response="", reward=reward, status=SampleStatus.FAILED.value)
+        failed.metadata = {**sample.metadata, "agent": {**agent_meta, "error": episode.error or "no turn recorded"}}
+        return [failed]
+    out = []
+    for i, ts in enumerate(trajectories):
+        s = replace_sample(sample, response=episode.final_text)
+        s.tokens = list(ts.tokens)
+        s.response_length = len(ts.tokens) - ts.prompt_length
+        s.loss_mask = list(ts.loss_mask)
+        s.rollout_log_probs = list(ts.rollout_log_probs)
+        s.reward = reward
+        s.status = SampleStatus.TRUNCATED if ts.status == "truncated" else SampleStatus.COMPLETED
+        s.weight_version = min(ts.weight_versions) if ts.weight_versions else 0
+        s.metadata = {**sample.metadata, "agent": {**agent_meta, "leaf": i, "session_id": ts.metadata["session_id"],
+                                                   "turn_spans": ts.metadata["turns"]}}
+        out.append(s)
+    return out
+
+
+_RUNNERS: dict[int, tuple[Any, AgentRunner]] = {}
+
+
+async def generate(ctx: Any, sample: Sample, sampling_params: Mapping[str, Any], /) -> list[Sample]:
+    """The ``GenerateFn`` plug-in: one agent episode for ``sample`` (see the module docstring)."""
+    entry = _RUNNERS.get(id(ctx))
+    if entry is None or entry[0] is not ctx:
+        entry = (ctx, AgentRunner.from_context(ctx))
+        _RUNNERS.clear()  # one live context at a time; a new one replaces the old
+        _RUNNERS[id(ctx)] = entry
+    return await entry[1].run(sample, sampling_params)
+
+
+def _trained_tokens(s: Sample) -> int:
+    return sum(s.loss_mask)
+
+
+async def fill_samples(ctx: Any, samples: list[Sample], params: Sequence[Mapping[str, Any]], *,
+                       max_concurrent: int = 128) -> None:
+    """The rollout manager's hook: one agent episode per sample, results written back in place.
+
+    Runs ``spec.agent.generate`` (default: :func:`generate`) for every sample
+    (at most ``max_concurrent`` at once) and keeps the runtime's invariant of one
+    sample per input, in order: an episode that forked into several leaves keeps
+    the leaf that trains the most tokens (the others' ids are in
+    ``metadata["agent"]["dropped_leaves"]``); an episode with no recorded turn
+    becomes an inert sample (prompt + EOS, loss mask 0, reward 0, status
+    ``failed``) so group sizes stay whole.
+    """
+    from slime.registry import load_object
+    from slime.rl.plugins import check_plugin
+
+    spec = getattr(ctx, "spec", None)
+    path = getattr(getattr(spec, "agent", None), "generate", None)
+    fn = load_object(path) if path else generate
+    check_plugin(fn, "generate", name=path or "slime.agent.generate:generate")
+    gate = asyncio.Semaphore(max_concurrent)
+
+    async def one(i: int) -> None:
+        async with gate:
+            out = await fn(ctx, samples[i], dict(params[i]))
+        outs = out if isinstance(out, list) else [out]
+        if not outs:
+            raise ValueError(f"generate plug-in {path or 'default'} returned no sample for sample {i}")
+        _write_back(ctx, samples[i], outs)
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            for i in range(len(samples)):
+                group.create_task(one(i))
+    except ExceptionGroup as eg:
+        raise eg.exceptions[0] from None  # one clear error, not a group
+
+
+def _write_back(ctx: Any, target: Sample, outs: list[Sample]) -> None:
+    usable = [s for s in outs if s.status != SampleStatus.FAILED and s.response_length > 0]
+    if not usable:
+        tok = getattr(ctx, "tokenizer", None)
+        eos = getattr(tok, "eos_token_id", None)
+        prompt = list(target.tokens) or list(tok.encode(str(target.prompt), add_special_tokens=False))
+        target.tokens = prompt + [eos if eos is not None else 0]
+        target.response_length, target.loss_mask, target.rollout_log_probs = 1, [0], [0.0]
+        target.reward, target.status = 0.0, SampleStatus.FAILED
+        target.response = ""
+        target.metadata = {**target.metadata, **{k: v for k, v in outs[0].metadata.items() if k == "agent"}}
+        return
+    best = max(usable, key=_trained_tokens)  # ties: the first (insertion order of leaves)
+    for name in ("tokens", "response_length", "response", "loss_mask", "rollout_log_probs", "reward", "status",
+                 "weight_version", "metadata"):
+        setattr(target, name, getattr(best, name))
+    if len(outs) > 1:
+        agent = dict(target.metadata.get("agent", {}))
+        agent["dropped_leaves"] = [s.metadata.get("agent", {}).get("leaf") for s in outs if s is not best]
+        target.metadata = {**target.metadata, "agent": agent}
+
+
+def rollout_metrics(samples: Sequence[Sample]) -> dict[str, float]:
+    """Per-rollout agent metrics (``agent/*``) from the samples' ``metadata["agent"]``."""
+    eps = [s.metadata["agent"] for s in samples if isinstance(s.metadata.get("agent"), dict)]
+    if not eps:
+        return {}
+    n = len(eps)
+    calls = [c for e in eps for c in e.get("tool_calls", [])]
+    return {
+        "agent/tool_call_rate": sum(1 for e in eps if e.get("tool_calls")) / n,
+        "agent/tool_calls_per_episode": len(calls) / n,
+        "agent/tool_call_ok_frac": sum(1 for c in calls if c.get("ok")) / max(1, len(calls)),
+        "agent/invalid_tool_calls_per_episode": sum(e.get("invalid_tool_calls", 0) for e in eps) / n,
+        "agent/turns_mean": sum(e.get("turns", 0) for e in eps) / n,
+        "agent/answered_frac": sum(1 for e in eps if e.get("stop") == "answer") / n,
+        "agent/sandboxed_episodes": float(sum(1 for e in eps if e.get("sandbox_id"))),
+        "agent/forked_episodes": float(sum(1 for e in eps if e.get("dropped_leaves"))),
+        "agent/failed_episodes": float(sum(1 for s in samples if s.status == SampleStatus.FAILED)),
+    }
+
+
+def agent_sft_sample(spec: Any, tokenizer: Any, prompt: str, label: str) -> dict[str, Any]:
+    """One SFT warm-up sample for an agent spec, in the agent's chat format with its tools listed.
+
+    With the ``calculator`` tool and an arithmetic prompt (``"07+12="``) it is
+    :func:`calculator_demonstration`; otherwise the assistant answers the label directly.
+    """
+    tools = get_tools(spec.agent.tools if spec.agent is not None else ())
+    expression = prompt.strip().rstrip("=").strip()
+    if any(t.name == "calculator" for t in tools) and prompt.strip().endswith("=") and _ARITH.fullmatch(expression):
+        return calculator_demonstration(tokenizer, prompt, label, tools)
+    messages = [{"role": "user", "content": prompt}, {"role": "assistant", "content": label}]
+    return render_demonstration(tokenizer, messages, tools)
+
+
+_ARITH = re.compile(r"[\d\s.+\-*/%()]+")
+
+
+# ----------------------------------------------------------------- demonstrations
+def _stop_ids(tokenizer: Any) -> set[int]:
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if isinstance(im_end, int) and im_end != getattr(tokenizer, "unk_token_id", None):
+        ids.add(im_end)
+    return ids
+
+
+def render_demonstration(tokenizer: Any, messages: Sequence[Mapping[str, Any]],
+                         tools: Sequence[Tool] = ()) -> dict[str, Any]:
+    """An SFT sample ``{tokens, response_length, loss_mask}`` from a chat transcript.
+
+    The prompt is everything before the first assistant message; loss mask 1
+    covers each assistant message's tokens up to and including its end-of-turn
+    token (what the model generates); template glue, tool results and user
+    text get 0. Raises ``ValueError`` if the template is not prefix-stable
+    (rendering a shorter history must give a prefix of the longer one).
+    """
+    schemas = [t.openai_schema() for t in tools] or None
+
+    def enc(msgs: Sequence[Mapping[str, Any]], gen: bool) -> list[int]:
+        text = tokenizer.apply_chat_template(list(msgs), tools=schemas, tokenize=False, add_generation_prompt=gen)
+        return list(tokenizer.encode(text, add_special_tokens=False))
+
+    full = enc(messages, False)
+    stops = _stop_ids(tokenizer)
+    mask = [0] * len(full)
+    first = None
+    for k, msg in enumerate(messages):
+        if msg.get("role") != "assistant":
+            continue
+        prefix = enc(messages[:k], True)
+        if full[:len(prefix)] != prefix:
+            raise ValueError("the chat template is not prefix-stable; cannot mark assistant tokens")
+        first = len(prefix) if first is None else first
+        end = len(enc(messages[:k + 1], False))
+        span_end = next((i + 1 for i in range(len(prefix), end) if full[i] in stops), end)
+        mask[len(prefix):span_end] = [1] * (span_end - len(prefix))
+    if first is None:
+        raise ValueError("the transcript has no assistant message to learn")
+    return {"tokens": full, "response_length": len(full) - first, "loss_mask": mask[first:]}
+
+
+def calculator_demonstration(tokenizer: Any, prompt: str, answer: str, tools: Sequence[Tool]) -> dict[str, Any]:
+    """The ideal episode for an arithmetic prompt like ``"07+12="``: call the
+    calculator on the expression, then answer with its result."""
+    expression = prompt.strip().rstrip("=").strip()
+    messages = [
+        {"role": "user", "content": prompt},
+        {"role": "assistant", "content": "",
+         "tool_calls": [{"id": "call_0", "type": "function",
+                         "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})}}]},
+        {"role": "tool", "tool_call_id": "call_0", "content": answer},
+        {"role": "assistant", "content": answer},
+    ]
+    return render_demonstration(tokenizer, messages, tools)
