@@ -47,6 +47,10 @@ class TrainBatch:
 
     ``log_probs`` are per-token log-probs aligned with ``tokens[:, 1:]`` (position t predicts t+1);
     every per-token tensor here uses that same ``[B, T-1]`` alignment.
+
+    ``kind`` selects the loss: ``"rl"`` (the spec's policy loss, or the value loss on a critic) or
+    ``"sft"`` (masked NLL of the response tokens, used by the SFT warm-up with
+    ``algorithm.sft_warmup_lr`` and its own optimizer state; ``advantages`` unused).
     """
 
     tokens: torch.Tensor
@@ -58,6 +62,22 @@ class TrainBatch:
     returns: torch.Tensor | None = None
     old_values: torch.Tensor | None = None
     rollout_log_probs: torch.Tensor | None = None
+    kind: Literal["rl", "sft"] = "rl"
+
+    @property
+    def size(self) -> int:
+        return int(self.tokens.shape[0])
+
+    def select(self, rows: torch.Tensor | slice) -> TrainBatch:
+        """The rows ``rows`` of every tensor (a new batch; tensors are views or copies)."""
+        def pick(t):
+            return None if t is None else t[rows]
+
+        return TrainBatch(tokens=self.tokens[rows], attention_mask=self.attention_mask[rows],
+                          response_mask=self.response_mask[rows], advantages=pick(self.advantages),
+                          old_log_probs=pick(self.old_log_probs), ref_log_probs=pick(self.ref_log_probs),
+                          returns=pick(self.returns), old_values=pick(self.old_values),
+                          rollout_log_probs=pick(self.rollout_log_probs), kind=self.kind)
 
 
 class TrainBackend(ABC):
@@ -81,7 +101,10 @@ class TrainBackend(ABC):
 
     @abstractmethod
     def export_weights(self, out_dir: Path) -> Path:
-        """Write the current policy as an HF-format checkpoint dir engines can load; return it."""
+        """Write the current policy as an HF-format checkpoint dir engines can load; return it.
+
+        Called on every rank at once (model-parallel backends gather shards); which ranks write is
+        the backend's business. ``out_dir`` must be on storage every trainer node and engine sees."""
 
     @abstractmethod
     def save(self, ckpt_dir: Path) -> None:
@@ -90,6 +113,15 @@ class TrainBackend(ABC):
     @abstractmethod
     def load(self, ckpt_dir: Path) -> None:
         """Restore what ``save`` wrote."""
+
+    def data_parallel_coords(self) -> tuple[int, int]:
+        """``(dp_rank, dp_size)`` of this rank after ``init``: ranks with the same dp_rank must be given
+        the same ``TrainBatch`` (one model replica). Plain data parallel: ``(rank, world_size)``."""
+        info = getattr(self, "rank_info", None)
+        if info is None:
+            raise RuntimeError(f"{type(self).__name__}.data_parallel_coords() needs init() first "
+                               "(or an override that knows the model-parallel layout)")
+        return info.rank, info.world_size
 
 
 class RolloutBackend(ABC):

@@ -1,0 +1,150 @@
+"""``rollout.backend: builtin``: one Ray actor per engine, each hosting the built-in HTTP server.
+
+``start`` places engine ``i`` on the first slot of ``layout.engines[i]`` (the
+placement group bundle the preflight checked), loads the model there and
+returns the servers' base URLs once every ``/health`` answers (bounded by
+``rollout.startup_timeout_s``). Servers listen on the node's Ray IP so the
+rollout manager can reach engines on other nodes. Generation and weight loads
+go over HTTP through ``EngineClient``, exactly as with SGLang.
+
+``rollout.engine_args`` maps onto the engine's options (``-`` or ``_``):
+``max_running_requests``, ``context_length``, ``dtype``, ``num_threads``,
+``max_prefill_tokens``, ``max_cache_bytes``; anything else is rejected with the
+valid names. Devices: CUDA when the slot is a GPU slot and CUDA is available in
+the actor (Ray narrows ``CUDA_VISIBLE_DEVICES`` to the bundle's GPU), else CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from slime.backends.base import RolloutBackend
+
+if TYPE_CHECKING:
+    from slime.layout import Layout
+    from slime.spec.types import Spec
+
+__all__ = ["BuiltinRolloutBackend", "EngineHost", "engine_kwargs"]
+
+_ENGINE_ARGS = ("max_running_requests", "context_length", "dtype", "num_threads", "max_prefill_tokens",
+                "max_cache_bytes")
+
+
+def engine_kwargs(spec: Spec) -> dict[str, Any]:
+    """``rollout.engine_args`` as keyword arguments of the built-in ``Engine``."""
+    out: dict[str, Any] = {}
+    for key, value in spec.rollout.engine_args.items():
+        name = key.replace("-", "_")
+        if name not in _ENGINE_ARGS:
+            raise ValueError(f"rollout.engine_args.{key} is not an option of the built-in engine; valid: "
+                             f"{', '.join(_ENGINE_ARGS)} (SGLang flags need rollout.backend: sglang)")
+        out[name] = value
+    return out
+
+
+class EngineHost:
+    """Ray actor body: runs one built-in engine server in this process."""
+
+    def __init__(self, model_dir: str, *, seed: int, gpu_slot: bool, kwargs: dict[str, Any],
+                 weight_version: str = "0", host: str | None = None) -> None:
+        from slime.runtime.resources import normal_priority
+
+        normal_priority()
+        self.model_dir, self.seed, self.gpu_slot = model_dir, seed, gpu_slot
+        self.kwargs, self.weight_version, self.host = dict(kwargs), weight_version, host
+        self.server = None
+
+    def start(self) -> str:
+        import torch
+
+        from slime.backends.rollout.builtin.server import start_server
+
+        host = self.host
+        if host is None:
+            import ray
+
+            host = ray.util.get_node_ip_address()
+        device = "cuda" if self.gpu_slot and torch.cuda.is_available() else "cpu"
+        self.server = start_server(self.model_dir, host=host, port=0, seed=self.seed, device=device, **self.kwargs)
+        self.server.engine.weight_version = self.weight_version
+        return self.server.url
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+
+class BuiltinRolloutBackend(RolloutBackend):
+    def __init__(self) -> None:
+        self.actors: list[Any] = []
+        self.urls: list[str] = []
+
+    def start(self, spec: Spec, layout: Layout, placement: Any, model_dir: Path) -> list[str]:
+        import ray
+
+        from slime.backends.rollout.client import EngineClient
+        from slime.runtime.resources import placement_options, torch_threads
+
+        kwargs = engine_kwargs(spec)
+        for i, slots in enumerate(layout.engines):
+            slot = slots[0]
+            kw = dict(kwargs)
+            kw.setdefault("num_threads", torch_threads(layout, slot, "engine", spec.cluster.cpus_per_node))
+            cls = ray.remote(EngineHost).options(max_concurrency=4, **placement_options(layout, placement, slot))
+            self.actors.append(cls.remote(str(model_dir), seed=spec.train.seed + i, gpu_slot=slot.gpu is not None,
+                                          kwargs=kw))
+        timeout = spec.rollout.startup_timeout_s
+        try:
+            self.urls = ray.get([a.start.remote() for a in self.actors], timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            self.stop()
+            raise TimeoutError(f"the {len(layout.engines)} built-in engine(s) did not start within {timeout:g} s "
+                               "(rollout.startup_timeout_s)") from None
+
+        async def wait_all() -> None:
+            clients = [EngineClient(u) for u in self.urls]
+            try:
+                await asyncio.gather(*(c.wait_healthy(timeout_s=timeout) for c in clients))
+            finally:
+                for c in clients:
+                    await c.close()
+
+        asyncio.run(wait_all())
+        return list(self.urls)
+
+    def _each(self, fn) -> list[Any]:
+        from slime.backends.rollout.client import EngineClient
+
+        async def go():
+            clients = [EngineClient(u) for u in self.urls]
+            try:
+                return await asyncio.gather(*(fn(c) for c in clients))
+            finally:
+                for c in clients:
+                    await c.close()
+
+        return asyncio.run(go())
+
+    def update_weights(self, source: Path, version: int) -> None:
+        self._each(lambda c: c.update_weights_from_disk(str(source), str(version)))
+
+    def health(self) -> dict[str, bool]:
+        return dict(zip(self.urls, self._each(lambda c: c.health())))
+
+    def stop(self) -> None:
+        import ray
+
+        for a in self.actors:
+            try:
+                ray.get(a.stop.remote(), timeout=15)
+            except Exception:  # noqa: BLE001 - the actor may already be gone; kill it anyway
+                pass
+            ray.kill(a)
+        self.actors = []

@@ -1,0 +1,123 @@
+"""Atomic, numbered checkpoints: ``<dir>/<rollout_id>/`` complete or absent, the newest K kept.
+
+A save writes everything (every rank's file, then the driver's ``state.json``)
+into a hidden sibling ``.tmp-<rollout_id>-<pid>`` and renames it into place.
+``rename`` is atomic on a POSIX file system (and on the shared file systems
+SLURM clusters use for run dirs), so a reader sees either the previous set of
+checkpoints or the new one, never a half-written directory: a crash, a kill
+or a full disk during a save leaves only a temp dir, which :func:`latest`
+ignores and the next save removes. A checkpoint counts only if its
+``state.json`` exists (written last, itself atomically).
+
+Not guaranteed: durability against power loss on file systems that reorder
+metadata (we fsync files and the parent directory, which is the best POSIX
+offers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from slime.paths import atomic_write
+
+__all__ = ["CheckpointError", "CheckpointStore", "STATE_FILE"]
+
+STATE_FILE = "state.json"
+_TMP_PREFIX = ".tmp-"
+_TRASH_PREFIX = ".old-"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be used (missing, incomplete, from another layout): bad input, exit code 2."""
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class CheckpointStore:
+    """The checkpoints of one task under ``root``."""
+
+    def __init__(self, root: str | os.PathLike, *, keep: int = 2) -> None:
+        if keep < 1:
+            raise ValueError(f"train.checkpoint.keep must be >= 1, got {keep}")
+        self.root = Path(root)
+        self.keep = keep
+
+    # ---------------------------------------------------------------- reading
+    def complete(self) -> list[tuple[int, Path]]:
+        """``(rollout_id, dir)`` of every complete checkpoint, oldest first."""
+        if not self.root.is_dir():
+            return []
+        out = []
+        for p in self.root.iterdir():
+            if p.name.isdigit() and (p / STATE_FILE).is_file():
+                out.append((int(p.name), p))
+        return sorted(out)
+
+    def latest(self) -> Path | None:
+        found = self.complete()
+        return found[-1][1] if found else None
+
+    @staticmethod
+    def read_state(ckpt: str | os.PathLike) -> dict[str, Any]:
+        path = Path(ckpt) / STATE_FILE
+        try:
+            return json.loads(path.read_text())
+        except FileNotFoundError:
+            raise CheckpointError(f"{ckpt} is not a complete checkpoint (no {STATE_FILE}); "
+                                  "point train.checkpoint.load at a directory this runtime saved") from None
+        except (OSError, ValueError) as exc:
+            raise CheckpointError(f"cannot read {path}: {exc}") from None
+
+    # ---------------------------------------------------------------- writing
+    def begin(self, rollout_id: int) -> Path:
+        """A fresh temp dir to save rollout ``rollout_id`` into (stale temp dirs are removed first)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._remove_stale()
+        tmp = self.root / f"{_TMP_PREFIX}{rollout_id}-{os.getpid()}-{time.monotonic_ns()}"
+        tmp.mkdir()
+        return tmp
+
+    def commit(self, tmp: Path, rollout_id: int, state: dict[str, Any]) -> Path:
+        """Write ``state.json`` into ``tmp``, rename it to ``<root>/<rollout_id>``, prune old ones."""
+        atomic_write(tmp / STATE_FILE, json.dumps(state, indent=1, sort_keys=True) + "\n")
+        _fsync_dir(tmp)
+        final = self.root / str(rollout_id)
+        trash = None
+        if final.exists():  # the same rollout saved again (e.g. a stop right after a periodic save)
+            trash = self.root / f"{_TRASH_PREFIX}{rollout_id}-{time.monotonic_ns()}"
+            os.rename(final, trash)
+        os.rename(tmp, final)
+        _fsync_dir(self.root)
+        if trash is not None:
+            shutil.rmtree(trash, ignore_errors=True)
+        self._prune()
+        return final
+
+    def abort(self, tmp: Path) -> None:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    def _prune(self) -> None:
+        found = self.complete()
+        for _, path in found[: max(0, len(found) - self.keep)]:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def _remove_stale(self) -> None:
+        for p in self.root.iterdir():
+            if p.name.startswith((_TMP_PREFIX, _TRASH_PREFIX)):
+                shutil.rmtree(p, ignore_errors=True)

@@ -1,0 +1,222 @@
+"""Trainer ranks as Ray actors, and the driver-side group that drives them in lock step.
+
+``TrainerRank`` (one process per slot) hosts one ``TrainBackend`` (actor or
+critic role, from ``TRAIN_BACKENDS``) and, for the actor with a reference
+model, a frozen ``ref`` backend in the same process. It turns the samples it is
+given into a ``TrainBatch`` and computes what needs the model: old log-probs,
+reference log-probs, KL, advantages (``train_data.token_advantages``, with
+moments all-reduced over the ranks), then the optimizer steps.
+
+``TrainerGroup`` creates the ranks in their placement-group bundles, joins them
+into one process group (rank 0's node IP and a free port), and fans every call
+out to all ranks at once: collective operations inside the backends need every
+rank to enter them together. Samples are sharded by each rank's data-parallel
+coordinates (``TrainBackend.data_parallel_coords``).
+
+Metrics returned by ranks are already reduced over ranks; the group reports
+rank 0's.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from slime.layout import Layout, Slot
+    from slime.spec.types import Spec
+
+__all__ = ["TrainerRank", "TrainerGroup"]
+
+
+def _free_port(ip: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((ip, 0))
+        return int(s.getsockname()[1])
+
+
+class TrainerRank:
+    """Ray actor body: one rank of the actor or critic group."""
+
+    def __init__(self, spec: Spec, role: str, rank: int, world_size: int, *, threads: int, gpu_slot: bool) -> None:
+        import torch
+
+        from slime.backends.base import TRAIN_BACKENDS
+        from slime.runtime.resources import normal_priority
+
+        normal_priority()
+        torch.set_num_threads(max(1, threads))
+        self.spec, self.role, self.rank, self.world_size = spec, role, rank, world_size
+        self.device = "cuda:0" if gpu_slot and torch.cuda.is_available() else "cpu"
+        self.backend_cls = TRAIN_BACKENDS.get(spec.train.backend)
+        self.backend = self.backend_cls()
+        self.ref = None
+        self.batch = None
+
+    # ---------------------------------------------------------------- setup
+    def address(self) -> tuple[str, int]:
+        import ray
+
+        ip = ray.util.get_node_ip_address()
+        return ip, _free_port(ip)
+
+    def init(self, master_addr: str, master_port: int, model_dir: str) -> tuple[int, int]:
+        from slime.backends.base import RankInfo
+
+        self.rank_info = RankInfo(rank=self.rank, world_size=self.world_size, master_addr=master_addr,
+                                  master_port=master_port, device=self.device)
+        self.backend.init(self.spec, self.rank_info, Path(model_dir), role=self.role)  # type: ignore[arg-type]
+        return self.backend.data_parallel_coords()
+
+    def init_ref(self, ref_dir: str) -> None:
+        self.ref = self.backend_cls()
+        self.ref.init(self.spec, self.rank_info, Path(ref_dir), role="ref")
+
+    def _all_reduce(self, t, op: str = "sum"):
+        import torch.distributed as dist
+
+        if self.world_size > 1 and dist.is_initialized():
+            dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+        return t
+
+    # ---------------------------------------------------------------- SFT
+    def sft_step(self, samples: list[dict], step: int) -> dict[str, float]:
+        from slime.runtime.train_data import collate
+
+        return self.backend.train_step(collate(samples, kind="sft"), step=step)
+
+    # ---------------------------------------------------------------- RL
+    def values(self, samples: list[dict]):
+        from slime.runtime.train_data import collate
+
+        return self.backend.values(collate(samples))
+
+    def prepare(self, samples: list[dict], scores: list[float], values=None) -> dict[str, Any]:
+        """Old/ref log-probs, KL and advantages for this rank's samples; keeps the batch for ``train``."""
+        import torch
+
+        from slime.rl.kl import compute_kl
+        from slime.rl.masked import zero_masked
+        from slime.runtime.train_data import collate, token_advantages
+
+        t0 = time.perf_counter()
+        a, temperature = self.spec.algorithm, self.spec.rollout.temperature
+        batch = collate(samples)
+        mask = batch.response_mask
+        batch.old_log_probs = self.backend.log_probs(batch, temperature=temperature)
+        sums = torch.zeros(4, dtype=torch.float64)  # |diff| sum, token count, ref-KL sum, reward-KL sum
+        sums[1] = mask.sum()
+        diff_max = torch.zeros(1, dtype=torch.float64)
+        if batch.rollout_log_probs is not None:
+            diff = zero_masked((batch.old_log_probs - batch.rollout_log_probs).abs(), mask)
+            sums[0] = diff.sum()
+            diff_max[0] = diff.max()
+        kl = None
+        if self.ref is not None:
+            batch.ref_log_probs = self.ref.log_probs(batch, temperature=temperature)
+            sums[2] = zero_masked(compute_kl(batch.old_log_probs, batch.ref_log_probs, a.kl_loss_type), mask).sum()
+            kl = compute_kl(batch.old_log_probs, batch.ref_log_probs, "k1")
+            sums[3] = zero_masked(kl, mask).sum()
+        adv, returns = token_advantages(torch.tensor(scores, dtype=torch.float32), mask, estimator=a.estimator,
+                                        kl=kl, kl_coef=a.kl_coef, values=values, gamma=a.gamma, lambd=a.lam,
+                                        all_reduce=self._all_reduce)
+        batch.advantages, batch.returns = adv, returns
+        self.batch = batch
+        self._all_reduce(sums)
+        self._all_reduce(diff_max, "max")
+        n = max(1.0, float(sums[1]))
+        metrics = {"train/logprob_diff": float(sums[0]) / n, "train/logprob_diff_max": float(diff_max[0]),
+                   "train/tokens": float(sums[1]),
+                   "train/adv_abs_mean": float(adv.abs().sum() / max(1.0, float(mask.sum())))}
+        if self.ref is not None:
+            metrics["train/ref_kl"] = float(sums[2]) / n
+        metrics["time/prepare_s"] = time.perf_counter() - t0
+        return {"metrics": metrics, "returns": returns if a.estimator == "ppo" else None}
+
+    def train(self, steps: int, first_step: int) -> list[dict[str, float]]:
+        if self.batch is None:
+            raise RuntimeError("train() called before prepare()")
+        return self._train_steps(self.batch, steps, first_step)
+
+    def train_critic(self, samples: list[dict], returns, old_values, steps: int, first_step: int) -> list[dict]:
+        from slime.runtime.train_data import collate
+
+        batch = collate(samples)
+        batch.returns, batch.old_values = returns, old_values
+        return self._train_steps(batch, steps, first_step)
+
+    def _train_steps(self, batch, steps: int, first_step: int) -> list[dict[str, float]]:
+        per = batch.size // steps
+        out = []
+        for s in range(steps):
+            t0 = time.perf_counter()
+            m = self.backend.train_step(batch.select(slice(s * per, (s + 1) * per)), step=first_step + s)
+            m["step_time_s"] = time.perf_counter() - t0
+            out.append(m)
+        self.batch = None
+        return out
+
+    # ---------------------------------------------------------------- weights, checkpoints
+    def export(self, out_dir: str) -> str:
+        return str(self.backend.export_weights(Path(out_dir)))
+
+    def save(self, ckpt_dir: str) -> None:
+        self.backend.save(Path(ckpt_dir))
+
+    def load(self, ckpt_dir: str) -> None:
+        self.backend.load(Path(ckpt_dir))
+
+    def where(self) -> dict[str, Any]:
+        import os
+
+        import ray
+
+        return {"rank": self.rank, "role": self.role, "host": socket.gethostname(),
+                "ip": ray.util.get_node_ip_address(), "pid": os.getpid(), "device": self.device,
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+class TrainerGroup:
+    """The ranks of one role, driven together."""
+
+    def __init__(self, spec: Spec, layout: Layout, placement: Any, role: str, slots: tuple[Slot, ...]) -> None:
+        import ray
+
+        from slime.runtime.resources import placement_options, torch_threads
+
+        self.role = role
+        cls = ray.remote(TrainerRank)
+        self.ranks = [cls.options(**placement_options(layout, placement, slot)).remote(
+            spec, role, i, len(slots), threads=torch_threads(layout, slot, "train", spec.cluster.cpus_per_node),
+            gpu_slot=slot.gpu is not None) for i, slot in enumerate(slots)]
+        self.coords: list[tuple[int, int]] = []
+
+    def init(self, model_dir: Path) -> None:
+        import ray
+
+        addr, port = ray.get(self.ranks[0].address.remote())
+        self.coords = ray.get([r.init.remote(addr, port, str(model_dir)) for r in self.ranks])
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """``method(*args)`` on every rank at once; results in rank order."""
+        import ray
+
+        return ray.get([getattr(r, method).remote(*args, **kwargs) for r in self.ranks])
+
+    def submit(self, method: str, per_rank: list[tuple], **kwargs: Any) -> list[Any]:
+        """Start ``method(*per_rank[i])`` on rank i; returns the object refs (``ray.get`` them)."""
+        return [getattr(r, method).remote(*a, **kwargs) for r, a in zip(self.ranks, per_rank)]
+
+    def shards(self, items: list[Any], steps: int) -> list[list[Any]]:
+        from slime.runtime.train_data import shard_for_rank
+
+        return [shard_for_rank(items, dp_rank=d, dp_size=n, steps=steps) for d, n in self.coords]
+
+    def kill(self) -> None:
+        import ray
+
+        for r in self.ranks:
+            ray.kill(r)
+        self.ranks = []

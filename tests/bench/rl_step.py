@@ -1,0 +1,151 @@
+"""RL step time breakdown (rollout / train / sync) of the runtime on the quickstart, against a bare loop.
+
+Run by hand (not part of the test suite)::
+
+    python tests/bench/rl_step.py                  # 30 rollouts of specs/quickstart.yaml, 2 threads
+    python tests/bench/rl_step.py --rollouts 60 --set rollout.batch_size=32
+
+Baseline, measured in the same run: the same step written as one plain Python loop in one process
+(built-in ``Engine`` called directly, ``TorchTrainBackend``, weights handed over through the same HF
+export on disk) — no Ray, no HTTP, no actors. The runtime is ``python -m slime.train`` on a fresh run dir
+(private local Ray, engine behind its HTTP server, trainer and rollout manager as actors); its per-phase
+times come from ``metrics.jsonl``. Both skip the SFT warm-up and evals and use the untrained tiny model, so
+responses run to ``max_response_len``. Printed: median ms per phase and the runtime/bare ratio (the
+orchestration overhead), plus the runtime's start-up time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
+def load(overrides: list[str], logdir: Path):
+    from slime.spec import load_spec
+
+    return load_spec(REPO / "specs" / "quickstart.yaml", overrides=overrides + [f"logging.dir={logdir}"])
+
+
+def bare_loop(spec, model_dir: Path, rollouts: int, threads: int, tmp: Path) -> dict[str, list[float]]:
+    import torch
+
+    from slime.backends.base import RankInfo
+    from slime.backends.rollout.builtin.generator import Engine
+    from slime.backends.rollout.builtin.sampling import SamplingParams
+    from slime.backends.train.torch_backend import TorchTrainBackend
+    from slime.data.jsonl import PromptDataset
+    from slime.rl.rewards.string_match import normalize_text
+    from slime.runtime.train_data import collate, sequence_scores, token_advantages
+
+    torch.set_num_threads(threads)
+    r, a = spec.rollout, spec.algorithm
+    engine = Engine(model_dir, seed=spec.train.seed, num_threads=threads)
+    backend = TorchTrainBackend()
+    backend.init(spec, RankInfo(rank=0, world_size=1, master_addr="", master_port=0, device="cpu"), model_dir)
+    data = PromptDataset(spec.data.prompts, seed=spec.train.seed)
+    tok = engine.tokenizer
+    times: dict[str, list[float]] = {"rollout": [], "train": [], "sync": []}
+    for step in range(rollouts):
+        t0 = time.perf_counter()
+        rows = data.next_batch(r.batch_size)
+        n = r.n_samples_per_prompt
+        prompts = [tok.encode(row.text, add_special_tokens=False) for row in rows for _ in range(n)]
+        labels = [str(row.label) for row in rows for _ in range(r.n_samples_per_prompt)]
+        params = [SamplingParams(max_new_tokens=r.max_response_len, temperature=r.temperature,
+                                 sampling_seed=step * 100_000 + i) for i in range(len(prompts))]
+        done = engine.generate(prompts, params)
+        rewards = [float(normalize_text(c.text) == lab) for c, lab in zip(done, labels)]
+        t1 = time.perf_counter()
+        batch = collate([{"tokens": p + c.output_ids, "response_length": len(c.output_ids),
+                          "rollout_log_probs": c.logprobs} for p, c in zip(prompts, done)])
+        batch.old_log_probs = backend.log_probs(batch, temperature=r.temperature)
+        scores = torch.tensor(sequence_scores(rewards, estimator=a.estimator, group_size=r.n_samples_per_prompt,
+                                              normalize_std=bool(a.normalize_std)))
+        batch.advantages, _ = token_advantages(scores, batch.response_mask, estimator=a.estimator)
+        backend.train_step(batch, step=step)
+        t2 = time.perf_counter()
+        out = backend.export_weights(tmp / f"v{step}")
+        fut = engine.update_weights_from_disk(str(out), weight_version=str(step + 1))
+        while not fut.done():
+            engine.step()
+        if not fut.result()[0]:
+            raise RuntimeError(fut.result()[1])
+        t3 = time.perf_counter()
+        times["rollout"].append(t1 - t0)
+        times["train"].append(t2 - t1)
+        times["sync"].append(t3 - t2)
+    return times
+
+
+def runtime_loop(overrides: list[str], logdir: Path) -> tuple[dict[str, list[float]], float, float]:
+    from launchers.base import SubmitOptions, create_run_dir
+    from launchers.local import LocalLauncher
+
+    loaded = load(overrides, logdir)
+    run = create_run_dir(LocalLauncher().compile(loaded, SubmitOptions(run_name="bench"))).root
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["WANDB_MODE"] = "disabled"
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "slime.train", str(run)], cwd=REPO, env=env,
+                          capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise SystemExit(f"slime.train failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    rows = [json.loads(x) for x in (run / "tasks/0/metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if r["rollout_id"] >= 0]
+    times = {"rollout": [r["time/rollout_s"] for r in steps], "train": [r["time/train_s"] for r in steps],
+             "sync": [r["time/sync_s"] for r in steps]}
+    total = json.loads((run / "tasks/0/summary.json").read_text())["time/total_s"]
+    return times, wall, total - sum(r["time/step_s"] for r in steps)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rollouts", type=int, default=30)
+    ap.add_argument("--threads", type=int, default=2, help="torch threads of the bare loop")
+    ap.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="extra spec override")
+    args = ap.parse_args()
+    overrides = [f"rollout.num_rollouts={args.rollouts}", "algorithm.sft_warmup_steps=0", "data.eval=[]",
+                 "logging.progress=false", "train.checkpoint.interval=100000", *args.set]
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        from slime.models.tiny import ensure_builtin_model
+
+        spec = load(overrides, tmp / "runs").spec
+        model_dir = ensure_builtin_model("tiny", tmp / "model")
+        bare = bare_loop(spec, model_dir, args.rollouts, args.threads, tmp / "weights")
+        ours, wall, startup = runtime_loop(overrides, tmp / "runs")
+    skip = min(3, args.rollouts // 4)  # first steps pay one-off warm-up costs
+
+    def med(xs: list[float]) -> float:
+        return statistics.median(xs[skip:]) * 1000
+
+    print(f"RL step breakdown, quickstart spec, {args.rollouts} rollouts of "
+          f"{spec.rollout.batch_size}x{spec.rollout.n_samples_per_prompt} samples (median ms/step, first {skip} "
+          "skipped)")
+    print(f"{'phase':<10}{'bare loop':>12}{'runtime':>12}{'ratio':>8}")
+    for phase in ("rollout", "train", "sync"):
+        b, r = med(bare[phase]), med(ours[phase])
+        print(f"{phase:<10}{b:>12.1f}{r:>12.1f}{r / b:>8.2f}")
+    b = med([x + y + z for x, y, z in zip(bare["rollout"], bare["train"], bare["sync"])])
+    r = med([x + y + z for x, y, z in zip(ours["rollout"], ours["train"], ours["sync"])])
+    print(f"{'step':<10}{b:>12.1f}{r:>12.1f}{r / b:>8.2f}")
+    print(f"runtime start-up (driver start to first rollout, incl. local Ray) {startup:.1f} s; "
+          f"slime.train wall {wall:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

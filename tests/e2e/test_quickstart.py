@@ -1,0 +1,60 @@
+"""The embedded default end to end, shortened: ``slime-submit specs/quickstart.yaml`` through the local
+launcher (private Ray head, preflight, ``slime.train``), with fewer rollouts.
+
+Real parts only (the CLI, Ray, the built-in engine over HTTP, torch training of the tiny model). The run is
+deterministic on a given platform (seeded data order, per-request sampling seeds), so the reward increase
+asserted here is not a matter of luck; the margin is kept well below what the run shows (about +0.15).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray")
+pytest.importorskip("torch")
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
+REPO = Path(__file__).resolve().parents[2]
+ROLLOUTS = 30
+
+
+def test_shortened_quickstart_increases_reward_and_writes_its_outputs(tmp_path):
+    sets = {"logging.dir": str(tmp_path / "runs"), "rollout.num_rollouts": ROLLOUTS,
+            "data.eval[0].interval": ROLLOUTS, "data.eval[0].max_prompts": 200, "train.checkpoint.interval": 15}
+    args = [a for k, v in sets.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    t = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "slime.cli.main", str(REPO / "specs" / "quickstart.yaml"), *args,
+                           "--json"], cwd=REPO, capture_output=True, text=True, timeout=360, env=env)
+    elapsed = time.monotonic() - t
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = json.loads(proc.stdout[proc.stdout.rindex('{\n  "run_dir"'):])
+    final = out["final_metrics"]
+    task = Path(out["run_dir"]) / "tasks" / "0"
+
+    rows = [json.loads(line) for line in (task / "metrics.jsonl").read_text().splitlines()]
+    assert [r["rollout_id"] for r in rows] == [-1, *range(ROLLOUTS)]
+    rewards = [r["rollout/reward_mean"] for r in rows[1:]]
+    first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
+    assert last > first + 0.05, (first, last)
+    assert final["eval/accuracy"] > final["eval/accuracy_initial"]
+    assert final["eval/accuracy"] == final["eval/heldout/accuracy"]
+    assert final["check/step0_logprob_diff"] <= 1e-3 and abs(final["check/step0_kl"]) < 1e-6
+    for key in ("rollout_id", "step", "rollout/reward_mean", "train/loss", "train/clipfrac", "train/logprob_diff",
+                "time/rollout_s", "time/train_s", "time/sync_s", "weight_version", "train/lr"):
+        assert key in rows[-1], key
+    assert json.loads((task / "summary.json").read_text()) == final
+    assert (task / "plots" / "curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert sorted(int(p.name) for p in (task / "checkpoints").iterdir() if p.name.isdigit()) == [14, 29]
+    assert json.loads((task / "state.json").read_text())["state"] == "succeeded"
+    wandb_runs = list((task / "wandb" / "wandb").glob("offline-run-*"))
+    assert len(wandb_runs) == 1 and wandb_runs[0].name.endswith((task / "wandb_run_id").read_text().strip())
+    print(f"shortened quickstart: {elapsed:.1f} s wall; reward {first:.3f} -> {last:.3f}; held-out accuracy "
+          f"{final['eval/accuracy_initial']:.3f} -> {final['eval/accuracy']:.3f}")

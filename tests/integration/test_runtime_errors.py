@@ -1,0 +1,53 @@
+"""Bad input reaches the user as one clear message and exit code 2, with ``state.json`` saying why."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray")
+
+from launchers.base import SubmitOptions, create_run_dir  # noqa: E402
+from launchers.local import LocalLauncher  # noqa: E402
+from slime.spec import load_spec  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timeout(180)
+
+
+def train(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["WANDB_MODE"] = "disabled"
+    return subprocess.run([sys.executable, "-m", "slime.train", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=150)
+
+
+def test_missing_run_dir_or_task_is_a_usage_error(tmp_path):
+    done = train(str(tmp_path / "nope"))
+    assert done.returncode == 2 and "does not exist" in done.stderr
+    done = train(str(tmp_path), "--task", "3")
+    assert done.returncode == 2 and "resolved.json does not exist" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_prompt_file_gone_bad_after_submit_fails_with_file_line_and_exit_2(tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    shutil.copy(REPO / "specs/data/arith/train.jsonl", prompts)
+    loaded = load_spec(REPO / "specs" / "quickstart.yaml",
+                       overrides=[f"data.prompts={prompts}", f"logging.dir={tmp_path / 'runs'}",
+                                  "algorithm.sft_warmup_steps=0", "logging.progress=false"])
+    run = create_run_dir(LocalLauncher().compile(loaded, SubmitOptions(run_name="bad"))).root
+    with prompts.open("a") as fh:
+        fh.write('{"prompt": "01+01=", "label": "2"\n')  # broken JSON on line 2001
+    done = train(str(run))
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert f"{prompts}:2001" in done.stderr and "invalid JSON" in done.stderr
+    assert "Traceback" not in done.stderr
+    state = json.loads((run / "tasks/0/state.json").read_text())
+    assert state["state"] == "failed" and state["exit_code"] == 2 and f"{prompts}:2001" in state["error"]

@@ -1,0 +1,128 @@
+"""The driver on a private local Ray: a run stopped by SIGUSR1 exits 75 after a checkpoint, and its resume
+continues exactly: the same rollouts, rewards and losses, the same final step, the same W&B run id.
+
+Real parts only: ``python -m slime.train`` subprocesses, Ray actors, the built-in engine over HTTP, torch
+training of the tiny model (a short SFT warm-up first, so rewards are not all zero).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray")
+pytest.importorskip("torch")
+
+from launchers.base import SubmitOptions, create_run_dir  # noqa: E402
+from launchers.local import LocalLauncher  # noqa: E402
+from slime.spec import load_spec  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timeout(600)
+ROLLOUTS = 6
+OVERRIDES = [f"rollout.num_rollouts={ROLLOUTS}", "rollout.batch_size=8", "train.global_batch_size=64",
+             "train.micro_batch_size=32", "algorithm.sft_warmup_steps=100", "train.checkpoint.interval=100",
+             "data.eval[0].interval=3", "data.eval[0].max_prompts=64", "logging.progress=false"]
+
+
+def make_run(parent: Path, name: str) -> Path:
+    loaded = load_spec(REPO / "specs" / "quickstart.yaml", overrides=OVERRIDES + [f"logging.dir={parent}"])
+    request = LocalLauncher().compile(loaded, SubmitOptions(run_name=name))
+    return create_run_dir(request).root
+
+
+def env() -> dict[str, str]:
+    e = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    e.update(WANDB_MODE="offline", HF_HUB_OFFLINE="1")
+    return e
+
+
+def train(run: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "slime.train", str(run), *args], cwd=REPO, env=env(),
+                          capture_output=True, text=True, timeout=300)
+
+
+def metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "tasks/0/metrics.jsonl").read_text().splitlines() if line]
+
+
+def comparable(rows: list[dict]) -> list[dict]:
+    """Everything but wall-clock timings."""
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    run = make_run(tmp_path_factory.mktemp("runs"), "straight")
+    done = train(run, "--json")
+    assert done.returncode == 0, done.stderr[-4000:]
+    return run, json.loads(done.stdout[done.stdout.index("{"):])
+
+
+def test_a_run_reports_correctness_signals_and_learns_something(uninterrupted):
+    run, out = uninterrupted
+    final = out["final_metrics"]
+    assert out["run_dir"] == str(run)
+    assert final["rollout_id"] == ROLLOUTS - 1 and final["step"] == ROLLOUTS
+    assert final["check/step0_logprob_diff"] <= 1e-3
+    assert abs(final["check/step0_kl"]) < 1e-6
+    rows = metrics(run)
+    assert [r["rollout_id"] for r in rows] == [-1, *range(ROLLOUTS)]
+    assert rows[0]["sft/loss"] < rows[0]["sft/loss_first"]
+    assert any(r["rollout/reward_mean"] > 0 for r in rows[1:]), "the SFT warm-up should give some reward"
+    for r in rows[1:]:
+        assert r["check/stale_samples"] == 0 and r["rollout/weight_version"] == r["weight_version"] - 1
+        assert r["train/logprob_diff"] <= 1e-3
+    state = json.loads((run / "tasks/0/state.json").read_text())
+    assert state["state"] == "succeeded" and state["exit_code"] == 0
+    task = run / "tasks/0"
+    assert (task / "plots/curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((task / "summary.json").read_text()) == final
+    assert (task / "final_model/model.safetensors").is_file()
+    assert [p.name for p in (task / "checkpoints").iterdir()] == [str(ROLLOUTS - 1)]
+
+
+def test_stop_then_resume_continues_exactly(uninterrupted, tmp_path):
+    straight, _ = uninterrupted
+    run = make_run(tmp_path, "stopped")
+    proc = subprocess.Popen([sys.executable, "-m", "slime.train", str(run)], cwd=REPO, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    mfile = run / "tasks/0/metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while True:
+        if mfile.exists() and len(mfile.read_text().splitlines()) >= 3:  # the -1 line and rollouts 0, 1
+            proc.send_signal(signal.SIGUSR1)
+            break
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"the driver did not finish rollout 1 in time (rc {proc.poll()}): {proc.stderr.read()[-3000:]}")
+        time.sleep(0.05)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 75, err[-4000:]
+    state = json.loads((run / "tasks/0/state.json").read_text())
+    assert state["state"] == "preempted" and state["exit_code"] == 75
+    stopped_at = state["rollout_id"]
+    assert 1 <= stopped_at < ROLLOUTS - 1
+    assert state["checkpoint"].endswith(f"checkpoints/{stopped_at}")
+    wandb_id = (run / "tasks/0/wandb_run_id").read_text()
+
+    resumed = train(run)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert f"resumed from {state['checkpoint']}" in resumed.stdout + resumed.stderr
+    assert (run / "tasks/0/wandb_run_id").read_text() == wandb_id
+    a, b = comparable(metrics(straight)), comparable(metrics(run))
+    assert [r["rollout_id"] for r in b] == [-1, *range(ROLLOUTS)]
+    for x, y in zip(a, b):
+        for key in x:
+            if isinstance(x[key], float):
+                assert y[key] == pytest.approx(x[key], rel=1e-5, abs=1e-6), (x["rollout_id"], key)
+            else:
+                assert y[key] == x[key], (x["rollout_id"], key)
+    assert json.loads((run / "tasks/0/state.json").read_text())["state"] == "succeeded"

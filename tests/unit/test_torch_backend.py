@@ -1,0 +1,338 @@
+"""The torch train backend on the built-in tiny model: parity with the engine, KL at step 0, the critic's
+temperature rule, data-parallel gradients over two real gloo processes, micro-batching, save/load, export.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from msgspec.structs import replace  # noqa: E402
+
+from slime.backends.base import RankInfo, TrainBatch  # noqa: E402
+from slime.backends.train.micro_batches import plan_micro_batches  # noqa: E402
+from slime.backends.train.torch_backend import TorchTrainBackend  # noqa: E402
+from slime.models.tiny import build_tiny_model  # noqa: E402
+from slime.rl.kl import compute_kl  # noqa: E402
+from slime.runtime.train_data import collate  # noqa: E402
+from slime.spec import load_spec  # noqa: E402
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timeout(180)
+SOLO = RankInfo(rank=0, world_size=1, master_addr="127.0.0.1", master_port=0, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("torch-backend") / "tiny", seed=0)
+
+
+@pytest.fixture(scope="module")
+def small_dir(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("torch-backend") / "small", seed=3, hidden=32, layers=2,
+                            heads=2, kv_heads=1)
+
+
+def make_spec(**changes):
+    """The quickstart spec with sections replaced (``section={field: value}``)."""
+    spec = load_spec(REPO / "specs" / "quickstart.yaml").spec
+    for section, fields in changes.items():
+        current = getattr(spec, section)
+        nested = {k: v for k, v in fields.items() if isinstance(v, dict)}
+        flat = {k: v for k, v in fields.items() if not isinstance(v, dict)}
+        for k, v in nested.items():
+            flat[k] = replace(getattr(current, k), **v)
+        spec = replace(spec, **{section: replace(current, **flat)})
+    return spec
+
+
+def backend(spec, path, role="actor", rank=SOLO):
+    b = TorchTrainBackend()
+    b.init(spec, rank, path, role=role)
+    return b
+
+
+def samples(n=8, seed=0, vocab=90):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        p = int(torch.randint(3, 7, (1,), generator=g))
+        r = int(torch.randint(1, 5, (1,), generator=g))
+        toks = torch.randint(5, vocab, (p + r,), generator=g).tolist()
+        mask = [1] * r
+        if r >= 3 and i % 3 == 0:
+            mask[1] = 0  # a tool/environment token inside the response
+        out.append({"tokens": toks, "response_length": r, "loss_mask": mask})
+    return out
+
+
+def rl_batch(be, data, seed=0, temperature=1.0):
+    b = collate(data)
+    b.old_log_probs = be.log_probs(b, temperature=temperature)
+    g = torch.Generator().manual_seed(seed + 1)
+    adv = torch.randn(b.size, generator=g)[:, None].expand_as(b.response_mask).clone()
+    b.advantages = adv * b.response_mask
+    return b
+
+
+def params_of(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+# ------------------------------------------------------------------ correctness signals
+def test_logprobs_match_the_engine_within_1e3(model_dir):
+    from slime.backends.rollout.builtin.generator import Engine
+    from slime.backends.rollout.builtin.sampling import SamplingParams
+
+    spec = make_spec(rollout={"temperature": 0.7})
+    be = backend(spec, model_dir)
+    engine = Engine(model_dir, seed=0, max_running_requests=16)
+    prompts = [[5 + i, 12, 77, 6 + i, 7, 85] for i in range(12)]
+    done = engine.generate(prompts, SamplingParams(max_new_tokens=6, temperature=0.7, ignore_eos=True))
+    data = [{"tokens": p + c.output_ids, "response_length": len(c.output_ids), "rollout_log_probs": c.logprobs}
+            for p, c in zip(prompts, done)]
+    batch = collate(data)
+    mine = be.log_probs(batch, temperature=0.7)
+    m = batch.response_mask.bool()
+    diff = (mine - batch.rollout_log_probs).abs()[m]
+    assert diff.numel() == 12 * 6
+    assert float(diff.max()) <= 1e-3, float(diff.max())
+    # Wrong temperature must be visible: the check is sensitive to the scaling.
+    wrong = (be.log_probs(batch, temperature=1.0) - batch.rollout_log_probs).abs()[m]
+    assert float(wrong.mean()) > 1e-2
+
+
+def test_kl_is_zero_before_the_first_update(model_dir):
+    spec = make_spec(algorithm={"kl_loss_coef": 0.1}, model={"ref_path": "initial"})
+    actor, ref = backend(spec, model_dir), backend(spec, model_dir, role="ref")
+    data = samples(8)
+    batch = rl_batch(actor, data)
+    batch.ref_log_probs = ref.log_probs(batch, temperature=1.0)
+    m = batch.response_mask.bool()
+    for kind in ("k1", "k2", "k3", "low_var_kl"):
+        assert float(compute_kl(batch.old_log_probs, batch.ref_log_probs, kind)[m].abs().max()) == 0.0
+    metrics = actor.train_step(batch, step=0)
+    assert abs(metrics["approx_kl"]) < 1e-7 and abs(metrics["kl_loss"]) < 1e-7
+    assert abs(metrics["ratio_mean"] - 1.0) < 1e-6
+    # After the update the policy moved away from the reference.
+    after = actor.log_probs(batch, temperature=1.0)
+    assert float(compute_kl(after, batch.ref_log_probs, "k3")[m].mean()) > 1e-8
+
+
+def test_critic_values_are_never_divided_by_the_temperature(model_dir):
+    """W22: values must not be temperature-scaled. With T = 2.5 a scaled critic is off by 2.5x."""
+    from slime.runtime.trainer_group import TrainerRank
+
+    spec = make_spec(rollout={"temperature": 2.5}, algorithm={"estimator": "ppo", "kl_coef": 0.0})
+    critic = backend(spec, model_dir, role="critic")
+    with torch.no_grad():
+        torch.manual_seed(0)
+        critic.model.value_head.weight.normal_(0, 0.5)
+        critic.model.value_head.bias.fill_(0.3)
+    data = samples(6)
+    batch = collate(data)
+    got = critic.values(batch)
+    with torch.no_grad():
+        hidden = critic.model.backbone(input_ids=batch.tokens,
+                                       attention_mask=batch.attention_mask).last_hidden_state
+        expected = critic.model.value_head(hidden).squeeze(-1)[:, :-1]
+    valid = batch.attention_mask[:, 1:].bool()
+    assert torch.allclose(got[valid], expected[valid], atol=1e-5)
+    assert not torch.allclose(got[valid], expected[valid] / 2.5, atol=1e-3)
+    # The runtime's path (a critic rank) hands the same unscaled values to GAE.
+    rank = TrainerRank.__new__(TrainerRank)
+    rank.backend = critic
+    assert torch.equal(rank.values(data), got)
+
+
+# ------------------------------------------------------------------ data parallel
+_RANK_SCRIPT = r"""
+import json, sys, torch
+from msgspec.structs import replace
+sys.path.insert(0, {repo!r})
+sys.path.insert(0, {here!r})
+from test_torch_backend import make_spec, samples, rl_batch, backend, configs
+from slime.backends.base import RankInfo
+rank, port, model_dir, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+torch.set_num_threads(1)
+info = RankInfo(rank=rank, world_size=2, master_addr="127.0.0.1", master_port=port, device="cpu")
+result = {{}}
+for name, spec in configs().items():
+    be = backend(spec, model_dir, rank=info)
+    data = samples(12, seed=5)
+    full = rl_batch(backend(spec, model_dir), data)  # old log-probs / advantages of the whole batch
+    half = full.select(slice(rank * 6, rank * 6 + 6))
+    m = be.train_step(half, step=0)
+    params = {{k: v.flatten()[:64].tolist() for k, v in be.model.state_dict().items()}}
+    result[name] = {{"metrics": m, "params": params}}
+json.dump(result, open(out, "w"))
+"""
+
+
+def configs():
+    return {
+        "token_mean": make_spec(train={"micro_batch_size": 2, "optimizer": {"clip_grad": 0.0}}),
+        "seq_mean_dynamic": make_spec(train={"micro_batch_size": 4, "dynamic_batch": {"enabled": True,
+                                                                                        "max_tokens_per_gpu": 20}},
+                                      algorithm={"loss_agg": "seq_mean_token_mean"}),
+    }
+
+
+def test_two_gloo_ranks_take_the_same_step_as_one_process(small_dir, tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = tmp_path / "rank.py"
+    script.write_text(_RANK_SCRIPT.format(repo=str(REPO), here=str(Path(__file__).parent)))
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(port), str(small_dir),
+                               str(tmp_path / f"r{r}.json")], stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    for p in procs:
+        _, err = p.communicate(timeout=150)
+        assert p.returncode == 0, err[-3000:]
+    ranks = [json.loads((tmp_path / f"r{r}.json").read_text()) for r in (0, 1)]
+    for name, spec in configs().items():
+        single = backend(spec, small_dir)
+        batch = rl_batch(backend(spec, small_dir), samples(12, seed=5))
+        m = single.train_step(batch, step=0)
+        for k, v in single.model.state_dict().items():
+            want = v.flatten()[:64]
+            for r in ranks:
+                got = torch.tensor(r[name]["params"][k])
+                assert torch.allclose(got, want, atol=2e-6, rtol=1e-5), (name, k)
+        for r in ranks:
+            assert r[name]["metrics"]["loss"] == pytest.approx(m["loss"], rel=1e-4, abs=1e-6), name
+            assert r[name]["metrics"]["grad_norm"] == pytest.approx(m["grad_norm"], rel=1e-4), name
+
+
+# ------------------------------------------------------------------ micro-batching, losses, state
+@pytest.mark.parametrize("train", [{"micro_batch_size": 1},
+                                   {"micro_batch_size": 3},
+                                   {"dynamic_batch": {"enabled": True, "max_tokens_per_gpu": 16}}])
+def test_micro_batching_does_not_change_the_step(small_dir, train):
+    whole = make_spec(train={"micro_batch_size": 64})
+    split = make_spec(train=train)
+    data = samples(10, seed=2)
+    a, b = backend(whole, small_dir), backend(split, small_dir)
+    ma = a.train_step(rl_batch(a, data), step=0)
+    mb = b.train_step(rl_batch(b, data), step=0)
+    assert mb["loss"] == pytest.approx(ma["loss"], rel=1e-5, abs=1e-7)
+    for (k, va), vb in zip(a.model.state_dict().items(), b.model.state_dict().values()):
+        assert torch.allclose(va, vb, atol=1e-6), k
+
+
+@pytest.mark.parametrize("algorithm", [
+    {"estimator": "grpo", "entropy_coef": 0.01, "dual_clip_c": 3.0},
+    {"estimator": "gspo"},
+    {"estimator": "cispo"},
+    {"estimator": "reinforce_plus_plus"},
+    {"estimator": "reinforce_plus_plus_baseline", "kl_loss_coef": 0.05, "kl_loss_type": "k2"},
+    {"estimator": "ppo"},
+])
+def test_every_estimator_takes_a_finite_step(small_dir, algorithm):
+    spec = make_spec(algorithm=algorithm, model={"ref_path": "initial"})
+    be = backend(spec, small_dir)
+    before = params_of(be.model)
+    batch = rl_batch(be, samples(8, seed=4))
+    batch.ref_log_probs = batch.old_log_probs.clone()
+    m = be.train_step(batch, step=0)
+    assert all(v == v and abs(v) < 1e6 for v in m.values()), m
+    assert m["grad_norm"] > 0
+    assert any(not torch.equal(before[k], v) for k, v in be.model.state_dict().items())
+    if algorithm.get("entropy_coef"):
+        assert m["entropy"] > 0
+    if algorithm.get("dual_clip_c"):
+        assert "dual_clipfrac" in m
+
+
+def test_critic_step_fits_returns(small_dir):
+    from slime.spec.types import Critic
+
+    spec = make_spec(algorithm={"estimator": "ppo", "critic": Critic(lr=3e-3, value_clip=0.5)})
+    critic = backend(spec, small_dir, role="critic")
+    batch = collate(samples(8, seed=6))
+    batch.returns = torch.full_like(batch.response_mask, 0.7) * batch.response_mask
+    losses = []
+    for step in range(15):
+        batch.old_values = critic.values(batch)
+        losses.append(critic.train_step(batch, step=step)["value_loss"])
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_sft_steps_lower_the_loss_with_their_own_optimizer(small_dir):
+    spec = make_spec()
+    be = backend(spec, small_dir)
+    batch = collate(samples(8, seed=7), kind="sft")
+    losses = [be.train_step(batch, step=i)["sft_loss"] for i in range(8)]
+    assert losses[-1] < losses[0]
+    assert be.sft_optimizer is not None and not be.optimizer.state  # the RL optimizer is untouched
+
+
+def test_save_load_round_trip_continues_exactly(small_dir, tmp_path):
+    spec = make_spec()
+    be = backend(spec, small_dir)
+    data = samples(8, seed=8)
+    be.train_step(rl_batch(be, data, seed=1), step=0)
+    be.save(tmp_path)
+    be.train_step(rl_batch(be, data, seed=2), step=1)
+    expected = params_of(be.model)
+    again = backend(spec, small_dir)
+    again.load(tmp_path)
+    again.train_step(rl_batch(again, data, seed=2), step=1)
+    for k, v in again.model.state_dict().items():
+        assert torch.equal(v, expected[k]), k
+
+
+def test_exported_weights_load_into_the_engine(model_dir, tmp_path):
+    from slime.backends.rollout.builtin.generator import Engine
+    from slime.backends.rollout.builtin.sampling import SamplingParams
+
+    spec = make_spec()
+    be = backend(spec, model_dir)
+    data = samples(8, seed=9)
+    for step in range(3):
+        be.train_step(rl_batch(be, data, seed=step), step=step)
+    out = be.export_weights(tmp_path / "v1")
+    assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
+    engine = Engine(model_dir, seed=0, max_running_requests=8)
+    fut = engine.update_weights_from_disk(str(out), weight_version="1")
+    while not fut.done():
+        engine.step()
+    assert fut.result()[0], fut.result()
+    prompts = [d["tokens"][:4] for d in data]
+    done = engine.generate(prompts, SamplingParams(max_new_tokens=4, temperature=1.0, ignore_eos=True))
+    assert {c.weight_version for c in done} == {"1"}
+    batch = collate([{"tokens": p + c.output_ids, "response_length": 4, "rollout_log_probs": c.logprobs}
+                     for p, c in zip(prompts, done)])
+    diff = (be.log_probs(batch, temperature=1.0) - batch.rollout_log_probs).abs()[batch.response_mask.bool()]
+    assert float(diff.max()) <= 1e-3
+
+
+def test_plan_micro_batches_covers_every_row_once_in_order():
+    lengths = [5, 9, 3, 30, 2, 2, 8]
+    plan = plan_micro_batches(lengths, micro_batch_size=2, max_tokens=12)
+    assert [i for mb in plan.batches for i in mb] == list(range(len(lengths)))
+    assert plan.oversized == [3]
+    for mb in plan.batches:
+        assert len(mb) == 1 or max(lengths[i] for i in mb) * len(mb) <= 12
+    assert plan_micro_batches(lengths, micro_batch_size=3).batches == [[0, 1, 2], [3, 4, 5], [6]]
+    with pytest.raises(ValueError, match="micro_batch_size"):
+        plan_micro_batches(lengths, micro_batch_size=0)
+
+
+def test_train_batch_select_keeps_every_field():
+    b = collate(samples(4, seed=1))
+    b.advantages = torch.ones_like(b.response_mask)
+    sub = b.select(slice(1, 3))
+    assert isinstance(sub, TrainBatch) and sub.size == 2 and sub.advantages.shape[0] == 2
+    assert torch.equal(sub.tokens, b.tokens[1:3])
