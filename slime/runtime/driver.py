@@ -23,6 +23,11 @@ What one run does, in order (THUDM/slime's loop, our code):
 Exit codes: 0 done · 1 bug · 2 bad input (spec, data, plug-in) · 3 infrastructure
 (Ray, placement, engines) · 75 stopped by SIGUSR1/SIGTERM after saving a
 checkpoint ("requeue me", see ``state.py``).
+
+Not done here (yet): asynchronous rollouts (the loop is synchronous: generate,
+then train), offloading engine memory while a colocated trainer steps on the
+same GPU, checkpoints during the SFT warm-up (a stop then exits 75 without one
+and the warm-up reruns), over-sampling with dynamic filters.
 """
 
 from __future__ import annotations
@@ -221,13 +226,15 @@ class Driver:
             return
         if ref != "initial":
             ref_dir = Path(ref)
-        elif self.tp.ref_model.is_dir():
-            ref_dir = self.tp.ref_model  # the policy at the start of RL, saved after the SFT warm-up
         elif fresh and self.spec.algorithm.sft_warmup_steps > 0:
+            # "initial" = the policy at the start of RL: save the warmed-up weights for this and later attempts
             tmp = self.tp.ref_model.with_name(".ref_model.tmp")
             shutil.rmtree(tmp, ignore_errors=True)
             self.actor.call("export", str(tmp))
+            shutil.rmtree(self.tp.ref_model, ignore_errors=True)
             os.replace(tmp, self.tp.ref_model)
+            ref_dir = self.tp.ref_model
+        elif not fresh and self.tp.ref_model.is_dir():
             ref_dir = self.tp.ref_model
         else:
             ref_dir = self.model_dir

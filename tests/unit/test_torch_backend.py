@@ -173,7 +173,8 @@ for name, spec in configs().items():
     half = full.select(slice(rank * 6, rank * 6 + 6))
     m = be.train_step(half, step=0)
     params = {{k: v.flatten()[:64].tolist() for k, v in be.model.state_dict().items()}}
-    result[name] = {{"metrics": m, "params": params}}
+    grads = {{k: p.grad.flatten()[:64].tolist() for k, p in be.model.named_parameters()}}
+    result[name] = {{"metrics": m, "params": params, "grads": grads}}
 json.dump(result, open(out, "w"))
 """
 
@@ -205,6 +206,13 @@ def test_two_gloo_ranks_take_the_same_step_as_one_process(small_dir, tmp_path):
         single = backend(spec, small_dir)
         batch = rl_batch(backend(spec, small_dir), samples(12, seed=5))
         m = single.train_step(batch, step=0)
+        # the all-reduced gradients (after the same global-norm clip) equal the one-process gradients ...
+        for k, p in single.model.named_parameters():
+            want = p.grad.flatten()[:64]
+            for r in ranks:
+                got = torch.tensor(r[name]["grads"][k])
+                assert torch.allclose(got, want, atol=1e-7, rtol=1e-4), (name, k, float((got - want).abs().max()))
+        # ... and so do the parameters after the optimizer step
         for k, v in single.model.state_dict().items():
             want = v.flatten()[:64]
             for r in ranks:
