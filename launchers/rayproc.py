@@ -197,7 +197,8 @@ class RayNode:
         self._reader.start()
 
     def _pump(self, proc: subprocess.Popen) -> None:
-        assert proc.stdout is not None  # noqa: S101 - set by Popen(stdout=PIPE) above
+        if proc.stdout is None:  # set by Popen(stdout=PIPE) above; explicit so -O keeps it
+            return
         out = self.log or sys.stdout
         for line in proc.stdout:
             self._tail.append(line.rstrip("\n"))
