@@ -38,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
 import threading
 import uuid
 from collections.abc import Mapping
@@ -48,6 +47,7 @@ from typing import Any
 
 from aiohttp import web
 
+from slime.net import bind_listener
 from slime.agent.adapters.sessions import AdapterError, SessionRegistry, SessionResult, TurnRecord
 from slime.agent.adapters.toolcalls import ParsedOutput, parse_tool_calls
 from slime.agent.trajectory import Turn
@@ -139,7 +139,7 @@ class AdapterServer:
         self.sampling_overrides = dict(sampling_overrides or {})
         self.sessions = SessionRegistry(default_max_turns=max_turns, drift_threshold=drift_threshold)
         self.host = host
-        self._sock = _bind(host, port)
+        self._sock = bind_listener(host, port, what="agent adapter")
         self.port = self._sock.getsockname()[1]
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
@@ -339,19 +339,6 @@ def assistant_message(parsed: ParsedOutput) -> dict[str, Any]:
         msg["invalid_tool_calls"] = [c.to_dict() for c in parsed.invalid_tool_calls]
     return msg
 
-
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise OSError(f"agent adapter cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.listen(1024)
-    sock.setblocking(False)
-    return sock
 
 
 def start_adapter(protocol: str, engine: str | EngineClient, tokenizer: Any, **kwargs: Any) -> AdapterServer:

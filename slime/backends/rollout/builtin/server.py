@@ -33,7 +33,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
 import uuid
@@ -47,6 +46,8 @@ if __name__ == "__main__":
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from aiohttp import web
+
+from slime.net import bind_listener
 
 from .generator import Completion, Engine
 from .sampling import SamplingParams
@@ -296,19 +297,6 @@ def build_app(engine: Engine) -> web.Application:
     return app
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.listen(1024)
-    sock.setblocking(False)
-    return sock
-
 
 class EngineServer:
     """A running server: an engine scheduler thread plus an aiohttp loop thread."""
@@ -316,7 +304,7 @@ class EngineServer:
     def __init__(self, engine: Engine, host: str = "127.0.0.1", port: int = 0) -> None:
         self.engine = engine
         self.host = host
-        self._sock = _bind(host, port)
+        self._sock = bind_listener(host, port, what="built-in engine")
         self.port = self._sock.getsockname()[1]
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
