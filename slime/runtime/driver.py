@@ -24,9 +24,14 @@ Exit codes: 0 done · 1 bug · 2 bad input (spec, data, plug-in) · 3 infrastruc
 (Ray, placement, engines) · 75 stopped by SIGUSR1/SIGTERM after saving a
 checkpoint ("requeue me", see ``state.py``).
 
+Weight sync: ``rollout.weight_sync: nccl`` broadcasts from trainer rank 0 over a
+collective group (``TrainerRank.push_weights``; gloo on CPU), anything else exports
+an HF checkpoint that the engines load. Colocated (``rollout.colocate``): the
+engines release their memory (weights, KV cache) after each rollout and before the
+SFT warm-up, and resume it around the next weight sync.
+
 Not done here (yet): asynchronous rollouts (the loop is synchronous: generate,
-then train), offloading engine memory while a colocated trainer steps on the
-same GPU, checkpoints during the SFT warm-up (a stop then exits 75 without one
+then train), checkpoints during the SFT warm-up (a stop then exits 75 without one
 and the warm-up reruns), over-sampling with dynamic filters.
 """
 
@@ -98,6 +103,8 @@ class Driver:
         self.step = 0  # optimizer steps done
         self.weight_version = 0
         self.last_export: Path | None = None
+        self._engines_released = False  # colocated: engine memory handed to the trainer
+        self._release_said = False
         self.checkpoint_dir: str | None = None
 
     # ================================================================ setup
@@ -209,16 +216,35 @@ class Driver:
         """Export the actor's weights and load them into every engine as the next version."""
         t = time.monotonic()
         version = self.weight_version + 1
-        out = self.tp.weights / f"v{version}"
-        if out.exists():
-            shutil.rmtree(out)
-        self.actor.call("export", str(out))
-        self.rollout_backend.update_weights(out, version)
+        if self._engines_released:  # SGLang's order: weights back, reload them, then the KV cache
+            self.rollout_backend.resume_memory(["weights"])
+        if self.spec.rollout.weight_sync == "nccl":
+            self.actor.call("push_weights", version, list(self.rollout_backend.urls),
+                            self.rollout_backend.weight_sync_ranks())
+        else:
+            out = self.tp.weights / f"v{version}"
+            if out.exists():
+                shutil.rmtree(out)
+            self.actor.call("export", str(out))
+            self.rollout_backend.update_weights(out, version)
+            if self.last_export is not None and self.last_export != out:
+                shutil.rmtree(self.last_export, ignore_errors=True)
+            self.last_export = out
+        if self._engines_released:
+            self.rollout_backend.resume_memory(["kv_cache", "cuda_graph"])
+            self._engines_released = False
         self.weight_version = version
-        if self.last_export is not None and self.last_export != out:
-            shutil.rmtree(self.last_export, ignore_errors=True)
-        self.last_export = out
         return time.monotonic() - t
+
+    def release_engines(self) -> None:
+        """Colocated runs: the engines free their memory for the trainer until the next weight sync."""
+        if self.spec.rollout.colocate and not self._engines_released:
+            replies = self.rollout_backend.release_memory()
+            if not self._release_said:  # once, with what was freed
+                self._release_said = True
+                self.say("colocated: engine memory released for training: "
+                         + "; ".join(str(r.get("message", r)) for r in replies or []))
+            self._engines_released = True
 
     def _init_ref(self, fresh: bool) -> None:
         ref = self.spec.model.ref_path
@@ -271,6 +297,7 @@ class Driver:
         record: dict[str, Any] = {"rollout_id": -1, "step": 0}
         if a.sft_warmup_steps > 0:
             t = time.monotonic()
+            self.release_engines()
             gbs = self.spec.train.global_batch_size or 1
             self.progress.phase("SFT warm-up", a.sft_warmup_steps)
             losses = []
@@ -308,6 +335,7 @@ class Driver:
         n = spec.rollout.n_samples_per_prompt
         t0 = time.monotonic()
         samples = ray.get(self.manager.generate.remote(r))
+        self.release_engines()
         t1 = time.monotonic()
         rewards = [float(s.reward or 0.0) for s in samples]
         scores = sequence_scores(rewards, estimator=a.estimator, group_size=n, normalize_std=bool(a.normalize_std))
@@ -419,7 +447,13 @@ class Driver:
         from slime.runtime.summary import final_metrics, print_summary, write_summary
 
         self.progress.close()
-        if self.spec.train.checkpoint.save_hf and self.last_export is not None:
+        if self.spec.train.checkpoint.save_hf and self.spec.rollout.weight_sync == "nccl":
+            tmp = self.tp.final_model.with_name(".final_model.tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            self.actor.call("export", str(tmp))  # nccl sync writes no exports: write the final one now
+            shutil.rmtree(self.tp.final_model, ignore_errors=True)
+            os.replace(tmp, self.tp.final_model)
+        elif self.spec.train.checkpoint.save_hf and self.last_export is not None:
             tmp = self.tp.final_model.with_name(".final_model.tmp")
             shutil.rmtree(tmp, ignore_errors=True)
             shutil.copytree(self.last_export, tmp)

@@ -15,6 +15,14 @@ coordinates (``TrainBackend.data_parallel_coords``).
 
 Metrics returned by ranks are already reduced over ranks; the group reports
 rank 0's.
+
+Weight sync over a collective group (``rollout.weight_sync: nccl``,
+``TrainerRank.push_weights``): every rank walks its HF-named tensors (megatron
+gathers TP shards inside, so all ranks must take part); rank 0 owns a
+``slime.backends.sglang.weights.NcclWeightSync`` — the same client code that
+drives SGLang — joins the group with the engines on the first push (NCCL when
+the trainer is on CUDA, gloo on CPU) and broadcasts bucket by bucket. Not
+supported: pipeline parallel > 1 (rank 0 holds only the first stage).
 """
 
 from __future__ import annotations
@@ -54,6 +62,8 @@ class TrainerRank:
         self.backend = self.backend_cls()
         self.ref = None
         self.batch = None
+        self._weight_sync = None  # rank 0: NcclWeightSync, created on the first push
+        self._loop = None
 
     # ---------------------------------------------------------------- setup
     def address(self) -> tuple[str, int]:
@@ -161,6 +171,48 @@ class TrainerRank:
     # ---------------------------------------------------------------- weights, checkpoints
     def export(self, out_dir: str) -> str:
         return str(self.backend.export_weights(Path(out_dir)))
+
+    def _hf_weights(self):
+        """``(hf_name, tensor)`` of the policy; a tied ``lm_head`` is left out (engines re-tie it)."""
+        backend = self.backend
+        if hasattr(backend, "iter_hf_weights"):  # megatron: gathers TP shards (collective on every rank)
+            if getattr(backend, "pp", 1) > 1:
+                raise ValueError("rollout.weight_sync: nccl with train.parallel.pipeline > 1 is not implemented "
+                                 "(rank 0 holds only the first stage); use weight_sync: disk")
+            return backend.iter_hf_weights()
+        model = backend.model  # the torch backend: a plain HF model, replicated on every rank
+        tied = bool(getattr(model.config, "tie_word_embeddings", False))
+        return ((n, t.detach()) for n, t in model.state_dict().items() if not (tied and n == "lm_head.weight"))
+
+    def push_weights(self, version: int, urls: list[str], engine_ranks: list[int]) -> int:
+        """Broadcast the policy to every engine as ``version`` (call on all ranks); rank 0 returns the count."""
+        import asyncio
+
+        named = self._hf_weights()
+        if self.rank != 0:
+            for _ in named:  # take part in the model-parallel gathers
+                pass
+            return 0
+        if self._weight_sync is None:
+            import ray
+
+            from slime.backends.rollout.client import EngineClient
+            from slime.backends.sglang.weights import NcclWeightSync
+
+            ip = ray.util.get_node_ip_address()
+            self._loop = asyncio.new_event_loop()
+            sync = NcclWeightSync(clients=[EngineClient(u) for u in urls], engine_gpus=list(engine_ranks),
+                                  master_address=ip, master_port=_free_port(ip),
+                                  backend="nccl" if self.device.startswith("cuda") else "gloo")
+            self._loop.run_until_complete(sync.init_group())
+            self._weight_sync = sync
+        return self._loop.run_until_complete(self._weight_sync.update(named, version=version))
+
+    def weights_checksum(self) -> str:
+        """``rl_control.weights_checksum`` of the policy (every rank; for checks after a sync)."""
+        from slime.backends.rollout.builtin.rl_control import weights_checksum
+
+        return weights_checksum(self._hf_weights())
 
     def save(self, ckpt_dir: str) -> None:
         self.backend.save(Path(ckpt_dir))

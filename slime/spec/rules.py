@@ -272,11 +272,8 @@ def sampling(s: Spec) -> Iterator[Finding]:
         if r.colocate:
             yield ("rollout.weight_sync", "delta weight sync ships changed tensors over disk; not for colocated runs",
                    "use weight_sync: disk when colocated")
-    if r.weight_sync == "nccl":
-        if not _gpu(s):
-            yield ("rollout.weight_sync", "weight_sync nccl needs GPUs but cluster.gpus_per_node is 0",
-                   "use weight_sync: disk on a CPU-only cluster")
-        elif r.colocate:
+    if r.weight_sync == "nccl":  # on a CPU-only cluster the same collective sync runs over gloo
+        if r.colocate:
             yield ("rollout.weight_sync", "weight_sync nccl broadcasts to engines on their own GPUs; colocated "
                    "engines share the trainer's GPUs", "remove weight_sync (derived) or use disk when colocated")
 

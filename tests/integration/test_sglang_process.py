@@ -179,3 +179,67 @@ def test_backend_starts_engines_and_syncs_weights(tiny, tmp_path, weight_sync):
         pids = [p.pid for p in backend.processes]
         backend.stop()
     assert all(_gone(pid) for pid in pids)
+
+
+def test_backend_memory_release_resume_and_collective_sync(tiny, tmp_path):
+    """The colocated cycle (release → resume weights → load → resume KV) and the NCCL sync's client code,
+    driven through SGLangRolloutBackend against two built-in engines (gloo instead of NCCL on CPU)."""
+    import torch.distributed as dist
+
+    from slime.backends.rollout.builtin.rl_control import weights_checksum
+    from slime.backends.rollout.client import EngineClient, EngineError
+    from slime.backends.sglang.weights import NcclWeightSync
+    from slime.layout import plan_layout
+
+    spec = load_spec(ROOT / "specs" / "grpo-disaggregated.yaml").tasks[0].spec
+
+    def builtin_builder(spec, layout, hosts=None):
+        ports = [_free_port() for _ in layout.engines]
+        return [EngineCommand(engine=i, node_rank=0, nnodes=1, node=0, host="127.0.0.1", gpus=(), port=p,
+                              ports=(p,), argv=tuple(_builtin_argv(tiny, p))) for i, p in enumerate(ports)]
+
+    backend = SGLangRolloutBackend(command_builder=builtin_builder, router=False)
+    urls = backend.start(spec, plan_layout(spec), {"log_dir": str(tmp_path / "engines")}, tiny)
+    prompt = [5, 6, 7, 8]
+    try:
+        assert backend.weight_sync_ranks() == [spec.rollout.gpus_per_engine] * 2
+        replies = backend.release_memory()
+        assert all(r["success"] and "Released" in r["message"] for r in replies)
+        with pytest.raises(EngineError, match="memory is released"):
+            asyncio.run(_greedy_logprobs(urls[0], prompt))
+        backend.resume_memory(["weights"])
+        v1 = _perturbed_copy(tiny, tmp_path / "v1", seed=1)
+        backend.update_weights(v1, 1)
+        backend.resume_memory(["kv_cache", "cuda_graph"])
+        for url in urls:
+            out, logprobs, version = asyncio.run(_greedy_logprobs(url, prompt))
+            assert version == "1"
+            torch.testing.assert_close(torch.tensor(logprobs), _hf_logprobs(v1, prompt, out), atol=1e-4, rtol=0)
+
+        # collective sync of v2 from "trainer rank 0" (this process); one group rank per built-in engine
+        from transformers import AutoModelForCausalLM
+
+        v2 = _perturbed_copy(v1, tmp_path / "v2", seed=2)
+        model = AutoModelForCausalLM.from_pretrained(v2, dtype=torch.float32)
+        named = [(n, t) for n, t in model.state_dict().items() if n != "lm_head.weight"
+                 or not model.config.tie_word_embeddings]
+
+        async def push():
+            clients = [EngineClient(u) for u in urls]
+            sync = NcclWeightSync(clients=clients, engine_gpus=[1, 1], master_address="127.0.0.1",
+                                  master_port=_free_port(), backend="gloo")
+            await sync.init_group()
+            await sync.update(named, version=2)
+            sums = [(await c.post("/weights_checker", {"action": "checksum"}))["checksum"] for c in clients]
+            for c in clients:
+                await c.close()
+            dist.destroy_process_group(sync.group)
+            return sums
+
+        assert asyncio.run(push()) == [weights_checksum(named)] * 2
+        for url in urls:
+            out, logprobs, version = asyncio.run(_greedy_logprobs(url, prompt))
+            assert version == "2"
+            torch.testing.assert_close(torch.tensor(logprobs), _hf_logprobs(v2, prompt, out), atol=1e-4, rtol=0)
+    finally:
+        backend.stop()

@@ -1,9 +1,12 @@
-"""The Megatron train backend end to end on CPU: TP=2, PP=2 and DP=2 over gloo, two processes each.
+"""The Megatron train backend end to end on CPU: TP=2, PP=2, DP=2, CP=2 (two processes each) and
+TP=2 x CP=2 (four processes) over gloo.
 
 Checks what must hold whatever the layout: log-probs equal the HF model's; the
 same global batch gives the same loss, metrics and gradient norm under TP=2,
 PP=2 and DP=2 (DP ranks get half the batch each, so this also checks the
-micro-batch / data-parallel loss weighting); the exported HF checkpoint
+micro-batch / data-parallel loss weighting); context parallel (SDPA attention over
+the all-gathered K/V, load-balanced chunks, megatron's own rotary chunking) gives the
+same log-probs, losses and gradient norms as no model parallelism; the exported HF checkpoint
 reproduces the trained model's log-probs; save → train → load → train repeats
 the step exactly; the SFT warm-up (its own optimizer) and the critic (value head)
 train identically under every layout.
@@ -41,13 +44,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run(model_dir: Path, out_dir: Path, *, tp: int, pp: int, dp_split: bool, save: bool = False) -> list[dict]:
+def _run(model_dir: Path, out_dir: Path, *, tp: int, pp: int, dp_split: bool, save: bool = False,
+         cp: int = 1) -> list[dict]:
     port = _free_port()
     procs = []
-    for rank in range(2):
+    world = 4 if tp * pp * cp == 4 else 2
+    for rank in range(world):
         env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
         args = [sys.executable, __file__, str(model_dir), str(out_dir), str(rank), str(port), str(tp), str(pp),
-                str(int(dp_split)), str(int(save))]
+                str(int(dp_split)), str(int(save)), str(cp), str(world)]
         procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     results = []
     for p in procs:
@@ -71,11 +76,14 @@ def test_tp_pp_dp_agree_and_export_round_trips(tiny_llama, tmp_path):
     tp2 = _run(tiny_llama, tmp_path / "tp2", tp=2, pp=1, dp_split=False, save=True)
     pp2 = _run(tiny_llama, tmp_path / "pp2", tp=1, pp=2, dp_split=False)
     dp2 = _run(tiny_llama, tmp_path / "dp2", tp=1, pp=1, dp_split=True)
+    cp2 = _run(tiny_llama, tmp_path / "cp2", tp=1, pp=1, cp=2, dp_split=False)
+    tp2cp2 = _run(tiny_llama, tmp_path / "tp2cp2", tp=2, pp=1, cp=2, dp_split=False)
+    runs = {"tp2": tp2, "pp2": pp2, "dp2": dp2, "cp2": cp2, "tp2cp2": tp2cp2}
     full = _batch(slice(None))
     mask = full.response_mask.bool()
     hf_before = _hf_logp(tiny_llama, full.tokens)
-    for name, run in (("tp2", tp2), ("pp2", pp2), ("dp2", dp2)):
-        rows = [slice(0, None, 2), slice(1, None, 2)] if name == "dp2" else [slice(None), slice(None)]
+    for name, run in runs.items():
+        rows = [slice(0, None, 2), slice(1, None, 2)] if name == "dp2" else [slice(None)] * len(run)
         hf_after = _hf_logp(tmp_path / name / "export", full.tokens)
         for r, sl in zip(run, rows):
             m = mask[sl]
@@ -85,13 +93,13 @@ def test_tp_pp_dp_agree_and_export_round_trips(tiny_llama, tmp_path):
             assert (after - before)[m].abs().max() > 1e-3, name  # and training changed it
     # SFT warm-up: the first NLL is the HF model's (token mean over DP ranks' masks), then it falls
     nll = -hf_before[mask].mean().item()
-    for run in (tp2, pp2, dp2):
+    for run in runs.values():
         for r in run:
             assert r["sft_losses"][0] == pytest.approx(nll, rel=1e-5) and r["sft_losses"][1] < r["sft_losses"][0]
     ref = tp2[0]["steps"]
     assert ref[0]["grad_norm"] > 0 and ref[1]["grad_norm"] > 0
     assert ref[1]["pg_loss"] < ref[0]["pg_loss"]  # the policy improved on its batch
-    for run in (tp2, pp2, dp2):
+    for run in runs.values():
         for r in run:
             for got, want in zip(r["steps"], ref):
                 for key in ("loss", "pg_loss", "clipfrac", "approx_kl", "grad_norm"):
@@ -100,7 +108,7 @@ def test_tp_pp_dp_agree_and_export_round_trips(tiny_llama, tmp_path):
     # critic: zero-initialised value head, the value loss falls, identically under every layout
     critic = tp2[0]["critic_losses"]
     assert tp2[0]["critic_initial_abs"] == 0.0 and critic[2] < critic[0]
-    for run in (tp2, pp2, dp2):
+    for run in runs.values():
         for r in run:
             assert r["critic_losses"] == pytest.approx(critic, rel=1e-4)
     index = json.loads((tmp_path / "pp2" / "export" / "model.safetensors.index.json").read_text())
@@ -122,6 +130,7 @@ def _cpu_shim() -> None:
     def fix(kwargs):
         if str(kwargs.get("device", "")).startswith("cuda"):
             kwargs["device"] = "cpu"
+        kwargs.pop("pin_memory", None)  # the CP rotary chunk index is built pinned, then moved to CUDA
         return kwargs
 
     class TorchProxy(types.ModuleType):
@@ -176,7 +185,8 @@ def _hf_logp(model_dir: Path, tokens):
         return logprobs_from_logits(hf(tokens).logits[:, :-1], tokens[:, 1:], 1.0)
 
 
-def _worker(model_dir: str, out_dir: str, rank: int, port: int, tp: int, pp: int, dp_split: bool, save: bool):
+def _worker(model_dir: str, out_dir: str, rank: int, port: int, tp: int, pp: int, dp_split: bool, save: bool,
+            cp: int = 1, world: int = 2):
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -191,11 +201,12 @@ def _worker(model_dir: str, out_dir: str, rank: int, port: int, tp: int, pp: int
 
     data = {"apiVersion": "slime/v1", "kind": "RLJob", "name": "cpu", "model": {"path": model_dir},
             "data": {"prompts": "unused.jsonl"}, "rollout": {"num_rollouts": 4},
-            "train": {"backend": "megatron", "parallel": {"tensor": tp, "pipeline": pp}, "micro_batch_size": 2,
-                      "precision": "fp32", "optimizer": {"lr": 1e-3, "distributed": False, "clip_grad": 0.0}}}
+            "algorithm": {"entropy_coef": 0.01},  # the entropy's gradient path too (vocab- and context-parallel)
+            "train": {"backend": "megatron", "parallel": {"tensor": tp, "pipeline": pp, "context": cp},
+                      "micro_batch_size": 2, "precision": "fp32", "optimizer": {"lr": 1e-3, "distributed": False, "clip_grad": 0.0}}}
     spec = resolve(msgspec.convert(data, Spec), Path(out_dir))
     backend = MegatronTrainBackend()
-    backend.init(spec, RankInfo(rank=rank, world_size=2, master_addr="127.0.0.1", master_port=port, device="cpu"),
+    backend.init(spec, RankInfo(rank=rank, world_size=world, master_addr="127.0.0.1", master_port=port, device="cpu"),
                  Path(model_dir), role="actor")
     batch = _batch(slice(rank, None, 2) if dp_split else slice(None))
     result = {"logp_before": backend.log_probs(batch, temperature=1.0).tolist()}
@@ -219,7 +230,7 @@ def _worker(model_dir: str, out_dir: str, rank: int, port: int, tp: int, pp: int
     backend.export_weights(Path(out_dir) / "export")
 
     critic = MegatronTrainBackend()
-    critic.init(spec, RankInfo(rank=rank, world_size=2, master_addr="127.0.0.1", master_port=port, device="cpu"),
+    critic.init(spec, RankInfo(rank=rank, world_size=world, master_addr="127.0.0.1", master_port=port, device="cpu"),
                 Path(model_dir), role="critic")
     batch.old_values = critic.values(batch)
     batch.returns = batch.advantages.clone()
@@ -231,4 +242,4 @@ def _worker(model_dir: str, out_dir: str, rank: int, port: int, tp: int, pp: int
 
 if __name__ == "__main__":
     a = sys.argv[1:]
-    _worker(a[0], a[1], int(a[2]), int(a[3]), int(a[4]), int(a[5]), a[6] == "1", a[7] == "1")
+    _worker(a[0], a[1], int(a[2]), int(a[3]), int(a[4]), int(a[5]), a[6] == "1", a[7] == "1", int(a[8]), int(a[9]))

@@ -98,12 +98,14 @@ def test_parallel_rules_report_all_at_once():
     assert parallel_problems(s, tp=2, pp=2, world_size=16) == []
     assert parallel_problems(s, tp=4, pp=7, world_size=28) == []
     problems = parallel_problems(s, tp=8, pp=3, cp=2, sequence_parallel=False, world_size=20, seq_length=1001,
-                                 attention_backend="sdpa")
+                                 attention_backend="local")
     text = "\n".join(problems)
     assert "num_attention_heads=28 is not divisible by train.parallel.tensor=8" in text
     assert "query groups)=4 is not divisible by train.parallel.tensor=8" in text
     assert "num_hidden_layers=28 is not divisible by train.parallel.pipeline=3" in text
-    assert "needs Transformer Engine" in text
+    assert "needs Transformer Engine or SDPA attention (backend is 'local')" in text
+    # SDPA attention is context-parallel aware now: only the divisibility rules remain
+    assert parallel_problems(s, tp=2, cp=2, world_size=8, seq_length=1024, attention_backend="sdpa") == []
     assert "sequence length 1001 is not divisible by 2 x train.parallel.context=4" in text
     assert "world size 20 is not divisible by tensor x pipeline x context = 8 x 3 x 2 = 48" in text
     with pytest.raises(MegatronConfigError, match="sequence_parallel needs train.parallel.tensor > 1"):

@@ -63,6 +63,9 @@ def _worker(rank: int, world: int, port: int, queue) -> None:
     (logp.sum() + 0.5 * ent.sum()).backward()
     # numpy, not tensors: torch shares tensors through fds that die with this process
     queue.put((rank, logp.detach().numpy(), ent.detach().numpy(), shard.grad.numpy()))
+    # Tear gloo down only once both ranks are past their last collective: under load a rank once
+    # aborted at exit ("terminate called without an active exception") after delivering its results.
+    dist.barrier()
     dist.destroy_process_group()
 
 

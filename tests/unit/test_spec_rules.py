@@ -140,8 +140,6 @@ CASES = [
      ["num_rollouts or rollout.epochs"], ["num_rollouts: 100"], {"rollout.num_rollouts": DELETE, "rollout.epochs": 2}),
     ("delta-colocated", "sampling", G, {"rollout.weight_sync": "delta"}, "rollout.weight_sync", ["not for colocated"],
      ["disk when colocated"], {"rollout.weight_sync": "disk"}),
-    ("nccl-cpu", "sampling", C, {"rollout.weight_sync": "nccl"}, "rollout.weight_sync", ["needs GPUs"],
-     ["weight_sync: disk"], {"rollout.weight_sync": "disk"}),
     ("nccl-colocated", "sampling", G, {"rollout.weight_sync": "nccl"}, "rollout.weight_sync",
      ["colocated engines share"], ["use disk when colocated"], {"rollout.weight_sync": "disk"}),
     ("kl-needs-ref", "algorithm", G, {"algorithm.kl_coef": 0.01}, "algorithm.kl_coef", ["needs a reference model"],

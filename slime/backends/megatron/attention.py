@@ -15,8 +15,13 @@ causal mask, where padding never influences earlier positions) it runs with
 ``is_causal=True``. A boolean megatron mask (True = masked out) is honoured by
 inverting it, in which case causality must already be in the mask, as in
 megatron's convention. Not supported (clear errors): packed/THD sequences,
-attention bias, context parallel, sliding windows, non-vanilla softmax, query-key
+attention bias, sliding windows, non-vanilla softmax, query-key
 layer scaling. Transformer Engine, when installed, is preferred (``layer_spec``).
+
+Context parallel (``context_parallel_size > 1``, causal masks only): the local
+queries attend over the whole sequence's K/V, all-gathered across the CP group
+(``context_parallel.cp_attention``: correct and simple, but not ring attention —
+each rank holds the full K/V of every layer; see that module).
 
 Imports megatron-core; import this module only inside the megatron backend.
 """
@@ -41,8 +46,6 @@ class SDPACoreAttention(MegatronModule):
                  cp_comm_type: str | None = None, pg_collection=None) -> None:
         super().__init__(config=config)
         unsupported = []
-        if config.context_parallel_size != 1:
-            unsupported.append("context parallel (use Transformer Engine)")
         if getattr(config, "window_size", None) is not None:
             unsupported.append("sliding-window attention")
         if getattr(config, "softmax_type", "vanilla") != "vanilla":
@@ -54,8 +57,9 @@ class SDPACoreAttention(MegatronModule):
         if pg_collection is None:
             from megatron.core.process_groups_config import ProcessGroupCollection
 
-            pg_collection = ProcessGroupCollection.use_mpu_process_groups(required_pgs=["tp"])
+            pg_collection = ProcessGroupCollection.use_mpu_process_groups(required_pgs=["tp", "cp"])
         tp = pg_collection.tp.size()
+        self.cp_group = pg_collection.cp if config.context_parallel_size > 1 else None
         self.attn_mask_type = attn_mask_type
         self.heads = config.num_attention_heads // tp
         self.groups = config.num_query_groups // tp
@@ -78,9 +82,18 @@ class SDPACoreAttention(MegatronModule):
         causal = mask_type == AttnMaskType.causal
         if attention_mask is not None and mask_type != AttnMaskType.causal:
             mask, causal = ~attention_mask.bool(), False
+        dropout = self.dropout if self.training else 0.0
+        if self.cp_group is not None:
+            if not causal:
+                raise ValueError("context-parallel SDPA attention supports causal masks only")
+            from slime.backends.megatron.context_parallel import cp_attention
+
+            out = cp_attention(q, k, v, self.cp_group, scale=self.softmax_scale, dropout_p=dropout,
+                               enable_gqa=self.heads != self.groups)
+            return out.permute(2, 0, 1, 3).reshape(s, b, self.heads * self.head_dim)
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, is_causal=causal, scale=self.softmax_scale,
-            dropout_p=self.dropout if self.training else 0.0, enable_gqa=self.heads != self.groups,
+            dropout_p=dropout, enable_gqa=self.heads != self.groups,
         )
         # [b, h, s, d] -> [s, b, h * d]
         return out.permute(2, 0, 1, 3).reshape(s, b, self.heads * self.head_dim)

@@ -31,7 +31,12 @@ from the current weights.
 Roles: ``actor`` (policy loss), ``ref`` (frozen, log-probs only) and
 ``critic`` (PPO value model: ``critic.py``'s value head on the same GPTModel,
 ``values`` + the shared ``value_loss``, learning rate ``algorithm.critic.lr``).
-Not supported (clear errors at ``init``): context parallel > 1, fp8. Runs on CUDA only;
+Context parallel (``train.parallel.context``): all ranks of one CP group get the
+same batch; each micro-batch is padded to a multiple of ``2 * cp`` and every rank
+runs its two load-balanced chunks (``context_parallel.py``) with targets shifted
+before the split; per-token log-probs, entropies and values are gathered back over
+the CP group, so every CP rank computes the same full loss and metrics.
+Not supported (clear errors at ``init``): fp8. Runs on CUDA (CPU only in tests);
 what was verified where is listed in ``slime/backends/megatron/README.md``.
 """
 
@@ -86,9 +91,6 @@ class MegatronTrainBackend(TrainBackend):
         self.spec, self.role, self.model_dir, self.rank_info = spec, role, Path(model_dir), rank
         t, par = spec.train, spec.train.parallel
         self.tp, self.pp, self.cp = par.tensor, par.pipeline, par.context
-        if self.cp > 1:
-            raise mcfg.MegatronConfigError([f"train.parallel.context={self.cp}: context parallel is not "
-                                            "implemented in the megatron backend yet; set context: 1"])
         self.shape = mcfg.ModelShape.from_hf_config(json.loads((self.model_dir / "config.json").read_text()))
         ours, overrides = mcfg.split_backend_args(t.backend_args)
         self.attention = mcfg.choose_attention_backend(str(ours.get("attention_backend", "auto")))
@@ -220,7 +222,8 @@ class MegatronTrainBackend(TrainBackend):
         dyn = self.spec.train.dynamic_batch
         plan = plan_micro_batches([max(1, int(n)) for n in lengths], micro_batch_size=self.spec.train.micro_batch_size,
                                   max_tokens_per_gpu=dyn.max_tokens_per_gpu if dyn.enabled else None)
-        multiple = 8 * self.tp if self.config.sequence_parallel else 8
+        # Sequence parallel splits each CP rank's part over TP; CP needs 2 * cp equal chunks.
+        multiple = (8 * self.tp if self.config.sequence_parallel else 8) * (2 * self.cp if self.cp > 1 else 1)
         per_token = {k: _per_token(getattr(batch, k), T) for k in
                      ("response_mask", "advantages", "old_log_probs", "ref_log_probs", "returns", "old_values")}
         out = []
@@ -231,6 +234,14 @@ class MegatronTrainBackend(TrainBackend):
             n = min(L, T)
             tokens[:, :n] = batch.tokens[rows, :n]
             mb = {"tokens": tokens}
+            if self.cp > 1:
+                from slime.backends.megatron.context_parallel import split_seq
+
+                labels = torch.zeros_like(tokens)  # shifted before the split: no target lives on another rank
+                labels[:, :-1] = tokens[:, 1:]
+                pos = torch.arange(L).unsqueeze(0).expand_as(tokens)
+                for key, value in (("cp_tokens", tokens), ("cp_labels", labels), ("cp_pos", pos)):
+                    mb[key] = split_seq(value, self.cp, self.coords.cp).contiguous()
             for key, value in per_token.items():
                 if value is not None:
                     padded = torch.zeros(len(idx), L - 1, dtype=value.dtype)
@@ -241,16 +252,35 @@ class MegatronTrainBackend(TrainBackend):
         return out, plan
 
     def _forward(self, model, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.cp > 1:  # megatron's rotary embedding picks the same two chunks of positions itself
+            return model(mb["cp_tokens"], mb["cp_pos"], None)
         tokens = mb["tokens"]
         pos = torch.arange(tokens.shape[1], device=tokens.device).unsqueeze(0).expand_as(tokens)
         return model(tokens, pos, None)
 
-    def _logp(self, logits: torch.Tensor, tokens: torch.Tensor, temperature: float, with_entropy: bool):
+    def _cp_gather(self, t: torch.Tensor | None) -> torch.Tensor | None:
+        """This CP rank's per-position values ``[b, s_local]`` → the whole sequence ``[b, L]``."""
+        if t is None or self.cp == 1:
+            return t
+        from megatron.core import parallel_state as ps
+
+        from slime.backends.megatron.context_parallel import gather_seq
+
+        return gather_seq(t.contiguous(), ps.get_context_parallel_group(), dim=1)
+
+    def _logp(self, logits: torch.Tensor, mb: dict[str, torch.Tensor], temperature: float, with_entropy: bool):
+        """Log-probs (and entropy) ``[b, L-1]`` of ``tokens[:, 1:]``, whole sequence on every CP rank."""
         from megatron.core import parallel_state as ps
 
         group = ps.get_tensor_model_parallel_group() if self.tp > 1 else None
-        return vocab_parallel_logprobs(logits[:, :-1], tokens[:, 1:], vocab_size=self.shape.vocab_size,
-                                       temperature=temperature, group=group, with_entropy=with_entropy)
+        if self.cp == 1:
+            tokens = mb["tokens"]
+            return vocab_parallel_logprobs(logits[:, :-1], tokens[:, 1:], vocab_size=self.shape.vocab_size,
+                                           temperature=temperature, group=group, with_entropy=with_entropy)
+        logp, ent = vocab_parallel_logprobs(logits, mb["cp_labels"], vocab_size=self.shape.vocab_size,
+                                            temperature=temperature, group=group, with_entropy=with_entropy)
+        logp, ent = self._cp_gather(logp), self._cp_gather(ent)
+        return logp[:, :-1], None if ent is None else ent[:, :-1]
 
     def _run(self, mbs: list[dict], loss_func, *, forward_only: bool) -> None:
         from megatron.core.pipeline_parallel import get_forward_backward_func
@@ -281,7 +311,7 @@ class MegatronTrainBackend(TrainBackend):
         out = torch.zeros(B, T - 1, dtype=torch.float32)
 
         def loss_func(mb, logits):
-            logp, _ = self._logp(logits, mb["tokens"], temperature, False)
+            logp, _ = self._logp(logits, mb, temperature, False)
             n = min(T - 1, logp.shape[1])
             out[mb["rows"], :n] = logp[:, :n].float().cpu()
             return torch.zeros((), device=logits.device), {}
@@ -300,7 +330,7 @@ class MegatronTrainBackend(TrainBackend):
         out = torch.zeros(B, T - 1, dtype=torch.float32)
 
         def loss_func(mb, head):
-            v = critic_values(head)[:, :-1]
+            v = self._cp_gather(critic_values(head))[:, :-1]
             n = min(T - 1, v.shape[1])
             out[mb["rows"], :n] = v[:, :n].float().cpu()
             return torch.zeros((), device=head.device), {}
@@ -336,15 +366,15 @@ class MegatronTrainBackend(TrainBackend):
         def loss_func(mb, output):
             m = mb["response_mask"]
             if sft:
-                logp, _ = self._logp(output, mb["tokens"], 1.0, False)
+                logp, _ = self._logp(output, mb, 1.0, False)
                 loss = sft_loss(logp, m)
                 metrics = {"sft_loss": loss.detach()}
             elif critic:
                 clip = a.critic.value_clip if a.critic else None
-                loss, metrics = value_loss(critic_values(output)[:, :-1], mb["old_values"], mb["returns"], m,
-                                           value_clip=clip, agg=a.loss_agg)
+                values = self._cp_gather(critic_values(output))[:, :-1]
+                loss, metrics = value_loss(values, mb["old_values"], mb["returns"], m, value_clip=clip, agg=a.loss_agg)
             else:
-                logp, ent = self._logp(output, mb["tokens"], self.spec.rollout.temperature, a.entropy_coef > 0)
+                logp, ent = self._logp(output, mb, self.spec.rollout.temperature, a.entropy_coef > 0)
                 # No old log-probs = strictly on-policy: the ratio is 1 at this step.
                 old = mb["old_log_probs"] if "old_log_probs" in mb else logp.detach()
                 loss, metrics = total_loss(
@@ -356,7 +386,9 @@ class MegatronTrainBackend(TrainBackend):
             weight = local / global_count
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + float(v) * weight
-            # megatron divides by n_mb and averages gradients over dp: undo both.
+            # megatron divides by n_mb and averages gradients over dp: undo both. (It also multiplies by
+            # cp and divides by dp * cp in the gradient all-reduce; each CP rank back-propagates only its
+            # own positions' share of this replicated loss, and those shares add up over the CP group.)
             return loss * weight * n_mb * dp, {}
 
         opt = self._optimizer_for(batch.kind)

@@ -208,9 +208,9 @@ def parallel_problems(shape: ModelShape, *, tp: int = 1, pp: int = 1, cp: int = 
         out.append("train.parallel.sequence_parallel needs train.parallel.tensor > 1")
     if cp > 1:
         backend = attention_backend or choose_attention_backend("auto")
-        if backend != "te":
-            out.append(f"train.parallel.context={cp} needs Transformer Engine attention (backend is "
-                       f"{backend!r}); install transformer_engine or set context: 1")
+        if backend not in ("te", "sdpa"):
+            out.append(f"train.parallel.context={cp} needs Transformer Engine or SDPA attention (backend is "
+                       f"{backend!r}); set train.backend_args.attention-backend to auto, te or sdpa")
         if seq_length is not None and seq_length % (2 * cp):
             out.append(f"sequence length {seq_length} is not divisible by 2 x train.parallel.context={2 * cp}")
     if world_size is not None and world_size % (tp * pp * cp):

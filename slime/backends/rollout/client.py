@@ -13,6 +13,8 @@ Guarantees:
 * every failure raises :class:`EngineError` (or its subclass
   :class:`EngineUnavailable`) naming the URL, the HTTP status and the server's
   message, never a bare ``aiohttp`` exception;
+* RL control calls (pause/continue, memory release/resume) are never resent:
+  a release that reached the server but whose reply was lost must not run twice;
 * a client can be used from several event loops (e.g. ``asyncio.run`` calls in
   turn): it keeps one ``aiohttp`` session per loop.
 
@@ -258,6 +260,27 @@ class EngineClient:
         if not isinstance(body, dict) or not body.get("success"):
             raise EngineError(self.base_url + "/update_weights_from_disk", _message(body, str(body)))
         return body
+
+    async def _control(self, path: str, payload: dict) -> dict:
+        body = await self._request("POST", path, payload, idempotent=False)
+        if isinstance(body, dict) and body.get("success") is False:
+            raise EngineError(self.base_url + path, _message(body, str(body)))
+        return body if isinstance(body, dict) else {}
+
+    async def release_memory_occupation(self, tags: Sequence[str] | None = None) -> dict:
+        """Free the engine's GPU memory for a colocated trainer; ``tags`` from weights, kv_cache,
+        cuda_graph (None = all). Released weights must be reloaded after the resume."""
+        return await self._control("/release_memory_occupation", {"tags": None if tags is None else list(tags)})
+
+    async def resume_memory_occupation(self, tags: Sequence[str] | None = None) -> dict:
+        """Re-allocate what ``release_memory_occupation`` freed (None = all released tags)."""
+        return await self._control("/resume_memory_occupation", {"tags": None if tags is None else list(tags)})
+
+    async def pause_generation(self, mode: str = "abort") -> dict:
+        return await self._control("/pause_generation", {"mode": mode})
+
+    async def continue_generation(self) -> dict:
+        return await self._control("/continue_generation", {})
 
     async def get_model_info(self) -> dict:
         return await self._request("GET", "/get_model_info", idempotent=True)

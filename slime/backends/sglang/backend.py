@@ -13,7 +13,15 @@ engines. ``update_weights`` follows ``rollout.weight_sync``:
   rebuild the full checkpoint in this node's ``<log_dir>/weights/v<version>``
   from base + delta (verifying every checksum) and load that;
 * ``nccl``: needs the trainer's tensors, so the runtime drives
-  ``weights.NcclWeightSync`` from trainer rank 0; here it falls back to disk.
+  ``weights.NcclWeightSync`` from trainer rank 0 (``TrainerRank.push_weights``,
+  one group rank per engine GPU: :meth:`weight_sync_ranks`) and never calls
+  ``update_weights``; called anyway (outside the runtime), it loads from disk.
+
+Colocated runs (``rollout.colocate``): the runtime calls :meth:`release_memory`
+after each rollout (``/release_memory_occupation``, all tags; the commands pass
+``--enable-memory-saver``) and, before the next one, :meth:`resume_memory` with
+``weights``, the weight update, then ``kv_cache`` and ``cuda_graph`` — the order
+SGLang needs, since resumed weights hold garbage until reloaded.
 
 ``placement`` (from the runtime): ``{"hosts": [node addresses], "local_nodes":
 [indices of nodes this process manages], "log_dir": path}``; every key optional.
@@ -112,6 +120,27 @@ class SGLangRolloutBackend(RolloutBackend):
 
     def update_weights(self, source: Path, version: int) -> None:
         asyncio.run(self._update(Path(source), version))
+
+    def weight_sync_ranks(self) -> list[int]:
+        """Ranks each engine takes in the NCCL weight-update group: one per engine GPU."""
+        return [self.spec.rollout.gpus_per_engine] * len(self.urls)
+
+    def _each(self, call) -> list[Any]:
+        async def go():
+            clients = self._clients()
+            try:
+                return await asyncio.gather(*(call(c) for c in clients))
+            finally:
+                await asyncio.gather(*(c.close() for c in clients))
+
+        return asyncio.run(go())
+
+    def release_memory(self, tags: list[str] | None = None) -> list[dict]:
+        """Every engine frees ``tags`` (None = all: weights, kv_cache, cuda_graph) for a colocated trainer."""
+        return self._each(lambda c: c.release_memory_occupation(tags))
+
+    def resume_memory(self, tags: list[str] | None = None) -> None:
+        self._each(lambda c: c.resume_memory_occupation(tags))
 
     def health(self) -> dict[str, bool]:
         async def check():

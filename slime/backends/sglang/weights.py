@@ -24,7 +24,9 @@ SGLang's ``init_custom_process_group`` (same TCP rendezvous, same
 torch's private ``_new_process_group_helper`` exactly as SGLang does, because
 public torch APIs cannot create a second, independent group between processes
 that are not all in the default group. Real NCCL needs GPUs: on CPU the same
-code runs with ``backend="gloo"`` (tested against a fake engine; see tests).
+code runs with ``backend="gloo"`` — tested against fake SGLang engines and
+against the built-in engine, whose ``rl_control`` endpoints receive for real; the
+runtime drives it from trainer rank 0 (``TrainerRank.push_weights``).
 """
 
 from __future__ import annotations

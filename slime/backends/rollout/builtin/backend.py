@@ -5,7 +5,10 @@ placement group bundle the preflight checked), loads the model there and
 returns the servers' base URLs once every ``/health`` answers (bounded by
 ``rollout.startup_timeout_s``). Servers listen on the node's Ray IP so the
 rollout manager can reach engines on other nodes. Generation and weight loads
-go over HTTP through ``EngineClient``, exactly as with SGLang.
+go over HTTP through ``EngineClient``, exactly as with SGLang — including the
+collective weight sync (``rollout.weight_sync: nccl``, gloo on CPU; the runtime
+drives it from trainer rank 0) and memory release/resume around colocated
+training steps.
 
 ``rollout.engine_args`` maps onto the engine's options (``-`` or ``_``):
 ``max_running_requests``, ``context_length``, ``dtype``, ``num_threads``,
@@ -134,6 +137,17 @@ class BuiltinRolloutBackend(RolloutBackend):
 
     def update_weights(self, source: Path, version: int) -> None:
         self._each(lambda c: c.update_weights_from_disk(str(source), str(version)))
+
+    def weight_sync_ranks(self) -> list[int]:
+        """Ranks each engine takes in a collective weight-update group (one process each)."""
+        return [1] * len(self.urls)
+
+    def release_memory(self, tags: list[str] | None = None) -> list[dict]:
+        """Colocated runs: every engine frees ``tags`` (None = weights and KV cache) while the trainer steps."""
+        return self._each(lambda c: c.release_memory_occupation(tags))
+
+    def resume_memory(self, tags: list[str] | None = None) -> None:
+        self._each(lambda c: c.resume_memory_occupation(tags))
 
     def health(self) -> dict[str, bool]:
         return dict(zip(self.urls, self._each(lambda c: c.health())))

@@ -14,6 +14,10 @@ request and response shapes follow SGLang's ``http_server.py``:
   ``POST /update_weights_from_disk``, ``GET /get_model_info``,
   ``GET /get_weight_version``, ``POST /update_weight_version``,
   ``GET /get_server_info``, ``POST /abort_request``.
+* RL control (``rl_control.py``): ``/init_weights_update_group``,
+  ``/update_weights_from_distributed``, ``/destroy_weights_update_group``,
+  ``/pause_generation``, ``/continue_generation``, ``/release_memory_occupation``,
+  ``/resume_memory_occupation``.
 
 Errors are HTTP 400 with SGLang's body ``{"error": {"message": ...}}``; an
 unexpected failure is a 500 with the same body; the server keeps running.
@@ -50,6 +54,7 @@ from aiohttp import web
 from slime.net import bind_listener
 
 from .generator import Completion, Engine
+from .rl_control import ControlError, RLControl
 from .sampling import SamplingParams
 
 __all__ = ["build_app", "start_server", "EngineServer", "main"]
@@ -99,6 +104,7 @@ def _per_item(value: Any, n: int, name: str, batched: bool, default: Any) -> lis
 class _Handlers:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.control = RLControl(engine)
 
     # ---------------------------------------------------------------- generate
     def _parse_generate(self, body: dict) -> tuple[bool, list[list[int]], list[SamplingParams], list, list[bool]]:
@@ -166,6 +172,7 @@ class _Handlers:
     async def generate(self, request: web.Request) -> web.Response:
         body = await _json_object(request)
         batched, prompts, params, rids, want_lp = self._parse_generate(body)
+        await self.control.admit_generate()  # paused: wait; memory released: refuse
         # Name every request so a disconnect or a rejected batch item can abort the rest.
         rids = [rid if rid is not None else uuid.uuid4().hex for rid in rids]
         futures, submitted = [], []
@@ -178,6 +185,7 @@ class _Handlers:
             for rid in submitted:
                 self.engine.abort(rid, message="another input of the batch was rejected")
             raise BadRequest(str(exc)) from None
+        self.control.in_flight += 1
         try:
             results = await asyncio.gather(*futures)
         except asyncio.CancelledError:
@@ -185,6 +193,8 @@ class _Handlers:
             for rid in submitted:
                 self.engine.abort(rid, message="client disconnected")
             raise
+        finally:
+            self.control.in_flight -= 1
         lp_text = bool(body.get("return_text_in_logprobs"))
         out = [self._render(c, lp, lp_text) for c, lp in zip(results, want_lp)]
         return web.json_response(out if batched else out[0])
@@ -194,7 +204,7 @@ class _Handlers:
         return web.Response(status=200 if self.engine.alive else 503)
 
     async def health_generate(self, request: web.Request) -> web.Response:
-        if not self.engine.alive:
+        if not self.engine.alive or self.control.released - {"cuda_graph"} or self.control.weights_stale:
             return web.Response(status=503)
         start_id = self.engine.tokenizer.bos_token_id or 0
         try:
@@ -222,6 +232,8 @@ class _Handlers:
             path, weight_version=None if version is None else str(version),
             load_format=body.get("load_format"), abort_all=abort_all)
         ok, message = await asyncio.wrap_future(fut)
+        if ok:
+            self.control.weights_loaded()
         return web.json_response({"success": ok, "message": message, "num_paused_requests": 0},
                                  status=200 if ok else 400)
 
@@ -251,6 +263,7 @@ class _Handlers:
             "model_path": e.model_path, "context_length": e.context_length,
             "max_running_requests": e.max_slots, "device": str(e.device), "weight_version": e.weight_version,
             "internal_states": [{"num_running_reqs": e.num_running}], "version": "slime-builtin",
+            "memory_occupation": self.control.occupation(),
         })
 
     async def abort_request(self, request: web.Request) -> web.Response:
@@ -263,12 +276,23 @@ class _Handlers:
         self.engine.abort(rid, abort_all=abort_all)
         return web.Response(status=200)
 
+    def control_route(self, name: str):
+        """A JSON-in/JSON-out handler for the ``RLControl`` method ``name`` (an empty body is ``{}``)."""
+        method = getattr(self.control, name)
+
+        async def handler(request: web.Request) -> web.Response:
+            body = await _json_object(request) if request.can_read_body else {}
+            reply = await method(body)
+            return web.json_response(reply, status=200 if reply.get("success") else 400)
+
+        return handler
+
 
 @web.middleware
 async def _errors(request: web.Request, handler):
     try:
         return await handler(request)
-    except BadRequest as exc:
+    except (BadRequest, ControlError) as exc:
         return _error(str(exc))
     except web.HTTPException:
         raise
@@ -294,6 +318,10 @@ def build_app(engine: Engine) -> web.Application:
     app.router.add_get("/get_weight_version", h.get_weight_version)
     app.router.add_get("/get_server_info", h.get_server_info)
     app.router.add_post("/abort_request", h.abort_request)
+    for name in ("init_weights_update_group", "update_weights_from_distributed", "destroy_weights_update_group",
+                 "pause_generation", "continue_generation", "release_memory_occupation",
+                 "resume_memory_occupation", "weights_checker"):
+        app.router.add_post(f"/{name}", h.control_route(name))
     return app
 
 
