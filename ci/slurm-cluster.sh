@@ -12,7 +12,11 @@
 #                 route), PID 1 = ci/slurm/node-init.pl which runs `slurmd -D -N snI`
 #   GPUs        = 2 fake GPUs per node (GRES backed by char devices c 1 3, never opened)
 #   partitions  = batch (default, PriorityTier=1) and urgent (PriorityTier=10); urgent jobs
-#                 preempt batch jobs, which are requeued (PreemptMode=REQUEUE)
+#                 preempt batch jobs, which are requeued (PreemptMode=REQUEUE). Preemption is
+#                 graceful, as sites that run long jobs configure it: batch has GraceTime and
+#                 SlurmctldParameters=preempt_send_user_signal, so the victim's batch shell gets
+#                 its --signal (B:USR1) at once instead of a TERM to every process, and is
+#                 TERMed/KILLed only when the grace time ends (or it exits first)
 #   config      = /etc/slurm/slurm.conf + gres.conf (where plain sbatch/squeue look; no
 #                 SLURM_CONF needed); a previous file is kept in the state dir and put back by down
 #   state       = $SLIME_SLURM_STATE_DIR (default /var/lib/slime-slurm): spool, ctld state,
@@ -39,6 +43,8 @@
 #   SLIME_SLURM_SUBNET=10.77.0       first three octets of the private /24
 #   SLIME_SLURM_CPUS_PER_NODE=4  SLIME_SLURM_GPUS_PER_NODE=2  SLIME_SLURM_MEM_MB=8000
 #   SLIME_SLURM_UP_TIMEOUT=60        seconds `up` waits for the nodes
+#   SLIME_SLURM_PREEMPT_GRACE=60     GraceTime of the batch partition: a preempted job gets its
+#                                    --signal (USR1) at once and this long to checkpoint before TERM
 set -euo pipefail
 
 readonly BRIDGE=slimebr0
@@ -60,6 +66,7 @@ CPUS=${SLIME_SLURM_CPUS_PER_NODE:-4}
 GPUS=${SLIME_SLURM_GPUS_PER_NODE:-2}
 MEM=${SLIME_SLURM_MEM_MB:-8000}
 UP_TIMEOUT=${SLIME_SLURM_UP_TIMEOUT:-60}
+PREEMPT_GRACE=${SLIME_SLURM_PREEMPT_GRACE:-60}
 
 log() { printf '[slurm-cluster] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -77,6 +84,7 @@ validate_env() {
     require_int SLIME_SLURM_GPUS_PER_NODE "$GPUS" 0 64
     require_int SLIME_SLURM_MEM_MB "$MEM" 100 100000000
     require_int SLIME_SLURM_UP_TIMEOUT "$UP_TIMEOUT" 1 3600
+    require_int SLIME_SLURM_PREEMPT_GRACE "$PREEMPT_GRACE" 0 86400
     [[ $NET =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]] ||
         die "SLIME_SLURM_SUBNET='$NET' is invalid: expected three octets such as 10.77.0"
     [[ $STATE == /* && $STATE != / ]] ||
@@ -214,6 +222,7 @@ MaxJobCount=$((MAX_ARRAY + 10000))
 SchedulerParameters=bf_interval=1,sched_interval=1
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
+SlurmctldParameters=preempt_send_user_signal
 KillWait=5
 SlurmdTimeout=30
 InactiveLimit=0
@@ -221,7 +230,7 @@ EOF
     for ((i = 1; i <= NODES; i++)); do
         echo "NodeName=$(node_name "$i") NodeAddr=$(node_ip "$i") NodeHostname=$(node_name "$i") CPUs=$CPUS RealMemory=$MEM${gres} State=UNKNOWN"
     done
-    echo "PartitionName=batch Nodes=$(node_list) Default=YES PriorityTier=1 MaxTime=INFINITE State=UP"
+    echo "PartitionName=batch Nodes=$(node_list) Default=YES PriorityTier=1 GraceTime=$PREEMPT_GRACE MaxTime=INFINITE State=UP"
     echo "PartitionName=urgent Nodes=$(node_list) PriorityTier=10 MaxTime=INFINITE State=UP"
 }
 

@@ -18,13 +18,24 @@ job started (``launchers.rayproc``). Each node gives Ray the GPUs/CPUs SLURM all
 and a custom resource ``slime_node_<rank>`` so placement can pin bundles to nodes.
 
 Exit codes: 0 ok · 2 unreadable task spec · 3 infrastructure (a node failed to join in time,
-Ray failed to start, the preflight failed — the message names the node(s) and the fix) ·
-128+N stopped by signal N · otherwise the driver's exit code. With
-``cluster.on_preflight_failure: requeue_excluding`` a node failure under SLURM requeues the job
-excluding the bad node(s) (at most ``cluster.max_requeues`` times).
+Ray failed to start, the preflight failed, a node's Ray died — the message names the node(s)
+and the fix; the failed node also records itself as ``failed`` in the rendezvous dir, which
+the restarts record reads) · 128+N stopped by signal N (also when the driver was killed by
+signal N) · otherwise the driver's exit code. With ``cluster.on_preflight_failure:
+requeue_excluding`` a node failure under SLURM requeues the job excluding the bad node(s),
+recorded in ``restarts.jsonl`` and counted against ``cluster.max_requeues``.
+
+Environment: on a node without an NVIDIA driver (``/dev/nvidiactl``: CPU torch) every process
+of the job (Ray, its workers, the driver) gets ``OMP_WAIT_POLICY=PASSIVE`` unless the job set
+it: OpenMP threads that spin while waiting starve each other when a job's processes share the
+cores (tests/bench/omp_wait_policy.py: 4 processes x 2 threads on 2 cores ran 7x faster,
+wall 18.5 s vs 128 s). GPU nodes keep OpenMP's default.
 
 Signals: TERM/INT stop everything (forwarded to the driver first, which gets
-``DRIVER_GRACE_S`` to save); USR1 (SLURM's time-limit warning) is forwarded to the driver only.
+``DRIVER_GRACE_S`` to save). A stop request — the batch script's ``stop-<instance>`` file in
+the rendezvous dir (SLURM's time-limit or preemption warning; see ``launchers.rendezvous`` for
+why not a signal), or USR1 to this process (local runs) — is for the driver only and reaches it
+as one USR1 once it can handle it (``launchers.driverproc``).
 """
 
 from __future__ import annotations
@@ -44,6 +55,7 @@ from typing import IO, Any
 
 import msgspec
 
+from launchers.driverproc import run_driver_process
 from launchers.node import NodeContext, detect_node, head_ip, worker_ip
 from launchers.ports import Claim, PortBlock, PortsExhausted, claim_block
 from launchers.rayproc import RayNode, RayStartError, prune_stale, temp_dir_for, temp_root
@@ -118,6 +130,7 @@ class Bootstrap:
         self.rdv = Rendezvous(self.tp.rendezvous, self.ctx.instance)
         self.stop = threading.Event()
         self.signum: int | None = None
+        self.usr1 = False  # USR1 came (local runs): a stop request for the driver
         self.driver_proc: subprocess.Popen | None = None
         self.collective: subprocess.Popen | None = None
         self.ray: RayNode | None = None
@@ -158,8 +171,7 @@ class Bootstrap:
             self.driver_proc.send_signal(signum)
 
     def _on_usr1(self, signum: int, _frame: Any) -> None:
-        if self.driver_proc is not None and self.driver_proc.poll() is None:
-            self.driver_proc.send_signal(signum)
+        self.usr1 = True  # launchers.driverproc delivers it once the driver handles USR1
 
     def _check_stop(self) -> None:
         if self.stop.is_set():
@@ -171,6 +183,8 @@ class Bootstrap:
         os.environ.pop("RAY_ADDRESS", None)
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+        if not Path("/dev/nvidiactl").exists():  # CPU torch here: see the module doc
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         self.say(f"bootstrap of task {ctx.task}: node {ctx.rank} of {ctx.num_nodes} ({', '.join(ctx.hostnames)}), "
                  f"job {ctx.job_id}, {ctx.gpus} GPU(s), {ctx.cpus} CPU(s)")
         rc = 1
@@ -367,20 +381,12 @@ class Bootstrap:
         env = {**os.environ, "RAY_ADDRESS": self.address or "", "SLIME_RUN_DIR": str(self.paths.root),
                "SLIME_TASK": str(ctx.task), "SLIME_NUM_NODES": str(ctx.num_nodes)}
         self.say(f"starting the driver: {' '.join(cmd)}")
-        self.driver_proc = subprocess.Popen(cmd, env=env)
-        while True:
-            try:
-                rc = self.driver_proc.wait(timeout=0.5)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            if self.stop.is_set():  # the signal was forwarded by the handler; give the driver time to save
-                try:
-                    rc = self.driver_proc.wait(timeout=DRIVER_GRACE_S)
-                except subprocess.TimeoutExpired:
-                    self.driver_proc.kill()
-                    rc = self.driver_proc.wait()
-                break
+
+        def started(proc: subprocess.Popen) -> None:
+            self.driver_proc = proc
+
+        rc = run_driver_process(cmd, env, stop=self.stop, grace_s=DRIVER_GRACE_S, say=self.say, on_start=started,
+                                stop_requested=lambda: self.usr1 or self.rdv.stop_requested())
         self.say(f"driver exited with code {rc}")
         if self.stop.is_set() and rc == 0:
             return 128 + (self.signum or signal.SIGTERM)
@@ -425,12 +431,18 @@ class Bootstrap:
             if self.rdv.done():
                 return 0
             if not self.ray.alive:
+                # Said at once (the head may fail because of it and finish first), judged below.
+                code = self.ray.proc.returncode if self.ray.proc is not None else None
+                lost = f"Ray on {ctx.hostname} exited unexpectedly (ray start exit code {code})\nits last lines:\n" \
+                       f"{self.ray.tail(5)}"
+                self.node_state("lost", ip=ip, error=lost)
                 end = time.monotonic() + 5.0  # the head may be finishing right now
                 while time.monotonic() < end and not self.rdv.done():
                     self.stop.wait(0.2)
-                if self.rdv.done():
+                if self.rdv.done() and self.rdv.done_rc() == 0:
+                    self.node_state("stopped", ip=ip)  # a normal end: the head finished first
                     return 0
-                raise NodeFailure([ctx.hostname], f"Ray on {ctx.hostname} exited unexpectedly: {self.ray.tail(5)}")
+                raise NodeFailure([ctx.hostname], lost)
             self.stop.wait(0.2)
             self._check_stop()
 
@@ -438,6 +450,8 @@ class Bootstrap:
     def node_failure(self, exc: NodeFailure) -> int:
         ctx, c = self.ctx, self.spec.cluster
         self.say(f"FAILED ({exc.stage}): {exc}")
+        if ctx.hostname in exc.hosts:  # read by the restarts record (launchers.slurm.restarts.bad_nodes)
+            self.node_state("failed", error=str(exc)[:2000])
         if ctx.rank != 0:
             return EXIT_INFRA
         if exc.stage == "bootstrap":  # the cluster doctor's answer, even without a preflight
@@ -448,20 +462,25 @@ class Bootstrap:
                                    "nodes": [], "slots": [], "checks": [
                                        {"name": "bootstrap", "ok": False, "node": h, "message": str(exc), "fix": None}
                                        for h in exc.hosts]})
-        if (c.on_preflight_failure == "requeue_excluding" and ctx.in_slurm and exc.hosts
-                and ctx.restart < c.max_requeues):
-            self.requeue_excluding(exc.hosts, exc.stage)
+        if c.on_preflight_failure == "requeue_excluding" and ctx.in_slurm and exc.hosts:
+            from launchers.slurm import restarts
+
+            b = restarts.budget(restarts.read(self.tp), msgspec.to_builtins(c))
+            if b.allows("requeues"):
+                self.requeue_excluding(exc.hosts, exc.stage, str(exc))
+            else:
+                self.say(f"not requeueing excluding {', '.join(exc.hosts)}: cluster.max_requeues allows no more "
+                         f"({b.words()})")
         return EXIT_INFRA
 
-    def requeue_excluding(self, hosts: list[str], stage: str) -> None:
+    def requeue_excluding(self, hosts: list[str], stage: str, error: str) -> None:
+        from launchers.slurm import restarts
         from launchers.slurm.cluster import requeue_excluding
-        from slime.paths import atomic_write
 
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue TERMs us; finish the update first
-        record = {"time": time.time(), "cause": f"{stage} failure", "action": "requeue_excluding",
-                  "excluded": hosts, "job_id": self.ctx.job_id, "restart": self.ctx.restart}
-        prior = self.tp.restarts.read_text() if self.tp.restarts.exists() else ""
-        atomic_write(self.tp.restarts, prior + json.dumps(record) + "\n")
+        restarts.append(self.tp, {"cause": "requeue_excluding", "by": "slime", "stage": stage, "excluded": hosts,
+                                  "bad_nodes": hosts, "job_id": self.ctx.job_id, "restart": self.ctx.restart + 1,
+                                  "nodes": ",".join(self.ctx.hostnames), "detail": error[:500]})
         try:
             requeue_excluding(self.ctx.job_id, hosts)
             self.say(f"requeued job {self.ctx.job_id} excluding {', '.join(hosts)}")

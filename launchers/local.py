@@ -4,7 +4,8 @@
 RUN_DIR --task N --local``); ``submit`` creates the run dir atomically and runs that command in the
 foreground for each task in turn (sweeps run sequentially), streaming its output. The bootstrap
 starts a private Ray head (own ports, own temp dir), runs the preflight and then the driver,
-exactly as on a SLURM node. ``final_metrics`` is read from the last task's ``summary.json`` when
+exactly as on a SLURM node. The bootstrap's (and driver's) output goes to our stderr, so that
+stdout holds only what the command prints as its result (``--json``). ``final_metrics`` is read from the last task's ``summary.json`` when
 the runtime wrote one.
 
 Each task's bootstrap PID and exit code go into ``jobs.json`` (``launchers.local_jobs``), which
@@ -63,9 +64,11 @@ def job_env(resolved: dict) -> dict[str, str]:
 
 def _run_foreground(cmd: list[str], on_start: Callable[[int], None] | None = None, grace: float = 30.0,
                     env: dict[str, str] | None = None) -> int:
-    """Run ``cmd`` with our stdout/stderr. On Ctrl-C the child got the same SIGINT: give it time to
-    tear its Ray down (subprocess.run would SIGKILL it after 0.25 s), then kill it."""
-    proc = subprocess.Popen(cmd, env=env)
+    """Run ``cmd`` with its output on our stderr (our stdout carries only the result, e.g. ``--json``).
+    On Ctrl-C the child got the same SIGINT: give it time to tear its Ray down (subprocess.run
+    would SIGKILL it after 0.25 s), then kill it."""
+    sys.stdout.flush()
+    proc = subprocess.Popen(cmd, env=env, stdout=sys.stderr.fileno())
     if on_start is not None:
         on_start(proc.pid)
     try:

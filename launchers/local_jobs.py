@@ -147,13 +147,18 @@ def metrics_tail(tp: TaskPaths) -> tuple[int | None, int | None, dict[str, Any] 
 
 
 def restart_causes(tp: TaskPaths) -> list[str]:
+    """One word per restart (``preempted``, ``node_failure: sn2``, ...), oldest first."""
     causes = []
     for line in _tail_lines(tp.restarts, 1 << 20):
         try:
             rec = json.loads(line)
         except ValueError:
             continue
-        causes.append(str(rec.get("cause", "?")) if isinstance(rec, dict) else "?")
+        if not isinstance(rec, dict):
+            causes.append("?")
+            continue
+        bad = rec.get("bad_nodes") or []
+        causes.append(str(rec.get("cause", "?")) + (f": {','.join(map(str, bad))}" if bad else ""))
     return causes
 
 

@@ -11,7 +11,9 @@ sweep is needed. Never ``ray stop`` (node-wide: it would kill other jobs' cluste
 Environment given to Ray: ``RAY_USAGE_STATS_ENABLED=0``; ``RAY_AUTH_MODE=disabled`` unless the
 job set it explicitly (a stray ``~/.ray/auth_token`` would otherwise switch token auth on for
 this cluster only, and the nodes would refuse each other); ``RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=0``
-(Ray otherwise drains for up to 30 s on SIGTERM); ``RAY_ADDRESS`` removed (it must not point
+(Ray otherwise drains for up to 30 s on SIGTERM); ``RAY_worker_niceness=0`` unless the job set
+it (Ray runs its workers at nice 15 by default, so on a busy node the trainer and engine actors
+lost the CPU to everything else, the job's own drivers included); ``RAY_ADDRESS`` removed (it must not point
 ``ray start`` at another cluster). The Ray CLI is ``$SLIME_RAY`` when set (a wrapper, e.g. a
 container entry point; the tests use one to make Ray fail on a chosen node), else the ``ray``
 next to this interpreter.
@@ -69,6 +71,7 @@ def ray_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env.setdefault("RAY_AUTH_MODE", "disabled")
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"
+    env.setdefault("RAY_worker_niceness", "0")
     env.update(extra or {})
     return env
 

@@ -11,6 +11,10 @@ simplest reliable channel (NeMo-Run's Ray template does the same with marker fil
   subprocess (``launchers.collective``) then joins the all_reduce and writes
   ``collective-<instance>-<rank>.json``;
 * ``done-<instance>``  written by node 0 when it finishes: workers then stop their Ray.
+* ``stop-<instance>``  written by the batch script when SLURM warns the job (USR1: time limit
+  near, or preempted with grace time): node 0 then asks its driver to checkpoint and stop.
+  A file, not a signal through ``srun``: slurmstepd delivers a step signal to *every* process of
+  the step, Ray's raylet and workers included, and USR1 kills those (measured).
 
 ``<instance>`` is ``<job id>.<restart count>``, so files of an earlier run of a requeued job are
 never mistaken for the current one. Writes are atomic (write + rename); polling is bounded by
@@ -48,6 +52,10 @@ class Rendezvous:
     def go_file(self) -> Path:
         """Written by the head when the preflight starts: the nodes' collective may begin."""
         return self.dir / f"preflight-{self.instance}"
+
+    @property
+    def stop_file(self) -> Path:
+        return self.dir / f"stop-{self.instance}"
 
     def collective_file(self, rank: int) -> Path:
         return self.dir / f"collective-{self.instance}-{rank}.json"
@@ -101,6 +109,14 @@ class Rendezvous:
 
     def done(self) -> bool:
         return self.done_file.exists()
+
+    def stop_requested(self) -> bool:
+        return self.stop_file.exists()
+
+    def done_rc(self) -> int | None:
+        """The head's exit code once it is done (None before, or if unreadable)."""
+        rc = (self._read(self.done_file) or {}).get("rc")
+        return rc if isinstance(rc, int) else None
 
     def wait_head(self, deadline: float, stop: threading.Event, poll: float = 0.1) -> dict[str, Any] | None:
         """The head's record, or None when the deadline passes, the job is done, or ``stop`` is set."""

@@ -11,11 +11,17 @@ shell's VAR, passed by sbatch's default ``--export=ALL``; ``{file: PATH}``: firs
 file read inside the job) → signal forwarding → ``srun`` of ``launchers.bootstrap`` on every
 node → wait → exit with the step's status.
 
-Signals (kept deliberately small so the resilience work can extend it): SLURM sends USR1 to the
-batch shell ``signal_grace_s`` before the time limit (``--signal=B:USR1@N``) and TERM on
-preemption or scancel. The traps forward the signal to the ``srun`` step, which relays it to the
-bootstrap on every node; ``wait`` is re-entered until the step really exits, because a trapped
-signal makes ``wait`` return early.
+Signals and restarts: SLURM sends USR1 to the batch shell ``signal_grace_s`` before the time
+limit (``--signal=B:USR1@N``), and at preemption where the cluster grants grace time with
+``preempt_send_user_signal``; TERM on scancel, ``scontrol requeue`` and preemption without
+grace (to every process of the job at once). USR1 becomes a stop file in the task's rendezvous
+dir (``launchers.rendezvous``), which the head's bootstrap turns into a USR1 to the driver only;
+``wait`` is re-entered until the step really exits, because a trapped signal makes ``wait``
+return early. ``python -m launchers.slurm.restarts`` runs before the step (records a restart
+SLURM made on its own, refuses to run once ``cluster.max_requeues``/``max_failures`` are spent)
+and after a non-zero exit (requeues the job itself after a checkpoint stop, exit 75, or a failure
+within ``cluster.max_failures``); see that module for the causes and ``restarts.jsonl``. In a
+container (``cluster.container``) that helper runs as a one-task container step.
 
 Not guaranteed here: that the cluster can satisfy the request (``launchers.slurm.cluster``
 checks that at submit time) or that pyxis is installed when ``cluster.container`` is set.
@@ -58,16 +64,40 @@ slime_secret_file() {
     export "$1=$value"
 }'''
 
-_SIGNALS = r'''# Signals: USR1 arrives signal_grace_s before the time limit (--signal=B:USR1@N), TERM on
-# preemption or scancel. Forward both to the srun step, which relays them to every node.
-# Before the step exists: USR1 is dropped (nothing to save yet), TERM ends the job here.
+_SIGNALS = r'''# Signals. USR1 comes signal_grace_s before the time limit (--signal=B:USR1@N) and, where the
+# cluster gives preempted jobs grace time (SlurmctldParameters=preempt_send_user_signal), at
+# preemption. It becomes a stop file that the bootstrap on node 0 turns into a USR1 to the
+# driver alone: the runtime checkpoints at its next safe point and exits 75, and the job then
+# requeues itself (below). Not `kill -USR1 <srun>`: slurmstepd would deliver that to every
+# process of the step, and Ray's own processes die of it. TERM (scancel, scontrol requeue,
+# preemption without grace) reaches every process of the job from SLURM itself; here it only
+# adds a stop request, and before the step exists it ends the job.
+got=
 step_pid=
-forward() {
-    if [[ -n $step_pid ]]; then kill -s "$1" "$step_pid" 2>/dev/null || true
-    elif [[ $1 == TERM ]]; then exit 143; fi
+on_signal() {
+    got=$1
+    if [[ $1 == TERM && -z $step_pid ]]; then
+        echo "slime: task $TASK finished with exit code 143"
+        exit 143
+    fi
+    mkdir -p "$RUN_DIR/tasks/$TASK/rendezvous" &&
+        : >"$RUN_DIR/tasks/$TASK/rendezvous/stop-${SLURM_JOB_ID:-0}.${SLURM_RESTART_COUNT:-0}" || true
 }
-trap 'forward USR1' USR1
-trap 'forward TERM' TERM'''
+trap 'on_signal USR1' USR1
+trap 'on_signal TERM' TERM'''
+
+_RESTARTS = r'''# Restarts (python -m launchers.slurm.restarts): record why this run is a restart and refuse to
+# run once cluster.max_requeues / cluster.max_failures are spent; after the step, requeue this
+# job when it stopped for a checkpoint (exit 75) or failed within cluster.max_failures.
+slime_restarts() {
+    local what=$1
+    shift
+    "${SLIME_HELPER[@]}" -m launchers.slurm.restarts "$what" "$RUN_DIR" --task "$TASK" "$@"
+}
+if ! slime_restarts start; then
+    echo "slime: task $TASK finished with exit code 3"
+    exit 3
+fi'''
 
 _WAIT = r'''step_pid=$!
 # A trapped signal makes `wait` return early: wait again until the step has really exited.
@@ -75,6 +105,7 @@ while kill -0 "$step_pid" 2>/dev/null; do wait "$step_pid" || true; done
 rc=0
 wait "$step_pid" || rc=$?
 echo "slime: task $TASK finished with exit code $rc"
+if [[ $rc != 0 ]]; then slime_restarts after --rc "$rc" --signal "$got" || true; fi
 exit "$rc"'''
 
 
@@ -208,20 +239,25 @@ def render_script(spec: Spec, opts: ScriptOptions) -> str:
              "# Sweep task = array index + offset (MaxArraySize caps the index; split arrays pass an offset).",
              'TASK=$(( ${SLIME_TASK_OFFSET:-0} + ${SLURM_ARRAY_TASK_ID:-0} ))',
              'export SLIME_RUN_DIR="$RUN_DIR" SLIME_TASK="$TASK"']
+    parts += ["", _SIGNALS, "",
+              'echo "slime: job ${SLURM_JOB_ID:-?} task $TASK on ${SLURM_JOB_NODELIST:-?}'
+              ' (restart ${SLURM_RESTART_COUNT:-0})"']
     env = _env_lines(spec)
     if env:
         parts += ["", *env]
-    cmd = ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1", *_container_flags(spec),
+    container = _container_flags(spec)
+    helper = [q(opts.python)]
+    if container:  # the helper needs our Python, which lives in the container
+        helper = ["srun", "--nodes=1", "--ntasks=1", *container, *helper]
+    cmd = ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1", *container,
            q(opts.python), "-m", "launchers.bootstrap", '"$RUN_DIR"', "--task", '"$TASK"']
     if opts.preflight_only:
         cmd.append("--preflight-only")
     if opts.driver:
         cmd += ["--driver", q(opts.driver)]
     parts += ["",
-              'echo "slime: job ${SLURM_JOB_ID:-?} task $TASK on ${SLURM_JOB_NODELIST:-?}'
-              ' (restart ${SLURM_RESTART_COUNT:-0})"',
-              "",
-              _SIGNALS,
+              "SLIME_HELPER=(" + " \\\n    ".join(_wrap(helper)) + ")",
+              _RESTARTS,
               "",
               "# One bootstrap per node: Ray head on node 0, workers elsewhere; then preflight and driver.",
               " \\\n    ".join(_wrap(cmd)) + " &",

@@ -12,6 +12,14 @@ ignores and the next save removes. A checkpoint counts only if its
 Not guaranteed: durability against power loss on file systems that reorder
 metadata (we fsync files and the parent directory, which is the best POSIX
 offers).
+
+Test hook (tests only, never set otherwise): ``SLIME_TEST_CHECKPOINT_PAUSE=<rollout
+id>:<seconds>`` makes the save of that rollout stop for that long once, after
+everything is written into the temp dir and before the rename, and first create
+``<dir>/.test-pause-<rollout id>`` (which also keeps it from pausing again). The
+SLURM e2e test uses it to SIGKILL the driver inside the save window
+deterministically and then checks that the resumed run starts from the
+previous checkpoint.
 """
 
 from __future__ import annotations
@@ -47,6 +55,21 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _test_pause(root: Path, rollout_id: int) -> None:
+    """The test hook of the module doc."""
+    want, _, seconds = os.environ.get("SLIME_TEST_CHECKPOINT_PAUSE", "").partition(":")
+    if not want or want.strip() != str(rollout_id):
+        return
+    marker = root / f".test-pause-{rollout_id}"
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return
+    os.write(fd, f"{os.getpid()}\n".encode())
+    os.close(fd)
+    time.sleep(float(seconds or 60))
 
 
 class CheckpointStore:
@@ -97,6 +120,7 @@ class CheckpointStore:
         """Write ``state.json`` into ``tmp``, rename it to ``<root>/<rollout_id>``, prune old ones."""
         atomic_write(tmp / STATE_FILE, json.dumps(state, indent=1, sort_keys=True) + "\n")
         _fsync_dir(tmp)
+        _test_pause(self.root, rollout_id)
         final = self.root / str(rollout_id)
         trash = None
         if final.exists():  # the same rollout saved again (e.g. a stop right after a periodic save)

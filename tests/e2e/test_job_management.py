@@ -279,6 +279,8 @@ def test_local_run_status_list_duplicate_and_cancel(work):
         sout, serr = submit.communicate(timeout=90)  # the launcher returns once the bootstrap stopped
         OUTPUTS.extend([sout, serr])
         assert submit.returncode != 0
+        assert json.loads(sout)["run_dir"] == str(run_dir)  # --json: stdout is the JSON alone, logs on stderr
+        assert "driver exited with code" in serr
         rc, st = cli("status", str(run_dir), "--json", env=env)
         assert st["state"] == "cancelled" and task(st, 0)["exit_code"] == str(submit.returncode)
         assert json.loads((run_dir / "lock.json").read_text())["launcher"] == "local"

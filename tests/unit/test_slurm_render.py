@@ -170,8 +170,11 @@ def _shim(tmp_path: Path) -> tuple[Path, Path]:
 
 def _run_script(script: str, tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     shim, rec = _shim(tmp_path)
+    helper = shim / "helper"  # the restarts helper (python -m launchers.slurm.restarts): test_slurm_restarts.py
+    helper.write_text("#!/bin/sh\nexit 0\n")
+    helper.chmod(0o755)
     path = tmp_path / "job.sbatch"
-    path.write_text(script)
+    path.write_text(script.replace("SLIME_HELPER=(/opt/venv/bin/python)", f"SLIME_HELPER=({helper})"))
     full = {"PATH": f"{shim}:{os.environ['PATH']}", "SHIM_REC": str(rec), "HOME": str(tmp_path), **env}
     return subprocess.run([BASH, str(path)], cwd=tmp_path, env=full, capture_output=True, text=True, timeout=30)
 
@@ -237,29 +240,47 @@ def test_array_task_and_offset_select_the_task(tmp_path):
     assert args[-2:] == ["--task", "1001"] and env["SLIME_TASK"] == "1001"
 
 
-def test_the_script_forwards_usr1_and_term_to_the_step_and_returns_its_code(tmp_path):
+def test_the_script_never_signals_the_step_and_returns_its_code(tmp_path):
+    """USR1/TERM to the batch shell become a stop file (see test_slurm_restarts.py): srun itself gets no
+    signal (slurmstepd would pass it to every process of the step); the script returns the step's code."""
     shim, rec = _shim(tmp_path)
     (shim / "srun").write_text('#!/bin/bash\ntrap \'echo USR1 >> "$SHIM_REC/sig"\' USR1\n'
-                               'trap \'echo TERM >> "$SHIM_REC/sig"; exit 42\' TERM\n'
-                               'echo ready > "$SHIM_REC/ready"\nwhile :; do sleep 0.05; done\n')
+                               'trap \'echo TERM >> "$SHIM_REC/sig"\' TERM\n'
+                               'echo ready > "$SHIM_REC/ready"\nwhile [ ! -e "$SHIM_REC/go" ]; do sleep 0.05; done\n'
+                               'exit 42\n')
+    (shim / "python3").write_text("#!/bin/sh\nexit 0\n")  # the restarts helper: tested in test_slurm_restarts.py
+    (shim / "python3").chmod(0o755)
     path = tmp_path / "job.sbatch"
-    path.write_text(compile_script(spec_text()))
-    env = {"PATH": f"{shim}:{os.environ['PATH']}", "SHIM_REC": str(rec), "HOME": str(tmp_path)}
+    path.write_text(compile_script(spec_text(logdir=str(tmp_path)), python="python3"))
+    env = {"PATH": f"{shim}:{os.environ['PATH']}", "SHIM_REC": str(rec), "HOME": str(tmp_path),
+           "SLURM_JOB_ID": "9"}
     proc = subprocess.Popen([BASH, str(path)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
-
     end = time.monotonic() + 10
     while not (rec / "ready").exists() and time.monotonic() < end:
         time.sleep(0.02)
+    stop = tmp_path / "run-1" / "tasks" / "0" / "rendezvous" / "stop-9.0"
     end = time.monotonic() + 10
-    # USR1 is forwarded once the script knows the step's PID (a signal before that is dropped): resend until seen.
-    while "USR1" not in ((rec / "sig").read_text() if (rec / "sig").exists() else "") and time.monotonic() < end:
+    while not stop.exists() and time.monotonic() < end:
         proc.send_signal(signal.SIGUSR1)
         time.sleep(0.1)
-    assert proc.poll() is None
     proc.terminate()
+    time.sleep(0.3)
+    assert stop.exists() and proc.poll() is None  # TERM after the step started: noted, the step goes on
+    (rec / "go").touch()
     assert proc.wait(timeout=10) == 42
-    sigs = (rec / "sig").read_text().split()
-    assert sigs[-1] == "TERM" and set(sigs[:-1]) == {"USR1"}
+    assert not (rec / "sig").exists()
+
+
+def test_term_before_the_step_ends_the_job_with_143(tmp_path):
+    shim, rec = _shim(tmp_path)
+    (shim / "python3").write_text("#!/bin/sh\nkill -TERM $PPID\nsleep 1\n")  # TERM arrives during the start helper
+    (shim / "python3").chmod(0o755)
+    path = tmp_path / "job.sbatch"
+    path.write_text(compile_script(spec_text(logdir=str(tmp_path)), python="python3"))
+    proc = subprocess.run([BASH, str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=30,
+                          env={"PATH": f"{shim}:{os.environ['PATH']}", "SHIM_REC": str(rec), "HOME": str(tmp_path)})
+    assert proc.returncode == 143 and "finished with exit code 143" in proc.stdout
+    assert not (rec / "args").exists()  # srun never ran
 
 
 @pytest.mark.parametrize("field,value", [

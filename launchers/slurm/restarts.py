@@ -1,0 +1,395 @@
+"""Restarts of a SLURM task: why it stopped, whether it may run again, one record per restart.
+
+``python -m launchers.slurm.restarts start|after RUN_DIR --task N ...`` is called by the batch
+script (``launchers.slurm.script``) at the two points where a decision is needed:
+
+``start`` (before the step, every run of the job)
+    On a restart (``SLURM_RESTART_COUNT`` > 0) whose cause nobody recorded yet — SLURM requeued
+    the job itself: a preemption without grace time, ``scontrol requeue``, a node failure — the
+    cause is read from what slurmstepd wrote into the job's log for the previous run
+    (``*** JOB n ON host CANCELLED AT ... DUE TO PREEMPTION ***`` / ``JOB REQUEUE`` /
+    ``NODE FAILURE``) and recorded. Then the budgets are checked: more preemption/time-limit
+    restarts than ``cluster.max_requeues``, or more failure restarts than
+    ``cluster.max_failures``, and the task refuses to run (exit 3, ``state.json`` says why, the
+    job ends FAILED): a job SLURM keeps requeueing cannot loop for ever.
+``after`` (after the step, unless the batch shell got TERM: the job is being cancelled or
+requeued by SLURM then, and SIGKILL follows within KillWait)
+    exit 0: done. Exit 75 (the runtime saved a checkpoint after USR1): the cause is
+    ``preempted`` when slurmctld set the job's ``PreemptTime`` (a preemption with grace time:
+    SLURM sends ``--signal`` and, measured on 22.05, does *not* requeue a job that exits within
+    its grace time), ``time_limit`` when the time limit is within ``signal_grace_s`` (+ slack),
+    else ``requeued`` (someone sent USR1); the job requeues itself (``scontrol requeue``) while
+    ``cluster.max_requeues`` allows. Any other exit code is a failure: requeued while
+    ``cluster.max_failures`` allows, as ``node_failure`` naming the node(s) when the bootstrap
+    recorded which failed, else ``failure``. Nothing is done when slurmctld says the job is no
+    longer RUNNING or already counts a further restart (SLURM is requeueing or cancelling it).
+
+``tasks/<i>/restarts.jsonl`` gets one JSON line per restart (written before the requeue, or at
+the next start when SLURM requeued on its own): ``time, job_id, restart`` (the restart count
+it leads to), ``cause``, ``budget`` (requeues|failures), ``step``/``rollout_id`` reached,
+``checkpoint`` to resume from, ``nodes`` it ran on, ``bad_nodes`` when a failure names them,
+``detail``. ``launchers.bootstrap``'s ``requeue_excluding`` writes ``requeue_excluding``
+records through :func:`append` too (counted against ``max_requeues``: the job moves away
+from a bad node, it is not retried on it).
+
+Not guaranteed: a cause when the batch host itself died (slurmstepd wrote nothing): that
+restart is recorded as ``unknown`` and counted as a failure; exact counts if two runs of the
+same task write at once (SLURM never runs one job id twice at a time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slime.paths import RunPaths, TaskPaths, atomic_write
+from slime.runtime.state import EXIT_REQUEUE
+
+__all__ = ["REQUEUE_CAUSES", "FAILURE_CAUSES", "Budget", "read", "append", "budget", "cause_from_log",
+           "previous_run_log", "bad_nodes", "usr1_cause", "start", "after", "main", "EXIT_REFUSED"]
+
+#: restarts counted against cluster.max_requeues (the job was stopped, nothing failed)
+REQUEUE_CAUSES = ("preempted", "requeued", "time_limit", "requeue_excluding")
+#: restarts counted against cluster.max_failures
+FAILURE_CAUSES = ("failure", "node_failure", "unknown")
+EXIT_REFUSED = 3
+TIME_LIMIT_SLACK_S = 90  # SLURM checks time limits periodically: USR1 may come this much early or late
+_SLURM_CAUSES = (("DUE TO PREEMPTION", "preempted"), ("DUE TO JOB REQUEUE", "requeued"),
+                 ("DUE TO NODE FAIL", "node_failure"))
+_STEPD = re.compile(r"^slurmstepd[^:]*: error: \*\*\* (?:JOB|STEP) \S+ ON (\S+) CANCELLED AT \S+ (DUE TO [A-Z ]+?)"
+                    r"(?:,| \*\*\*)", re.M)
+
+
+def _start_line(task: int) -> re.Pattern[str]:
+    return re.compile(rf"^slime: job \S+ task {task} on .*$", re.M)
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    requeues: int
+    failures: int
+    max_requeues: int
+    max_failures: int
+
+    def spent(self) -> str | None:
+        """Why the task must not run again, or None."""
+        if self.requeues > self.max_requeues:
+            return (f"it was restarted {self.requeues} times after preemptions/time limits/requeues, more than "
+                    f"cluster.max_requeues={self.max_requeues}")
+        if self.failures > self.max_failures:
+            return (f"it was restarted {self.failures} times after failures, more than "
+                    f"cluster.max_failures={self.max_failures}")
+        return None
+
+    def allows(self, kind: str) -> bool:
+        """Whether one more restart of ``kind`` (requeues|failures) fits the budget."""
+        return self.requeues < self.max_requeues if kind == "requeues" else self.failures < self.max_failures
+
+    def words(self) -> str:
+        return (f"requeues {self.requeues}/{self.max_requeues} (cluster.max_requeues), "
+                f"failures {self.failures}/{self.max_failures} (cluster.max_failures)")
+
+
+def kind_of(cause: str) -> str:
+    return "requeues" if cause in REQUEUE_CAUSES else "failures"
+
+
+# ----------------------------------------------------------------------------- the record
+def read(tp: TaskPaths) -> list[dict[str, Any]]:
+    try:
+        text = tp.restarts.read_text()
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # a torn line of a run killed while appending: skipped, never fatal
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def append(tp: TaskPaths, record: dict[str, Any]) -> dict[str, Any]:
+    """Add one restart record (whole-file atomic rewrite: readers never see half a line)."""
+    record = {"time": round(time.time(), 3), **record, "budget": kind_of(str(record.get("cause")))}
+    prior = tp.restarts.read_text() if tp.restarts.exists() else ""
+    if prior and not prior.endswith("\n"):
+        prior += "\n"
+    atomic_write(tp.restarts, prior + json.dumps(record, sort_keys=True) + "\n")
+    return record
+
+
+def budget(records: list[dict[str, Any]], cluster: dict[str, Any]) -> Budget:
+    kinds = [kind_of(str(r.get("cause"))) for r in records]
+    return Budget(requeues=kinds.count("requeues"), failures=kinds.count("failures"),
+                  max_requeues=int(cluster.get("max_requeues", 5)), max_failures=int(cluster.get("max_failures", 0)))
+
+
+def _cluster(tp: TaskPaths) -> dict[str, Any]:
+    try:
+        doc = json.loads(tp.resolved.read_text())
+        return dict(doc["spec"]["cluster"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"slime: cannot read the task's resolved spec {tp.resolved}: {exc}") from None
+
+
+def _progress(tp: TaskPaths) -> dict[str, Any]:
+    """Step/rollout reached and the checkpoint a restart resumes from (the runtime's own records)."""
+    from launchers.local_jobs import metrics_tail, runtime_state
+
+    step, rollout_id, _ = metrics_tail(tp)
+    rt = runtime_state(tp) or {}
+    return {"step": step, "rollout_id": rollout_id, "checkpoint": rt.get("checkpoint")}
+
+
+# ----------------------------------------------------------------------------- evidence
+def previous_run_log(log_text: str, task: int) -> str:
+    """The part of the (appended) job log written by the run before the current one."""
+    starts = [m.start() for m in _start_line(task).finditer(log_text)]
+    if len(starts) < 2:
+        return ""
+    return log_text[starts[-2]:starts[-1]]
+
+
+def cause_from_log(text: str) -> tuple[str | None, str | None]:
+    """(cause, slurmstepd's line) from a run's log: why SLURM ended it, if it said."""
+    for m in _STEPD.finditer(text):
+        for words, cause in _SLURM_CAUSES:
+            if m.group(2).startswith(words):
+                return cause, m.group(0).strip()
+    return None, None
+
+
+def bad_nodes(tp: TaskPaths, instance: str) -> list[str]:
+    """Nodes the bootstrap of run ``instance`` (``<job>.<restart>``) recorded as failed."""
+    hosts: list[str] = []
+    for path in sorted(tp.rendezvous.glob(f"node-{instance}-*.json")):
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if rec.get("state") in ("failed", "lost") and rec.get("host"):
+            hosts.append(str(rec["host"]))
+    try:
+        pre = json.loads(tp.preflight_json.read_text())
+    except (OSError, ValueError):
+        pre = {}
+    if isinstance(pre, dict) and pre.get("instance") == instance and pre.get("ok") is False:
+        hosts += [str(h) for h in pre.get("bad_nodes") or []]
+    return sorted(set(hosts))
+
+
+def _slurm_time(text: str | None) -> float | None:
+    if not text or text in ("None", "Unknown", "(null)"):
+        return None
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def usr1_cause(record: dict[str, str], grace_s: float, now: float | None = None) -> str:
+    """Why USR1 came, from the job's scontrol record: preempted (PreemptTime set), time_limit (the
+    end is within the warning window), else requeued (a user sent it)."""
+    if _slurm_time(record.get("PreemptTime")) is not None:
+        return "preempted"
+    end = _slurm_time(record.get("EndTime"))
+    now = time.time() if now is None else now
+    if end is not None and end - now <= grace_s + TIME_LIMIT_SLACK_S:
+        return "time_limit"
+    return "requeued"
+
+
+# ----------------------------------------------------------------------------- decisions
+def _env_int(name: str) -> int:
+    value = os.environ.get(name, "").strip()
+    return int(value) if value.isdigit() else 0
+
+
+def _refuse(tp: TaskPaths, message: str) -> int:
+    from launchers.local_jobs import runtime_state
+
+    print(f"slime: {message}", flush=True)
+    doc = runtime_state(tp) or {}
+    doc.update(state="failed", exit_code=EXIT_REFUSED, error=message, updated=time.time())
+    atomic_write(tp.state, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return EXIT_REFUSED
+
+
+def _blame(tp: TaskPaths, hosts: list[str], instance: str) -> None:
+    from launchers.local_jobs import runtime_state
+
+    errors = []
+    for path in sorted(tp.rendezvous.glob(f"node-{instance}-*.json")):
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if rec.get("host") in hosts and rec.get("error"):
+            errors.append(str(rec["error"]).splitlines()[0])
+    doc = runtime_state(tp) or {}
+    words = f"node failure on {', '.join(hosts)}" + (f" ({'; '.join(errors)})" if errors else "")
+    if words not in str(doc.get("error") or ""):
+        doc["error"] = words + (f"; then: {doc['error']}" if doc.get("error") else "")
+        doc.update(state="failed", updated=time.time())
+        atomic_write(tp.state, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+
+
+def start(run_dir: Path, task: int, *, job_id: str, restart: int, log: Path | None = None) -> int:
+    """Record an unrecorded SLURM-initiated restart, then refuse (exit 3) when a budget is spent."""
+    tp = RunPaths(run_dir).task(task)
+    cluster = _cluster(tp)
+    records = read(tp)
+    if restart > 0 and not any(r.get("restart") == restart and str(r.get("job_id")) == job_id for r in records):
+        text = ""
+        try:
+            text = (log or _log_path(run_dir, task)).read_text(errors="replace")
+        except (OSError, ValueError, AttributeError):
+            text = ""
+        prev = previous_run_log(text, task)
+        cause, line = cause_from_log(prev)
+        prev_nodes = re.search(r" on (\S+) \(restart", prev)
+        rec: dict[str, Any] = {"job_id": job_id, "restart": restart, "cause": cause or "unknown",
+                               "by": "slurm", "nodes": prev_nodes.group(1) if prev_nodes else None,
+                               **_progress(tp)}
+        bad = bad_nodes(tp, f"{job_id}.{restart - 1}")
+        if cause == "node_failure" or (cause is None and bad):
+            rec["cause"] = "node_failure"
+            rec["bad_nodes"] = bad or None  # slurmstepd's "ON <host>" is the batch host, not the failed node
+        rec["detail"] = line or ("SLURM requeued the job without saying why in its log (the batch host may have "
+                                 "died)" if cause is None else None)
+        rec = append(tp, rec)
+        records.append(rec)
+    b = budget(records, cluster)
+    why = b.spent()
+    if why:
+        return _refuse(tp, f"task {task} will not run again: {why}. Its restarts: "
+                           f"{', '.join(str(r.get('cause')) for r in records)} (see {tp.restarts}). Fix: find out "
+                           "why it keeps stopping; to go on, resubmit with train.checkpoint.load pointing at its "
+                           f"newest checkpoint under {tp.checkpoints}, or raise the budget")
+    if restart > 0:
+        last = records[-1] if records else {}
+        print(f"slime: restart {restart} of task {task} (cause: {last.get('cause', '?')}; {b.words()})", flush=True)
+    return 0
+
+
+def _log_path(run_dir: Path, task: int) -> Path | None:
+    from launchers.slurm.jobs import log_path
+    from slime.errors import InfraError
+
+    try:
+        return log_path(RunPaths(run_dir), task)
+    except InfraError:
+        return None
+
+
+def _job_record(job_id: str) -> dict[str, str] | None:
+    from launchers.slurm.cluster import _run, parse_record
+
+    proc = _run(["scontrol", "show", "job", "-o", job_id], timeout=20)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    return parse_record(lines[0]) if proc.returncode == 0 and lines else None
+
+
+def _requeue(target: str) -> str | None:
+    from launchers.slurm.cluster import _run
+
+    proc = _run(["scontrol", "requeue", target], timeout=30, ignore_term=True)
+    return None if proc.returncode == 0 else (proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}")
+
+
+def after(run_dir: Path, task: int, *, rc: int, signal_name: str | None, job_id: str, restart: int,
+          target: str, nodes: str | None = None) -> int:
+    """Decide what follows the step's exit ``rc`` (see the module doc); returns ``rc``."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # our own requeue TERMs the job: finish the record first
+    tp = RunPaths(run_dir).task(task)
+    if rc == 0:
+        return 0
+    cluster = _cluster(tp)
+    try:
+        rec = _job_record(job_id)
+    except Exception as exc:  # noqa: BLE001 - no controller: do not requeue blind
+        rec, err = None, str(exc)
+    else:
+        err = "scontrol does not know the job"
+    if rec is None:
+        print(f"slime: not requeueing task {task}: cannot read job {job_id} from slurmctld ({err})", flush=True)
+        return rc
+    restarts = rec.get("Restarts", "0")
+    if rec.get("JobState") != "RUNNING" or (restarts.isdigit() and int(restarts) > restart):
+        print(f"slime: job {job_id} is {rec.get('JobState')} (restarts {restarts}): SLURM is ending or requeueing "
+              "it; nothing to do here", flush=True)
+        return rc
+    records = read(tp)
+    b = budget(records, cluster)
+    detail = None
+    bad: list[str] = []
+    if rc == EXIT_REQUEUE:
+        cause = usr1_cause(rec, float(cluster.get("signal_grace_s", 120))) if signal_name == "USR1" else "requeued"
+        detail = {"preempted": f"preempted (PreemptTime {rec.get('PreemptTime')}); checkpoint saved in the grace time",
+                  "time_limit": f"time limit {rec.get('TimeLimit')} near (EndTime {rec.get('EndTime')})",
+                  "requeued": "stopped on request (USR1) after a checkpoint"}[cause]
+    else:
+        bad = bad_nodes(tp, f"{job_id}.{restart}")
+        cause = "node_failure" if bad else "failure"
+        detail = f"exit code {rc}" + (f" after a failure on {', '.join(bad)}" if bad else "")
+    kind = kind_of(cause)
+    if not b.allows(kind):
+        limit = "cluster.max_requeues" if kind == "requeues" else "cluster.max_failures"
+        message = f"task {task} stopped ({cause}: {detail}) and is not requeued: {limit} allows no more ({b.words()})"
+        if rc == EXIT_REQUEUE:
+            _refuse(tp, message)  # state.json said "preempted": say why it stays stopped
+        else:
+            print(f"slime: {message}", flush=True)
+            if bad:  # status shows state.json's error: let it name the node, not only the symptom
+                _blame(tp, bad, f"{job_id}.{restart}")
+        return rc
+    record = append(tp, {"job_id": job_id, "restart": restart + 1, "cause": cause, "by": "slime",
+                         "nodes": nodes, "bad_nodes": bad or None, "detail": detail, **_progress(tp)})
+    failed = _requeue(target)
+    if failed:
+        print(f"slime: could not requeue job {target}: {failed}", flush=True)
+        return rc
+    print(f"slime: requeued job {target} ({record['cause']}: {detail}; {budget(records + [record], cluster).words()})",
+          flush=True)
+    return rc
+
+
+# ----------------------------------------------------------------------------- command line
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m launchers.slurm.restarts", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for name in ("start", "after"):
+        s = sub.add_parser(name)
+        s.add_argument("run_dir", type=Path)
+        s.add_argument("--task", type=int, required=True)
+        if name == "start":
+            s.add_argument("--log", type=Path, default=None,
+                           help="the job's log, read for SLURM's reason (default: from jobs.json)")
+        if name == "after":
+            s.add_argument("--rc", type=int, required=True)
+            s.add_argument("--signal", default="", help="the signal the batch shell got (USR1, TERM or empty)")
+    args = p.parse_args(argv)
+    job_id = os.environ.get("SLURM_JOB_ID", "")
+    restart = _env_int("SLURM_RESTART_COUNT")
+    nodes = os.environ.get("SLURM_JOB_NODELIST")
+    if args.cmd == "start":
+        return start(args.run_dir, args.task, job_id=job_id, restart=restart, log=args.log)
+    array, index = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    target = f"{array}_{index}" if array and index else job_id
+    return after(args.run_dir, args.task, rc=args.rc, signal_name=args.signal or None, job_id=job_id,
+                 restart=restart, target=target, nodes=nodes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
