@@ -36,23 +36,20 @@ context) gives one sample with status ``failed`` and no tokens
 (``metadata["agent"]["error"]`` says why). Usually one sample per episode; a
 session whose history forked gives one per leaf, all with the same
 ``group_index``. ``metadata["agent"]`` records the episode: stop reason,
-turns, every tool call with its output, invalid tool calls, the sandbox id.
+turns, every tool call with its output (and the id of the sandbox it ran in), invalid
+tool calls, the sandbox id.
 An engine that is unreachable, fails or aborts the generation raises
 ``RuntimeError`` (an infrastructure fault must not become a zero reward); a
 prompt the engine rejects (too long for the context) just ends the episode.
 
-Also here: :func:`rollout_metrics` (``agent/*`` metrics of a rollout),
-:func:`render_demonstration` (a chat transcript -> an SFT sample with loss
-only on assistant tokens), :func:`calculator_demonstration` (the tool-using
-transcript that warms the tiny model up) and :func:`agent_sft_sample` (the
-SFT warm-up sample the runtime uses for agent specs).
+Also here: :func:`rollout_metrics` (``agent/*`` metrics of a rollout). The SFT
+warm-up demonstrations (:func:`agent_sft_sample` and its helpers) live in
+``slime.agent.demos`` and are re-exported here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
@@ -63,6 +60,7 @@ import aiohttp
 
 from slime.agent.adapters.clients import AgentAPIError, CallRequest, make_client
 from slime.agent.adapters.server import AdapterServer, start_adapter
+from slime.agent.demos import agent_sft_sample, calculator_demonstration, render_demonstration
 from slime.agent.sandbox import Sandbox, make_sandbox
 from slime.agent.tools import Tool, get_tools
 from slime.rl.sample import Sample, SampleStatus
@@ -191,7 +189,7 @@ async def run_episode(client: Any, tools: Sequence[Tool], sandbox: _LazySandbox,
                 res = await tool.run(sb, call.arguments, timeout=tool_timeout_s,
                                      max_output_chars=max_tool_output_chars)
                 output = res.output
-                record.update(ok=res.ok, timed_out=res.timed_out)
+                record.update(ok=res.ok, timed_out=res.timed_out, sandbox_id=sb.sandbox_id)
             record["output"] = output
             ep.tool_calls.append(record)
             results.append((call, output))
@@ -427,13 +425,22 @@ def _write_back(ctx: Any, target: Sample, outs: list[Sample]) -> None:
 
 
 def rollout_metrics(samples: Sequence[Sample]) -> dict[str, float]:
-    """Per-rollout agent metrics (``agent/*``) from the samples' ``metadata["agent"]``."""
+    """Per-rollout agent metrics (``agent/*``) from the samples' ``metadata["agent"]``.
+
+    Rates are per episode; ``agent/tool_calls``, ``agent/sandboxed_tool_calls`` (calls whose
+    tool actually ran in a sandbox: a known tool with object arguments) and
+    ``agent/tool_calls_ok`` are counts, so a run dir shows how much sandboxed work happened.
+    """
     eps = [s.metadata["agent"] for s in samples if isinstance(s.metadata.get("agent"), dict)]
     if not eps:
         return {}
     n = len(eps)
     calls = [c for e in eps for c in e.get("tool_calls", [])]
     return {
+        # Counts (not rates): tool calls the model made, those executed in a sandbox, those that succeeded.
+        "agent/tool_calls": float(len(calls)),
+        "agent/sandboxed_tool_calls": float(sum(1 for c in calls if c.get("sandbox_id"))),
+        "agent/tool_calls_ok": float(sum(1 for c in calls if c.get("ok"))),
         "agent/tool_call_rate": sum(1 for e in eps if e.get("tool_calls")) / n,
         "agent/tool_calls_per_episode": len(calls) / n,
         "agent/tool_call_ok_frac": sum(1 for c in calls if c.get("ok")) / max(1, len(calls)),
@@ -444,79 +451,3 @@ def rollout_metrics(samples: Sequence[Sample]) -> dict[str, float]:
         "agent/forked_episodes": float(sum(1 for e in eps if e.get("dropped_leaves"))),
         "agent/failed_episodes": float(sum(1 for s in samples if s.status == SampleStatus.FAILED)),
     }
-
-
-def agent_sft_sample(spec: Any, tokenizer: Any, prompt: str, label: str) -> dict[str, Any]:
-    """One SFT warm-up sample for an agent spec, in the agent's chat format with its tools listed.
-
-    With the ``calculator`` tool and an arithmetic prompt (``"07+12="``) it is
-    :func:`calculator_demonstration`; otherwise the assistant answers the label directly.
-    """
-    tools = get_tools(spec.agent.tools if spec.agent is not None else ())
-    expression = prompt.strip().rstrip("=").strip()
-    if any(t.name == "calculator" for t in tools) and prompt.strip().endswith("=") and _ARITH.fullmatch(expression):
-        return calculator_demonstration(tokenizer, prompt, label, tools)
-    messages = [{"role": "user", "content": prompt}, {"role": "assistant", "content": label}]
-    return render_demonstration(tokenizer, messages, tools)
-
-
-_ARITH = re.compile(r"[\d\s.+\-*/%()]+")
-
-
-# ----------------------------------------------------------------- demonstrations
-def _stop_ids(tokenizer: Any) -> set[int]:
-    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    if isinstance(im_end, int) and im_end != getattr(tokenizer, "unk_token_id", None):
-        ids.add(im_end)
-    return ids
-
-
-def render_demonstration(tokenizer: Any, messages: Sequence[Mapping[str, Any]],
-                         tools: Sequence[Tool] = ()) -> dict[str, Any]:
-    """An SFT sample ``{tokens, response_length, loss_mask}`` from a chat transcript.
-
-    The prompt is everything before the first assistant message; loss mask 1
-    covers each assistant message's tokens up to and including its end-of-turn
-    token (what the model generates); template glue, tool results and user
-    text get 0. Raises ``ValueError`` if the template is not prefix-stable
-    (rendering a shorter history must give a prefix of the longer one).
-    """
-    schemas = [t.openai_schema() for t in tools] or None
-
-    def enc(msgs: Sequence[Mapping[str, Any]], gen: bool) -> list[int]:
-        text = tokenizer.apply_chat_template(list(msgs), tools=schemas, tokenize=False, add_generation_prompt=gen)
-        return list(tokenizer.encode(text, add_special_tokens=False))
-
-    full = enc(messages, False)
-    stops = _stop_ids(tokenizer)
-    mask = [0] * len(full)
-    first = None
-    for k, msg in enumerate(messages):
-        if msg.get("role") != "assistant":
-            continue
-        prefix = enc(messages[:k], True)
-        if full[:len(prefix)] != prefix:
-            raise ValueError("the chat template is not prefix-stable; cannot mark assistant tokens")
-        first = len(prefix) if first is None else first
-        end = len(enc(messages[:k + 1], False))
-        span_end = next((i + 1 for i in range(len(prefix), end) if full[i] in stops), end)
-        mask[len(prefix):span_end] = [1] * (span_end - len(prefix))
-    if first is None:
-        raise ValueError("the transcript has no assistant message to learn")
-    return {"tokens": full, "response_length": len(full) - first, "loss_mask": mask[first:]}
-
-
-def calculator_demonstration(tokenizer: Any, prompt: str, answer: str, tools: Sequence[Tool]) -> dict[str, Any]:
-    """The ideal episode for an arithmetic prompt like ``"07+12="``: call the
-    calculator on the expression, then answer with its result."""
-    expression = prompt.strip().rstrip("=").strip()
-    messages = [
-        {"role": "user", "content": prompt},
-        {"role": "assistant", "content": "",
-         "tool_calls": [{"id": "call_0", "type": "function",
-                         "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})}}]},
-        {"role": "tool", "tool_call_id": "call_0", "content": answer},
-        {"role": "assistant", "content": answer},
-    ]
-    return render_demonstration(tokenizer, messages, tools)

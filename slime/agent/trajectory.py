@@ -278,43 +278,44 @@ class TrajectoryTree:
         if node.parent is not None:
             self._nodes[node.parent].children.append(node.turn_id)
 
-    def _append_response(self, node: _Node, turn: Turn) -> None:
+    def _attach(
+        self,
+        turn_id: str,
+        turn: Turn,
+        parent: _Node | None,
+        prompt: list[int],
+        mask: list[int],
+        logprobs: list[float],
+        spans: list[_Span],
+    ) -> None:
+        """Add a node holding ``prompt`` (its mask, log-probs, spans) plus this turn's response."""
+        root = parent is None
+        node = _Node(
+            turn_id,
+            len(self._nodes),
+            turn,
+            None if root else parent.turn_id,
+            list(prompt),
+            mask,
+            logprobs,
+            len(prompt) if root else parent.prompt_length,
+            spans,
+        )
         start = len(node.tokens)
         node.tokens.extend(turn.response_token_ids)
         node.mask.extend([1] * len(turn.response_token_ids))
         node.logprobs.extend(float(x) for x in turn.response_logprobs)
         node.spans.append(_Span(node.turn_id, start, len(node.tokens)))
+        self._register(node)
 
     def _attach_root(self, turn_id: str, turn: Turn, prompt: list[int]) -> None:
-        node = _Node(
-            turn_id,
-            len(self._nodes),
-            turn,
-            None,
-            list(prompt),
-            [0] * len(prompt),
-            [0.0] * len(prompt),
-            len(prompt),
-            [],
-        )
-        self._append_response(node, turn)
-        self._register(node)
+        self._attach(turn_id, turn, None, prompt, [0] * len(prompt), [0.0] * len(prompt), [])
 
     def _attach_extend(self, turn_id: str, turn: Turn, parent: _Node, prompt: list[int]) -> None:
         tail = len(prompt) - len(parent.tokens)
-        node = _Node(
-            turn_id,
-            len(self._nodes),
-            turn,
-            parent.turn_id,
-            list(prompt),
-            parent.mask + [0] * tail,
-            parent.logprobs + [0.0] * tail,
-            parent.prompt_length,
-            [_Span(**vars(sp)) for sp in parent.spans],
-        )
-        self._append_response(node, turn)
-        self._register(node)
+        mask, logprobs = parent.mask + [0] * tail, parent.logprobs + [0.0] * tail
+        spans = [_Span(**vars(sp)) for sp in parent.spans]
+        self._attach(turn_id, turn, parent, prompt, mask, logprobs, spans)
 
     def _attach_realign(
         self, turn_id: str, turn: Turn, parent: _Node, prompt: list[int], k: int, pre: int, suf: int
@@ -330,19 +331,7 @@ class TrajectoryTree:
         spans = [_Span(**vars(sp)) for sp in parent.spans]
         window = max(new_len, h - s - pre - suf)
         spans[-1] = _Span(last.turn_id, s, s + k, last.realigned + window)
-        node = _Node(
-            turn_id,
-            len(self._nodes),
-            turn,
-            parent.turn_id,
-            list(prompt),
-            mask,
-            logprobs,
-            parent.prompt_length,
-            spans,
-        )
-        self._append_response(node, turn)
-        self._register(node)
+        self._attach(turn_id, turn, parent, prompt, mask, logprobs, spans)
 
     # -- linearisation -------------------------------------------------------------
 

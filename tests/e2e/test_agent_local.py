@@ -1,14 +1,17 @@
-"""``specs/agent-local.yaml`` end to end, shortened: SFT warm-up on tool demonstrations,
-agent rollouts through the OpenAI adapter with calculator calls run in bubblewrap
-sandboxes, trajectories -> samples -> GRPO updates with the torch backend.
+"""``specs/agent-local.yaml`` end to end: SFT warm-up on tool demonstrations, agent
+rollouts through the OpenAI adapter with calculator calls run in bubblewrap sandboxes,
+trajectories -> samples -> GRPO updates with the torch backend.
 
 Two views of the same pipeline:
 
 * ``test_agent_local_through_cli`` runs the spec through ``slime-submit`` (local
-  launcher, Ray, the RL runtime with the agent hook in its rollout manager; a 10-step
-  warm-up to stay cheap) and checks the run's metrics: every episode went through the
-  adapter, a completed update, and the trainer's log-probs of the mask-1 tokens equal
-  to the engine's (masks aligned);
+  launcher, Ray, the RL runtime with the agent hook in its rollout manager), shortened
+  to a 150-step warm-up and 2 rollouts to stay affordable in CI, and checks from the run
+  dir that tool calls ran in sandboxes (the per-rollout counts in ``metrics.jsonl``),
+  that every episode went through the adapter and that masks and log-probs line up.
+  It does not assert that the reward rises: with this tiny model that depends on when
+  the warm-up learns to copy digits, which still varies with the data order (issue #5);
+  the full spec's reward curve is measured by hand (see the spec's header);
 * ``test_agent_local_parts`` drives the same parts in-process (spec, ``TorchTrainBackend``,
   built-in engine, ``fill_samples``, ``train_data``) so it can inspect every sample:
   tool calls executed in sandboxes (outputs against independently computed sums),
@@ -50,7 +53,7 @@ SPEC = REPO / "specs" / "agent-local.yaml"
 # 100 warm-up steps: the policy then emits tool calls in most episodes (the digits come later).
 SHORT = ["algorithm.sft_warmup_steps=100", "rollout.batch_size=4", "rollout.n_samples_per_prompt=4",
          "train.global_batch_size=16", "train.micro_batch_size=16", "rollout.num_rollouts=1"]
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 
 
 def _sum_of(expression: str) -> str | None:
@@ -60,28 +63,39 @@ def _sum_of(expression: str) -> str | None:
 
 
 def test_agent_local_through_cli(tmp_path):
-    # A short warm-up keeps this affordable in CI: it checks the wiring (episodes through the
-    # adapter inside the runtime, agent metrics, a GRPO update); tool calls are checked below.
-    short = [*SHORT, "algorithm.sft_warmup_steps=10"]
-    args = ["submit", str(SPEC), *[a for kv in short for a in ("--set", kv)],
+    spec = load_spec(SPEC, check_paths=True).spec
+    short = {"algorithm.sft_warmup_steps": 150, "rollout.num_rollouts": 2}
+    args = ["submit", str(SPEC), *[a for k, v in short.items() for a in ("--set", f"{k}={v}")],
             "--set", f"logging.dir={tmp_path}", "--set", "logging.progress=false", "--json"]
     t = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "slime.cli.main", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=840)
-    print(f"slime-submit agent-local (shortened) -> {proc.returncode} in {time.monotonic() - t:.1f} s")
+                          text=True, timeout=1440)
+    elapsed = time.monotonic() - t
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = json.loads(proc.stdout[proc.stdout.index("{"):])
     run_dir = Path(out["run_dir"])
-    lines = [json.loads(x) for x in (run_dir / "tasks/0/metrics.jsonl").read_text().splitlines()]
-    warm, first = lines[0], lines[1]
-    assert warm["rollout_id"] == -1 and warm["sft/steps"] == 10 and warm["sft/loss"] < warm["sft/loss_first"]
-    assert first["rollout_id"] == 0 and first["step"] == 1 and first["train/tokens"] > 0
-    # every episode went through the adapter (at least one recorded turn each) and was reported
-    assert first["agent/turns_mean"] >= 1 and first["agent/failed_episodes"] == 0
-    assert {"agent/tool_call_rate", "agent/sandboxed_episodes", "agent/answered_frac"} <= set(first)
+    rows = [json.loads(x) for x in (run_dir / "tasks/0/metrics.jsonl").read_text().splitlines()]
+    warm, rollouts = rows[0], rows[1:]
+    assert warm["rollout_id"] == -1 and warm["sft/steps"] == short["algorithm.sft_warmup_steps"]
+    assert warm["sft/loss"] < warm["sft/loss_first"] / 4
+    assert [r["rollout_id"] for r in rollouts] == list(range(short["rollout.num_rollouts"]))
+    episodes = spec.rollout.batch_size * spec.rollout.n_samples_per_prompt
+    for r in rollouts:  # every episode went through the adapter (a recorded turn) and was reported
+        assert r["agent/turns_mean"] >= 1 and r["agent/failed_episodes"] == 0, r
+        assert r["train/tokens"] > 0
+    # The tool calls ran in sandboxes: per-rollout counts the runtime wrote into the run dir. A call
+    # only skips the sandbox when it names an unknown tool or its arguments are not an object.
+    calls = sum(r["agent/tool_calls"] for r in rollouts)
+    sandboxed = sum(r["agent/sandboxed_tool_calls"] for r in rollouts)
+    ok = sum(r["agent/tool_calls_ok"] for r in rollouts)
+    assert calls > 0 and sandboxed >= 0.9 * calls, (calls, sandboxed)
+    assert sum(r["agent/sandboxed_episodes"] for r in rollouts) > 0
     # masks and log-probs line up: the trainer recomputes the engine's log-probs on the mask-1 tokens
-    assert first["check/step0_logprob_diff"] < 1e-3
+    assert rollouts[0]["check/step0_logprob_diff"] < 1e-3
     assert json.loads((run_dir / "tasks/0/state.json").read_text())["state"] == "succeeded"
+    rewards = [r["rollout/reward_mean"] for r in rollouts]
+    print(f"\nagent-local (shortened): {elapsed:.0f} s wall; {episodes} episodes/rollout; tool calls {calls:.0f}, "
+          f"sandboxed {sandboxed:.0f}, ok {ok:.0f}; rewards {rewards}")
 
 
 def _rollout(ctx, rows, spec) -> list[Sample]:
@@ -152,11 +166,13 @@ def test_agent_local_parts(tmp_path):
         resp = s.tokens[-s.response_length:]
         model_text = tok.decode([t for t, m in zip(resp, s.loss_mask) if m])
         env_text = tok.decode([t for t, m in zip(resp, s.loss_mask) if not m])
-        assert "<tool_response>" not in model_text and "<|im_start|>" not in model_text
         agent = s.metadata["agent"]
         if agent["tool_calls"] and agent["turns"] > 1 and not agent.get("dropped_leaves"):
+            # The turn the environment inserted (the tool result) is mask 0, never trained; the model's
+            # own text may contain any markup it sampled, so only the inserted turn is looked for.
+            inserted = f"<|im_start|>user\n<tool_response>\n{agent['tool_calls'][0]['output']}\n</tool_response>"
+            assert inserted in env_text and inserted not in model_text
             assert "<tool_call>" in model_text
-            assert f"<tool_response>\n{agent['tool_calls'][0]['output']}\n</tool_response>" in env_text
 
     # One GRPO update as the runtime does it; the trainer's log-probs of the mask-1 tokens equal the engine's.
     batch = collate([s.to_dict() for s in samples], kind="rl", pad_id=tok.pad_token_id)

@@ -378,7 +378,7 @@ def test_generate_plugin_runs_the_tool_in_a_sandbox_and_scores(proto, engine, to
     assert agent["stop"] == "answer" and agent["turns"] == 2 and agent["placements"] == ["root", "extend"]
     # the calculator really ran in a bubblewrap sandbox (the model never saw "19" before the tool said so)
     assert agent["tool_calls"] == [{"name": "calculator", "arguments": {"expression": "07+12"}, "ok": True,
-                                    "timed_out": False, "output": "19"}]
+                                    "timed_out": False, "sandbox_id": agent["sandbox_id"], "output": "19"}]
     assert agent["sandbox_id"].startswith("local-")
     assert (out.response, out.reward, wrong.reward) == ("19", 1.0, 0.0)
     assert (out.group_index, out.index, out.label, out.metadata["src"]) == (3, 7, "19", "t")

@@ -27,8 +27,8 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from slime.agent.adapters.fields import bad, opt_bool, opt_int, opt_number, opt_str_list, sse, text_of
-from slime.agent.adapters.server import ChatRequest, Generation
+from slime.agent.adapters.fields import bad, function_tool, opt_bool, sampling_params, sse, text_of, tool_list
+from slime.agent.adapters.server import ChatProtocol, ChatRequest, Generation
 from slime.agent.adapters.toolcalls import ToolCall
 
 __all__ = ["AnthropicProtocol"]
@@ -37,15 +37,21 @@ _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: 
                 410: "invalid_request_error", 500: "api_error", 502: "api_error", 503: "overloaded_error"}
 
 
-def _user_turn(content: Any, f: str) -> list[dict[str, Any]]:
+def _blocks(content: Any, f: str) -> Iterator[tuple[str, str | None, dict[str, Any]]]:
+    """``(field, type, block)`` for each content block (a string is one text block)."""
     if isinstance(content, str):
-        return [{"role": "user", "content": content}]
+        yield f, "text", {"type": "text", "text": content}
+        return
     if not isinstance(content, list):
         raise bad(f, "must be a string or a list of content blocks")
-    tools, texts = [], []
     for j, block in enumerate(content):
-        bf = f"{f}[{j}]"
         kind = block.get("type") if isinstance(block, dict) else None
+        yield f"{f}[{j}]", kind, block if isinstance(block, dict) else {}
+
+
+def _user_turn(content: Any, f: str) -> list[dict[str, Any]]:
+    tools, texts = [], []
+    for bf, kind, block in _blocks(content, f):
         if kind == "text" and isinstance(block.get("text"), str):
             texts.append(block["text"])
         elif kind == "tool_result":
@@ -62,14 +68,8 @@ def _user_turn(content: Any, f: str) -> list[dict[str, Any]]:
 
 
 def _assistant_turn(content: Any, f: str) -> dict[str, Any]:
-    if isinstance(content, str):
-        return {"role": "assistant", "content": content}
-    if not isinstance(content, list):
-        raise bad(f, "must be a string or a list of content blocks")
     texts, calls = [], []
-    for j, block in enumerate(content):
-        bf = f"{f}[{j}]"
-        kind = block.get("type") if isinstance(block, dict) else None
+    for bf, kind, block in _blocks(content, f):
         if kind == "text" and isinstance(block.get("text"), str):
             texts.append(block["text"])
         elif kind == "tool_use":
@@ -106,58 +106,30 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _tools(raw: Any) -> list[dict[str, Any]]:
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise bad("tools", "must be a list")
-    out = []
-    for i, t in enumerate(raw):
-        if not isinstance(t, dict) or not isinstance(t.get("name"), str) or not t["name"]:
-            raise bad(f"tools[{i}]", "must be {'name', 'description', 'input_schema'}")
-        schema = t.get("input_schema", {"type": "object", "properties": {}})
-        if not isinstance(schema, dict):
-            raise bad(f"tools[{i}].input_schema", "must be a JSON Schema object")
-        out.append({"type": "function", "function": {"name": t["name"], "description": t.get("description", ""),
-                                                     "parameters": schema}})
-    return out
+def _tool(t: Any, field: str) -> dict[str, Any]:
+    return function_tool(t, field, schema_key="input_schema", schema_field=f"{field}.input_schema",
+                         shape="{'name', 'description', 'input_schema'}")
 
 
-class AnthropicProtocol:
+class AnthropicProtocol(ChatProtocol):
     name = "anthropic"
     path = "/v1/messages"
+    call_id_prefix = "toolu_"
+    error_types = _ERROR_TYPES
 
-    @staticmethod
-    def new_call_id() -> str:
-        return f"toolu_{uuid.uuid4().hex[:24]}"
-
-    @staticmethod
-    def error_body(status: int, code: str, message: str) -> dict[str, Any]:
-        return {"type": "error", "error": {"type": _ERROR_TYPES.get(status, "invalid_request_error"),
-                                           "message": message, "code": code}}
+    def error_body(self, status: int, code: str, message: str) -> dict[str, Any]:
+        return {"type": "error", "error": {"type": self.error_type(status), "message": message, "code": code}}
 
     def parse(self, body: dict[str, Any]) -> ChatRequest:
         messages = _messages(body)
-        tools = _tools(body.get("tools"))
+        tools = tool_list(body.get("tools"), _tool)
         choice = body.get("tool_choice")
         kind = choice.get("type") if isinstance(choice, dict) else choice
         if kind not in (None, "auto", "none"):
             raise bad("tool_choice", "only {'type': 'auto'} and {'type': 'none'} are supported "
                                      "(the engine cannot force a tool call)")
-        sampling: dict[str, Any] = {}
-        max_new = opt_int(body, "max_tokens", 1)
-        if max_new is not None:
-            sampling["max_new_tokens"] = max_new
-        for key, lo, hi in (("temperature", 0.0, 1.0), ("top_p", 0.0, 1.0)):
-            v = opt_number(body, key, lo, hi)
-            if v is not None:
-                sampling[key] = v
-        top_k = opt_int(body, "top_k", 1)
-        if top_k is not None:
-            sampling["top_k"] = top_k
-        stop = opt_str_list(body, "stop_sequences", allow_str=False)
-        if stop:
-            sampling["stop"] = stop
+        sampling = sampling_params(body, max_tokens_keys=("max_tokens",), max_temperature=1.0,
+                                   stop_key="stop_sequences", stop_allow_str=False, top_k=True)
         return ChatRequest(messages=messages, tools=None if kind == "none" else (tools or None), sampling=sampling,
                            model=str(body.get("model") or ""), stream=opt_bool(body, "stream"))
 

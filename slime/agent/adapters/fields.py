@@ -1,13 +1,20 @@
-"""Small validators for request bodies: every failure is a 400 naming the field."""
+"""Small validators for request bodies: every failure is a 400 naming the field.
+
+Also the request parts both protocols share once their names are mapped:
+``tool_list``/``function_tool`` (tool definitions -> the chat template's
+function form) and ``sampling_params`` (body fields -> SGLang sampling params).
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from slime.agent.adapters.sessions import AdapterError
 
-__all__ = ["bad", "opt_bool", "opt_int", "opt_number", "opt_str_list", "sse", "text_of"]
+__all__ = ["bad", "function_tool", "opt_bool", "opt_int", "opt_number", "opt_str_list", "sampling_params", "sse",
+           "text_of", "tool_list"]
 
 
 def bad(field: str, message: str) -> AdapterError:
@@ -73,3 +80,52 @@ def sse(data: Any, event: str | None = None) -> bytes:
     head = f"event: {event}\n" if event else ""
     payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
     return f"{head}data: {payload}\n\n".encode()
+
+
+def tool_list(raw: Any, entry: Callable[[Any, str], dict[str, Any]]) -> list[dict[str, Any]]:
+    """``tools`` of a request: ``entry(tool, field)`` translates each one (``[]`` when absent)."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise bad("tools", "must be a list")
+    return [entry(t, f"tools[{i}]") for i, t in enumerate(raw)]
+
+
+_EMPTY_SCHEMA = {"type": "object", "properties": {}}
+
+
+def function_tool(spec: Any, field: str, *, schema_key: str, schema_field: str, shape: str) -> dict[str, Any]:
+    """``spec`` (a dict with ``name``, ``description`` and the schema under ``schema_key``) as a
+    chat-template function tool; a bad shape is a 400 on ``field``, a bad schema on ``schema_field``."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not spec["name"]:
+        raise bad(field, f"must be {shape}")
+    schema = spec.get(schema_key, dict(_EMPTY_SCHEMA))
+    if not isinstance(schema, dict):
+        raise bad(schema_field, "must be a JSON Schema object")
+    return {"type": "function", "function": {"name": spec["name"], "description": spec.get("description", ""),
+                                             "parameters": schema}}
+
+
+def sampling_params(body: dict, *, max_tokens_keys: tuple[str, ...], max_temperature: float, stop_key: str,
+                    stop_allow_str: bool, top_k: bool) -> dict[str, Any]:
+    """SGLang sampling params from a request: the first of ``max_tokens_keys`` present gives
+    ``max_new_tokens``; ``temperature`` in [0, max_temperature], ``top_p`` in [0, 1], ``top_k``
+    (when the protocol has it) and the stop strings under ``stop_key``."""
+    out: dict[str, Any] = {}
+    for key in max_tokens_keys:
+        v = opt_int(body, key, 1)
+        if v is not None:
+            out["max_new_tokens"] = v
+            break
+    for key, hi in (("temperature", max_temperature), ("top_p", 1.0)):
+        v = opt_number(body, key, 0.0, hi)
+        if v is not None:
+            out[key] = v
+    if top_k:
+        k = opt_int(body, "top_k", 1)
+        if k is not None:
+            out["top_k"] = k
+    stop = opt_str_list(body, stop_key, allow_str=stop_allow_str)
+    if stop:
+        out["stop"] = stop
+    return out

@@ -24,8 +24,9 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from slime.agent.adapters.fields import bad, opt_bool, opt_int, opt_number, opt_str_list, sse, text_of
-from slime.agent.adapters.server import ChatRequest, Generation
+from slime.agent.adapters.fields import (bad, function_tool, opt_bool, opt_int, sampling_params, sse, text_of,
+                                         tool_list)
+from slime.agent.adapters.server import ChatProtocol, ChatRequest, Generation, assistant_message
 
 __all__ = ["OpenAIProtocol"]
 
@@ -74,40 +75,24 @@ def _messages(raw: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _tools(raw: Any) -> list[dict[str, Any]]:
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise bad("tools", "must be a list")
-    out = []
-    for i, t in enumerate(raw):
-        fn = t.get("function") if isinstance(t, dict) and t.get("type", "function") == "function" else None
-        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise bad(f"tools[{i}]", "must be {'type': 'function', 'function': {'name', 'description', 'parameters'}}")
-        params = fn.get("parameters", {"type": "object", "properties": {}})
-        if not isinstance(params, dict):
-            raise bad(f"tools[{i}].function.parameters", "must be a JSON Schema object")
-        out.append({"type": "function", "function": {"name": fn["name"], "description": fn.get("description", ""),
-                                                     "parameters": params}})
-    return out
+def _tool(t: Any, field: str) -> dict[str, Any]:
+    fn = t.get("function") if isinstance(t, dict) and t.get("type", "function") == "function" else None
+    return function_tool(fn, field, schema_key="parameters", schema_field=f"{field}.function.parameters",
+                         shape="{'type': 'function', 'function': {'name', 'description', 'parameters'}}")
 
 
-class OpenAIProtocol:
+class OpenAIProtocol(ChatProtocol):
     name = "openai"
     path = "/v1/chat/completions"
+    call_id_prefix = "call_"
+    error_types = _ERROR_TYPES
 
-    @staticmethod
-    def new_call_id() -> str:
-        return f"call_{uuid.uuid4().hex[:24]}"
-
-    @staticmethod
-    def error_body(status: int, code: str, message: str) -> dict[str, Any]:
-        return {"error": {"message": message, "type": _ERROR_TYPES.get(status, "invalid_request_error"),
-                          "param": None, "code": code}}
+    def error_body(self, status: int, code: str, message: str) -> dict[str, Any]:
+        return {"error": {"message": message, "type": self.error_type(status), "param": None, "code": code}}
 
     def parse(self, body: dict[str, Any]) -> ChatRequest:
         messages = _messages(body.get("messages"))
-        tools = _tools(body.get("tools"))
+        tools = tool_list(body.get("tools"), _tool)
         choice = body.get("tool_choice")
         if choice not in (None, "auto", "none"):
             raise bad("tool_choice", "only 'auto' and 'none' are supported (the engine cannot force a tool call)")
@@ -117,18 +102,8 @@ class OpenAIProtocol:
         for key in ("presence_penalty", "frequency_penalty"):
             if body.get(key) not in (None, 0, 0.0):
                 raise bad(key, "penalties are not supported by the rollout engine")
-        sampling: dict[str, Any] = {}
-        max_new = opt_int(body, "max_completion_tokens", 1)
-        max_new = max_new if max_new is not None else opt_int(body, "max_tokens", 1)
-        if max_new is not None:
-            sampling["max_new_tokens"] = max_new
-        for key, lo, hi in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0)):
-            v = opt_number(body, key, lo, hi)
-            if v is not None:
-                sampling[key] = v
-        stop = opt_str_list(body, "stop", allow_str=True)
-        if stop:
-            sampling["stop"] = stop
+        sampling = sampling_params(body, max_tokens_keys=("max_completion_tokens", "max_tokens"),
+                                   max_temperature=2.0, stop_key="stop", stop_allow_str=True, top_k=False)
         seed = body.get("seed")
         if seed is not None:
             if isinstance(seed, bool) or not isinstance(seed, int):
@@ -143,14 +118,9 @@ class OpenAIProtocol:
 
     @staticmethod
     def _message(gen: Generation) -> dict[str, Any]:
-        p = gen.parsed
-        msg: dict[str, Any] = {"role": "assistant", "content": p.content if (p.content or not p.tool_calls) else None}
-        if p.tool_calls:
-            msg["tool_calls"] = [{"id": c.id, "type": "function",
-                                  "function": {"name": c.name, "arguments": c.raw_arguments}}
-                                 for c in p.tool_calls]
-        if p.invalid_tool_calls:
-            msg["invalid_tool_calls"] = [c.to_dict() for c in p.invalid_tool_calls]
+        msg = assistant_message(gen.parsed)
+        if gen.parsed.tool_calls and not gen.parsed.content:
+            msg["content"] = None  # the API's form of "only tool calls"
         return msg
 
     @staticmethod

@@ -40,7 +40,7 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,7 +53,7 @@ from slime.agent.adapters.toolcalls import ParsedOutput, parse_tool_calls
 from slime.agent.trajectory import Turn
 from slime.backends.rollout.client import EngineClient, EngineError, EngineUnavailable
 
-__all__ = ["AdapterServer", "ChatRequest", "Generation", "start_adapter"]
+__all__ = ["AdapterServer", "ChatProtocol", "ChatRequest", "Generation", "start_adapter"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,40 @@ class Generation:
     completion_tokens: int
     weight_version: str | None
     record: TurnRecord
+
+
+class ChatProtocol:
+    """The protocol-specific part of the server: request translation and reply shapes.
+
+    Everything else (session lookup, rendering, generation, tool-call parsing,
+    recording the turn, errors) is the server's one path for every protocol.
+    A subclass sets ``name``, ``path`` (the POST route), ``call_id_prefix``,
+    ``error_types`` (HTTP status -> the API's error type) and implements
+    ``parse``, ``reply``, ``stream_events`` and ``error_body``.
+    """
+
+    name = ""
+    path = ""
+    call_id_prefix = ""
+    error_types: Mapping[int, str] = {}
+
+    def new_call_id(self) -> str:
+        return f"{self.call_id_prefix}{uuid.uuid4().hex[:24]}"
+
+    def error_type(self, status: int) -> str:
+        return self.error_types.get(status, "invalid_request_error")
+
+    def parse(self, body: dict[str, Any]) -> ChatRequest:
+        raise NotImplementedError
+
+    def reply(self, req: ChatRequest, gen: Generation, model: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def stream_events(self, req: ChatRequest, gen: Generation, model: str) -> Iterator[bytes]:
+        raise NotImplementedError
+
+    def error_body(self, status: int, code: str, message: str) -> dict[str, Any]:
+        raise NotImplementedError
 
 
 def version_number(version: str | None) -> int:

@@ -14,10 +14,18 @@ itself exit with 124, so check ``timed_out`` to tell the two apart.
 
 Paths given to ``write_file``/``read_file`` and ``workdir`` are paths *inside*
 the sandbox; relative paths are relative to the sandbox's working directory.
+
+Backends subclass :class:`BaseSandbox`, which owns what every backend does the
+same way: a stable ``sandbox_id``, ``async with`` = ``start()`` then
+``close()``, the started/closed state checks (one wording for their errors),
+and ``exec``'s argument checks before the backend's ``_exec``. The
+:class:`Sandbox` protocol stays the contract callers type against.
 """
 
 from __future__ import annotations
 
+import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -25,6 +33,8 @@ from typing import Protocol, runtime_checkable
 
 __all__ = [
     "TIMEOUT_RC",
+    "BaseSandbox",
+    "ExecRequest",
     "ExecResult",
     "IsolationUnavailable",
     "Sandbox",
@@ -128,3 +138,93 @@ def check_exec_args(
         if not isinstance(value, str) or "\0" in value:
             raise ValueError(f"exec env: value of {key} must be a string without NUL bytes")
     return out
+
+
+@dataclass(frozen=True)
+class ExecRequest:
+    """One checked ``exec`` call as a backend's ``_exec`` receives it."""
+
+    cmd: list[str] | str  # a string goes to /bin/sh -c
+    timeout: float
+    env: Mapping[str, str] | None = None
+    workdir: str | None = None
+    idempotent: bool = False
+
+
+class BaseSandbox(ABC):
+    """The lifecycle and checks every backend shares (see the module docstring).
+
+    A subclass implements ``start`` (raise :class:`SandboxError` on failure),
+    ``close`` (idempotent, must not raise for a failed cleanup), ``_started``,
+    ``_exec`` (arguments already checked, the sandbox running),
+    ``write_file`` and ``read_file``; it calls :meth:`_require_started` before
+    touching the sandbox and :meth:`_check_startable` at the top of ``start``.
+    """
+
+    def __init__(self, id_prefix: str) -> None:
+        self._id = f"{id_prefix}-{uuid.uuid4().hex[:12]}"
+        self._closed = False
+
+    @property
+    def sandbox_id(self) -> str:
+        return self._id
+
+    async def __aenter__(self) -> BaseSandbox:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @abstractmethod
+    async def start(self) -> None: ...
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    @property
+    @abstractmethod
+    def _started(self) -> bool:
+        """Whether ``start`` completed (and ``close`` has not undone it)."""
+
+    def _check_startable(self) -> None:
+        if self._started:
+            raise SandboxError(f"sandbox {self._id} was already started")
+        if self._closed:
+            raise SandboxError(f"sandbox {self._id} is closed")
+
+    def _require_started(self) -> None:
+        if self._closed:
+            raise SandboxError(f"sandbox {self._id} is closed")
+        if not self._started:
+            raise SandboxError(
+                f"sandbox {self._id} is not started; use 'async with {type(self).__name__}(...)'"
+            )
+
+    async def exec(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        timeout: float,
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+        idempotent: bool = False,
+    ) -> ExecResult:
+        """See :meth:`Sandbox.exec`: checks the arguments, then runs the backend's ``_exec``."""
+        checked = check_exec_args(cmd, timeout, env)
+        self._require_started()
+        return await self._exec(ExecRequest(checked, float(timeout), env, workdir, idempotent))
+
+    @abstractmethod
+    async def _exec(self, req: ExecRequest) -> ExecResult: ...
+
+    @abstractmethod
+    async def write_file(self, path: str, data: bytes | str) -> None: ...
+
+    @abstractmethod
+    async def read_file(self, path: str) -> bytes: ...

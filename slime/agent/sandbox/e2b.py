@@ -43,8 +43,7 @@ import re
 import shlex
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from types import TracebackType
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from tenacity import (
@@ -55,7 +54,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from slime.agent.sandbox.base import TIMEOUT_RC, ExecResult, SandboxError, check_exec_args
+from slime.agent.sandbox.base import TIMEOUT_RC, BaseSandbox, ExecRequest, ExecResult, SandboxError
 
 __all__ = ["E2BSandbox", "is_transient", "resolve_secret_ref"]
 
@@ -142,7 +141,7 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, (ConnectionError, TimeoutError))
 
 
-class E2BSandbox:
+class E2BSandbox(BaseSandbox):
     """One E2B sandbox VM (see the module docstring)."""
 
     def __init__(
@@ -200,19 +199,18 @@ class E2BSandbox:
             for k, v in (("domain", domain), ("api_url", api_url), ("sandbox_url", sandbox_url))
             if v is not None
         }
-        self._id = f"e2b-{uuid.uuid4().hex[:12]}"
+        super().__init__("e2b")
         self._idempotency_key = str(uuid.uuid4())
         self._key: _Secret | None = None
         self._sdk: Any = None
         self._deadline: float | None = None
-        self._closed = False
 
     # -- identity and lifecycle -----------------------------------------------------------
 
+    # sandbox_id is a stable local id; the E2B VM id is remote_id, known after start.
     @property
-    def sandbox_id(self) -> str:
-        """Stable local id (the E2B VM id is :attr:`remote_id`, known after start)."""
-        return self._id
+    def _started(self) -> bool:
+        return self._sdk is not None and self._deadline is not None
 
     @property
     def remote_id(self) -> str | None:
@@ -220,18 +218,6 @@ class E2BSandbox:
 
     def __repr__(self) -> str:
         return f"E2BSandbox(id={self._id}, remote={self.remote_id}, template={self.template!r})"
-
-    async def __aenter__(self) -> E2BSandbox:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     def _scrub(self, text: str) -> str:
         if self._key is not None and self._key.reveal():
@@ -249,12 +235,7 @@ class E2BSandbox:
         }
 
     async def start(self) -> None:
-        if self._sdk is not None or self._closed:
-            raise SandboxError(
-                f"sandbox {self._id} was already started"
-                if self._sdk
-                else f"sandbox {self._id} is closed"
-            )
+        self._check_startable()
         try:
             key = self._resolver(self.api_key_ref)
         except SandboxError:
@@ -296,13 +277,9 @@ class E2BSandbox:
             log.warning("sandbox %s: %s (E2B kills it at the end of its lifetime)", self._id, exc)
 
     def _require_running(self) -> float:
-        if self._closed:
-            raise SandboxError(f"sandbox {self._id} is closed")
-        if self._sdk is None or self._deadline is None:
-            raise SandboxError(
-                f"sandbox {self._id} is not started; use 'async with E2BSandbox(...)'"
-            )
-        left = self._deadline - time.monotonic()
+        """Seconds of lifetime left; raises if not started, closed or past the lifetime."""
+        self._require_started()
+        left = (self._deadline or 0.0) - time.monotonic()
         if left <= 0:
             raise SandboxError(f"sandbox {self._id} reached its lifetime of {self.lifetime_s}s")
         return left
@@ -356,19 +333,10 @@ class E2BSandbox:
             raise SandboxError(f"invalid sandbox path {path!r}")
         return path if path.startswith("/") else f"{self.workdir.rstrip('/')}/{path}"
 
-    async def exec(
-        self,
-        cmd: str | Sequence[str],
-        *,
-        timeout: float,
-        env: Mapping[str, str] | None = None,
-        workdir: str | None = None,
-        idempotent: bool = False,
-    ) -> ExecResult:
-        checked = check_exec_args(cmd, timeout, env)
-        budget = min(float(timeout), self._require_running())
-        command = checked if isinstance(checked, str) else shlex.join(checked)
-        cwd = self._path(workdir) if workdir else self.workdir
+    async def _exec(self, req: ExecRequest) -> ExecResult:
+        budget = min(req.timeout, self._require_running())
+        command = req.cmd if isinstance(req.cmd, str) else shlex.join(req.cmd)
+        cwd = self._path(req.workdir) if req.workdir else self.workdir
 
         async def run_once() -> ExecResult:
             from e2b.sandbox.commands.command_handle import CommandExitException
@@ -376,7 +344,7 @@ class E2BSandbox:
             handle = await self._sdk.commands.run(
                 command,
                 background=True,
-                envs=dict(env or {}),
+                envs=dict(req.env or {}),
                 cwd=cwd,
                 user=self.user,
                 # The stream may outlive the budget a little; we kill on our own deadline.
@@ -392,7 +360,7 @@ class E2BSandbox:
                 return self._result(TIMEOUT_RC, handle.stdout, handle.stderr, timed_out=True)
             return self._result(result.exit_code, result.stdout, result.stderr)
 
-        return await self._call("exec", run_once, idempotent=idempotent)
+        return await self._call("exec", run_once, idempotent=req.idempotent)
 
     def _result(
         self, rc: int, out: str | None, err: str | None, *, timed_out: bool = False

@@ -68,18 +68,17 @@ import os
 import shutil
 import signal
 import tempfile
-import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 
 from slime.agent.sandbox import hostfs
 from slime.agent.sandbox.base import (
     TIMEOUT_RC,
+    BaseSandbox,
+    ExecRequest,
     ExecResult,
     IsolationUnavailable,
     SandboxError,
-    check_exec_args,
 )
 from slime.agent.sandbox.bwrap import (
     INIT_ARGV,
@@ -108,7 +107,7 @@ def _positive(name: str, value: float, *, integer: bool = True) -> None:
         raise ValueError(f"LocalSandbox({name}=...) must be {kind}, got {value!r}")
 
 
-class LocalSandbox:
+class LocalSandbox(BaseSandbox):
     """A bubblewrap sandbox on this machine (see the module docstring)."""
 
     def __init__(
@@ -140,6 +139,7 @@ class LocalSandbox:
             ("max_output_bytes", max_output_bytes),
         ):
             _positive(name, value)
+        super().__init__("local")
         _positive("wall_timeout_s", wall_timeout_s, integer=False)
         if host_uid == 0 or host_gid == 0:
             raise ValueError(
@@ -158,10 +158,8 @@ class LocalSandbox:
         self._ro_binds = [self._check_bind(b) for b in ro_binds]
         default_root = Path(tempfile.gettempdir()) / "slime-sandboxes"
         self._root = Path(workdir_root or default_root).absolute()
-        self._id = f"local-{uuid.uuid4().hex[:12]}"
         self._state: Path | None = None
         self._isolated: bool | None = None
-        self._closed = False
         self._procs: dict[asyncio.subprocess.Process, bool] = {}  # running -> isolated
         self._bwrap = ""
         self._argv_prefix: list[str] | None = None
@@ -179,8 +177,8 @@ class LocalSandbox:
     # -- identity and lifecycle ----------------------------------------------------------
 
     @property
-    def sandbox_id(self) -> str:
-        return self._id
+    def _started(self) -> bool:
+        return self._state is not None and self._isolated is not None
 
     @property
     def isolated(self) -> bool:
@@ -209,23 +207,8 @@ class LocalSandbox:
         mode = {None: "not started", True: "bwrap", False: "UNISOLATED"}[self._isolated]
         return f"LocalSandbox(id={self._id}, {mode}, network={self.network})"
 
-    async def __aenter__(self) -> LocalSandbox:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
     async def start(self) -> None:
-        if self._state is not None:
-            raise SandboxError(f"sandbox {self._id} was already started")
-        if self._closed:
-            raise SandboxError(f"sandbox {self._id} is closed")
+        self._check_startable()
         prlimit = shutil.which("prlimit")
         if prlimit is None:
             raise IsolationUnavailable("'prlimit' (util-linux) was not found; install util-linux")
@@ -339,14 +322,6 @@ class LocalSandbox:
 
     # -- exec ------------------------------------------------------------------------------
 
-    def _require_started(self) -> None:
-        if self._closed:
-            raise SandboxError(f"sandbox {self._id} is closed")
-        if self._state is None or self._isolated is None:
-            raise SandboxError(
-                f"sandbox {self._id} is not started; use 'async with LocalSandbox(...)'"
-            )
-
     def _env(self, env: Mapping[str, str] | None) -> dict[str, str]:
         # Built from scratch: nothing from the host's environment leaks in.
         base = {
@@ -360,20 +335,10 @@ class LocalSandbox:
         base.update(env or {})
         return base
 
-    async def exec(
-        self,
-        cmd: str | Sequence[str],
-        *,
-        timeout: float,
-        env: Mapping[str, str] | None = None,
-        workdir: str | None = None,
-        idempotent: bool = False,  # nothing is retried locally
-    ) -> ExecResult:
-        checked = check_exec_args(cmd, timeout, env)
-        self._require_started()
-        argv = ["/bin/sh", "-c", checked] if isinstance(checked, str) else checked
-        budget = min(float(timeout), self.wall_timeout_s)
-        return await self._run(argv, budget, env, workdir, isolated=bool(self._isolated))
+    async def _exec(self, req: ExecRequest) -> ExecResult:  # nothing is retried locally
+        argv = ["/bin/sh", "-c", req.cmd] if isinstance(req.cmd, str) else req.cmd
+        budget = min(req.timeout, self.wall_timeout_s)
+        return await self._run(argv, budget, req.env, req.workdir, isolated=bool(self._isolated))
 
     async def _run(
         self,

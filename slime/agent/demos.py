@@ -1,0 +1,98 @@
+"""SFT warm-up demonstrations in the agent's chat format.
+
+:func:`render_demonstration` turns a chat transcript into an SFT sample whose loss
+mask covers exactly what the model generates (each assistant message up to and
+including its end-of-turn token); :func:`calculator_demonstration` is the ideal
+episode for an arithmetic prompt (call the calculator on the expression, answer
+with its result); :func:`agent_sft_sample` is what the runtime's warm-up uses for
+an agent spec. Guaranteed: the rendered tokens are the ones the adapter renders
+for the same messages (same chat template, same tool list), so the warm-up
+teaches exactly the format the rollouts see.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from slime.agent.tools import Tool, get_tools
+
+__all__ = ["agent_sft_sample", "calculator_demonstration", "render_demonstration"]
+
+
+def agent_sft_sample(spec: Any, tokenizer: Any, prompt: str, label: str) -> dict[str, Any]:
+    """One SFT warm-up sample for an agent spec, in the agent's chat format with its tools listed.
+
+    With the ``calculator`` tool and an arithmetic prompt (``"07+12="``) it is
+    :func:`calculator_demonstration`; otherwise the assistant answers the label directly.
+    """
+    tools = get_tools(spec.agent.tools if spec.agent is not None else ())
+    expression = prompt.strip().rstrip("=").strip()
+    if any(t.name == "calculator" for t in tools) and prompt.strip().endswith("=") and _ARITH.fullmatch(expression):
+        return calculator_demonstration(tokenizer, prompt, label, tools)
+    messages = [{"role": "user", "content": prompt}, {"role": "assistant", "content": label}]
+    return render_demonstration(tokenizer, messages, tools)
+
+
+_ARITH = re.compile(r"[\d\s.+\-*/%()]+")
+
+
+# ----------------------------------------------------------------- demonstrations
+def _stop_ids(tokenizer: Any) -> set[int]:
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if isinstance(im_end, int) and im_end != getattr(tokenizer, "unk_token_id", None):
+        ids.add(im_end)
+    return ids
+
+
+def render_demonstration(tokenizer: Any, messages: Sequence[Mapping[str, Any]],
+                         tools: Sequence[Tool] = ()) -> dict[str, Any]:
+    """An SFT sample ``{tokens, response_length, loss_mask}`` from a chat transcript.
+
+    The prompt is everything before the first assistant message; loss mask 1
+    covers each assistant message's tokens up to and including its end-of-turn
+    token (what the model generates); template glue, tool results and user
+    text get 0. Raises ``ValueError`` if the template is not prefix-stable
+    (rendering a shorter history must give a prefix of the longer one).
+    """
+    schemas = [t.openai_schema() for t in tools] or None
+
+    def enc(msgs: Sequence[Mapping[str, Any]], gen: bool) -> list[int]:
+        text = tokenizer.apply_chat_template(list(msgs), tools=schemas, tokenize=False, add_generation_prompt=gen)
+        return list(tokenizer.encode(text, add_special_tokens=False))
+
+    full = enc(messages, False)
+    stops = _stop_ids(tokenizer)
+    mask = [0] * len(full)
+    first = None
+    for k, msg in enumerate(messages):
+        if msg.get("role") != "assistant":
+            continue
+        prefix = enc(messages[:k], True)
+        if full[:len(prefix)] != prefix:
+            raise ValueError("the chat template is not prefix-stable; cannot mark assistant tokens")
+        first = len(prefix) if first is None else first
+        end = len(enc(messages[:k + 1], False))
+        span_end = next((i + 1 for i in range(len(prefix), end) if full[i] in stops), end)
+        mask[len(prefix):span_end] = [1] * (span_end - len(prefix))
+    if first is None:
+        raise ValueError("the transcript has no assistant message to learn")
+    return {"tokens": full, "response_length": len(full) - first, "loss_mask": mask[first:]}
+
+
+def calculator_demonstration(tokenizer: Any, prompt: str, answer: str, tools: Sequence[Tool]) -> dict[str, Any]:
+    """The ideal episode for an arithmetic prompt like ``"07+12="``: call the
+    calculator on the expression, then answer with its result."""
+    expression = prompt.strip().rstrip("=").strip()
+    messages = [
+        {"role": "user", "content": prompt},
+        {"role": "assistant", "content": "",
+         "tool_calls": [{"id": "call_0", "type": "function",
+                         "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})}}]},
+        {"role": "tool", "tool_call_id": "call_0", "content": answer},
+        {"role": "assistant", "content": answer},
+    ]
+    return render_demonstration(tokenizer, messages, tools)
