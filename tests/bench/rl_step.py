@@ -11,7 +11,8 @@ export on disk) — no Ray, no HTTP, no actors. The runtime is ``python -m slime
 (private local Ray, engine behind its HTTP server, trainer and rollout manager as actors); its per-phase
 times come from ``metrics.jsonl``. Both skip the SFT warm-up and evals and use the untrained tiny model, so
 responses run to ``max_response_len``. Printed: median ms per phase and the runtime/bare ratio (the
-orchestration overhead), plus the runtime's start-up time.
+orchestration overhead), plus the runtime's start-up time, the thread settings and the load average before
+and after (other work on a shared machine slows either side; compare runs made at similar load).
 """
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ def main() -> int:
     args = ap.parse_args()
     overrides = [f"rollout.num_rollouts={args.rollouts}", "algorithm.sft_warmup_steps=0", "data.eval=[]",
                  "logging.progress=false", "train.checkpoint.interval=100000", *args.set]
+    load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         from slime.models.tiny import ensure_builtin_model
@@ -144,6 +146,8 @@ def main() -> int:
     print(f"{'step':<10}{b:>12.1f}{r:>12.1f}{r / b:>8.2f}")
     print(f"runtime start-up (driver start to first rollout, incl. local Ray) {startup:.1f} s; "
           f"slime.train wall {wall:.1f} s")
+    print(f"bare loop torch threads {args.threads}, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}; "
+          f"load average {load_start:.1f} -> {os.getloadavg()[0]:.1f}")
     return 0
 
 

@@ -86,7 +86,7 @@ class Engine:
                  max_running_requests: int = 256, context_length: int | None = None,
                  seed: int | None = None, batch_window_s: float = 0.01, batch_window_max_s: float = 0.1,
                  max_prefill_tokens: int = 16384, num_threads: int | None = None,
-                 max_cache_bytes: int | None = None) -> None:
+                 max_cache_bytes: int | None = None, onednn: bool = True) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if num_threads:
@@ -105,9 +105,11 @@ class Engine:
         if self.max_slots < 1:
             raise ValueError(f"max_running_requests must be >= 1, got {max_running_requests}")
         self._check_cache_budget(max_cache_bytes)
-        self.decoder = LeanDecoder(self.hf_model, max_slots=self.max_slots, max_len=self.context_length)
+        self.decoder = LeanDecoder(self.hf_model, max_slots=self.max_slots, max_len=self.context_length,
+                                   onednn=onednn)
         self.vocab_size = self.decoder.vocab_size
-        self.sampling = BatchSampling(self.max_slots, self.vocab_size, self.device, seed)
+        self.sampling = BatchSampling(self.max_slots, self.vocab_size, self.device, seed,
+                                      max_draws=self.context_length)
         self.eos_ids = self._eos_ids()
         backend = getattr(self.tokenizer, "backend_tokenizer", None)
         plain = not getattr(self.tokenizer, "clean_up_tokenization_spaces", False)
@@ -300,11 +302,8 @@ class Engine:
                 doomed = [r for r in self._waiting if rid is None or r.rid == rid]
                 for r in doomed:
                     self._waiting.remove(r)
-            for r in doomed:
-                self._finish(r, {"type": "abort", "message": message})
             hit = [r for r in self._running.values() if rid is None or r.rid == rid]
-            for r in hit:
-                self._finish(r, {"type": "abort", "message": message})
+            self._finish_many([(r, {"type": "abort", "message": message}) for r in doomed + hit])
             if hit:
                 self._refresh_bounds()
 
@@ -351,17 +350,17 @@ class Engine:
                 continue
             r.slot = heapq.heappop(self._free)
             self._running[r.slot] = r
-            self.sampling.set_row(r.slot, r.params)
             if r.params.stop:
                 self._stop_str_slots.add(r.slot)
             ready.append(r)
         if not ready:
             return
+        self.sampling.set_rows([r.slot for r in ready], [r.params for r in ready], [r.max_new for r in ready])
         dev = self.device
         lengths = [len(r.input_ids) for r in ready]
-        tokens = torch.zeros(len(ready), max(lengths), dtype=torch.long)
-        for i, r in enumerate(ready):
-            tokens[i, : lengths[i]] = torch.tensor(r.input_ids)
+        lp = max(lengths)
+        # Padded in Python and converted once: a tensor per row costs ~5 us each.
+        tokens = torch.tensor([r.input_ids + [0] * (lp - n) for r, n in zip(ready, lengths)], dtype=torch.long)
         slots = torch.tensor([r.slot for r in ready], device=dev)
         lengths_t = torch.tensor(lengths, device=dev)
         width = max(len(r.stop_ids) for r in ready)
@@ -369,10 +368,9 @@ class Engine:
             grown = torch.full((self.max_slots, width), -1, dtype=torch.long, device=dev)
             grown[:, : self._stop_tab.shape[1]] = self._stop_tab
             self._stop_tab = grown
-        tab = torch.full((len(ready), self._stop_tab.shape[1]), -1, dtype=torch.long)
-        for i, r in enumerate(ready):
-            if r.stop_ids:
-                tab[i, : len(r.stop_ids)] = torch.tensor(sorted(r.stop_ids))
+        width = self._stop_tab.shape[1]
+        tab = torch.tensor([sorted(r.stop_ids) + [-1] * (width - len(r.stop_ids)) for r in ready],
+                           dtype=torch.long)
         logits = self.decoder.prefill(slots, tokens.to(dev), lengths_t)
         nxt, logp = sample_next(logits, self.sampling, rows=slots)
         self._tok[slots] = nxt
@@ -409,22 +407,26 @@ class Engine:
         hit_stop = (nxt[:, None] == self._stop_tab[sel]).any(dim=1)
         done = (active > 0) & (hit_len | hit_stop)
         flagged = torch.stack((rows, hit_len.long(), nxt), 1)[done].tolist()
+        items = []
         for slot, is_len, token in flagged:
             r = self._running[slot]
             # SGLang checks the length limit before stop tokens.
             reason = {"type": "length", "length": r.max_new} if is_len else {"type": "stop", "matched": token}
-            self._finish(r, reason)
+            items.append((r, reason))
+        self._finish_many(items)
         finished = bool(flagged)
+        items = []
         for slot in list(self._stop_str_slots):
             r = self._running[slot]
             n = int(self._ngen[slot])
             tail = self._detok(self._hist_tok[slot, max(0, n - r.stop_window): n].tolist(), False)
             for stop in r.params.stop:
                 if stop in tail:
-                    self._finish(r, {"type": "stop", "matched": stop})
-                    finished = True
+                    items.append((r, {"type": "stop", "matched": stop}))
                     break
-        if finished:
+        if items:
+            self._finish_many(items)
+        if finished or items:
             self._refresh_bounds()
 
     def _refresh_bounds(self) -> None:
@@ -438,43 +440,56 @@ class Engine:
             self._hi, self._max_pos, self._same_pos = 0, 0, True
 
     def _finish(self, r: _Request, reason: dict) -> None:
-        out_ids: list[int] = []
-        out_lps: list[float] = []
-        if r.slot >= 0:
-            slot, r.slot = r.slot, -1
-            n = int(self._ngen[slot])
-            out_ids = self._hist_tok[slot, :n].tolist()
-            out_lps = self._hist_lp[slot, :n].tolist()
-            self._running.pop(slot, None)
-            self._stop_str_slots.discard(slot)
-            self.sampling.clear_row(slot)
-            self._active[slot] = 0
-            self._pos[slot] = 0
-            self._tok[slot] = 0
-            self._ngen[slot] = 0
-            heapq.heappush(self._free, slot)
+        self._finish_many([(r, reason)])
+
+    def _finish_many(self, items: list[tuple[_Request, dict]]) -> None:
+        """Complete these requests: free their slots with one tensor write per field (not
+        one per request), then resolve each future with its tokens and log-probs."""
+        if not items:
+            return
+        outputs: dict[int, tuple[list[int], list[float]]] = {}
+        held = [r for r, _ in items if r.slot >= 0]
+        if held:
+            slots = [r.slot for r in held]
+            idx = torch.tensor(slots, device=self.device)
+            counts = self._ngen[idx].tolist()
+            width = max(counts)
+            toks = self._hist_tok[idx, :width].tolist()
+            lps = self._hist_lp[idx, :width].tolist()
+            for field_ in (self._active, self._pos, self._tok, self._ngen):
+                field_[idx] = 0
+            self.sampling.clear_rows(slots)
+            for r, n, t, lp in zip(held, counts, toks, lps):
+                outputs[id(r)] = (t[:n], lp[:n])
+                self._running.pop(r.slot, None)
+                self._stop_str_slots.discard(r.slot)
+                heapq.heappush(self._free, r.slot)
+                r.slot = -1
             # Bounds may now be loose (never wrong); callers refresh once per batch of finishes.
         with self._lock:
-            self._rids.discard(r.rid)
-        if r.future.done():
-            return
-        ids = out_ids
-        trim = not r.params.no_stop_trim and reason["type"] == "stop"
-        if trim and isinstance(reason["matched"], int):
-            ids = ids[:-1]
-        text = self._detok(ids, r.params.skip_special_tokens)
-        if trim and isinstance(reason["matched"], str):
-            cut = text.find(reason["matched"])
-            if cut >= 0:
-                text = text[:cut]
-        r.future.set_result(Completion(
-            rid=r.rid, output_ids=out_ids, logprobs=out_lps, text=text,
-            finish_reason=reason, prompt_tokens=len(r.input_ids), weight_version=self.weight_version,
-            e2e_latency=time.perf_counter() - r.created))
+            for r, _ in items:
+                self._rids.discard(r.rid)
+        for r, reason in items:
+            if r.future.done():
+                continue
+            out_ids, out_lps = outputs.get(id(r), ([], []))
+            ids = out_ids
+            trim = not r.params.no_stop_trim and reason["type"] == "stop"
+            if trim and isinstance(reason["matched"], int):
+                ids = ids[:-1]
+            text = self._detok(ids, r.params.skip_special_tokens)
+            if trim and isinstance(reason["matched"], str):
+                cut = text.find(reason["matched"])
+                if cut >= 0:
+                    text = text[:cut]
+            r.future.set_result(Completion(
+                rid=r.rid, output_ids=out_ids, logprobs=out_lps, text=text,
+                finish_reason=reason, prompt_tokens=len(r.input_ids), weight_version=self.weight_version,
+                e2e_latency=time.perf_counter() - r.created))
 
     def _fail_running(self, exc: Exception) -> None:
-        for r in list(self._running.values()):
-            self._finish(r, {"type": "abort", "message": f"engine error: {exc!r}"})
+        self._finish_many([(r, {"type": "abort", "message": f"engine error: {exc!r}"})
+                           for r in list(self._running.values())])
         self._refresh_bounds()
 
     def _detok(self, ids: list[int], skip_special_tokens: bool) -> str:

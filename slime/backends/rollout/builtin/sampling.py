@@ -146,10 +146,20 @@ class SamplingParams:
 
 
 class BatchSampling:
-    """Per-slot sampling settings held as tensors so a step samples all rows at once."""
+    """Per-slot sampling settings held as tensors so a step samples all rows at once.
 
-    def __init__(self, max_slots: int, vocab_size: int, device: torch.device, seed: int | None) -> None:
+    A seeded row's uniforms are drawn from its own ``torch.Generator`` when the
+    row is admitted (all it can use, ``draws`` values) and kept in a table, so a
+    step picks them with one gather instead of one generator call per row. A
+    generator yields the same stream whether it is read one value at a time or
+    ``n`` at once, so samples are those of sequential per-step draws.
+    """
+
+    def __init__(self, max_slots: int, vocab_size: int, device: torch.device, seed: int | None,
+                 max_draws: int = 256) -> None:
         self.vocab_size = vocab_size
+        self.max_slots = max_slots
+        self.max_draws = int(max_draws)
         self.temperature = torch.ones(max_slots, device=device)
         self.greedy = torch.zeros(max_slots, dtype=torch.bool, device=device)
         self.top_p = torch.ones(max_slots, device=device)
@@ -158,45 +168,90 @@ class BatchSampling:
         self.generator.manual_seed(0 if seed is None else int(seed))
         if seed is None:
             self.generator.seed()
-        self.row_generators: dict[int, torch.Generator] = {}
+        # Seeded rows: their pre-drawn uniforms and the index of the next one to use.
+        self.seeded = torch.zeros(max_slots, dtype=torch.bool, device=device)
+        self.uniforms = torch.zeros(max_slots, 1, device=device)
+        self.next_draw = torch.zeros(max_slots, dtype=torch.long, device=device)
         # Counts over occupied slots decide which (costly) branches a step needs.
         self.n_active = 0
         self.n_greedy = 0
         self.n_filtered = 0
         self.n_scaled = 0  # rows whose temperature is not 1 (others skip the division)
+        self.n_seeded = 0
         self._active = [False] * max_slots
         self._filtered = [False] * max_slots
         self._scaled = [False] * max_slots
         self._greedy = [False] * max_slots
+        self._seeded = [False] * max_slots
         self.device = device
 
-    def set_row(self, slot: int, p: SamplingParams) -> None:
-        self.clear_row(slot)
-        greedy = p.greedy
-        self.greedy[slot] = greedy
-        self.temperature[slot] = 1.0 if greedy else p.temperature
-        self.top_p[slot] = p.top_p
-        self.top_k[slot] = self.vocab_size if p.top_k < 0 else min(p.top_k, self.vocab_size)
-        filtered = not greedy and (p.top_p < 1.0 or 0 < p.top_k < self.vocab_size)
-        scaled = not greedy and p.temperature != 1.0
-        self._filtered[slot], self._greedy[slot], self._active[slot] = filtered, greedy, True
-        self._scaled[slot] = scaled
-        self.n_scaled += scaled
-        self.n_filtered += filtered
-        self.n_greedy += greedy
-        self.n_active += 1
-        if p.sampling_seed is not None and not greedy:
-            g = torch.Generator(device=self.device)
-            g.manual_seed(p.sampling_seed)
-            self.row_generators[slot] = g
+    def set_row(self, slot: int, p: SamplingParams, draws: int | None = None) -> None:
+        self.set_rows([slot], [p], None if draws is None else [draws])
+
+    def set_rows(self, slots: list[int], params: list[SamplingParams], draws: list[int] | None = None) -> None:
+        """Occupy ``slots`` with these settings; row ``i`` will sample at most ``draws[i]``
+        tokens (default ``max_draws``). One tensor write per field for the whole batch."""
+        if not slots:
+            return
+        for slot in slots:
+            self.clear_row(slot)
+        draws = [self.max_draws] * len(slots) if draws is None else [max(1, int(d)) for d in draws]
+        dev = self.device
+        idx = torch.tensor(slots, device=dev)
+        greedy = [p.greedy for p in params]
+        self.greedy[idx] = torch.tensor(greedy, device=dev)
+        self.temperature[idx] = torch.tensor([1.0 if g else p.temperature for p, g in zip(params, greedy)],
+                                             device=dev)
+        self.top_p[idx] = torch.tensor([p.top_p for p in params], device=dev)
+        self.top_k[idx] = torch.tensor([self.vocab_size if p.top_k < 0 else min(p.top_k, self.vocab_size)
+                                        for p in params], device=dev)
+        seeded_slots, streams = [], []
+        for slot, p, g, n in zip(slots, params, greedy, draws):
+            filtered = not g and (p.top_p < 1.0 or 0 < p.top_k < self.vocab_size)
+            scaled = not g and p.temperature != 1.0
+            seeded = p.sampling_seed is not None and not g
+            self._filtered[slot], self._greedy[slot], self._active[slot] = filtered, g, True
+            self._scaled[slot], self._seeded[slot] = scaled, seeded
+            self.n_scaled += scaled
+            self.n_filtered += filtered
+            self.n_greedy += g
+            self.n_seeded += seeded
+            self.n_active += 1
+            if seeded:
+                gen = torch.Generator(device=dev)
+                gen.manual_seed(p.sampling_seed)
+                seeded_slots.append(slot)
+                streams.append((gen, n))
+        if seeded_slots:
+            width = max(n for _, n in streams)
+            if width > self.uniforms.shape[1]:
+                grown = torch.zeros(self.max_slots, width, device=dev)
+                grown[:, : self.uniforms.shape[1]] = self.uniforms
+                self.uniforms = grown
+            # Extra values drawn past a row's own count are never read; the generator is private.
+            rows = torch.stack([torch.rand(width, generator=gen, device=dev) for gen, _ in streams])
+            sidx = torch.tensor(seeded_slots, device=dev)
+            self.uniforms[sidx, :width] = rows
+            self.seeded[sidx] = True
+            self.next_draw[sidx] = 0
 
     def clear_row(self, slot: int) -> None:
-        self.n_filtered -= self._filtered[slot]
-        self.n_greedy -= self._greedy[slot]
-        self.n_active -= self._active[slot]
-        self.n_scaled -= self._scaled[slot]
-        self._filtered[slot] = self._greedy[slot] = self._active[slot] = self._scaled[slot] = False
-        self.row_generators.pop(slot, None)
+        self.clear_rows([slot])
+
+    def clear_rows(self, slots: list[int]) -> None:
+        unseed = []
+        for slot in slots:
+            self.n_filtered -= self._filtered[slot]
+            self.n_greedy -= self._greedy[slot]
+            self.n_active -= self._active[slot]
+            self.n_scaled -= self._scaled[slot]
+            self.n_seeded -= self._seeded[slot]
+            if self._seeded[slot]:
+                unseed.append(slot)
+            self._filtered[slot] = self._greedy[slot] = self._active[slot] = False
+            self._scaled[slot] = self._seeded[slot] = False
+        if unseed:
+            self.seeded[torch.tensor(unseed, device=self.device)] = False
 
 
 def sample_next(logits: torch.Tensor, bs: BatchSampling,
@@ -219,15 +274,17 @@ def sample_next(logits: torch.Tensor, bs: BatchSampling,
     if bs.n_filtered:
         probs = _filter(probs, bs.top_p[idx], bs.top_k[idx])
     cdf = torch.cumsum(probs, dim=-1)
+    # Drawn for every row even when all are seeded, so the engine stream (unseeded rows)
+    # advances the same way whatever the mix.
     u = torch.rand((n, 1), generator=bs.generator, device=logits.device)
-    if bs.row_generators:
-        # Seeded rows draw from their own stream, so their samples do not depend
-        # on which other requests share the batch.
-        where = {slot: i for i, slot in enumerate(rows.tolist())} if rows is not None else None
-        for slot, g in bs.row_generators.items():
-            i = slot if where is None else where.get(slot)
-            if i is not None and i < n:
-                u[i] = torch.rand((1,), generator=g, device=logits.device)
+    if bs.n_seeded:
+        # Seeded rows use their own stream, so their samples do not depend on the batch.
+        seeded = bs.seeded[idx]
+        draw = bs.next_draw[idx]
+        slots = rows if rows is not None else torch.arange(n, device=logits.device)
+        own = bs.uniforms[slots, draw.clamp(max=bs.uniforms.shape[1] - 1)]
+        u = torch.where(seeded[:, None], own[:, None], u)
+        bs.next_draw[idx] = draw + seeded
     tokens = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(1).clamp_(max=logits.shape[1] - 1)
     if bs.n_greedy:
         tokens = torch.where(bs.greedy[idx], logits.argmax(dim=-1), tokens)
