@@ -72,6 +72,7 @@ DRIVER_GRACE_S = 60.0
 # missing nodes and writes the report) fails first; srun --kill-on-bad-exit then stops the workers.
 WORKER_MARGIN_S = 15.0
 COLLECTIVE_TIMEOUT_S = 60.0
+NODE_LOSS_GRACE_S = 15.0  # a worker whose Ray died waits this long for the head to end the job
 EXIT_INFRA = 3
 
 
@@ -285,7 +286,13 @@ class Bootstrap:
         self.say(f"Ray head up at {self.address} (temp dir {self.ray.temp_dir})")
         import ray
 
-        ray.init(address=self.address, logging_level=logging.WARNING, log_to_driver=False)
+        try:
+            ray.init(address=self.address, logging_level=logging.WARNING, log_to_driver=False)
+        except ConnectionError as exc:  # the head came up but never registered (seen on an overloaded node)
+            raise NodeFailure([ctx.hostname], f"could not connect to the Ray head started on {ctx.hostname} at "
+                                              f"{self.address}: {exc}. Fix: see {self.ray.temp_dir}/session_latest/"
+                                              "logs (gcs_server.out, raylet.out); an overloaded node starts Ray "
+                                              "slowly: retry, or give the job more CPUs") from None
         self.install_signals()  # ray.init replaced our SIGTERM handler with sys.exit
         self.connected = True
         self.wait_nodes(deadline)
@@ -436,7 +443,9 @@ class Bootstrap:
                 lost = f"Ray on {ctx.hostname} exited unexpectedly (ray start exit code {code})\nits last lines:\n" \
                        f"{self.ray.tail(5)}"
                 self.node_state("lost", ip=ip, error=lost)
-                end = time.monotonic() + 5.0  # the head may be finishing right now
+                # The head may be finishing right now, or its driver reporting the loss in its own words
+                # (slime.train names the node, exit 3); past this grace the loss ends the step from here.
+                end = time.monotonic() + NODE_LOSS_GRACE_S
                 while time.monotonic() < end and not self.rdv.done():
                     self.stop.wait(0.2)
                 if self.rdv.done() and self.rdv.done_rc() == 0:

@@ -72,6 +72,10 @@ def ray_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"
     env.setdefault("RAY_worker_niceness", "0")
+    # The GCS marks a node dead after this many missed 1 s health checks (Ray's default, 3 s x 5 plus
+    # a 60 s wait for death info, lets a driver wait on a lost node's actors for up to a minute).
+    env.setdefault("RAY_health_check_period_ms", "1000")
+    env.setdefault("RAY_health_check_failure_threshold", "5")
     env.update(extra or {})
     return env
 

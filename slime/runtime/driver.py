@@ -466,15 +466,17 @@ class Driver:
         print_summary(final, title=f"{self.spec.name}: final metrics", stderr=self.json_output)
         return final
 
-    def teardown(self) -> None:
+    def teardown(self, *, node_lost: bool = False) -> None:
+        """Stop what this run started; after a lost node only what is local (graceful stops of actors
+        that may be on the dead node wait for Ray to notice, and the job's Ray is torn down anyway)."""
         import ray
 
-        for closer in (lambda: self.progress and self.progress.close(),
-                       lambda: self.rollout_backend and self.rollout_backend.stop(),
-                       lambda: self.actor and self.actor.kill(),
-                       lambda: self.critic and self.critic.kill(),
-                       lambda: self.manager and ray.kill(self.manager),
-                       lambda: self.placement and self.placement.remove(),
+        remote = () if node_lost else (lambda: self.rollout_backend and self.rollout_backend.stop(),
+                                       lambda: self.actor and self.actor.kill(),
+                                       lambda: self.critic and self.critic.kill(),
+                                       lambda: self.manager and ray.kill(self.manager),
+                                       lambda: self.placement and self.placement.remove())
+        for closer in (lambda: self.progress and self.progress.close(), *remote,
                        lambda: self.metrics and self.metrics.close()):
             try:
                 closer()
@@ -485,7 +487,7 @@ class Driver:
 
 
 def run(run_dir: Path, task: int = 0, *, json_output: bool = False) -> int:
-    from slime.runtime.failures import classify, root_cause
+    from slime.runtime.failures import classify, lost_node_error, root_cause
 
     try:
         driver = Driver(run_dir, task, json_output=json_output)
@@ -493,7 +495,7 @@ def run(run_dir: Path, task: int = 0, *, json_output: bool = False) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_SPEC
     driver.state.update(state="running")
-    code, final = EXIT_OK, None
+    code, final, node_lost = EXIT_OK, None, False
     try:
         final = driver.train()
         driver.state.update(state="succeeded", exit_code=EXIT_OK)
@@ -508,6 +510,8 @@ def run(run_dir: Path, task: int = 0, *, json_output: bool = False) -> int:
               f"exit {code} (requeue to resume)", file=sys.stderr, flush=True)
         driver.state.update(state="preempted", exit_code=code, error=f"stopped by {reason}")
     except BaseException as exc:  # noqa: BLE001 - every failure ends in state.json and an exit code
+        lost = lost_node_error(exc)  # a dead peer/node: exit 3 naming the node, not "a bug"
+        exc, node_lost = lost or exc, lost is not None
         code = classify(exc)
         root = root_cause(exc)
         message = str(root).strip() or type(root).__name__
@@ -520,7 +524,7 @@ def run(run_dir: Path, task: int = 0, *, json_output: bool = False) -> int:
     finally:
         if driver.wandb is not None:
             driver.wandb.finish(code)
-        driver.teardown()
+        driver.teardown(node_lost=node_lost)
     if json_output and final is not None:
         print(json.dumps({"run_dir": str(driver.paths.root), "final_metrics": final}, indent=2, sort_keys=True))
     return code

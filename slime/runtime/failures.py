@@ -4,13 +4,35 @@
 (Ray, placement, engines, timeouts) · 75 stopped after a checkpoint (``state.EXIT_REQUEUE``). Errors
 raised inside Ray actors arrive wrapped (``RayTaskError``) with the whole remote traceback as their
 text; :func:`root_cause` unwraps them so the user sees the original message.
+
+A lost node (its Ray died, the machine or its network failed) reaches the driver as whatever the
+surviving side saw first: an ``ActorDiedError`` (its text carries the actor's ``ip:``), or, more
+often, a collective error on a surviving rank (gloo: ``Connection closed by peer [ip]:port``),
+which alone would look like a bug. :func:`lost_node_error` turns such errors into an
+``InfraError`` (exit 3, so the launcher's ``cluster.max_failures`` budget applies) naming the
+node's hostname, from Ray's node table: the nodes Ray marks dead (waited for a few seconds,
+bounded: Ray's health checks need that long) and the IPs named in the error. Not guaranteed: a
+hostname when Ray's node table cannot be read (the IP is named then), or telling a crashed
+process on a healthy node from a dead node when Ray has not marked the node dead within the wait
+(the error then names the process's node as the one whose process died).
 """
 
 from __future__ import annotations
 
+import re
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
 from slime.runtime.state import EXIT_FAILED, EXIT_INFRA, EXIT_SPEC
 
-__all__ = ["classify", "root_cause"]
+__all__ = ["classify", "root_cause", "lost_node_error", "name_lost_nodes", "looks_like_peer_loss"]
+
+_IP = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})(?![\d.])")
+# What a surviving rank's collective says when its peer's process or node is gone (gloo, NCCL, sockets).
+_PEER_LOSS = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|remote worker crash|"
+                        r"NCCL communicator was aborted|ncclRemoteError|Connection refused|cannot connect", re.I)
+_ACTOR_IP = re.compile(r"^\s*ip: \S+\s*$")  # ActorDiedError's line naming the dead actor's node
 
 
 def classify(exc: BaseException) -> int:
@@ -42,3 +64,82 @@ def root_cause(exc: BaseException) -> BaseException:
     """The user's exception inside a Ray task error (whose text is a whole remote traceback)."""
     cause = getattr(exc, "cause", None)
     return cause if isinstance(cause, BaseException) else exc
+
+
+def _ray_death(exc: BaseException) -> bool:
+    try:
+        import ray.exceptions as rex
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(exc, (rex.RayActorError, rex.NodeDiedError, rex.WorkerCrashedError, rex.ObjectLostError,
+                            rex.OwnerDiedError))
+
+
+def _loss_lines(text: str) -> str:
+    """The lines of an error that describe a lost peer (a remote traceback also names the reporter's IP)."""
+    return "\n".join(ln for ln in text.splitlines() if _PEER_LOSS.search(ln) or _ACTOR_IP.match(ln))
+
+
+def looks_like_peer_loss(exc: BaseException) -> bool:
+    """Whether ``exc`` is what a lost actor, worker or node looks like from the driver."""
+    return _ray_death(exc) or bool(_loss_lines(str(root_cause(exc))))
+
+
+def name_lost_nodes(text: str, nodes: Iterable[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """(dead, named): Ray nodes marked dead, and Ray nodes whose IP the loss lines of ``text`` mention,
+    each as ``host (ip)``; IPs that are no node of the cluster (a remote reward server) are not named."""
+    def label(n: dict[str, Any]) -> str:
+        return f"{n.get('NodeManagerHostname') or '?'} ({n.get('NodeManagerAddress') or '?'})"
+
+    nodes = list(nodes)
+    by_ip = {n.get("NodeManagerAddress"): n for n in nodes}
+    dead = sorted({label(n) for n in nodes if not n.get("Alive", True)})
+    named = sorted({label(by_ip[ip]) for ip in _IP.findall(_loss_lines(text)) if ip in by_ip})
+    return dead, [h for h in named if h not in dead]
+
+
+def lost_node_error(exc: BaseException, *, wait_s: float = 8.0, named_wait_s: float = 3.0,
+                    nodes: Callable[[], list[dict[str, Any]]] | None = None) -> BaseException | None:
+    """An ``InfraError`` naming the lost node(s) when ``exc`` looks like one was lost, else None.
+
+    Waits at most ``wait_s`` (``named_wait_s`` when the error already names a node) for Ray to mark a
+    node dead: the launcher stops the driver soon after a node is lost, so the wait is short."""
+    if not looks_like_peer_loss(exc):
+        return None
+    from slime.errors import InfraError
+
+    if nodes is None:
+        try:
+            import ray
+
+            if not ray.is_initialized():
+                return None
+            nodes = ray.nodes
+        except ImportError:  # pragma: no cover
+            return None
+    root = root_cause(exc)
+    text = str(root)
+    named_ips = bool(_IP.search(_loss_lines(text)))
+    deadline = time.monotonic() + (named_wait_s if named_ips else wait_s)
+    while True:
+        try:
+            dead, named = name_lost_nodes(text, nodes())
+        except Exception:  # noqa: BLE001 - the GCS itself may be gone: name what the error says
+            dead, named = [], sorted(set(_IP.findall(_loss_lines(text))))
+        if dead or time.monotonic() >= deadline:
+            break
+        time.sleep(0.25)
+    lost = dead + named
+    if not lost and not _ray_death(exc):
+        return None  # a connection error that names no node of this job: not a node loss
+    # the last loss line: a remote traceback's message comes after its source lines
+    symptom = (_loss_lines(text) or text.strip() or type(root).__name__).splitlines()[-1].strip()[:300]
+    hosts = ", ".join(h.split(" (")[0] for h in lost)
+    how = ("Ray marks the node dead: its Ray died, or the machine or its network failed" if dead else
+           "a trainer or engine process there died or dropped its connection: the node's Ray died, the machine "
+           "or its network failed, or the process was killed (out of memory?)")
+    fix = (f"if it keeps failing, exclude it (cluster.exclude: [{hosts}]) or see its Ray logs (worker-*.err)"
+           if lost else "see the nodes' Ray logs (worker-*.err) for which process died and why")
+    return InfraError(f"lost {', '.join(lost) or 'a trainer or engine process'} during training ({how}); the "
+                      f"driver saw: {symptom}. Fix: nothing in the spec; the launcher requeues the job within "
+                      f"cluster.max_failures and it resumes from the newest checkpoint; {fix}")

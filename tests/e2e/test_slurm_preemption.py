@@ -9,7 +9,9 @@ every 2 rollouts, W&B offline) that the test writes. Nothing is faked; the one t
 writing the temp dir and renaming it, so that SIGKILL lands inside the save window every time.
 
 Steps are chosen at random from a seed printed by the test (``SLIME_PREEMPT_SEED`` reproduces a
-run); every wait is bounded. Two jobs on the same nodes never share a Ray cluster: asserted by
+run); every wait is bounded. Node loss is tested twice: under ``launchers.tinydriver`` (the launcher's
+promise alone) and under the real runtime (``slime.runtime.failures.lost_node_error`` names the node,
+exit 3, then the job is requeued within ``cluster.max_failures`` and resumes exactly). Two jobs on the same nodes never share a Ray cluster: asserted by
 ``test_two_task_sweep_is_one_array_of_two_private_ray_clusters_on_the_same_nodes`` in
 tests/e2e/test_slurm_e2e.py (two array tasks = two SLURM jobs on sn1 + sn2 at the same time).
 """
@@ -36,11 +38,11 @@ REPO = Path(__file__).resolve().parents[2]
 ROLLOUTS = 28
 
 
-def smoke_copy(tmp_path: Path, name: str, **cluster: object) -> Path:
+def smoke_copy(tmp_path: Path, name: str, *, num_rollouts: int = ROLLOUTS, **cluster: object) -> Path:
     """specs/smoke-slurm.yaml, shortened, with frequent checkpoints and W&B offline."""
     text = (REPO / "specs" / "smoke-slurm.yaml").read_text()
     swaps = [("name: smoke-slurm", f"name: {name}"), ("  gpus_per_node: 2\n", "  gpus_per_node: 1\n"),
-             ("  cpus_per_node: 2 ", "  cpus_per_node: 1 "), ("num_rollouts: 2", f"num_rollouts: {ROLLOUTS}"),
+             ("  cpus_per_node: 2 ", "  cpus_per_node: 1 "), ("num_rollouts: 2", f"num_rollouts: {num_rollouts}"),
              ("  seed: 1\n", "  seed: 1\n  checkpoint: {interval: 2, keep: 2, save_hf: false}\n"),
              ("data/arith/train.jsonl", str(REPO / "specs" / "data" / "arith" / "train.jsonl")),
              ("dir: ../runs", f"dir: {tmp_path / 'runs'}"), ("mode: disabled", "mode: offline"),
@@ -230,3 +232,70 @@ def test_a_node_lost_while_the_job_runs_fails_it_in_bounded_time_naming_the_node
     for d in Path("/tmp/slime-ray").glob(f"{job}-*"):  # kept for debugging a failure; this one was on purpose
         subprocess.run(["rm", "-rf", str(d)], check=False)
     print(f"node loss: job FAILED {elapsed:.1f} s after sn2's Ray was killed; reason: {t0['reason'][:200]}")
+
+
+def test_a_node_lost_during_real_training_is_recorded_in_bounded_time_and_the_requeued_run_finishes(
+        slurm_cluster, tmp_path):
+    """The real runtime (``slime.train``: a trainer rank and an engine on each node) loses sn2 mid-training:
+    every process of this job's Ray node on sn2 (found through the temp dir sn2's bootstrap recorded in the
+    rendezvous dir, never by name) is SIGKILLed once rollout k was logged. With cluster.max_failures: 1 the
+    failure must be recorded naming sn2 within 60 s, the job requeued once, and the second run must resume
+    from the last checkpoint and log every rollout exactly once. Stand-in: a node's death is its Ray dying
+    (slurmd on sn2 stays up, as it must for the rest of the suite)."""
+    seed = int(os.environ.get("SLIME_PREEMPT_SEED", random.SystemRandom().randrange(10**6)))
+    total = 10
+    k = random.Random(seed).randint(2, 5)
+    print(f"SLIME_PREEMPT_SEED={seed}: sn2 lost after rollout {k} of {total}")
+    spec = smoke_copy(tmp_path, "nodeloss-train", num_rollouts=total, max_failures=1)
+    run_dir, job = submit(spec)
+    task, log = run_dir / "tasks" / "0", run_dir / "logs" / f"slurm-{job}.out"
+    wait_for(f"rollout {k}", lambda: max(rollouts(task), default=-2) >= k, log, timeout=240)
+    sn2 = json.loads((task / "rendezvous" / f"node-{job}.0-1.json").read_text())
+    assert sn2["host"] == "sn2" and sn2["state"] == "joined", sn2
+    marker = f"SLIME_RAY_NODE={sn2['temp_dir']}\0".encode()
+    victims = host_pids(lambda cmd, env: marker in env or sn2["temp_dir"] in cmd)
+    raylets = [p for p in victims if "raylet" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
+    assert raylets, f"this job's raylet on sn2 was not found among {victims}"
+    t = time.monotonic()
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    at_kill = max(rollouts(task))
+
+    def recorded():
+        return [r for r in (json.loads(x) for x in (task / "restarts.jsonl").read_text().splitlines())] \
+            if (task / "restarts.jsonl").exists() else None
+
+    (rec,) = wait_for("the failure's restart record", recorded, log, timeout=90)
+    recorded_s = time.monotonic() - t
+    text = log.read_text()
+    assert recorded_s < 60, f"the failure was recorded {recorded_s:.0f} s after sn2 was lost"
+    assert (rec["cause"], rec["budget"], rec["bad_nodes"], rec["restart"]) == (
+        "node_failure", "failures", ["sn2"], 1), (rec, text[-4000:])
+    assert at_kill <= rec["rollout_id"] <= at_kill + 1, rec  # the rollout in flight may have been logged
+    first_run = text.partition("slime: restart 1 of task 0 ")[0]
+    assert "Traceback" not in first_run and "internal error" not in first_run, first_run[-6000:]
+    # the runtime itself names the node (exit 3, so the failure budget applies), not a gloo error as "a bug"
+    assert re.search(r"^error: lost sn2 \(10\.[\d.]+\) during training \(", first_run, re.M), \
+        first_run[-6000:]
+    assert "driver exited with code 3" in first_run, first_run[-6000:]
+
+    (job_rec,) = wait_job(job, timeout=300)
+    elapsed = time.monotonic() - t
+    text = log.read_text()
+    assert job_rec["Restarts"] == "1", text[-4000:]
+    ck = rec["checkpoint"]
+    assert ck and int(Path(ck).name) in (rec["rollout_id"], rec["rollout_id"] - 1), rec
+    assert resumed_at(log, 1) == int(Path(ck).name), text[-4000:]
+    assert rollouts(task) == list(range(-1, total)), text[-4000:]  # every rollout once, in order
+    st = status(run_dir)
+    (t0,) = st["tasks"]
+    assert (st["state"], t0["restarts"], t0["restart_causes"], t0["step"]) == ("succeeded", 1,
+                                                                                 ["node_failure: sn2"], total)
+    for d in Path("/tmp/slime-ray").glob(f"{job}-*"):  # Ray dirs kept for debugging the first run's failure
+        subprocess.run(["rm", "-rf", str(d)], check=False)
+    print(re.search(r"^error: lost .*$", text, re.M).group(0)[:400])
+    print(f"node loss in training: restart recorded {recorded_s:.1f} s after sn2's Ray was killed "
+          f"(at rollout {at_kill}); job COMPLETED {elapsed:.1f} s after the kill")

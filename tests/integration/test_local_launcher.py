@@ -67,7 +67,7 @@ def test_local_run_bootstraps_ray_passes_the_preflight_and_runs_the_driver(spec_
     proc = subprocess.run([sys.executable, "-m", "slime.cli.main", str(spec_file), "--json"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=200)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = json.loads(proc.stdout[proc.stdout.index("{"):])
+    out = json.loads(proc.stdout)  # --json: stdout is the JSON document and nothing else
     run_dir = Path(out["run_dir"])
     pre = json.loads((run_dir / "tasks/0/preflight.json").read_text())
     assert pre["ok"] and pre["ray_nodes"] == 1 and len(pre["slots"]) == 1
