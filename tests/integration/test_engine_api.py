@@ -25,6 +25,7 @@ aiohttp = pytest.importorskip("aiohttp")
 from slime.backends.rollout.builtin.server import start_server  # noqa: E402
 from slime.backends.rollout.client import EngineClient, EngineError, EngineUnavailable  # noqa: E402
 from slime.models.tiny import build_tiny_model  # noqa: E402
+from tests.fixtures.decoder_parity import worst_logit_diff  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[2]
@@ -384,21 +385,5 @@ def test_decoder_matches_hf_forward_for_each_architecture(tmp_path, arch):
     for lengths, same in (((3, 7, 5), False), ((5, 5, 5), True)):
         prompts = [torch.randint(0, 64, (n,)) for n in lengths]
         slots = torch.tensor([4, 0, 2])
-        padded = torch.zeros(3, max(lengths), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            padded[i, : len(p)] = p
-        logits = dec.prefill(slots, padded, torch.tensor(lengths))
-        seqs = [p.tolist() for p in prompts]
-        tok = torch.zeros(5, dtype=torch.long)
-        pos = torch.zeros(5, dtype=torch.long)
-        with torch.no_grad():
-            for step in range(6):
-                for i, s in enumerate(slots.tolist()):
-                    row = logits[i] if step == 0 else logits[s]
-                    ref = model(torch.tensor([seqs[i]])).logits[0, -1]
-                    worst = max(worst, (ref - row).abs().max().item())
-                    nxt = int(row.argmax())
-                    seqs[i].append(nxt)
-                    tok[s], pos[s] = nxt, len(seqs[i]) - 1
-                logits = dec.decode(tok, pos, int(pos.max()) + 1, same_position=same)
+        worst = max(worst, worst_logit_diff(model, dec, prompts, slots, steps=6, same_position=same))
     assert worst < 1e-4, worst

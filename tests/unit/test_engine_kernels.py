@@ -17,6 +17,7 @@ transformers = pytest.importorskip("transformers")
 from slime.backends.rollout.builtin.decoder import LeanDecoder, UnsupportedModel, _softmax_last  # noqa: E402
 from slime.backends.rollout.builtin.linear import Linear, onednn_available  # noqa: E402
 from slime.backends.rollout.builtin.sampling import BatchSampling, SamplingParams, sample_next  # noqa: E402
+from tests.fixtures.decoder_parity import worst_logit_diff  # noqa: E402
 
 needs_onednn = pytest.mark.skipif(not onednn_available(), reason="oneDNN linear ops unavailable in this torch build")
 
@@ -98,24 +99,7 @@ def test_decoder_matches_hf_with_and_without_onednn(arch, extra, onednn):
     for lengths, same in (((3, 9, 5, 1), False), ((6, 6, 6, 6), True)):
         prompts = [torch.randint(0, 80, (n,)) for n in lengths]
         slots = torch.tensor([5, 0, 2, 1])
-        padded = torch.zeros(4, max(lengths), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            padded[i, : len(p)] = p
-        logits = dec.prefill(slots, padded, torch.tensor(lengths))
-        seqs = [p.tolist() for p in prompts]
-        tok = torch.zeros(6, dtype=torch.long)
-        pos = torch.zeros(6, dtype=torch.long)
-        worst = 0.0
-        with torch.no_grad():
-            for step in range(5):
-                for i, s in enumerate(slots.tolist()):
-                    row = logits[i] if step == 0 else logits[s]
-                    ref = model(torch.tensor([seqs[i]])).logits[0, -1]
-                    worst = max(worst, (ref - row).abs().max().item())
-                    nxt = int(row.argmax())
-                    seqs[i].append(nxt)
-                    tok[s], pos[s] = nxt, len(seqs[i]) - 1
-                logits = dec.decode(tok, pos, int(pos.max()) + 1, same_position=same)
+        worst = worst_logit_diff(model, dec, prompts, slots, steps=5, same_position=same)
         assert worst < 1e-4, (lengths, worst)
 
 

@@ -90,13 +90,8 @@ class _GatherReplicated(torch.autograd.Function):
         return split_seq(grad, cp, rank, ctx.dim).contiguous(), None, None
 
 
-class _AllGatherSeq(torch.autograd.Function):
+class _AllGatherSeq(_GatherReplicated):
     """All-gather to the full sequence; backward sums every rank's gradient and keeps own slice."""
-
-    @staticmethod
-    def forward(ctx, t: torch.Tensor, group, dim: int) -> torch.Tensor:
-        ctx.group, ctx.dim = group, dim
-        return _gather(t, group, dim)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
