@@ -38,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -47,7 +46,7 @@ from typing import Any
 
 from aiohttp import web
 
-from slime.net import bind_listener
+from slime.http_server import BackgroundHTTPServer
 from slime.agent.adapters.sessions import AdapterError, SessionRegistry, SessionResult, TurnRecord
 from slime.agent.adapters.toolcalls import ParsedOutput, parse_tool_calls
 from slime.agent.trajectory import Turn
@@ -151,8 +150,10 @@ def _protocol(name: str) -> Any:
     return PROTOCOLS.get(name)()
 
 
-class AdapterServer:
+class AdapterServer(BackgroundHTTPServer):
     """An OpenAI- or Anthropic-compatible server over one engine (see the module docstring)."""
+
+    what = "agent adapter server"
 
     def __init__(self, protocol: str, engine: str | EngineClient, tokenizer: Any, *, host: str = "127.0.0.1",
                  port: int = 0, max_turns: int | None = None, model_name: str = "slime-policy",
@@ -172,62 +173,17 @@ class AdapterServer:
         self.sampling_defaults = dict(sampling_defaults or {})
         self.sampling_overrides = dict(sampling_overrides or {})
         self.sessions = SessionRegistry(default_max_turns=max_turns, drift_threshold=drift_threshold)
-        self.host = host
-        self._sock = bind_listener(host, port, what="agent adapter")
-        self.port = self._sock.getsockname()[1]
-        self._loop = asyncio.new_event_loop()
-        self._runner: web.AppRunner | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=f"agent-adapter-{protocol}-{self.port}", daemon=True)
+        super().__init__(host, port, thread_name=f"agent-adapter-{protocol}")
 
     # ----------------------------------------------------------------- lifecycle
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+    def build_app(self) -> web.Application:
+        app = web.Application(middlewares=[self._errors], client_max_size=64 * 1024 * 1024)
+        app.router.add_post(self.protocol.path, self._handle)
+        app.router.add_get("/health", self._health)
+        return app
 
-    @property
-    def running(self) -> bool:
-        return self._thread.is_alive()
-
-    def start(self) -> AdapterServer:
-        self._thread.start()
-        self._ready.wait(30)
-        if self._error is not None:
-            raise RuntimeError(f"agent adapter server failed to start: {self._error}")
-        return self
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        try:
-            app = web.Application(middlewares=[self._errors], client_max_size=64 * 1024 * 1024)
-            app.router.add_post(self.protocol.path, self._handle)
-            app.router.add_get("/health", self._health)
-            self._runner = web.AppRunner(app, access_log=None)
-            self._loop.run_until_complete(self._runner.setup())
-            self._loop.run_until_complete(web.SockSite(self._runner, self._sock).start())
-        except BaseException as exc:  # reported by start()
-            self._error = exc
-            self._ready.set()
-            return
-        self._ready.set()
-        self._loop.run_forever()
-        self._loop.run_until_complete(self._runner.cleanup())
-        self._loop.run_until_complete(self.engine.close())
-        self._loop.close()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        if self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout)
-        self._sock.close()
-
-    def __enter__(self) -> AdapterServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    async def aclose(self) -> None:
+        await self.engine.close()
 
     # ------------------------------------------------------- sessions (thread-safe)
     def _submit(self, coro: Any) -> Any:

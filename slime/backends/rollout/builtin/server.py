@@ -51,7 +51,7 @@ if __name__ == "__main__":
 
 from aiohttp import web
 
-from slime.net import bind_listener
+from slime.http_server import BackgroundHTTPServer
 
 from .generator import Completion, Engine
 from .rl_control import ControlError, RLControl
@@ -326,61 +326,26 @@ def build_app(engine: Engine) -> web.Application:
 
 
 
-class EngineServer:
+class EngineServer(BackgroundHTTPServer):
     """A running server: an engine scheduler thread plus an aiohttp loop thread."""
+
+    what = "built-in engine"
 
     def __init__(self, engine: Engine, host: str = "127.0.0.1", port: int = 0) -> None:
         self.engine = engine
-        self.host = host
-        self._sock = bind_listener(host, port, what="built-in engine")
-        self.port = self._sock.getsockname()[1]
-        self._loop = asyncio.new_event_loop()
-        self._runner: web.AppRunner | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=f"builtin-http-{self.port}", daemon=True)
+        super().__init__(host, port, thread_name="builtin-http")
 
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+    def build_app(self) -> web.Application:
+        return build_app(self.engine)
 
-    def start(self) -> "EngineServer":
+    def start(self, timeout: float = 30.0) -> "EngineServer":
         self.engine.start()
-        self._thread.start()
-        self._ready.wait(30)
-        if self._error is not None:
-            raise RuntimeError(f"built-in engine HTTP server failed to start: {self._error}")
-        return self
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        try:
-            self._runner = web.AppRunner(build_app(self.engine), access_log=None)
-            self._loop.run_until_complete(self._runner.setup())
-            self._loop.run_until_complete(web.SockSite(self._runner, self._sock).start())
-        except BaseException as exc:  # reported by start()
-            self._error = exc
-            self._ready.set()
-            return
-        self._ready.set()
-        self._loop.run_forever()
-        self._loop.run_until_complete(self._runner.cleanup())
-        self._loop.close()
+        return super().start(timeout)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Abort what is running, close the listener and join both threads."""
         self.engine.stop()
-        if self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout)
-        self._sock.close()
-
-    def __enter__(self) -> "EngineServer":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        super().stop(timeout)
 
 
 def start_server(model_path: str | Path, *, host: str = "127.0.0.1", port: int = 0, seed: int | None = None,

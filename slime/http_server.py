@@ -1,0 +1,92 @@
+"""An aiohttp application served from a background thread: the one lifecycle our HTTP servers share.
+
+The built-in engine and the agent adapters both serve HTTP from a thread of a process that does
+other work (a Ray actor, a rollout loop), so they cannot own the main thread's event loop. The
+socket is bound in ``__init__`` (``slime.net.bind_listener``), so the port is known and a clash
+is reported with the address before any thread starts; ``start()`` returns once the site is
+listening or raises what went wrong; ``stop()`` stops the loop, runs the subclass's async
+cleanup on it, joins the thread and closes the socket.
+
+Subclasses provide ``build_app()`` and may override ``aclose()`` (async cleanup on the server's
+loop after the site is gone). Not guaranteed: that in-flight requests finish before ``stop()``
+returns (callers that need draining, like the adapters' sessions, drain first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from aiohttp import web
+
+from slime.net import bind_listener
+
+__all__ = ["BackgroundHTTPServer"]
+
+
+class BackgroundHTTPServer:
+    """Serve ``build_app()`` on ``host:port`` (0 = a free port) from a daemon thread."""
+
+    what = "HTTP server"  # named in errors
+
+    def __init__(self, host: str, port: int, *, thread_name: str) -> None:
+        self.host = host
+        self._sock = bind_listener(host, port, what=self.what)
+        self.port = self._sock.getsockname()[1]
+        self._loop = asyncio.new_event_loop()
+        self._runner: web.AppRunner | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=f"{thread_name}-{self.port}", daemon=True)
+
+    def build_app(self) -> web.Application:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Async cleanup on the server's loop after the site has stopped."""
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def start(self, timeout: float = 30.0) -> Any:
+        self._thread.start()
+        self._ready.wait(timeout)
+        if self._error is not None:
+            raise RuntimeError(f"{self.what} failed to start: {self._error}")
+        return self
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._runner = web.AppRunner(self.build_app(), access_log=None)
+            self._loop.run_until_complete(self._runner.setup())
+            self._loop.run_until_complete(web.SockSite(self._runner, self._sock).start())
+        except BaseException as exc:  # reported by start()
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(self._runner.cleanup())
+        self._loop.run_until_complete(self.aclose())
+        self._loop.close()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the loop, clean up, join the thread and close the listener."""
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout)
+        self._sock.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
