@@ -17,7 +17,11 @@ Guaranteed: both paths compute the same fp32 product up to summation order
 (relative differences ~1e-7), the residual and bias are added in fp32.
 Not guaranteed: bitwise-equal results between the two paths, or between batch
 sizes on either side of ``min_rows``; any speed-up on Intel CPUs (where MKL is
-already fast) — the gain was measured on AMD.
+already fast) — the gain was measured on AMD. Memory: a packed projection keeps
+the plain weight (for the MKL path below ``min_rows``) beside its packed copy, so
+the engine holds its projection weights twice in CPU RAM: negligible for the
+small models the built-in engine serves on CPU, a reason to pass ``onednn=False``
+for large ones.
 """
 
 from __future__ import annotations
