@@ -447,24 +447,25 @@ class Driver:
         from slime.runtime.summary import final_metrics, print_summary, write_summary
 
         self.progress.close()
-        if self.spec.train.checkpoint.save_hf and self.spec.rollout.weight_sync == "nccl":
-            tmp = self.tp.final_model.with_name(".final_model.tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            self.actor.call("export", str(tmp))  # nccl sync writes no exports: write the final one now
-            shutil.rmtree(self.tp.final_model, ignore_errors=True)
-            os.replace(tmp, self.tp.final_model)
-        elif self.spec.train.checkpoint.save_hf and self.last_export is not None:
-            tmp = self.tp.final_model.with_name(".final_model.tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(self.last_export, tmp)
-            shutil.rmtree(self.tp.final_model, ignore_errors=True)
-            os.replace(tmp, self.tp.final_model)
+        if self.spec.train.checkpoint.save_hf:
+            if self.spec.rollout.weight_sync == "nccl":  # collective sync writes no exports: write one now
+                self._write_final_model(lambda tmp: self.actor.call("export", str(tmp)))
+            elif self.last_export is not None:
+                self._write_final_model(lambda tmp: shutil.copytree(self.last_export, tmp))
         final = final_metrics(self.metrics.rows, wall_s=time.monotonic() - self.t0)
         write_summary(self.tp.summary, final)
         plot_curve(self.metrics.rows, self.tp.plots / "curve.png", title=f"{self.spec.name} (task {self.task_index})")
         self.wandb.summary(final)
         print_summary(final, title=f"{self.spec.name}: final metrics", stderr=self.json_output)
         return final
+
+    def _write_final_model(self, fill) -> None:
+        """``final_model/`` filled by ``fill(tmp_dir)`` in a temp dir, then renamed: complete or absent."""
+        tmp = self.tp.final_model.with_name(".final_model.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        fill(tmp)
+        shutil.rmtree(self.tp.final_model, ignore_errors=True)
+        os.replace(tmp, self.tp.final_model)
 
     def teardown(self, *, node_lost: bool = False) -> None:
         """Stop what this run started; after a lost node only what is local (graceful stops of actors
