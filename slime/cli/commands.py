@@ -187,10 +187,8 @@ def _type_text(sub: dict, root: dict) -> str:
 
 
 def explain(args: argparse.Namespace) -> int:
-    import difflib
-
     from slime.spec.load import parse_path
-    from slime.spec.schema import _deref, dotted, field_names, schema_for, subschema  # noqa: PLC2701
+    from slime.spec.schema import _deref, did_you_mean, dotted, field_names, schema_for, subschema  # noqa: PLC2701
 
     root = schema_for("slime/v1")
     path = parse_path(args.field)
@@ -198,8 +196,8 @@ def explain(args: argparse.Namespace) -> int:
     if sub is None:
         parent = path[:-1]
         names = field_names("slime/v1", parent) if parent else list(root["$defs"]["Spec"]["properties"])
-        close = difflib.get_close_matches(str(path[-1]) if path else "", names, n=1)
-        hint = f" did you mean '{dotted(parent + (close[0],))}'?" if close else ""
+        close = did_you_mean(str(path[-1]) if path else "", names)
+        hint = f" did you mean '{dotted(parent + (close,))}'?" if close else ""
         _error(args.json, "usage", f"'{args.field}' is not a spec field.{hint} Fields here: {', '.join(names)}")
         return EXIT_SPEC
     desc = sub.get("description") or _deref(sub, root).get("description", "")

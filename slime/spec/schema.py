@@ -145,10 +145,34 @@ def _osa_distance(a: str, b: str) -> int:
     return prev[len(b)]
 
 
+# Names users bring from Megatron / slime command-line flags (``--tensor-model-parallel-size``,
+# ``--rollout-batch-size``) and common shorthands, mapped to this spec's field name. One is suggested
+# only where that field exists at the place of the error, so ``nodes`` answers ``actor_num_nodes`` in
+# ``train`` and nowhere it would be wrong; edit distance alone could never find these.
+FLAG_ALIASES = {
+    "tp": "tensor", "tensor_model_parallel_size": "tensor", "tensor_parallel_size": "tensor",
+    "pp": "pipeline", "pipeline_model_parallel_size": "pipeline", "pipeline_parallel_size": "pipeline",
+    "cp": "context", "context_parallel_size": "context",
+    "ep": "expert", "expert_model_parallel_size": "expert", "expert_parallel_size": "expert",
+    "sp": "sequence_parallel",
+    "actor_num_nodes": "nodes", "actor_num_gpus_per_node": "gpus_per_node",
+    "rollout_num_gpus": "gpus", "rollout_num_gpus_per_engine": "gpus_per_engine",
+    "rollout_batch_size": "batch_size", "num_rollout": "num_rollouts",
+    "rollout_max_prompt_len": "max_prompt_len", "rollout_max_response_len": "max_response_len",
+    "rollout_temperature": "temperature", "rollout_top_p": "top_p", "rollout_top_k": "top_k",
+    "advantage_estimator": "estimator", "hf_checkpoint": "path", "prompt_data": "prompts",
+    "rm_type": "type",
+}
+
+
 def did_you_mean(word: str, options: list[str]) -> str | None:
-    """The option closest to ``word`` (a typo, a swap, a missing letter), or None if none is close."""
+    """The option closest to ``word`` (a typo, a swap, a missing letter, a flag name from
+    :data:`FLAG_ALIASES`), or None if none is close."""
     if not options:
         return None
+    alias = FLAG_ALIASES.get(word.lower().lstrip("-").replace("-", "_"))
+    if alias in options:
+        return alias
     lowered = word.lower()
     best = min(options, key=lambda o: (_osa_distance(lowered, o.lower()),
                                        -difflib.SequenceMatcher(None, lowered, o.lower()).ratio()))

@@ -107,6 +107,27 @@ def test_unknown_keys_say_did_you_mean(typo, path, suggestion):
     assert (p.origin.line, p.origin.col) == at(text, path)
 
 
+@pytest.mark.parametrize("key, suggestion", [
+    ("train.parallel.tp", "tensor"),
+    ("train.parallel.pipeline-model-parallel-size", "pipeline"),
+    ("train.parallel.cp", "context"),
+    ("train.actor_num_gpus_per_node", "gpus_per_node"),
+    ("rollout.rollout_batch_size", "batch_size"),
+    ("rollout.num_rollout", "num_rollouts"),
+    ("algorithm.advantage_estimator", "estimator"),
+])
+def test_megatron_and_slime_flag_names_suggest_the_spec_field(key, suggestion):
+    """Edit distance cannot find 'tensor' for 'tp'; users coming from Megatron/slime flags get the field."""
+    p = only(problems(spec(G, **{key: 2})))
+    assert p.message == f"unknown field '{key.rsplit('.', 1)[-1]}'"
+    assert p.hint.startswith(f"did you mean '{suggestion}'?"), p.hint
+
+
+def test_a_flag_alias_is_not_suggested_where_its_field_does_not_exist():
+    p = only(problems(spec(G, **{"rollout.tp": 2})))  # rollout has no 'tensor' (that is train.parallel)
+    assert "did you mean 'tensor'" not in p.hint and "valid keys here:" in p.hint
+
+
 def test_unknown_key_without_a_close_match_lists_the_valid_keys():
     p = only(problems(spec(G, **{"rollout.zzzz": 1})))
     assert "did you mean" not in p.hint and "temperature" in p.hint and "batch_size" in p.hint
