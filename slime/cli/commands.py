@@ -8,6 +8,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 from slime.errors import InfraError
 from slime.spec import SpecError
@@ -78,7 +79,7 @@ def _error(as_json: bool, kind: str, message: str) -> None:
         _console(stderr=True).print(f"[red]{kind} error:[/] {escape(message)}")
 
 
-def _load(args: argparse.Namespace, *, check_paths: bool = False):
+def _load(args: argparse.Namespace, *, check_paths: bool | Literal["warn"] = False):
     from slime.spec import load_spec
 
     return load_spec(args.spec, overrides=args.overrides, check_paths=check_paths)
@@ -112,18 +113,22 @@ def validate(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------- compile / submit
-def _compile(args: argparse.Namespace, *, preflight_only: bool = False, force: bool = False):
+def _compile(args: argparse.Namespace, *, preflight_only: bool = False, force: bool = False,
+             preview: bool = False):
     from launchers import get_launcher
     from launchers.base import SubmitOptions
 
-    loaded = _load(args, check_paths=True)
+    # A preview may run where the job's files are not (a laptop, for a cluster's paths): warn, don't refuse.
+    loaded = _load(args, check_paths="warn" if preview else True)
     launcher = get_launcher(loaded.spec.cluster.launcher)
     options = SubmitOptions(preflight_only=preflight_only, force=force)
     return loaded, launcher, options, launcher.compile(loaded, options)
 
 
 def render(args: argparse.Namespace) -> int:
-    loaded, _, _, request = _compile(args)
+    # submit --dry-run lands here too: show what that submit would run (--preflight-only changes the script)
+    loaded, _, _, request = _compile(args, preflight_only=getattr(args, "preflight_only", False),
+                                     force=getattr(args, "force", False), preview=True)
     if args.json:
         print(json.dumps({"launcher": request.launcher, "run_dir": str(request.run_dir),
                           "files": {p: c for p, c, _ in request.files}, "command": list(request.command)}, indent=2))
@@ -134,9 +139,9 @@ def render(args: argparse.Namespace) -> int:
 
 
 def submit(args: argparse.Namespace) -> int:
-    loaded, launcher, options, request = _compile(args, preflight_only=args.preflight_only, force=args.force)
     if args.dry_run:
         return render(args)
+    loaded, launcher, options, request = _compile(args, preflight_only=args.preflight_only, force=args.force)
     if not args.json:
         print_problems(list(loaded.warnings))
     submission = launcher.submit(request, options)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
-from typing import Any
+from typing import Any, Literal
 
 from slime.spec.errors import Origin, Problem, SpecError
 from slime.spec.overrides import apply_value, parse_override, parse_path, remark
@@ -22,6 +22,8 @@ from slime.spec.schema import SUPPORTED_VERSIONS, dotted, origin_of, schema_prob
 from slime.spec.sweep import expand
 from slime.spec.values import normalise
 from slime.spec.yamlmarks import Marks, load_yaml
+
+PathCheck = bool | Literal["warn"]  # see load_spec
 
 __all__ = ["LoadedSpec", "Task", "load_spec", "load_spec_text", "parse_override", "parse_path"]
 
@@ -78,7 +80,7 @@ def _msgspec_problem(text: str, marks: Marks, task: int | None) -> Problem:
                    hint=f"expected: {sub['description']}" if sub.get("description") else None)
 
 
-def _typed(api_version: str, data: dict, base_dir: FsPath, marks: Marks, *, check_paths: bool,
+def _typed(api_version: str, data: dict, base_dir: FsPath, marks: Marks, *, check_paths: PathCheck,
            task: int | None) -> tuple[Any, list[Problem]]:
     import msgspec
 
@@ -162,7 +164,7 @@ def _apply_overrides(data: Any, marks: Marks, overrides: tuple[str, ...] | list[
     return problems
 
 
-def _sweep_tasks(api_version: str, data: dict, marks: Marks, base_dir: FsPath, check_paths: bool,
+def _sweep_tasks(api_version: str, data: dict, marks: Marks, base_dir: FsPath, check_paths: PathCheck,
                  points: list[dict[str, Any]]) -> tuple[list[Task], list[Problem]]:
     import msgspec
 
@@ -186,14 +188,14 @@ def _sweep_tasks(api_version: str, data: dict, marks: Marks, base_dir: FsPath, c
         spec = None
         if not errors:
             spec, errors = _typed(api_version, task_data, base_dir, task_marks,
-                                  check_paths=check_paths and index == 0, task=index)
+                                  check_paths=check_paths if index == 0 else False, task=index)
         per_task.append(errors)
         tasks.append(Task(index=index, overrides=point, spec=spec))
     return tasks, _collapse(per_task)
 
 
 def load_spec_text(text: str, *, file: str = "<spec>", base_dir: FsPath | None = None,
-                   overrides: tuple[str, ...] | list[str] = (), check_paths: bool = False) -> LoadedSpec:
+                   overrides: tuple[str, ...] | list[str] = (), check_paths: PathCheck = False) -> LoadedSpec:
     """Validate and resolve spec text (``file`` names it in messages; relative paths resolve against ``base_dir``)."""
     try:
         return _load_text(text, file, base_dir or FsPath.cwd(), overrides, check_paths)
@@ -203,7 +205,7 @@ def load_spec_text(text: str, *, file: str = "<spec>", base_dir: FsPath | None =
 
 
 def _load_text(text: str, file: str, base_dir: FsPath, overrides: tuple[str, ...] | list[str],
-               check_paths: bool) -> LoadedSpec:
+               check_paths: PathCheck) -> LoadedSpec:
     data, marks = load_yaml(text, file)
     problems = _apply_overrides(data, marks, overrides, file)
     api_version, vproblems = _version(data, marks, file)
@@ -240,8 +242,12 @@ def _load_text(text: str, file: str, base_dir: FsPath, overrides: tuple[str, ...
 
 
 def load_spec(path: str | FsPath, *, overrides: tuple[str, ...] | list[str] = (),
-              check_paths: bool = False) -> LoadedSpec:
-    """Load, validate and resolve the spec file at ``path`` (raises SpecError with every problem)."""
+              check_paths: PathCheck = False) -> LoadedSpec:
+    """Load, validate and resolve the spec file at ``path`` (raises SpecError with every problem).
+
+    ``check_paths``: local data/model paths must exist (True), a missing one is a warning (``"warn"``:
+    previews such as ``render``, where the files may live only on the cluster), or unchecked (False).
+    """
     p = FsPath(path)
     try:
         text = p.read_text()

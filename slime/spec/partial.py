@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import functools
 from pathlib import Path as FsPath
-from typing import Any
+from typing import Any, Literal
 
 from slime.spec.errors import Problem
 from slime.spec.overrides import parse_path
@@ -102,7 +102,7 @@ def _tainted(cut: set[Path]) -> set[Path]:
 
 
 def independent_rule_problems(data: dict, marks: Marks, schema_problems: list[Problem], base_dir: FsPath,
-                              *, check_paths: bool = False) -> list[Problem]:
+                              *, check_paths: bool | Literal["warn"] = False) -> list[Problem]:
     """Rule problems of ``data`` that no field with a schema problem can have caused (see the module doc)."""
     import msgspec
 

@@ -356,17 +356,19 @@ def check_raw(spec: Spec) -> list[Finding]:
     return [f for fn in RAW_RULES for f in fn(spec)]
 
 
-def all_rules(*, check_paths: bool = False) -> list[tuple[Literal["error", "warning"], Rule]]:
-    """Every rule of the resolved spec with its severity (``check`` runs these)."""
+def all_rules(*, check_paths: bool | Literal["warn"] = False) -> list[tuple[Literal["error", "warning"], Rule]]:
+    """Every rule of the resolved spec with its severity (``check`` runs these); ``check_paths``:
+    local files must exist (True), or a missing one is only a warning (``"warn"``, for previews)."""
     out: list[tuple[Literal["error", "warning"], Rule]] = [("error", fn) for fn in RULES]
     out += [("warning", fn) for fn in WARNINGS]
     if check_paths:
-        out.append(("error", _paths))
+        out.append(("warning" if check_paths == "warn" else "error", _paths))
     return out
 
 
-def check(spec: Spec, *, check_paths: bool = False) -> list[tuple[Literal["error", "warning"], Finding]]:
-    """Run every rule; with ``check_paths`` also require local files to exist."""
+def check(spec: Spec, *, check_paths: bool | Literal["warn"] = False
+          ) -> list[tuple[Literal["error", "warning"], Finding]]:
+    """Run every rule; with ``check_paths`` also check that local files exist (see :func:`all_rules`)."""
     return [(severity, f) for severity, fn in all_rules(check_paths=check_paths) for f in fn(spec)]
 
 

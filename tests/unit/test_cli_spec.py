@@ -71,6 +71,21 @@ def test_render_and_submit_reject_bad_specs_before_anything_runs(tmp_path, args)
     assert list(tmp_path.iterdir()) == [target]  # no run dir was created
 
 
+@pytest.mark.parametrize("args", [["render"], ["submit", "--dry-run"]])
+def test_a_preview_warns_about_missing_cluster_paths_where_submit_refuses(tmp_path, args):
+    """GPU_SPEC's /models and /data exist only on a cluster: a preview from a laptop still shows the script."""
+    target = write(tmp_path, spec(GPU_SPEC, **{"logging.dir": str(tmp_path / "runs")}))
+    proc = cli(*args, str(target))
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: data.prompts: file not found: /data/prompts.jsonl" in proc.stderr
+    assert "warning: model.path: checkpoint directory not found" in proc.stderr
+    assert "#SBATCH" in proc.stdout and "nothing was submitted" not in proc.stderr
+    assert list(tmp_path.iterdir()) == [target]  # a preview creates nothing
+    proc = cli("submit", str(target))
+    assert proc.returncode == 2 and "error: data.prompts: file not found" in proc.stderr
+    assert "nothing was submitted" in proc.stderr and list(tmp_path.iterdir()) == [target]
+
+
 def test_bare_spec_argument_means_submit(tmp_path):
     proc = cli(str(tmp_path / "nope.yaml"))
     assert proc.returncode == 2 and "spec file not found" in proc.stderr and "Traceback" not in proc.stderr
