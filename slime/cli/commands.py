@@ -193,16 +193,22 @@ def _type_text(sub: dict, root: dict) -> str:
 
 def explain(args: argparse.Namespace) -> int:
     from slime.spec.load import parse_path
-    from slime.spec.schema import _deref, did_you_mean, dotted, field_names, schema_for, subschema  # noqa: PLC2701
+    from slime.spec.schema import _deref, dotted, field_names, schema_for, subschema, suggest_field  # noqa: PLC2701
 
     root = schema_for("slime/v1")
     path = parse_path(args.field)
     sub = subschema("slime/v1", path)
     if sub is None:
         parent = path[:-1]
+        if parent and (subschema("slime/v1", parent) or {}).get("type") == "array":  # data.eval.name
+            item = dotted(parent + (0,) + path[-1:])
+            _error(args.json, "usage", f"'{dotted(parent)}' is a list: name an item's field, e.g. '{item}'")
+            return EXIT_SPEC
         names = field_names("slime/v1", parent) if parent else list(root["$defs"]["Spec"]["properties"])
-        close = did_you_mean(str(path[-1]) if path else "", names)
-        hint = f" did you mean '{dotted(parent + (close,))}'?" if close else ""
+        close = suggest_field(str(path[-1]) if path else "", parent, names)
+        if close is not None and "." not in close:
+            close = dotted(parent + (close,))
+        hint = f" did you mean '{close}'?" if close else ""
         _error(args.json, "usage", f"'{args.field}' is not a spec field.{hint} Fields here: {', '.join(names)}")
         return EXIT_SPEC
     desc = sub.get("description") or _deref(sub, root).get("description", "")

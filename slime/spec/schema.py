@@ -23,7 +23,7 @@ SUPPORTED_VERSIONS = ("slime/v1",)
 SCHEMA_DIR = FsPath(__file__).with_name("schema")
 
 __all__ = ["SUPPORTED_VERSIONS", "schema_for", "schema_problems", "value_problems", "subschema", "origin_of", "dotted",
-           "dump_schema", "field_names", "generate_schema", "did_you_mean"]
+           "dump_schema", "field_names", "generate_schema", "did_you_mean", "suggest_field"]
 
 
 def generate_schema(api_version: str = "slime/v1") -> dict[str, Any]:
@@ -146,33 +146,49 @@ def _osa_distance(a: str, b: str) -> int:
 
 
 # Names users bring from Megatron / slime command-line flags (``--tensor-model-parallel-size``,
-# ``--rollout-batch-size``) and common shorthands, mapped to this spec's field name. One is suggested
-# only where that field exists at the place of the error, so ``nodes`` answers ``actor_num_nodes`` in
-# ``train`` and nowhere it would be wrong; edit distance alone could never find these.
+# ``--rollout-batch-size``) and common shorthands, with the spec field each one is. Edit distance alone
+# could never find these (``tp`` is nowhere near ``tensor``).
 FLAG_ALIASES = {
-    "tp": "tensor", "tensor_model_parallel_size": "tensor", "tensor_parallel_size": "tensor",
-    "pp": "pipeline", "pipeline_model_parallel_size": "pipeline", "pipeline_parallel_size": "pipeline",
-    "cp": "context", "context_parallel_size": "context",
-    "ep": "expert", "expert_model_parallel_size": "expert", "expert_parallel_size": "expert",
-    "sp": "sequence_parallel",
-    "actor_num_nodes": "nodes", "actor_num_gpus_per_node": "gpus_per_node",
-    "rollout_num_gpus": "gpus", "rollout_num_gpus_per_engine": "gpus_per_engine",
-    "rollout_batch_size": "batch_size", "num_rollout": "num_rollouts",
-    "rollout_max_prompt_len": "max_prompt_len", "rollout_max_response_len": "max_response_len",
-    "rollout_temperature": "temperature", "rollout_top_p": "top_p", "rollout_top_k": "top_k",
-    "advantage_estimator": "estimator", "hf_checkpoint": "path", "prompt_data": "prompts",
-    "rm_type": "type",
+    "tp": "train.parallel.tensor", "tensor_model_parallel_size": "train.parallel.tensor",
+    "tensor_parallel_size": "train.parallel.tensor",
+    "pp": "train.parallel.pipeline", "pipeline_model_parallel_size": "train.parallel.pipeline",
+    "pipeline_parallel_size": "train.parallel.pipeline",
+    "cp": "train.parallel.context", "context_parallel_size": "train.parallel.context",
+    "ep": "train.parallel.expert", "expert_model_parallel_size": "train.parallel.expert",
+    "expert_parallel_size": "train.parallel.expert", "sp": "train.parallel.sequence_parallel",
+    "actor_num_nodes": "train.nodes", "actor_num_gpus_per_node": "train.gpus_per_node",
+    "lr": "train.optimizer.lr", "rollout_num_gpus": "rollout.gpus",
+    "rollout_num_gpus_per_engine": "rollout.gpus_per_engine",
+    "rollout_batch_size": "rollout.batch_size", "num_rollout": "rollout.num_rollouts",
+    "num_rollouts": "rollout.num_rollouts", "n_samples_per_prompt": "rollout.n_samples_per_prompt",
+    "rollout_max_prompt_len": "rollout.max_prompt_len", "rollout_max_response_len": "rollout.max_response_len",
+    "rollout_temperature": "rollout.temperature", "rollout_top_p": "rollout.top_p",
+    "rollout_top_k": "rollout.top_k", "temperature": "rollout.temperature",
+    "global_batch_size": "train.global_batch_size", "micro_batch_size": "train.micro_batch_size",
+    "advantage_estimator": "algorithm.estimator", "estimator": "algorithm.estimator",
+    "kl_loss_coef": "algorithm.kl_loss_coef", "eps_clip": "algorithm.eps_clip",
+    "hf_checkpoint": "model.path", "prompt_data": "data.prompts", "rm_type": "reward.type",
 }
 
 
+def suggest_field(word: str, at: Path, options: list[str]) -> str | None:
+    """What to suggest for an unknown key ``word`` under ``at`` (valid keys there: ``options``).
+
+    A flag name from :data:`FLAG_ALIASES` answers with its field: the bare name where that field is at
+    ``at``, otherwise its full dotted path (``tp`` under ``train`` → ``train.parallel.tensor``). Any other
+    word gets :func:`did_you_mean` among ``options``.
+    """
+    target = FLAG_ALIASES.get(word.lower().lstrip("-").replace("-", "_"))
+    if target is not None:
+        parent, _, name = target.rpartition(".")
+        return name if parent == dotted(at) and name in options else target
+    return did_you_mean(word, options)
+
+
 def did_you_mean(word: str, options: list[str]) -> str | None:
-    """The option closest to ``word`` (a typo, a swap, a missing letter, a flag name from
-    :data:`FLAG_ALIASES`), or None if none is close."""
+    """The option closest to ``word`` (a typo, a swap, a missing letter), or None if none is close."""
     if not options:
         return None
-    alias = FLAG_ALIASES.get(word.lower().lstrip("-").replace("-", "_"))
-    if alias in options:
-        return alias
     lowered = word.lower()
     best = min(options, key=lambda o: (_osa_distance(lowered, o.lower()),
                                        -difflib.SequenceMatcher(None, lowered, o.lower()).ratio()))
@@ -207,6 +223,7 @@ def _leaf_error(error):
 def schema_problems(api_version: str, data: Any, marks: Marks, *, task: int | None = None) -> list[Problem]:
     """Every JSON Schema violation in ``data``, as problems with origins and hints."""
     problems: list[Problem] = []
+    reported_missing: set[tuple[Path, str]] = set()
     for error in _validator(api_version).iter_errors(data):
         parent_path: Path = tuple(error.absolute_path)
         description = error.schema.get("description")
@@ -217,13 +234,16 @@ def schema_problems(api_version: str, data: Any, marks: Marks, *, task: int | No
         if v == "additionalProperties":
             allowed = list(err.schema.get("properties", {}))
             for key in sorted(set(err.instance) - set(allowed)):
-                close = did_you_mean(key, allowed)
+                close = suggest_field(key, path, allowed)
                 hint = (f"did you mean '{close}'? " if close else "") + f"valid keys here: {', '.join(allowed)}"
                 problems.append(Problem(path=dotted(path + (key,)), message=f"unknown field '{key}'", hint=hint,
                                         origin=origin_of(path + (key,), marks), task=task))
             continue
         if v == "required":
-            missing = [k for k in err.validator_value if k not in err.instance]
+            # jsonschema yields one error per missing key, each naming the whole list: report each key once
+            missing = [k for k in err.validator_value if k not in err.instance
+                       and (path, k) not in reported_missing]
+            reported_missing.update((path, k) for k in missing)
             for key in missing:
                 sub = err.schema.get("properties", {}).get(key, {})
                 desc = _deref(sub, schema_for(api_version)).get("description") or sub.get("description")

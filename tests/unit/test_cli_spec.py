@@ -205,3 +205,13 @@ def test_explain_a_typo_suggests_the_field(capsys):
     rc, out, _ = run(capsys, "explain", "rollout.temprature", "--json")
     doc = json.loads(out)
     assert rc == 2 and doc["ok"] is False and "did you mean" in doc["message"]
+
+
+@pytest.mark.parametrize("field, words", [
+    ("tp", "did you mean 'train.parallel.tensor'?"),
+    ("train.rollout_batch_size", "did you mean 'rollout.batch_size'?"),
+    ("data.eval.name", "'data.eval' is a list: name an item's field, e.g. 'data.eval[0].name'"),
+])
+def test_explain_answers_flag_names_and_list_fields(capsys, field, words):
+    rc, _, err = run(capsys, "explain", field)
+    assert rc == 2 and words in err, err

@@ -123,9 +123,28 @@ def test_megatron_and_slime_flag_names_suggest_the_spec_field(key, suggestion):
     assert p.hint.startswith(f"did you mean '{suggestion}'?"), p.hint
 
 
-def test_a_flag_alias_is_not_suggested_where_its_field_does_not_exist():
-    p = only(problems(spec(G, **{"rollout.tp": 2})))  # rollout has no 'tensor' (that is train.parallel)
-    assert "did you mean 'tensor'" not in p.hint and "valid keys here:" in p.hint
+@pytest.mark.parametrize("key, suggestion", [
+    ("rollout.tp", "train.parallel.tensor"),  # rollout has no 'tensor': name the field's full path
+    ("train.rollout_batch_size", "rollout.batch_size"),  # not train.micro_batch_size, the closest spelling
+    ("tp", "train.parallel.tensor"),
+    ("train.temperature", "rollout.temperature"),
+])
+def test_a_flag_name_in_the_wrong_section_is_answered_with_its_full_path(key, suggestion):
+    p = only(problems(spec(G, **{key: 2})))
+    assert p.hint.startswith(f"did you mean '{suggestion}'?") and "valid keys here:" in p.hint, p.hint
+
+
+def test_every_flag_alias_names_a_real_field():
+    from slime.spec.schema import FLAG_ALIASES, subschema
+    from slime.spec.overrides import parse_path
+
+    assert all(subschema("slime/v1", parse_path(target)) is not None for target in FLAG_ALIASES.values())
+
+
+def test_each_missing_required_field_is_reported_once():
+    found = problems({"apiVersion": "slime/v1"})
+    paths = [p.path for p in found]
+    assert sorted(paths) == sorted(set(paths)) and {"kind", "name", "model", "data"} <= set(paths), paths
 
 
 def test_unknown_key_without_a_close_match_lists_the_valid_keys():

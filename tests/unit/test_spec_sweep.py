@@ -48,6 +48,8 @@ def test_tasks_are_resolved_each_on_their_own():
     ("rollout.temprature", "rollout.temperature"),
     ("train.optimizer.llr", "train.optimizer.lr"),
     ("train.optimzer.lr", "train.optimizer.lr"),
+    ("train.parallel.tp", "train.parallel.tensor"),  # a Megatron flag name, in place
+    ("train.lr", "train.optimizer.lr"),  # ... and one level off: its full path
 ])
 def test_grid_keys_must_be_field_paths(key, suggestion):
     text = to_yaml(with_grid({key: [1, 2]}))
