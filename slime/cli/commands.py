@@ -239,7 +239,14 @@ def import_slime_args(args: argparse.Namespace) -> int:
     text = read_source(args.file)
     result = convert_slime_args(text, name=args.name)
     if args.output:
-        Path(args.output).write_text(result.yaml)
+        from slime.paths import atomic_write
+
+        try:
+            atomic_write(Path(args.output), result.yaml)
+        except OSError as exc:
+            _error(args.json, "usage", f"cannot write -o {args.output}: {exc.strerror or exc}; "
+                   "give a file path in an existing, writable directory")
+            return EXIT_SPEC
     elif not args.json:
         sys.stdout.write(result.yaml)
     if args.json:

@@ -349,6 +349,20 @@ def test_cli_writes_a_spec_that_validates(tmp_path, capsys):
     assert main(["validate", str(out)]) == 0
 
 
+@pytest.mark.parametrize("where", ["a-file/job.yaml", "."])
+def test_cli_output_that_cannot_be_written_is_a_usage_error(tmp_path, capsys, where):
+    (tmp_path / "a-file").write_text("x")
+    assert main(["import-slime-args", str(COLOCATED), "-o", str(tmp_path / where)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write -o" in err and "Traceback" not in err and "internal error" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]  # nothing half-written
+
+
+def test_cli_output_into_a_new_directory_creates_it(tmp_path):
+    out = tmp_path / "new" / "job.yaml"
+    assert main(["import-slime-args", str(COLOCATED), "-o", str(out)]) == 0 and out.read_text().startswith("#")
+
+
 def test_cli_prints_yaml_and_json_report(capsys):
     assert main(["import-slime-args", str(DISAGG), "--name", "disagg-job"]) == 0
     out = capsys.readouterr().out
