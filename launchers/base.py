@@ -41,6 +41,7 @@ class Request:
     files: tuple[tuple[str, str, int], ...]  # (path relative to run_dir, content, mode)
     command: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()  # the spec's --set overrides (spec.yaml is the file as given)
 
     def file(self, rel: str) -> str:
         for path, content, _ in self.files:
@@ -51,6 +52,8 @@ class Request:
     def render(self) -> str:
         """Human-readable dry run: every file with its content, then the command."""
         out = [f"# launcher: {self.launcher}", f"# run dir: {self.run_dir}"]
+        if self.overrides:
+            out.append("# overrides: " + " ".join(f"--set {o}" for o in self.overrides))
         for note in self.notes:
             out.append(f"# {note}")
         for path, content, _ in self.files:
@@ -109,9 +112,16 @@ def run_files(loaded: LoadedSpec, run_dir: Path) -> list[tuple[str, str, int]]:
 
 
 def default_run_dir(loaded: LoadedSpec, options: SubmitOptions) -> Path:
-    name = options.run_name or new_run_name(loaded.spec.name, loaded.text)
+    # The hash is of the resolved spec, --set overrides included: one file submitted with different
+    # overrides in the same second (a `for lr in ...` loop) gets one run dir per submit.
+    resolved = json.dumps(msgspec.to_builtins(loaded.spec), sort_keys=True)
+    name = options.run_name or new_run_name(loaded.spec.name, resolved)
     return Path(loaded.spec.logging.dir) / name
 
 
 def create_run_dir(request: Request) -> RunPaths:
-    return RunPaths.create(request.run_dir.parent, request.run_dir.name, request.files)
+    try:
+        return RunPaths.create(request.run_dir.parent, request.run_dir.name, request.files)
+    except FileExistsError:
+        raise InfraError(f"run dir {request.run_dir} already exists: the same resolved spec was submitted "
+                         "twice within one second (--force); submit again") from None

@@ -96,7 +96,7 @@ class LocalLauncher:
             notes.append(f"{len(loaded.tasks)} sweep tasks run one after another (the command below with "
                          f"--task 0 .. {len(loaded.tasks) - 1})")
         return Request(launcher=self.name, run_dir=run_dir, files=tuple(run_files(loaded, run_dir)),
-                       command=command, notes=tuple(notes))
+                       command=command, notes=tuple(notes), overrides=loaded.overrides)
 
     def submit(self, request: Request, options: SubmitOptions) -> Submission:
         from slime.provenance import refuse_duplicate, write_lock

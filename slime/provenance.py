@@ -210,6 +210,7 @@ def build_lock(request: Any, options: Any, *, spec_path: Path | None = None,
         "created_at": time.time(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "spec": {"path": str(Path(spec_path).resolve()) if spec_path else None, "files": files,
+                 "overrides": [redact(o, secrets) for o in getattr(request, "overrides", ())],
                  "tasks": sum(1 for rel in files if rel.startswith("tasks/")),
                  "resolved": redact_spec(resolved, secrets)},
         "slime_submit": {"version": _slime_version(), "path": str(Path(__file__).resolve().parents[1])},
@@ -253,7 +254,8 @@ def read_lock(run_dir: Path) -> dict[str, Any]:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
         raise InfraError(f"{run_dir} has no lock.json (a run submitted before provenance was recorded, or not a "
-                         "run dir); submit its spec.yaml again instead") from None
+                         "run dir); submit its spec.yaml again instead, with the --set overrides it had (its "
+                         "resolved.json holds the values that ran)") from None
     except (OSError, ValueError) as exc:
         raise InfraError(f"cannot read {path}: {exc}") from None
     if not isinstance(doc, dict) or doc.get("format") != LOCK_FORMAT:
@@ -379,7 +381,8 @@ def loaded_from_run(paths: RunPaths, lock: dict[str, Any]):
             spec = replace(spec, train=replace(spec.train, checkpoint=replace(spec.train.checkpoint, dir=None)))
         tasks.append(Task(index=i, overrides=doc.get("overrides") or {}, spec=spec))
     source = Path(lock["spec"]["path"]) if (lock.get("spec") or {}).get("path") else paths.spec
-    return LoadedSpec(source=source, text=text, spec=base, tasks=tuple(tasks))
+    return LoadedSpec(source=source, text=text, spec=base, tasks=tuple(tasks),
+                      overrides=tuple((lock.get("spec") or {}).get("overrides") or ()))
 
 
 def rerun_extra(paths: RunPaths, lock: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:

@@ -60,7 +60,8 @@ class SlurmLauncher:
             notes.append(f"{len(loaded.tasks)} sweep task(s) as a job array; split into several arrays at submit "
                          "time if the cluster's MaxArraySize is smaller")
         return Request(launcher=self.name, run_dir=run_dir, files=tuple(files),
-                       command=("sbatch", "--parsable", str(RunPaths(run_dir).script)), notes=tuple(notes))
+                       command=("sbatch", "--parsable", str(RunPaths(run_dir).script)), notes=tuple(notes),
+                       overrides=loaded.overrides)
 
     def submit(self, request: Request, options: SubmitOptions) -> Submission:
         cluster.require_sbatch()

@@ -46,6 +46,7 @@ class LoadedSpec:
     spec: Any  # the resolved base Spec (sweep not applied)
     tasks: tuple[Task, ...]
     warnings: tuple[Problem, ...] = field(default=())
+    overrides: tuple[str, ...] = ()  # the --set PATH=VALUE texts applied to ``text`` (recorded in lock.json)
 
     @property
     def is_sweep(self) -> bool:
@@ -238,7 +239,7 @@ def _load_text(text: str, file: str, base_dir: FsPath, overrides: tuple[str, ...
     if any(p.severity == "error" for p in problems):
         raise SpecError(problems)
     return LoadedSpec(source=FsPath(file), text=text, spec=base, tasks=tuple(tasks),
-                      warnings=tuple(p for p in problems if p.severity == "warning"))
+                      warnings=tuple(p for p in problems if p.severity == "warning"), overrides=tuple(overrides))
 
 
 def load_spec(path: str | FsPath, *, overrides: tuple[str, ...] | list[str] = (),

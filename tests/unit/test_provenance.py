@@ -227,3 +227,26 @@ def test_rerun_rebuilds_exactly_the_recorded_specs_with_a_fresh_checkpoint_dir(s
     paths.resolved.write_text(paths.resolved.read_text().replace('"prov"', '"edited"'))
     with pytest.raises(InfraError, match="no longer matches"):
         provenance.loaded_from_run(paths, lock)
+
+
+def test_overrides_are_recorded_and_give_each_submit_its_own_run_dir(spec_file, monkeypatch):
+    """One file submitted with different --set values within one second (a `for lr in ...` loop):
+    each submit gets its own run dir, and the lock (and a rerun's lock) says which overrides ran."""
+    monkeypatch.setattr("slime.paths.time.time", lambda: 1_800_000_000.0)  # the same second for every submit
+    requests = []
+    for seed in (7, 8):
+        loaded = load_spec(str(spec_file), overrides=[f"train.seed={seed}", f"cluster.env.MY_TOKEN={ENV_SECRET}"])
+        options = SubmitOptions()
+        requests.append((SlurmLauncher().compile(loaded, options), options))
+    (first, options), (second, _) = requests
+    assert first.run_dir != second.run_dir and first.run_dir.parent == second.run_dir.parent
+    assert "# overrides: --set train.seed=7 --set cluster.env.MY_TOKEN=" in first.render()
+    paths = create_run_dir(first)
+    write_lock(paths, first, options, spec_path=spec_file)
+    lock = read_lock(paths.root)
+    assert lock["spec"]["overrides"] == ["train.seed=7", "cluster.env.MY_TOKEN=<redacted>"]
+    assert ENV_SECRET not in paths.lock.read_text()
+    assert provenance.loaded_from_run(paths, lock).overrides == tuple(lock["spec"]["overrides"])
+    # the same resolved spec twice in one second (--force): a clear error, not a traceback
+    with pytest.raises(InfraError, match="already exists: the same resolved spec was submitted twice"):
+        create_run_dir(first)
