@@ -27,9 +27,21 @@ def _yaml(typ: str):
     return y
 
 
-def _plain(node: Any, path: Path, marks: Marks, file: str) -> Any:
+# A spec has hundreds of values, a big sweep thousands. YAML aliases share one node, so a few hundred
+# bytes of nested ``&a [*b, *b, ...]`` expand to billions of values here ("billion laughs"): stop early.
+MAX_VALUES = 100_000
+
+
+class _TooBig(Exception):
+    pass
+
+
+def _plain(node: Any, path: Path, marks: Marks, file: str, seen: list[int]) -> Any:
     from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
+    seen[0] += 1
+    if seen[0] > MAX_VALUES:
+        raise _TooBig
     if isinstance(node, CommentedMap):
         out: dict[str, Any] = {}
         for key, value in node.items():
@@ -39,7 +51,7 @@ def _plain(node: Any, path: Path, marks: Marks, file: str) -> Any:
                 line, col = (node.lc.line, node.lc.col)
             k = str(key) if not isinstance(key, str) else key
             marks[path + (k,)] = Origin(file=file, line=line + 1, col=col + 1)
-            out[k] = _plain(value, path + (k,), marks, file)
+            out[k] = _plain(value, path + (k,), marks, file, seen)
         return out
     if isinstance(node, CommentedSeq):
         items = []
@@ -49,7 +61,7 @@ def _plain(node: Any, path: Path, marks: Marks, file: str) -> Any:
                 marks[path + (i,)] = Origin(file=file, line=line + 1, col=col + 1)
             except (KeyError, TypeError, AttributeError, IndexError):
                 pass
-            items.append(_plain(value, path + (i,), marks, file))
+            items.append(_plain(value, path + (i,), marks, file, seen))
         return items
     # ruamel's Scalar* subclasses of int/float/str/bool: make them plain.
     if isinstance(node, bool):
@@ -84,9 +96,14 @@ def load_yaml(text: str, file: str) -> tuple[Any, Marks]:
                                  origin=Origin(file=file), hint="spec keys are plain names")]) from None
     marks: Marks = {(): Origin(file=file, line=1, col=1)}
     try:
-        return _plain(doc, (), marks, file), marks
+        return _plain(doc, (), marks, file, [0]), marks
     except RecursionError:
         raise SpecError([_too_deep(file)]) from None
+    except _TooBig:
+        raise SpecError([Problem(path="", message=f"the YAML expands to more than {MAX_VALUES} values",
+                                 origin=Origin(file=file),
+                                 hint="a spec is far smaller; check for aliases (*name) repeated inside "
+                                      "lists they are aliases of")]) from None
 
 
 def _too_deep(file: str) -> Problem:

@@ -64,6 +64,14 @@ def test_runaway_nesting_is_a_problem_not_a_crash():
     assert "nested too deeply" in p.message
 
 
+def test_an_alias_bomb_is_a_problem_not_a_hang():
+    """A few hundred bytes of nested aliases ("billion laughs") would expand to 10**9 values."""
+    lines = ["apiVersion: slime/v1", "a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    p = only(problems("\n".join(lines) + "\n"))
+    assert "expands to more than" in p.message and "aliases" in p.hint
+
+
 def test_a_mapping_as_a_key_is_a_problem():
     p = only(problems("apiVersion: slime/v1\n? {a: {b: 1}}\n: 1\n"))
     assert "mapping key is itself a mapping" in p.message
