@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import time
@@ -336,16 +337,21 @@ def cancel(paths: RunPaths, task: int | None = None) -> dict[str, Any]:
     status = run_status(paths)
     doc = paths.read_jobs()
     local = doc.get("local") or {}
+    again = f"slime-submit cancel {shlex.quote(str(paths.root))}"
     if local.get("host") not in (None, socket.gethostname()):
-        raise InfraError(f"run {paths.root} runs on host {local.get('host')}; cancel it there")
+        raise InfraError(f"run {paths.root} runs on host {local.get('host')}; cancel it there (`{again}`)")
     running = [t for t in status.tasks if t.state == "running"]
     if task is not None:
         if task not in range(len(status.tasks)):
             raise InfraError(f"--task {task}: run {paths.root} has tasks 0..{len(status.tasks) - 1}")
+        state = status.tasks[task].state
+        if state not in ACTIVE:  # as for a finished run: nothing to do is not an error
+            return {"run_dir": str(paths.root), "cancelled": [], "tasks": [], "state": state,
+                    "message": "nothing to cancel: " + (f"task {task}'s state is unknown" if state == "unknown"
+                                                        else f"task {task} already ended ({state})")}
         if not any(t.task == task for t in running):
-            state = status.tasks[task].state
             raise InfraError(f"task {task} of {paths.root} is {state}, not running; local sweeps run one task at a "
-                             "time, so only the running task can be cancelled (cancel the whole run without --task)")
+                             f"time, so only the running task can be cancelled (cancel the whole run: `{again}`)")
         running = [t for t in running if t.task == task]
     if not running and status.state not in ACTIVE:
         return {"run_dir": str(paths.root), "cancelled": [], "state": status.state,

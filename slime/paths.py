@@ -53,6 +53,37 @@ def atomic_write(path: Path, data: str | bytes, mode: int = 0o644) -> None:
         raise
 
 
+def _json_kind(v: object) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null",
+            int: "a number", float: "a number"}.get(type(v), type(v).__name__)
+
+
+#: top-level jobs.json entries the job managers index into, and the type they need
+_JOBS_TYPES = {"launcher": str, "job_ids": list, "arrays": list, "local": dict, "cancelled": dict}
+
+
+def _jobs_shape_problem(doc: object) -> str | None:
+    """What in a parsed jobs.json is not the shape its readers index into (None: usable)."""
+    if not isinstance(doc, dict):
+        return f"holds {_json_kind(doc)}, not an object"
+    for key, kind in _JOBS_TYPES.items():
+        if key in doc and not isinstance(doc[key], kind):
+            return f'has "{key}": {_json_kind(doc[key])}, not {_json_kind(kind())}'
+    for a in doc.get("arrays") or []:
+        if not (isinstance(a, dict) and isinstance(a.get("job_id"), (str, int))
+                and all(isinstance(a.get(k), int) and not isinstance(a.get(k), bool)
+                        for k in ("first_task", "last_task"))):
+            return 'has an "arrays" entry that is not {"job_id", "first_task", "last_task"}'
+    tasks = (doc.get("local") or {}).get("tasks")
+    if tasks is not None and not (isinstance(tasks, dict) and all(isinstance(r, dict) for r in tasks.values())):
+        return 'has "local.tasks" that is not an object of per-task objects'
+    for key, kind in (("tasks", int), ("targets", str)):
+        v = (doc.get("cancelled") or {}).get(key)
+        if v is not None and not (isinstance(v, list) and all(isinstance(x, kind) for x in v)):
+            return f'has "cancelled.{key}" that is not an array of {"task numbers" if kind is int else "job ids"}'
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class TaskPaths:
     """Paths of one task (one sweep point; task 0 when there is no sweep)."""
@@ -195,10 +226,27 @@ class RunPaths:
         return sorted(int(p.name) for p in d.iterdir() if p.name.isdigit())
 
     def read_jobs(self) -> dict:
+        """``jobs.json``; ``{}`` when it is absent, unreadable or not the shape the job managers
+        index into (:meth:`jobs_problem` says which), so a damaged record reads as a missing one."""
+        return self._load_jobs()[0]
+
+    def jobs_problem(self) -> str | None:
+        """Why ``jobs.json`` is ignored ("... is not valid JSON ..."), or None (fine, or absent)."""
+        return self._load_jobs()[1]
+
+    def _load_jobs(self) -> tuple[dict, str | None]:
         try:
-            return json.loads(self.jobs.read_text())
-        except (OSError, ValueError):
-            return {}
+            text = self.jobs.read_text()
+        except FileNotFoundError:
+            return {}, None
+        except OSError as exc:
+            return {}, f"cannot be read ({exc.strerror or exc})"
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            return {}, f"is not valid JSON ({exc})"
+        problem = _jobs_shape_problem(doc)
+        return ({}, problem) if problem else (doc, None)
 
     def write_jobs(self, data: dict) -> None:
         atomic_write(self.jobs, json.dumps(data, indent=2, sort_keys=True) + "\n")

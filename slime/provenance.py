@@ -43,6 +43,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -308,7 +309,8 @@ class DuplicateRun(SpecError):
         super().__init__([Problem(
             path="", message=f"this exact spec (same resolved spec) is already {state}{jobs}, run dir {run_dir}; "
                              "refusing to submit a duplicate",
-            hint=f"watch it with `slime-submit status {run_dir}`, stop it with `slime-submit cancel {run_dir}`, "
+            hint=f"watch it with `slime-submit status {shlex.quote(str(run_dir))}`, stop it with "
+                 f"`slime-submit cancel {shlex.quote(str(run_dir))}`, "
                  "or pass --force to submit another copy")])
 
 

@@ -302,7 +302,9 @@ def task_from_run_dir(paths: RunPaths, task: int, layout: dict[int, tuple[str, i
     tp = paths.task(task)
     key = layout.get(task)
     ts = TaskStatus(task=task, source="run dir", job_id=display_id(*key) if key else None)
-    ends = [m for m in _END.finditer(_read_tail(log_path(paths, task, layout))) if int(m.group(1)) == task]
+    # no layout entry (jobs.json missing or damaged): no batch log to read, the other records still answer
+    log = _read_tail(log_path(paths, task, layout)) if task in layout else ""
+    ends = [m for m in _END.finditer(log) if int(m.group(1)) == task]
     rt = runtime_state(tp) or {}
     try:
         pre = json.loads(tp.preflight_json.read_text())
@@ -401,15 +403,21 @@ def active(paths: RunPaths) -> bool:
     return run_status(paths).state in ACTIVE
 
 
+def _task_ended(task: int, state: str) -> str:
+    return f"task {task}'s state is unknown" if state == "unknown" else f"task {task} already ended ({state})"
+
+
 def cancel(paths: RunPaths, task: int | None = None) -> dict[str, Any]:
     """``scancel`` the run's jobs (every array), or one task (``JOB_INDEX`` of its array)."""
     status = run_status(paths)
     layout = task_layout(paths.read_jobs(), len(status.tasks))
-    if task is not None and task not in layout:
+    if task is not None and task not in range(len(status.tasks)):
         raise InfraError(f"--task {task}: run {paths.root} has tasks 0..{len(status.tasks) - 1}")
     tasks = [t for t in status.tasks if t.state in ACTIVE and (task is None or t.task == task)]
+    if task is not None and tasks and task not in layout:
+        raise InfraError(f"run {paths.root} has no SLURM job for task {task} (jobs.json lists none)")
     if not tasks:
-        what = f"task {task} is {status.tasks[task].state}" if task is not None else f"the run is {status.state}"
+        what = _task_ended(task, status.tasks[task].state) if task is not None else f"the run is {status.state}"
         return {"run_dir": str(paths.root), "cancelled": [], "tasks": [], "state": status.state,
                 "message": f"nothing to cancel: {what}"}
     if task is None:

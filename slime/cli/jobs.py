@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import sys
 import time
@@ -86,10 +87,23 @@ def _launcher_of(paths) -> str:
     launcher = paths.read_jobs().get("launcher")
     if not launcher:
         try:
-            launcher = json.loads(paths.lock.read_text()).get("launcher")
+            lock = json.loads(paths.lock.read_text())
         except (OSError, ValueError):
-            launcher = None
-    return launcher or "local"
+            lock = None
+        launcher = lock.get("launcher") if isinstance(lock, dict) else None
+    return launcher if launcher and isinstance(launcher, str) else "local"
+
+
+def _warn_jobs(paths) -> str | None:
+    """Say (on stderr, so --json output stays parseable) that the run's jobs.json is ignored, and why."""
+    problem = paths.jobs_problem()
+    if not problem:
+        return None
+    from rich.markup import escape
+
+    _console(stderr=True).print(f"[yellow]warning:[/] {escape(str(paths.jobs))} {escape(problem)}; ignoring it "
+                                "(job ids and PID records unknown: the state comes from the run dir's other records)")
+    return f"{paths.jobs} {problem}; ignored"
 
 
 def find_runs(parent: Path) -> list:
@@ -192,10 +206,12 @@ def status(args: argparse.Namespace) -> int:
     from slime.provenance import update_lock_from_preflight
 
     paths, implied = resolve_target(args.target, args.dir)
+    problem = _warn_jobs(paths)
     st = _manager(_launcher_of(paths)).run_status(paths)
     task = _task_arg(args, implied, len(st.tasks))
     update_lock_from_preflight(paths.root)
     doc = st.to_json()
+    doc["problem"] = problem
     if task is not None:
         doc["tasks"] = [t for t in doc["tasks"] if t["task"] == task]
     if args.json:
@@ -242,20 +258,26 @@ def logs(args: argparse.Namespace) -> int:
     from launchers.local_jobs import ACTIVE, task_count
 
     paths, implied = resolve_target(args.target, args.dir)
+    _warn_jobs(paths)
     mgr = _manager(_launcher_of(paths))
     n = task_count(paths)
     task = _task_arg(args, implied, n)
     task = 0 if task is None else task
-    files = mgr.log_files(paths, task, args.node)
     if not args.follow:
+        files = mgr.log_files(paths, task, args.node)
         out = [{"path": str(f), "exists": f.exists(),
                 "text": _tail(f.read_text(errors="replace"), args.tail) if f.exists() else ""} for f in files]
         if args.json:
             print(json.dumps({"run_dir": str(paths.root), "task": task, "node": args.node, "files": out}, indent=2))
             return EXIT_OK
         if not any(f["exists"] for f in out):
+            from rich.markup import escape
+
             st = mgr.run_status(paths).tasks[task].state
-            _console(stderr=True).print(f"no log yet for task {task} ({st}): {', '.join(f['path'] for f in out)}")
+            follow = f"slime-submit logs -f {shlex.quote(str(paths.root))} --task {task}"
+            where = ", ".join(f["path"] for f in out)
+            _console(stderr=True).print(f"no log yet for task {task} ({st}): {escape(where)}"
+                                        + (f"; wait for it with `{escape(follow)}`" if st in ACTIVE else ""))
         for f in out:
             if f["exists"]:
                 if len(out) > 1:
@@ -265,17 +287,19 @@ def logs(args: argparse.Namespace) -> int:
         if n > 1 and args.task is None and implied is None and not args.json:
             _console(stderr=True).print(f"[dim](task {task} of {n}; --task N for another)[/]")
         return EXIT_OK
-    return _follow(paths, mgr, task, files, args, ACTIVE)
+    return _follow(paths, mgr, task, args, ACTIVE)
 
 
-def _follow(paths, mgr, task: int, files: list[Path], args: argparse.Namespace, active_states) -> int:
-    """Print new bytes as they arrive; stop once the task is no longer active (polled every ~2 s)."""
+def _follow(paths, mgr, task: int, args: argparse.Namespace, active_states) -> int:
+    """Print new bytes as they arrive; stop once the task is no longer active (polled every ~2 s).
+    The log files are listed again on every poll: a log that appears later (``logs -f`` started
+    before the job wrote one, a node that joined late) is followed from its start."""
     pos: dict[Path, int] = {}
     first = True
 
     def drain() -> None:
         nonlocal first
-        for f in files:
+        for f in mgr.log_files(paths, task, args.node):
             try:
                 size = f.stat().st_size
             except OSError:
@@ -328,6 +352,7 @@ def cancel(args: argparse.Namespace) -> int:
     if args.target is None:
         raise UsageError("cancel needs a RUN_DIR or JOB_ID (it never guesses which run to stop)")
     paths, implied = resolve_target(args.target, args.dir)
+    _warn_jobs(paths)
     task = _task_arg(args, implied, task_count(paths))
     result = _manager(_launcher_of(paths)).cancel(paths, task)
     if args.json:
@@ -360,13 +385,24 @@ def list_runs(args: argparse.Namespace) -> int:
         by_launcher.setdefault(_launcher_of(p), []).append(p)
     states: dict[Path, Any] = {}
     for launcher, group in by_launcher.items():
-        states.update(_manager(launcher).run_states(group))
-    rows = []
+        if launcher in MANAGERS:  # an unknown one is that run's problem, not the whole list's
+            states.update(_manager(launcher).run_states(group))
+    rows, notes = [], {}
     for p in runs:
-        st = states[p.root]
+        st = states.get(p.root)
+        if st is None:
+            launcher = _launcher_of(p)
+            notes[p.root] = "unknown launcher"
+            rows.append({"name": p.root.name, "run_dir": str(p.root), "launcher": launcher, "job_ids": [],
+                         "state": "unknown", "started": None, "last_step": None, "tasks": 0, "preflight_only": False,
+                         "problem": f"{p.root}: unknown launcher {launcher!r}; known: {', '.join(sorted(MANAGERS))}"})
+            continue
+        bad = p.jobs_problem()  # a damaged jobs.json reads as absent: the state shown is flagged
+        if bad:
+            notes[p.root] = "jobs.json unreadable"
         rows.append({"name": st.name, "run_dir": st.run_dir, "launcher": st.launcher, "job_ids": st.job_ids,
                      "state": st.state, "started": st.started, "last_step": st.last_step, "tasks": len(st.tasks),
-                     "preflight_only": st.preflight_only})
+                     "preflight_only": st.preflight_only, "problem": f"{p.jobs} {bad}; ignored" if bad else None})
     if args.json:
         print(json.dumps({"dir": str(Path(parent).resolve()), "runs": rows}, indent=2))
         return EXIT_OK
@@ -381,12 +417,17 @@ def list_runs(args: argparse.Namespace) -> int:
     table = Table(show_edge=False, pad_edge=False)
     for col in ("name", "run dir", "launcher", "job ids", "state", "started", "last step"):
         table.add_column(col, overflow="fold")
-    for r in rows:
-        table.add_row(escape(r["name"]), escape(Path(r["run_dir"]).name), r["launcher"],
+    for p, r in zip(runs, rows):
+        note = f" [yellow]({notes[p.root]})[/]" if p.root in notes else ""
+        table.add_row(escape(r["name"]), escape(Path(r["run_dir"]).name), escape(r["launcher"]),
                       escape(", ".join(r["job_ids"]) or "-"),
-                      _state(r["state"]) + (f" ({r['tasks']} tasks)" if r["tasks"] > 1 else ""), _when(r["started"]),
-                      "-" if r["last_step"] is None else str(r["last_step"]))
+                      _state(r["state"]) + (f" ({r['tasks']} tasks)" if r["tasks"] > 1 else "") + note,
+                      _when(r["started"]), "-" if r["last_step"] is None else str(r["last_step"]))
     con.print(table)
+    for r in rows:
+        if r["problem"]:
+            con.print(f"[yellow]warning:[/] {escape(r['problem'])}; see `slime-submit status "
+                      f"{escape(shlex.quote(r['run_dir']))}`")
     return EXIT_OK
 
 

@@ -170,3 +170,121 @@ def test_a_slurm_job_id_resolves_through_jobs_json_and_the_run_dir_answers(tmp_p
     assert t["log"] == str(paths.logs / "slurm-9876543.out")
     rc, text = run(capsys, "logs", "9876543", "--dir", str(d))
     assert "finished with exit code 0" in text
+
+
+def test_logs_follow_started_before_the_log_exists_prints_it_when_it_appears(runs, capsys):
+    """`logs -f` right after submit: the bootstrap has not written its log yet."""
+    d, old, new, proc = runs
+    log = new.task(0).node_log("vm")
+    assert not log.exists()
+
+    def job():
+        time.sleep(0.5)  # `logs -f` is polling by now, with no file to follow
+        with log.open("a") as fh:
+            fh.write("starting\n")
+        for i in range(2):
+            time.sleep(0.3)
+            with log.open("a") as fh:
+                fh.write(f"step {i}\n")
+        proc.terminate()
+        record_exit(new, 0, proc.wait())
+
+    t = threading.Thread(target=job)
+    t.start()
+    started = time.monotonic()
+    rc = main(["logs", str(new.root), "-f", "--poll", "0.1"])
+    t.join()
+    cap = capsys.readouterr()
+    assert rc == 0 and time.monotonic() - started < 20
+    assert cap.out == "starting\nstep 0\nstep 1\n"  # from the file's start, once each
+    assert "task 0 is failed; stopped following" in cap.err  # and it stopped when the task ended
+
+
+DAMAGED = {"array": "[1, 2]\n", "local not an object": {"local": [1]},
+           "local task not an object": {"local": {"tasks": {"0": "x"}}}, "arrays entry": {"arrays": [1]},
+           "cancelled tasks": {"cancelled": {"tasks": "0"}}, "not JSON": "[1, 2\n"}
+
+
+@pytest.mark.parametrize("damage", DAMAGED.values(), ids=DAMAGED.keys())
+def test_a_damaged_jobs_json_is_ignored_with_a_warning_naming_it(runs, capsys, damage):
+    d, old, new, _ = runs
+    good = old.read_jobs()
+    old.jobs.write_text(damage if isinstance(damage, str) else json.dumps({**good, **damage}))
+    rc = main(["status", str(old.root), "--json"])
+    cap = capsys.readouterr()
+    out = json.loads(cap.out)
+    # the state still comes from the run dir's other records (state.json, metrics)
+    assert rc == 0 and out["state"] == "succeeded" and out["last_step"] == 5
+    assert str(old.jobs) in out["problem"] and str(old.jobs) in cap.err and "ignoring it" in cap.err
+    rc = main(["logs", str(old.root)])
+    cap = capsys.readouterr()
+    assert rc == 0 and cap.out == "line 1\nline 2\nline 3\n" and str(old.jobs) in cap.err
+    rc, out = run(capsys, "list", "--dir", str(d), "--json")
+    assert rc == 0 and [(r["name"], r["state"]) for r in out["runs"]] == [("beta", "running"),
+                                                                          ("alpha", "succeeded")]
+    assert out["runs"][0]["problem"] is None and str(old.jobs) in out["runs"][1]["problem"]
+    rc, text = run(capsys, "list", "--dir", str(d))
+    assert rc == 0 and "beta" in text and "(jobs.json unreadable)" in text
+    assert old.read_jobs() == {}  # what every reader sees: as if there were no jobs.json
+
+
+def test_list_survives_a_slurm_run_whose_jobs_json_is_damaged_and_an_unknown_launcher(runs, capsys):
+    d, old, new, _ = runs
+    bad = make_run(d, "gamma-20260101-000200-cccccc", launcher="slurm")
+    bad.lock.write_text(json.dumps({"launcher": "slurm"}))  # what the run falls back to without jobs.json
+    bad.jobs.write_text("[1, 2]\n")
+    bad.task(0).state.write_text(json.dumps({"state": "succeeded"}))
+    other = make_run(d, "delta-20260101-000300-dddddd", launcher="pbs")
+    rc, out = run(capsys, "list", "--dir", str(d), "--json")
+    assert rc == 0
+    rows = {r["run_dir"]: r for r in out["runs"]}
+    assert len(rows) == 4 and rows[str(new.root)]["state"] == "running"
+    assert rows[str(bad.root)]["state"] == "succeeded" and str(bad.jobs) in rows[str(bad.root)]["problem"]
+    assert rows[str(other.root)]["state"] == "unknown" and "'pbs'" in rows[str(other.root)]["problem"]
+    rc, out = run(capsys, "status", str(bad.root), "--json")
+    assert rc == 0 and out["launcher"] == "slurm" and out["state"] == "succeeded"
+
+
+def test_cancel_one_finished_task_is_not_an_error(runs, capsys):
+    d, old, *_ = runs
+    rc, out = run(capsys, "cancel", str(old.root), "--task", "0", "--json")
+    assert rc == 0 and out["cancelled"] == []
+    assert out["message"] == "nothing to cancel: task 0 already ended (succeeded)"
+    rc, text = run(capsys, "cancel", str(old.root), "--task", "0")
+    assert rc == 0 and "already ended (succeeded)" in text
+    rc, out = run(capsys, "cancel", str(old.root), "--task", "1", "--json")  # no such task: still an error
+    assert rc == 2 and "tasks 0..0" in out["message"]
+
+
+def test_cancel_one_finished_slurm_task_says_it_ended(tmp_path, capsys):
+    d = tmp_path / "runs"
+    paths = make_run(d, "gamma-20260101-000200-cccccc", launcher="slurm", job_ids=["9876543"], arrays=[])
+    paths.logs.mkdir()
+    (paths.logs / "slurm-9876543.out").write_text("slime: task 0 finished with exit code 1\n")
+    rc, out = run(capsys, "cancel", str(paths.root), "--task", "0", "--json")
+    assert rc == 0 and out["message"] == "nothing to cancel: task 0 already ended (failed)"
+
+
+def test_suggested_commands_quote_a_run_dir_with_spaces(tmp_path, capsys):
+    import shlex
+
+    d = tmp_path / "my runs"
+    paths = make_run(d, "it's here")
+    paths.jobs.write_text("[]\n")
+    rc, text = run(capsys, "list", "--dir", str(d))
+    (line,) = [x for x in text.splitlines() if "slime-submit status" in x]
+    assert rc == 0 and shlex.split(line.split("`")[1]) == ["slime-submit", "status", str(paths.root)]
+    # a running task without a log yet: `logs` says how to wait for it
+    paths = make_run(d, "pending run")
+    proc = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)",
+                             str(paths.root)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        record_start(paths, 0, proc.pid)
+        rc = main(["logs", str(paths.root)])
+        err = capsys.readouterr().err
+    finally:
+        proc.kill()
+        proc.wait()
+    assert rc == 0 and "no log yet for task 0 (running)" in err
+    assert shlex.split(err.split("`")[1]) == ["slime-submit", "logs", "-f", str(paths.root), "--task", "0"]
