@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from slime.agent.sandbox.base import Sandbox
+from slime.agent.sandbox.base import Sandbox, text_problem
 from slime.registry import Registry
 
 __all__ = ["CALCULATOR", "PYTHON", "TOOLS", "Tool", "ToolResult", "get_tools"]
@@ -57,6 +57,10 @@ class Tool:
         for key in self.parameters.get("required", ()):
             if not isinstance(arguments.get(key), str):
                 return ToolResult(f"error: {self.name} needs {key!r} (a string)", ok=False)
+            # A NUL or lone surrogate (JSON "\u0000", "\ud800") cannot reach a process: the
+            # sandbox would refuse it with an exception, which must not end the rollout.
+            if (problem := text_problem(arguments[key])) is not None:
+                return ToolResult(f"error: {self.name} {key!r} {problem}", ok=False)
         return await self.runner(sandbox, arguments, timeout, max_output_chars)
 
     def openai_schema(self) -> dict[str, Any]:

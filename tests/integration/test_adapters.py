@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -357,6 +358,133 @@ def test_close_drains_in_flight_requests_and_records_nothing_after(adapter):
     assert result.refused >= 4
 
 
+def test_lone_surrogates_and_too_deep_json_are_400s_naming_the_field(adapter):
+    """JSON may carry unpaired \\ud800 escapes and nest 100000 deep; neither may reach the
+    tokenizer or the engine (they were 500s, and a 502 for a stop string)."""
+    proto = adapter.protocol_name
+    sid, token = adapter.open_session()
+    hi = [{"role": "user", "content": "hi"}]
+    stop_key = "stop" if proto == "openai" else "stop_sequences"
+    if proto == "openai":
+        call = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c0", "type": "function", "function": {"name": "calculator",
+                                                          "arguments": {"expression": "1", "note": "\ud800"}}}]}
+        answer = {"role": "tool", "tool_call_id": "c0", "content": "1"}
+        bad_call = ("messages[1].tool_calls[0].function.arguments.note", [hi[0], call, answer])
+    else:
+        call = {"role": "assistant", "content": [{"type": "tool_use", "id": "c0", "name": "calculator",
+                                                  "input": {"expression": "1", "note": "\ud800"}}]}
+        answer = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c0", "content": "1"}]}
+        bad_call = ("messages[1].content[0].input.note", [hi[0], call, answer])
+    cases = [("messages[0].content", {"messages": [{"role": "user", "content": "hi \ud800"}]}),
+             (f"{stop_key}[0]", {"messages": hi, stop_key: ["\udcff"]}),
+             (bad_call[0], {"messages": bad_call[1]})]
+    for field, payload in cases:
+        status, data = run(post(adapter, token, {"model": "m", "max_tokens": 8, **payload}))
+        assert status == 400 and error_code(proto, data) == "invalid_request", (field, data)
+        assert data["error"]["message"].startswith(f"{field}: contains '\\u") and "lone surrogate" in \
+            data["error"]["message"]
+    status, data = run(post(adapter, token, None, raw=b"[" * 100000 + b"]" * 100000))
+    assert status == 400 and "nests too deeply" in data["error"]["message"]
+    # none of them consumed a turn; the session still works
+    assert run(post(adapter, token, body(proto, hi)))[0] == 200
+    assert len(adapter.close_session(sid).records) == 1
+
+
+def test_out_of_range_seed_is_refused_before_it_reaches_a_batch(engine, tok):
+    """torch's manual_seed takes [-2**63, 2**64-1]; a seed past it used to fail the engine step
+    and abort every request batched with it (503s in other sessions)."""
+    srv = start_adapter("openai", engine.url, tok)
+    hi = [{"role": "user", "content": "hi"}]
+    try:
+        async def scenario():
+            others = [srv.open_session()[1] for _ in range(3)]
+            busy = [asyncio.create_task(post(srv, t, body("openai", [{"role": "user", "content": "zz"}],
+                                                            temperature=1.0, max_tokens=40))) for t in others]
+            token = srv.open_session()[1]
+            # sampled (temperature 1), so the engine would seed a generator with it
+            bad = [await post(srv, token, body("openai", hi, seed=s, temperature=1.0))
+                   for s in (2**64, -2**63 - 1)]
+            edges = [await post(srv, token, body("openai", hi, seed=s, temperature=1.0, max_tokens=4))
+                     for s in (2**64 - 1, -2**63)]
+            return bad, edges, await asyncio.gather(*busy)
+
+        bad, edges, busy = run(scenario())
+    finally:
+        srv.stop()
+    for status, data in bad:
+        assert status == 400, data
+        assert data["error"]["message"].startswith("seed: must be an integer in [-2**63, 2**64-1]")
+    assert [s for s, _ in edges] == [200, 200]  # the boundaries themselves are valid
+    assert [s for s, _ in busy] == [200, 200, 200]
+
+    async def direct(params):  # the engine refuses it too, so /generate cannot poison a batch
+        async with aiohttp.ClientSession() as s:
+            async with s.post(engine.url + "/generate", json={"input_ids": tok.encode("hi"),
+                                                             "sampling_params": params}) as r:
+                return r.status, await r.text()
+
+    status, text = run(direct({"max_new_tokens": 2, "temperature": 1.0, "sampling_seed": 2**64}))
+    assert status == 400 and "sampling_params.sampling_seed must be an integer in [-2**63, 2**64-1]" in text
+    status, text = run(direct({"max_new_tokens": 2, "stop": ["\udcff"]}))
+    assert status == 400 and "sampling_params.stop" in text and "lone surrogate" in text
+    assert run(direct({"max_new_tokens": 2, "temperature": 1.0, "sampling_seed": 2**64 - 1}))[0] == 200
+
+
+class _GatedTemplate:
+    """The real tokenizer, but rendering a prompt that starts with "big" waits for ``release``:
+    a stand-in for seconds of template + tokenise work on a multi-MB prompt."""
+
+    def __init__(self, tok):
+        self._tok = tok
+        self.entered, self.release = threading.Event(), threading.Event()
+        self.released = None
+
+    def __getattr__(self, name):
+        return getattr(self._tok, name)
+
+    def apply_chat_template(self, messages, **kwargs):
+        if messages[-1]["content"].startswith("big"):
+            self.entered.set()
+            self.released = self.release.wait(20)  # bounded: a regression fails instead of hanging
+        return self._tok.apply_chat_template(messages, **kwargs)
+
+
+def test_a_large_prompt_does_not_stall_other_sessions(engine, tok):
+    gate = _GatedTemplate(tok)
+    srv = start_adapter("openai", engine.url, gate)
+    (_, big_token), (_, small_token) = srv.open_session(), srv.open_session()
+    big = body("openai", [{"role": "user", "content": "big " + "hello world " * ((1 << 20) // 12)}])
+    order = []
+
+    async def send(name, token, payload):
+        out = await post(srv, token, payload)
+        order.append(name)
+        return out
+
+    async def scenario():
+        big_task = asyncio.create_task(send("big", big_token, big))
+        assert await asyncio.to_thread(gate.entered.wait, 60)
+        async with aiohttp.ClientSession() as s:
+            async with s.get(srv.url + "/health") as r:
+                health = r.status
+        small = await send("small", small_token, body("openai", [{"role": "user", "content": "hi"}]))
+        gate.release.set()
+        return health, small, await big_task
+
+    try:
+        health, small, big_reply = run(scenario())
+        # a body past 8 MiB is refused before it is parsed
+        status, text = run(post(srv, small_token, None, raw=b'{"messages": "' + b"a" * (9 << 20) + b'"}'))
+    finally:
+        srv.stop()
+    # /health and the small request were served while the big prompt was still rendering
+    assert gate.released is True and order == ["small", "big"] and health == 200
+    assert small[0] == 200 and reply_view("openai", small[1])[0] == "hello"
+    assert big_reply[0] == 400 and "context length" in big_reply[1]["error"]["message"]  # ~260k tokens
+    assert status == 413 and "8388608" in text
+
+
 @pytest.mark.parametrize("proto", ["openai", "anthropic"])
 def test_generate_plugin_runs_the_tool_in_a_sandbox_and_scores(proto, engine, tok):
     """The default agent loop end to end on the scripted model (greedy, so deterministic)."""
@@ -440,6 +568,43 @@ def test_tools_run_in_the_sandbox_and_never_raise():
     assert (py[1].ok, py[1].output) == (False, "exit code 3")
     assert py[2].timed_out and py[2].output.startswith("error: timed out")
     assert (missing.ok, missing.output) == (False, "error: python needs 'code' (a string)")
+
+
+def test_tools_refuse_nul_and_lone_surrogate_arguments_without_raising():
+    """JSON "\\u0000" / "\\ud800" in generated arguments used to raise out of Tool.run and end the rollout."""
+    from slime.agent.sandbox import make_sandbox
+
+    python, calculator = get_tools(["python", "calculator"])
+
+    async def go():
+        async with make_sandbox("local", allow_unisolated=True, wall_timeout_s=10) as sb:
+            results = [await python.run(sb, {"code": "print(1)\x00"}, timeout=5),
+                       await python.run(sb, {"code": "print('\ud800')"}, timeout=5),
+                       await calculator.run(sb, {"expression": "1+\x00"}, timeout=5)]
+            return results, await python.run(sb, {"code": "print(1)"}, timeout=5)
+
+    results, after = run(go())
+    assert [(r.ok, r.output) for r in results] == [
+        (False, "error: python 'code' contains a NUL byte (\\x00) at position 8"),
+        (False, "error: python 'code' contains '\\ud800' at position 7, a lone surrogate that is not valid "
+                "Unicode text"),
+        (False, "error: calculator 'expression' contains a NUL byte (\\x00) at position 2")]
+    assert (after.ok, after.output) == (True, "1\n")  # the sandbox is unharmed
+
+
+def test_anthropic_text_block_without_string_text_names_the_field():
+    from slime.agent.adapters.anthropic import AnthropicProtocol
+    from slime.agent.adapters.sessions import AdapterError
+
+    for role, block, got in (("user", {"type": "text", "text": 5}, "got int"),
+                             ("user", {"type": "text"}, "it is missing"),
+                             ("assistant", {"type": "text", "text": None}, "got NoneType")):
+        msgs = [{"role": "user", "content": "q"}] if role == "assistant" else []
+        msgs.append({"role": role, "content": [{"type": "text", "text": "ok"}, block]})
+        with pytest.raises(AdapterError) as info:
+            AnthropicProtocol().parse({"messages": msgs, "max_tokens": 4})
+        assert info.value.message == f"messages[{len(msgs) - 1}].content[1].text: must be a string ({got})"
+        assert info.value.status == 400
 
 
 def test_dead_engine_is_a_503_and_fails_the_episode_loudly(tok):

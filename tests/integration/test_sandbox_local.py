@@ -454,3 +454,46 @@ def test_bad_arguments_are_clear_errors():
             assert (rc, out, err) == (5, "out\n", "err\n")
 
     run(go())
+
+
+def test_exec_refuses_nul_bytes_and_lone_surrogates_before_running():
+    # Checked before the sandbox is needed: the same ValueError from every backend.
+    from slime.agent.sandbox.base import check_exec_args
+
+    for cmd, where in ((["python3", "-c", "print(1)\0"], r"cmd\[2\] contains a NUL byte"),
+                       (["echo", "\ud800"], r"cmd\[1\] contains '\\ud800'.*lone surrogate"),
+                       ("echo \udcff", r"cmd contains '\\udcff'.*lone surrogate"),
+                       ("echo a\0b", r"cmd contains a NUL byte")):
+        with pytest.raises(ValueError, match=where):
+            check_exec_args(cmd, 1, None)
+    with pytest.raises(ValueError, match="value of X must be a string without NUL bytes or lone"):
+        check_exec_args(["true"], 1, {"X": "\ud800"})
+
+    async def go():
+        async with LocalSandbox(bwrap_path="/nonexistent/bwrap", allow_unisolated=True) as sb:
+            with pytest.raises(ValueError, match=r"cmd\[2\] contains a NUL byte"):
+                await sb.exec(["python3", "-c", "print(1)\0"], timeout=5)
+            with pytest.raises(ValueError, match="lone surrogate"):
+                await sb.exec(["python3", "-c", "print('\ud800')"], timeout=5)
+            return await sb.exec(["echo", "still works"], timeout=5)
+
+    assert run(go()).stdout == "still works\n"
+
+
+def test_write_file_takes_only_bytes_or_valid_text():
+    async def go():
+        async with LocalSandbox(bwrap_path="/nonexistent/bwrap", allow_unisolated=True) as sb:
+            # bytes(5) would be five NUL bytes and bytes([104, 105]) b"hi": refused, not guessed
+            for data in (5, [104, 105], None, 1.5):
+                with pytest.raises(TypeError, match=r"write_file\('f'\): data must be bytes or"):
+                    await sb.write_file("f", data)
+            with pytest.raises(ValueError, match=r"write_file\('f'\).*'\\udcff'.*lone surrogate"):
+                await sb.write_file("f", "ok\udcff")
+            await sb.write_file("a", bytearray(b"ab"))
+            await sb.write_file("m", memoryview(b"\x00cd"))
+            await sb.write_file("t", "h\x00é")  # NUL is fine in a file
+            written = [await sb.read_file(n) for n in ("a", "m", "t")]
+            return written, (sb.host_workdir / "f").exists()
+
+    contents, f_written = run(go())
+    assert contents == [b"ab", b"\x00cd", "h\x00é".encode()] and not f_written

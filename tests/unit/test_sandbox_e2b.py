@@ -259,6 +259,14 @@ def test_roundtrip_exec_files_and_kill_through_the_sdk(server, caplog):
             assert (server.root / "home/user/dir/a.bin").read_bytes() == b"\x00\x01payload"
             assert await sb.read_file("/home/user/dir/a.bin") == b"\x00\x01payload"
             assert (await sb.exec("cat dir/a.bin | wc -c", timeout=10)).stdout.strip() == "9"
+            # the write_file contract every backend shares: bytes or valid text only
+            with pytest.raises(TypeError, match="data must be bytes or str, got int"):
+                await sb.write_file("five.bin", 5)
+            with pytest.raises(TypeError, match="got list"):
+                await sb.write_file("five.bin", [104, 105])
+            with pytest.raises(ValueError, match="lone surrogate"):
+                await sb.write_file("five.bin", "\udcff")
+            assert not (server.root / "home/user/five.bin").exists()
             return sb, repr(sb)
 
     sb, shown = run(go())

@@ -49,11 +49,18 @@ def _blocks(content: Any, f: str) -> Iterator[tuple[str, str | None, dict[str, A
         yield f"{f}[{j}]", kind, block if isinstance(block, dict) else {}
 
 
+def _block_text(block: dict[str, Any], f: str) -> str:
+    if not isinstance(block.get("text"), str):
+        got = f"got {type(block['text']).__name__}" if "text" in block else "it is missing"
+        raise bad(f"{f}.text", f"must be a string ({got})")
+    return block["text"]
+
+
 def _user_turn(content: Any, f: str) -> list[dict[str, Any]]:
     tools, texts = [], []
     for bf, kind, block in _blocks(content, f):
-        if kind == "text" and isinstance(block.get("text"), str):
-            texts.append(block["text"])
+        if kind == "text":
+            texts.append(_block_text(block, bf))
         elif kind == "tool_result":
             if not isinstance(block.get("tool_use_id"), str):
                 raise bad(f"{bf}.tool_use_id", "a tool_result needs the id of the tool_use it answers")
@@ -70,8 +77,8 @@ def _user_turn(content: Any, f: str) -> list[dict[str, Any]]:
 def _assistant_turn(content: Any, f: str) -> dict[str, Any]:
     texts, calls = [], []
     for bf, kind, block in _blocks(content, f):
-        if kind == "text" and isinstance(block.get("text"), str):
-            texts.append(block["text"])
+        if kind == "text":
+            texts.append(_block_text(block, bf))
         elif kind == "tool_use":
             if not isinstance(block.get("name"), str) or not isinstance(block.get("input", {}), dict):
                 raise bad(bf, "a tool_use block needs 'name' (string) and 'input' (object)")

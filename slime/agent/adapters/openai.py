@@ -30,6 +30,9 @@ from slime.agent.adapters.server import ChatProtocol, ChatRequest, Generation, a
 
 __all__ = ["OpenAIProtocol"]
 
+# The engines seed a torch.Generator, whose manual_seed takes this range (the built-in
+# engine's sampling.SEED_MIN/SEED_MAX; not imported, to keep torch out of the adapter).
+_SEED_MIN, _SEED_MAX = -(2**63), 2**64 - 1
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 410: "invalid_request_error", 500: "server_error", 502: "server_error", 503: "server_error"}
 
@@ -106,8 +109,9 @@ class OpenAIProtocol(ChatProtocol):
                                    max_temperature=2.0, stop_key="stop", stop_allow_str=True, top_k=False)
         seed = body.get("seed")
         if seed is not None:
-            if isinstance(seed, bool) or not isinstance(seed, int):
-                raise bad("seed", f"must be an integer, got {seed!r}")
+            if isinstance(seed, bool) or not isinstance(seed, int) or not _SEED_MIN <= seed <= _SEED_MAX:
+                raise bad("seed", f"must be an integer in [-2**63, 2**64-1] ({_SEED_MIN} to {_SEED_MAX}), "
+                                  f"got {seed!r}")
             sampling["sampling_seed"] = seed
         stream = opt_bool(body, "stream")
         opts = body.get("stream_options") or {}

@@ -7,10 +7,11 @@ one engine (the built-in engine or SGLang, through
 
 1. the session comes from ``Authorization: Bearer <token>`` or ``x-api-key``
    (401 unknown, 410 closed);
-2. the body is translated to chat-template messages and tools (400 on bad
-   input, naming the field);
+2. the body (at most 8 MiB, else 413) is translated to chat-template messages
+   and tools (400 on bad input, naming the field);
 3. the tokenizer's chat template renders the prompt (with tools) and the turn
-   is admitted (403 past ``max_turns``);
+   is admitted (403 past ``max_turns``). Steps 2-3 run in a worker thread (they
+   touch no session state), so a multi-MB prompt does not stall other sessions;
 4. the engine's ``/generate`` runs on the prompt token ids with log-probs;
 5. tool calls are parsed from the text (``toolcalls`` module; malformed ones
    are flagged as ``invalid_tool_calls``, never an error);
@@ -55,6 +56,8 @@ from slime.backends.rollout.client import EngineClient, EngineError, EngineUnava
 __all__ = ["AdapterServer", "ChatProtocol", "ChatRequest", "Generation", "start_adapter"]
 
 log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 8 * 1024 * 1024  # the largest request body accepted (413 past it)
 
 
 @dataclass
@@ -117,6 +120,34 @@ class ChatProtocol:
         raise NotImplementedError
 
 
+def _surrogate(text: str) -> str | None:
+    """The first lone surrogate in ``text`` (JSON allows ``"\\ud800"``; no tokenizer takes it), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return text[exc.start]
+    return None
+
+
+def unencodable_field(body: Any) -> tuple[str, str] | None:
+    """``(field, character)`` of a string (value or key) in ``body`` holding a lone surrogate, or None."""
+    stack: list[tuple[str, Any]] = [("request body", body)]  # iterative: bodies may nest ~1000 deep
+    while stack:
+        field, value = stack.pop()
+        if isinstance(value, str):
+            if (char := _surrogate(value)) is not None:
+                return field, char
+        elif isinstance(value, dict):
+            for key in value:
+                if isinstance(key, str) and (char := _surrogate(key)) is not None:
+                    return f"{field} (a key)", char
+            top = field == "request body"
+            stack.extend((key if top else f"{field}.{key}", item) for key, item in reversed(value.items()))
+        elif isinstance(value, list):
+            stack.extend((f"{field}[{i}]", item) for i, item in reversed(list(enumerate(value))))
+    return None
+
+
 def version_number(version: str | None) -> int:
     """The engine's weight version as the trajectory's int (non-integers -> -1, as the runtime does)."""
     try:
@@ -177,7 +208,8 @@ class AdapterServer(BackgroundHTTPServer):
 
     # ----------------------------------------------------------------- lifecycle
     def build_app(self) -> web.Application:
-        app = web.Application(middlewares=[self._errors], client_max_size=64 * 1024 * 1024)
+        # Chat requests are text: 8 MiB is ~2M tokens, far past any context; larger bodies get a 413.
+        app = web.Application(middlewares=[self._errors], client_max_size=MAX_BODY_BYTES)
         app.router.add_post(self.protocol.path, self._handle)
         app.router.add_get("/health", self._health)
         return app
@@ -245,13 +277,12 @@ class AdapterServer(BackgroundHTTPServer):
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         sess = self.sessions.lookup(session_token(request.headers))
         try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            text = await request.text()
+        except UnicodeDecodeError as exc:
             raise AdapterError(f"request body is not valid JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise AdapterError(f"request body must be a JSON object, got {type(body).__name__}")
-        req = self.protocol.parse(body)
-        prompt_ids = self._render(req)
+        # Parsing, the chat template and tokenising a multi-MB prompt take seconds of CPU:
+        # off the event loop, so other sessions (and /health) are not stalled meanwhile.
+        req, prompt_ids = await asyncio.to_thread(self._prepare, text)
         turn_id = sess.admit()  # no await between the state check and the in-flight count
         try:
             gen = await self._generate(sess, turn_id, req, prompt_ids)
@@ -265,6 +296,27 @@ class AdapterServer(BackgroundHTTPServer):
             await resp.write_eof()
             return resp
         return web.json_response(self.protocol.reply(req, gen, self.model_name))
+
+    def _prepare(self, text: str) -> tuple[ChatRequest, list[int]]:
+        """The request body -> (translated request, prompt ids); runs in a worker thread."""
+        try:
+            body = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise AdapterError(f"request body is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise AdapterError("request body nests too deeply to parse (over ~1000 levels of arrays/objects)"
+                               ) from None
+        if not isinstance(body, dict):
+            raise AdapterError(f"request body must be a JSON object, got {type(body).__name__}")
+        bad_text = unencodable_field(body)
+        if bad_text is not None:
+            field, char = bad_text
+            raise AdapterError(f"{field}: contains {char!r}, a lone surrogate that is not valid Unicode text "
+                               "(JSON \\ud800-\\udfff escapes must come in pairs)", code="invalid_request")
+        req = self.protocol.parse(body)
+        # Several threads may render at once. A fast tokenizer is only unsafe to share when a call changes
+        # its truncation/padding state ("Already borrowed"); ours never ask for truncation or padding.
+        return req, self._render(req)
 
     def _render(self, req: ChatRequest) -> list[int]:
         try:

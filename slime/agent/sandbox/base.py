@@ -14,6 +14,10 @@ itself exit with 124, so check ``timed_out`` to tell the two apart.
 
 Paths given to ``write_file``/``read_file`` and ``workdir`` are paths *inside*
 the sandbox; relative paths are relative to the sandbox's working directory.
+``write_file`` takes bytes (or a bytearray/memoryview) or a str, written as UTF-8;
+anything else is a ``TypeError`` and text with a lone surrogate a ``ValueError``.
+``exec`` refuses (``ValueError``) argv, a command string or env holding a NUL
+byte or a lone surrogate, which no process argument can carry.
 
 Backends subclass :class:`BaseSandbox`, which owns what every backend does the
 same way: a stable ``sandbox_id``, ``async with`` = ``start()`` then
@@ -40,6 +44,8 @@ __all__ = [
     "Sandbox",
     "SandboxError",
     "check_exec_args",
+    "file_bytes",
+    "text_problem",
 ]
 
 # Return code of a command killed because it outlived its time budget.
@@ -115,6 +121,22 @@ class Sandbox(Protocol):
     async def read_file(self, path: str) -> bytes: ...
 
 
+def text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be passed to a process (argv, env, a file's text), or None.
+
+    A NUL byte ends a C string, and a lone surrogate (e.g. ``"\\ud800"`` from a
+    JSON escape) has no UTF-8 encoding; both would otherwise fail deep in a backend.
+    """
+    if "\0" in text:
+        return f"contains a NUL byte (\\x00) at position {text.index(chr(0))}"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (f"contains {text[exc.start]!r} at position {exc.start}, a lone surrogate "
+                "that is not valid Unicode text")
+    return None
+
+
 def check_exec_args(
     cmd: str | Sequence[str], timeout: float, env: Mapping[str, str] | None
 ) -> list[str] | str:
@@ -124,6 +146,8 @@ def check_exec_args(
     if isinstance(cmd, str):
         if not cmd.strip():
             raise ValueError("exec cmd is an empty string")
+        if (problem := text_problem(cmd)) is not None:
+            raise ValueError(f"exec cmd {problem}; pass text without NUL bytes or lone surrogates")
         out: list[str] | str = cmd
     else:
         argv = list(cmd)
@@ -131,13 +155,37 @@ def check_exec_args(
             raise ValueError(
                 f"exec cmd must be a string or a non-empty list of strings, got {cmd!r}"
             )
+        for i, arg in enumerate(argv):
+            if (problem := text_problem(arg)) is not None:
+                raise ValueError(
+                    f"exec cmd[{i}] {problem}; pass text without NUL bytes or lone surrogates"
+                )
         out = argv
     for key, value in (env or {}).items():
-        if not isinstance(key, str) or not key or "=" in key or "\0" in key:
+        if not isinstance(key, str) or not key or "=" in key or text_problem(key) is not None:
             raise ValueError(f"exec env: invalid variable name {key!r}")
-        if not isinstance(value, str) or "\0" in value:
-            raise ValueError(f"exec env: value of {key} must be a string without NUL bytes")
+        if not isinstance(value, str) or text_problem(value) is not None:
+            raise ValueError(
+                f"exec env: value of {key} must be a string without NUL bytes or lone surrogates"
+            )
     return out
+
+
+def file_bytes(path: str, data: bytes | bytearray | memoryview | str) -> bytes:
+    """``write_file``'s payload: bytes as given, text as UTF-8; anything else is a TypeError
+    (``bytes(5)`` would silently write five NUL bytes, ``bytes([104, 105])`` ``b"hi"``)."""
+    if isinstance(data, str):
+        try:
+            return data.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"write_file({path!r}): the text contains {data[exc.start]!r} at position "
+                f"{exc.start}, a lone surrogate that is not valid Unicode text; pass valid text "
+                "or bytes"
+            ) from None
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(f"write_file({path!r}): data must be bytes or str, got {type(data).__name__}")
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,14 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from slime.agent.sandbox.base import TIMEOUT_RC, BaseSandbox, ExecRequest, ExecResult, SandboxError
+from slime.agent.sandbox.base import (
+    TIMEOUT_RC,
+    BaseSandbox,
+    ExecRequest,
+    ExecResult,
+    SandboxError,
+    file_bytes,
+)
 
 __all__ = ["E2BSandbox", "is_transient", "resolve_secret_ref"]
 
@@ -376,7 +383,7 @@ class E2BSandbox(BaseSandbox):
     async def write_file(self, path: str, data: bytes | str) -> None:
         self._require_running()
         target = self._path(path)
-        payload = data.encode() if isinstance(data, str) else bytes(data)
+        payload = file_bytes(path, data)
         await self._call(
             f"write {target}",
             lambda: self._sdk.files.write(

@@ -79,6 +79,7 @@ from slime.agent.sandbox.base import (
     ExecResult,
     IsolationUnavailable,
     SandboxError,
+    file_bytes,
 )
 from slime.agent.sandbox.bwrap import (
     INIT_ARGV,
@@ -443,7 +444,7 @@ class LocalSandbox(BaseSandbox):
         """Write a file under the working directory (parents are created)."""
         self._require_started()
         parts = hostfs.relative_parts(path, self.workdir)
-        payload = data.encode() if isinstance(data, str) else bytes(data)
+        payload = file_bytes(path, data)
         owner = (self._uid, self._gid) if self._as_root else None
         try:
             await asyncio.to_thread(hostfs.write_nofollow, self.host_workdir, parts, payload, owner)

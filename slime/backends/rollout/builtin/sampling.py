@@ -41,6 +41,9 @@ _NEUTRAL = {
     "lora_path": None,
 }
 _IGNORED = {"spaces_between_special_tokens"}  # detokenisation detail; harmless to ignore
+# What torch.Generator.manual_seed accepts; a seed outside it would fail in the engine
+# step, aborting every request batched with it, so it is refused at validation.
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
 
 
 def _num(d: dict, key: str, default, kind):
@@ -122,6 +125,12 @@ class SamplingParams:
             stop = (stop,)
         if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) and s for s in stop):
             raise ValueError(f"sampling_params.stop must be a non-empty string or a list of them, got {stop!r}")
+        for s in stop:  # a lone surrogate cannot be encoded to match against the output
+            try:
+                s.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"sampling_params.stop {s!r} holds a lone surrogate, not valid Unicode text"
+                                 ) from None
         stop_ids = d.get("stop_token_ids") or ()
         if isinstance(stop_ids, int) and not isinstance(stop_ids, bool):
             stop_ids = (stop_ids,)
@@ -129,8 +138,10 @@ class SamplingParams:
                 isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in stop_ids):
             raise ValueError(f"sampling_params.stop_token_ids must be a list of token ids, got {stop_ids!r}")
         seed = d.get("sampling_seed")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"sampling_params.sampling_seed must be an integer, got {seed!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
+                                 or not SEED_MIN <= seed <= SEED_MAX):
+            raise ValueError(f"sampling_params.sampling_seed must be an integer in [-2**63, 2**64-1] "
+                             f"({SEED_MIN} to {SEED_MAX}), got {seed!r}")
         return cls(
             max_new_tokens=max_new,
             temperature=temperature,
