@@ -189,7 +189,7 @@ def _sweep_tasks(api_version: str, data: dict, marks: Marks, base_dir: FsPath, c
         spec = None
         if not errors:
             spec, errors = _typed(api_version, task_data, base_dir, task_marks,
-                                  check_paths=check_paths if index == 0 else False, task=index)
+                                  check_paths=check_paths, task=index)  # a sweep may vary paths too
         per_task.append(errors)
         tasks.append(Task(index=index, overrides=point, spec=spec))
     return tasks, _collapse(per_task)

@@ -150,6 +150,9 @@ def devices(s: Spec) -> Iterator[Finding]:
     if s.train.gpus_per_node == 0:
         yield ("train.gpus_per_node", "train.gpus_per_node is 0 on a GPU cluster",
                "give the actor at least one GPU per train node")
+    if s.rollout.backend == "sglang" and s.model.path is None:
+        yield ("rollout.backend", "SGLang engines serve an HF checkpoint directory, but the model is "
+               f"model.builtin: {s.model.builtin}", "set model.path, or rollout.backend: builtin")
 
 
 @rule
@@ -158,8 +161,10 @@ def parallel_sizes(s: Spec) -> Iterator[Finding]:
     world = _world(s)
     mp = p.tensor * p.pipeline * p.context
     if world % mp:
-        yield ("train.parallel", f"tensor {p.tensor} x pipeline {p.pipeline} x context {p.context} = {mp} does not "
-               f"divide the {world} trainer GPUs (train.nodes x train.gpus_per_node)",
+        # at a field that was set (so the file:line or --set shown is one of the sizes in the product)
+        name = next(n for n in ("tensor", "pipeline", "context") if getattr(p, n) > 1)
+        yield (f"train.parallel.{name}", f"tensor {p.tensor} x pipeline {p.pipeline} x context {p.context} = {mp} "
+               f"does not divide the {world} trainer GPUs (train.nodes x train.gpus_per_node)",
                "choose parallel sizes whose product divides the trainer GPU count")
         return
     if p.expert > 1 and (world // (p.tensor * p.pipeline)) % p.expert:
@@ -172,6 +177,12 @@ def parallel_sizes(s: Spec) -> Iterator[Finding]:
         yield ("train.parallel", "the torch backend is data-parallel only (tensor/pipeline/context/expert must be 1)",
                "use train.backend: megatron for model parallelism")
     cfg = model_config(s.model.path)
+    heads, groups = _attention_heads(cfg)
+    if heads and p.tensor > 1 and (heads % p.tensor or groups % p.tensor):
+        yield ("train.parallel.tensor", f"tensor {p.tensor} does not divide the model's {heads} attention heads"
+               + (f" and {groups} key/value heads" if groups != heads else "")
+               + " (Megatron splits both across the tensor-parallel ranks)",
+               f"choose a tensor size that divides {heads if groups == heads else f'{heads} and {groups}'}")
     if cfg and p.pipeline > 1 and isinstance(cfg.get("num_hidden_layers"), int):
         if cfg["num_hidden_layers"] % p.pipeline:
             yield ("train.parallel.pipeline", f"pipeline {p.pipeline} does not divide the model's "
@@ -183,10 +194,22 @@ def parallel_sizes(s: Spec) -> Iterator[Finding]:
                    "choose an expert-parallel size that divides the expert count")
 
 
+def _attention_heads(cfg: dict | None) -> tuple[int | None, int | None]:
+    """(attention heads, key/value heads) from an HF config.json, or (None, None)."""
+    heads = (cfg or {}).get("num_attention_heads")
+    if not isinstance(heads, int) or heads < 1:
+        return None, None
+    groups = cfg.get("num_key_value_heads")
+    return heads, groups if isinstance(groups, int) and groups >= 1 else heads
+
+
 @rule
 def batch_sizes(s: Spec) -> Iterator[Finding]:
     t, r = s.train, s.rollout
     samples = r.batch_size * r.n_samples_per_prompt
+    if r.over_sampling_batch_size is not None and r.over_sampling_batch_size < r.batch_size:
+        yield ("rollout.over_sampling_batch_size", f"over_sampling_batch_size {r.over_sampling_batch_size} < "
+               f"batch_size {r.batch_size}", "it must be at least rollout.batch_size")
     if t.global_batch_size is None or t.num_steps_per_rollout is None:
         by = (f"global_batch_size {t.global_batch_size}" if t.global_batch_size is not None
               else f"num_steps_per_rollout {t.num_steps_per_rollout}")
@@ -211,9 +234,6 @@ def batch_sizes(s: Spec) -> Iterator[Finding]:
             f"micro_batch_size {t.micro_batch_size} x data-parallel size {dp} = {unit}"
         yield ("train.global_batch_size", f"global_batch_size {t.global_batch_size} is not divisible by {what}",
                f"make global_batch_size a multiple of {unit}")
-    if r.over_sampling_batch_size is not None and r.over_sampling_batch_size < r.batch_size:
-        yield ("rollout.over_sampling_batch_size", f"over_sampling_batch_size {r.over_sampling_batch_size} < "
-               f"batch_size {r.batch_size}", "it must be at least rollout.batch_size")
 
 
 @rule
@@ -233,6 +253,17 @@ def rollout_gpus(s: Spec) -> Iterator[Finding]:
         yield ("rollout.gpus", "a disaggregated layout (rollout.colocate: false) needs rollout.gpus",
                "set rollout.gpus to the GPUs the engines get, or rollout.colocate: true")
         return
+    if r.gpus == 0:
+        yield ("rollout.gpus", "rollout.gpus is 0 on a GPU cluster: no rollout engine would start",
+               "remove rollout.gpus (colocated engines get the trainer's GPUs) or give the engines GPUs")
+        return
+    heads, groups = _attention_heads(model_config(s.model.path))
+    if heads and r.backend == "sglang" and r.gpus_per_engine > 1 and (
+            heads % r.gpus_per_engine or (groups % r.gpus_per_engine and r.gpus_per_engine % groups)):
+        yield ("rollout.gpus_per_engine", f"an engine's tensor parallelism of {r.gpus_per_engine} (gpus_per_engine) "
+               f"does not fit the model's {heads} attention heads / {groups} key/value heads: SGLang needs the "
+               "heads divisible by it, and the key/value heads divisible by it or it by them",
+               "choose gpus_per_engine accordingly")
     if r.gpus and r.gpus % r.gpus_per_engine:
         yield ("rollout.gpus", f"rollout.gpus {r.gpus} is not divisible by gpus_per_engine {r.gpus_per_engine} "
                f"({r.gpus % r.gpus_per_engine} GPU(s) would sit idle)",
@@ -342,13 +373,37 @@ def agent(s: Spec) -> Iterator[Finding]:
                    f"known secrets: {', '.join(s.cluster.secrets) or 'none'}")
 
 
-@warning
-def long_responses(s: Spec) -> Iterator[Finding]:
+def _over_context(s: Spec) -> str | None:
     r, ctx = s.rollout, s.model.max_context_len
     if ctx is not None and r.max_prompt_len + r.max_response_len > ctx:
-        yield ("rollout.max_response_len", f"max_prompt_len + max_response_len = "
-               f"{r.max_prompt_len + r.max_response_len} exceeds the context length {ctx}; long responses "
-               "will be truncated", None)
+        return f"max_prompt_len + max_response_len = {r.max_prompt_len + r.max_response_len} exceeds the " \
+               f"model's context length {ctx}"
+    return None
+
+
+@rule
+def context_fits_sglang(s: Spec) -> Iterator[Finding]:
+    # SGLang refuses a request whose prompt + max_new_tokens exceeds the context (unless started with
+    # --allow-auto-truncate); every rollout request asks for max_response_len new tokens.
+    if s.rollout.backend == "sglang" and (over := _over_context(s)):
+        yield ("rollout.max_response_len", f"{over}: SGLang would refuse long prompts",
+               "lower max_response_len or max_prompt_len so that they fit the context")
+
+
+@warning
+def long_responses(s: Spec) -> Iterator[Finding]:
+    if s.rollout.backend != "sglang" and (over := _over_context(s)):
+        yield ("rollout.max_response_len", f"{over}; the built-in engine stops responses at the context", None)
+
+
+@warning
+def slurm_limits_run_locally(s: Spec) -> Iterator[Finding]:
+    c = s.cluster
+    if c.launcher == "local":
+        for name in ("time_limit", "mem"):
+            if getattr(c, name) is not None:
+                yield (f"cluster.{name}", f"cluster.{name} is a SLURM limit; the local launcher does not apply it",
+                       f"remove cluster.{name}, or set cluster.launcher: slurm")
 
 
 def check_raw(spec: Spec) -> list[Finding]:

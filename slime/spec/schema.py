@@ -264,8 +264,12 @@ def schema_problems(api_version: str, data: Any, marks: Marks, *, task: int | No
             continue
         if v == "type":
             want = err.validator_value
-            words = " or ".join(_TYPE_WORDS.get(w, w) for w in (want if isinstance(want, list) else [want]))
+            wants = want if isinstance(want, list) else [want]
+            words = " or ".join(_TYPE_WORDS.get(w, w) for w in wants)
             message = f"expected {words}, got {_describe(err.instance)}"
+            if "string" in wants and isinstance(err.instance, (int, float)) and not isinstance(err.instance, bool):
+                # YAML reads `time_limit: 30` or `mem: 500` as a number
+                message += f" (a number in YAML; write it in quotes, '{err.instance}', to give the text)"
         elif v == "pattern":
             message = f"{_describe(err.instance)} has the wrong format"
         else:

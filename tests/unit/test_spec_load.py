@@ -406,3 +406,9 @@ def _file_problems(path: Path):
     with pytest.raises(SpecError) as info:
         load_spec(path)
     return info.value.problems
+
+
+@pytest.mark.parametrize("key, value", [("cluster.time_limit", 30), ("cluster.mem", 500)])
+def test_a_number_where_text_is_expected_says_to_quote_it(key, value):
+    p = only(problems(spec(G, **{key: value})))
+    assert p.path == key and f"write it in quotes, '{value}'" in p.message

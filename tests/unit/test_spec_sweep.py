@@ -137,3 +137,14 @@ def test_a_thousand_task_grid_is_fully_validated():
     assert len(loaded.tasks) == 1000
     assert {t.spec.train.seed for t in loaded.tasks} == set(range(50))
     assert loaded.tasks[999].spec.algorithm.eps_clip_high == 0.4  # derived per task
+
+
+def test_paths_are_checked_in_every_task_not_only_the_first(tmp_path):
+    """A sweep over data.prompts with a missing file in task 1: submit (check_paths) refuses it up front."""
+    from tests.fixtures.spec_helpers import CPU_SPEC
+
+    (tmp_path / "a.jsonl").write_text('{"prompt": "1+1=", "label": "2"}\n')
+    data = with_grid({"data.prompts": ["a.jsonl", "missing.jsonl"]}, base=spec(CPU_SPEC, **{"data.prompts": "a.jsonl"}))
+    found = problems(data, base_dir=tmp_path, check_paths=True)
+    assert [(p.path, p.task) for p in found] == [("data.prompts", 1)] and "missing.jsonl" in found[0].message
+    assert problems(data, base_dir=tmp_path) == []  # without check_paths nothing is read
