@@ -7,10 +7,12 @@ three can never disagree.
 Model (after THUDM/slime's placement): A = train.nodes x train.gpus_per_node
 actor GPUs, R = rollout.gpus engine GPUs. Colocated: max(A, R) slots, engines
 start at slot 0 and share the actor's GPUs. Disaggregated: A + R slots, engines
-start at slot A. Slots are ordered by node, then GPU id. The PPO critic reuses
-the actor's slots. An engine must sit inside one node unless it spans whole
-nodes. On a CPU-only cluster (``cluster.gpus_per_node == 0``) every node has one
-CPU "slot": one trainer rank per train node, engines placed round-robin.
+start at slot A. Slots are ordered by node, then GPU id; ``all_slots()`` is
+exactly the slots some role uses (with train.gpus_per_node < cluster.gpus_per_node
+they are not a flat prefix). The PPO critic reuses the actor's slots. An engine
+must sit inside one node unless it covers every GPU of each node it spans. On a
+CPU-only cluster (``cluster.gpus_per_node == 0``) every node has one CPU "slot":
+one trainer rank per train node, engines placed round-robin.
 
 Guaranteed: pure and deterministic (no I/O, no imports beyond the spec types).
 """
@@ -54,7 +56,7 @@ class Layout:
     actor: tuple[Slot, ...]
     critic: tuple[Slot, ...]
     engines: tuple[tuple[Slot, ...], ...]
-    total_slots: int
+    total_slots: int  # len(all_slots())
     rollout_offset: int
 
     @property
@@ -62,9 +64,13 @@ class Layout:
         return self.gpus_per_node == 0
 
     def all_slots(self) -> tuple[Slot, ...]:
+        """The slots some role uses, by node then GPU: one placement bundle each."""
         if self.cpu_only:
             return tuple(Slot(node=n, gpu=None) for n in range(self.nodes))
-        return tuple(Slot(node=i // self.gpus_per_node, gpu=i % self.gpus_per_node) for i in range(self.total_slots))
+        # The roles' own slots, not a flat prefix of node0:gpu0..: an actor on gpu0-3 of two
+        # 8-GPU nodes needs bundles on both nodes.
+        used = {*self.actor, *self.critic, *(s for e in self.engines for s in e)}
+        return tuple(sorted(used, key=lambda s: (s.node, s.gpu)))
 
     def roles_of(self, slot: Slot) -> list[str]:
         roles = []
@@ -127,12 +133,15 @@ def plan_layout(spec: Spec) -> Layout:
     n = layout_counts(spec)
     mode = "colocated: max(actor, rollout)" if r.colocate else "disaggregated: actor + rollout"
     if n.total > n.available:
+        # The actor alone always fits (both checks above), so rollout.gpus is what overflows.
         raise LayoutError(
-            f"the layout needs {n.total} GPUs ({mode}; actor = train.nodes {t.nodes} x train.gpus_per_node "
-            f"{t.gpus_per_node} = {n.actor_gpus}, rollout.gpus = {n.rollout_gpus}) but the cluster has "
-            f"{n.available} (cluster.nodes {c.nodes} x cluster.gpus_per_node {gpn})",
-            path="rollout.gpus" if not r.colocate else "train.nodes",
-            hint="lower train.nodes/train.gpus_per_node or rollout.gpus, or raise cluster.nodes",
+            f"rollout.gpus={n.rollout_gpus} does not fit: the layout needs {n.total} GPUs ({mode}; actor = "
+            f"train.nodes {t.nodes} x train.gpus_per_node {t.gpus_per_node} = {n.actor_gpus}, rollout.gpus = "
+            f"{n.rollout_gpus}) but the cluster has {n.available} (cluster.nodes {c.nodes} x cluster.gpus_per_node "
+            f"{gpn})",
+            path="rollout.gpus",
+            hint=f"set rollout.gpus <= {n.available if r.colocate else n.available - n.actor_gpus}"
+                 + ("" if r.colocate else " or lower train.nodes/train.gpus_per_node") + ", or raise cluster.nodes",
         )
     # Actor: train.gpus_per_node GPUs on each of the first train.nodes nodes.
     actor = tuple(Slot(node=nd, gpu=g) for nd in range(t.nodes) for g in range(t.gpus_per_node or 0))
@@ -150,16 +159,19 @@ def plan_layout(spec: Spec) -> Layout:
         pool = [s for s in free if s not in actor_set][:n.rollout_gpus]
     for i in range(n_engines):
         slots = tuple(pool[i * gpe:(i + 1) * gpe])
-        nodes = sorted({s.node for s in slots})
-        if len(nodes) > 1 and (gpe % gpn != 0 or slots[0].gpu != 0):
+        per_node = {nd: sum(1 for s in slots if s.node == nd) for nd in sorted({s.node for s in slots})}
+        # The preflight's condition on the actual slots: every node the engine touches is fully covered.
+        if len(per_node) > 1 and any(k != gpn for k in per_node.values()):
+            used = ", ".join(f"{k} on node{nd}" for nd, k in per_node.items())
             raise LayoutError(
-                f"engine {i} ({gpe} GPUs) would straddle nodes {nodes} starting at {slots[0]}: an engine must fit "
-                f"in one node or span whole nodes (gpus_per_engine a multiple of {gpn}, starting at GPU 0)",
+                f"engine {i} ({gpe} GPUs) would straddle nodes {list(per_node)} starting at {slots[0]} ({used}): "
+                f"an engine must fit in one node or cover all {gpn} GPUs of every node it spans",
                 path="rollout.gpus_per_engine",
                 hint="make rollout.gpus_per_engine divide cluster.gpus_per_node (or a multiple of it) and the "
-                     "actor's GPUs fill whole nodes",
+                     "actor's GPUs fill whole nodes (train.gpus_per_node = cluster.gpus_per_node)",
             )
         engines.append(slots)
     critic = actor if spec.algorithm.estimator == "ppo" else ()
+    used = {*actor, *(s for e in engines for s in e)}
     return Layout(nodes=c.nodes, gpus_per_node=gpn, colocate=r.colocate, actor=actor, critic=critic,
-                  engines=tuple(engines), total_slots=n.total, rollout_offset=n.offset)
+                  engines=tuple(engines), total_slots=len(used), rollout_offset=n.offset)

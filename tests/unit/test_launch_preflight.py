@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from launchers.preflight_checks import gpu_visibility, ray_resources, render_table, role_conflicts, write_report
-from slime.layout import Layout, Slot
+from slime.layout import Layout, Slot, plan_layout
 from slime.paths import TaskPaths
-from slime.placement import bundle_specs, node_rank_of
+from slime.placement import bundle_specs, node_rank_of, placement_from_infos
+from tests.fixtures.spec_helpers import GPU_SPEC, load, spec
 
 
 def _checks(checks):
@@ -101,6 +104,36 @@ def test_bundles_are_pinned_to_their_node_and_ask_one_gpu_each():
                  engines=(), total_slots=2, rollout_offset=0)
     assert bundle_specs(cpu) == [{"CPU": 1.0, "slime_node_0": 0.001}, {"CPU": 1.0, "slime_node_1": 0.001}]
     assert node_rank_of({"CPU": 4.0, "slime_node_3": 1.0}) == 3 and node_rank_of({"CPU": 1.0}) is None
+
+
+@pytest.mark.parametrize("edits", [
+    {"train.gpus_per_node": 4, "train.global_batch_size": 128},  # colocated, half of each node
+    {"train.gpus_per_node": 2, "rollout.gpus": 2, "rollout.colocate": False, "train.parallel.tensor": 1,
+     "train.global_batch_size": 128},  # disaggregated, actor on gpu0-1 of both nodes
+])
+def test_partial_node_layouts_get_bundles_on_every_node_they_use(edits):
+    """train.gpus_per_node < cluster.gpus_per_node: the bundles, the preflight rows and the runtime's
+    strategies cover every role's slot (node 1's too), so nothing raises KeyError after the allocation."""
+    layout = plan_layout(load(spec(GPU_SPEC, **edits)).spec)
+    slots = layout.all_slots()
+    role_slots = {*layout.actor, *layout.critic, *(sl for e in layout.engines for sl in e)}
+    assert role_slots == set(slots) and {sl.node for sl in slots} == {0, 1}
+    per_node = {}
+    for b in bundle_specs(layout):
+        rank = node_rank_of(b)
+        per_node[rank] = per_node.get(rank, 0) + 1
+    assert per_node == {n: sum(1 for sl in slots if sl.node == n) for n in (0, 1)}
+    # Ray reports physical GPU ids 0.. per node; the k-th slot of a node gets its k-th bundle.
+    raw = [{"host": f"sn{sl.node + 1}", "ip": f"10.0.0.{sl.node + 1}", "node_id": f"n{sl.node}",
+            "gpu_ids": [str(sl.gpu)], "cuda_visible_devices": None} for sl in slots]
+    placement = placement_from_infos(None, layout, raw)
+    assert set(placement.slot_bundle) == role_slots
+    for sl in role_slots:
+        assert placement.strategy(sl).placement_group_bundle_index == placement.slot_bundle[sl]
+        assert placement.bundle_of(sl).gpu == str(sl.gpu) and placement.bundle_of(sl).node_rank == sl.node
+    rows = placement.to_json()
+    assert [r["slot"] for r in rows] == [str(sl) for sl in slots]
+    assert all(c.ok for c in role_conflicts(layout, rows)), role_conflicts(layout, rows)
 
 
 def test_report_files_and_table(tmp_path):

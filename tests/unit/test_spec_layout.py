@@ -76,8 +76,10 @@ def test_layout_counts():
 
 
 @pytest.mark.parametrize("edits, path, words, hint", [
-    ({"rollout.gpus": 24}, "train.nodes", ["needs 24 GPUs", "max(actor, rollout)", "cluster has 16"],
-     "raise cluster.nodes"),
+    # Colocated: the actor always fits, so the overflow is reported at the field the user set.
+    ({"rollout.gpus": 24}, "rollout.gpus", ["rollout.gpus=24 does not fit", "needs 24 GPUs", "max(actor, rollout)",
+                                            "cluster has 16"], "set rollout.gpus <= 16"),
+    ({"rollout.gpus": 32}, "rollout.gpus", ["rollout.gpus=32", "cluster has 16"], "set rollout.gpus <= 16"),
     ({"rollout.colocate": False, "rollout.gpus": 2}, "rollout.gpus", ["needs 18 GPUs", "actor + rollout",
                                                                      "rollout.gpus = 2"], "lower"),
     ({"train.gpus_per_node": 9}, "train.gpus_per_node", ["train.gpus_per_node=9 exceeds cluster.gpus_per_node=8"],
@@ -86,6 +88,10 @@ def test_layout_counts():
     ({"train.nodes": 1, "train.gpus_per_node": 6, "rollout.colocate": False, "rollout.gpus": 8,
       "rollout.gpus_per_engine": 4}, "rollout.gpus_per_engine", ["engine 0 (4 GPUs) would straddle nodes [0, 1]",
                                                                   "node0:gpu6"], "divide cluster.gpus_per_node"),
+    # gpus_per_engine 8 = cluster.gpus_per_node, but the actor (and so the engine) has 4 GPUs on each of two nodes.
+    ({"train.gpus_per_node": 4, "rollout.gpus_per_engine": 8, "train.global_batch_size": 128},
+     "rollout.gpus_per_engine", ["engine 0 (8 GPUs) would straddle nodes [0, 1]", "4 on node0, 4 on node1",
+                                 "cover all 8 GPUs"], "divide cluster.gpus_per_node"),
 ])
 def test_layout_errors_name_the_numbers(edits, path, words, hint):
     with pytest.raises(LayoutError) as info:
@@ -125,3 +131,32 @@ data: {prompts: p.jsonl}
     engine_slots = {s for e in layout.engines for s in e}
     assert not engine_slots & set(layout.actor)
     assert len(engine_slots) == 2 and {s.node for s in engine_slots} == {0, 1}
+
+
+def flat(n: int, gpn: int = 8) -> list[tuple[int, int]]:
+    return [(i // gpn, i % gpn) for i in range(n)]
+
+
+@pytest.mark.parametrize("edits, slots", [
+    # colocated, 4 of each node's 8 GPUs: the slots are gpu0-3 of both nodes, not node0:gpu0-7
+    ({"train.gpus_per_node": 4, "train.global_batch_size": 128},
+     [(n, g) for n in range(2) for g in range(4)]),
+    # disaggregated, actor on gpu0-1 of both nodes, one 2-GPU engine after it on node 0
+    ({"train.gpus_per_node": 2, "rollout.gpus": 2, "rollout.colocate": False, "train.parallel.tensor": 1,
+      "train.global_batch_size": 128}, [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1)]),
+    # colocated rollout larger than a partial actor: the engines also take the actor's free GPUs
+    ({"train.gpus_per_node": 4, "rollout.gpus": 16, "train.global_batch_size": 128}, flat(16)),
+])
+def test_all_slots_are_exactly_the_roles_slots_on_their_nodes(edits, slots):
+    layout = plan_layout(load(spec(GPU_SPEC, **edits)).spec)
+    used = set(layout.actor) | set(layout.critic) | {s for e in layout.engines for s in e}
+    assert gpus(layout.all_slots()) == slots and set(layout.all_slots()) == used
+    assert layout.total_slots == len(slots)
+
+
+@pytest.mark.parametrize("edits, n", [({}, 16), ({"rollout.gpus": 12}, 16), ({"train.nodes": 1, "rollout.gpus": 16,
+                                                                                 "train.global_batch_size": 128}, 16),
+                                      ({"rollout.gpus_per_engine": 16}, 16), ({"algorithm.estimator": "ppo"}, 16),
+                                      ({"rollout.colocate": False, "rollout.gpus": 4, "train.gpus_per_node": 6}, 16)])
+def test_layouts_filling_whole_nodes_keep_the_flat_slot_prefix(edits, n):
+    assert gpus(plan_layout(resolved(spec(GPU_SPEC, **edits))).all_slots()) == flat(n)

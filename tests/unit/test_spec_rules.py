@@ -75,7 +75,15 @@ CASES = [
      ["remove rollout.gpus"], {"rollout.gpus": 0}),
     ("train-zero-gpus", "devices", G, {"train.gpus_per_node": 0}, "train.gpus_per_node", ["is 0 on a GPU cluster"],
      ["at least one GPU"], {"train.gpus_per_node": 8}),
-    ("mp-divides", "parallel_sizes", G, {"train.parallel.tensor": 3}, "train.parallel", ["= 3 does not divide",
+    ("sglang-builtin", "devices", G, {"model.path": None, "model.builtin": "tiny", "rollout.max_prompt_len": 16,
+                                      "rollout.max_response_len": 16}, "rollout.backend",
+     ["serve an HF checkpoint", "model.builtin: tiny"], ["set model.path"], {"model.path": "/models/qwen"}),
+    ("rollout-zero-gpus", "rollout_gpus", G, {"rollout.gpus": 0}, "rollout.gpus", ["no rollout engine"],
+     ["remove rollout.gpus"], {"rollout.gpus": 16}),
+    ("sglang-context", "context_fits_sglang", G, {"model.max_context_len": 1024}, "rollout.max_response_len",
+     ["exceeds the model's context length 1024", "SGLang would refuse"], ["lower max_response_len"],
+     {"model.max_context_len": 4096}),
+    ("mp-divides", "parallel_sizes", G, {"train.parallel.tensor": 3}, "train.parallel.tensor", ["= 3 does not divide",
      "16 trainer GPUs"], ["product divides"], {"train.parallel.tensor": 4}),
     ("ep-divides", "parallel_sizes", G, {"train.parallel.expert": 3}, "train.parallel.expert",
      ["expert 3 does not divide 8"], ["divides it"], {"train.parallel.expert": 4}),
@@ -117,7 +125,7 @@ CASES = [
      {"rollout.gpus_per_engine": 16, "rollout.gpus": 16}),
     ("engines-count", "rollout_gpus", G, {"rollout.num_engines": 3}, "rollout.num_engines",
      ["num_engines 3 != rollout.gpus 16 / gpus_per_engine 2"], ["derived"], {"rollout.num_engines": 8}),
-    ("colocated-fits", "layout_fits", G, {"rollout.gpus": 24}, "train.nodes", ["needs 24 GPUs", "colocated",
+    ("colocated-fits", "layout_fits", G, {"rollout.gpus": 24}, "rollout.gpus", ["needs 24 GPUs", "colocated",
      "cluster has 16"], ["raise cluster.nodes"], {"rollout.gpus": 16}),
     ("disagg-fits", "layout_fits", G, {"rollout.colocate": False, "rollout.gpus": 4}, "rollout.gpus",
      ["needs 20 GPUs", "disaggregated: actor + rollout", "actor = train.nodes 2 x train.gpus_per_node 8 = 16"],
@@ -224,7 +232,7 @@ def test_named_rule_reports_it(case):
 
 
 def test_every_rule_has_a_failing_case():
-    covered = {c[1] for c in CASES} | {"long_responses"}
+    covered = {c[1] for c in CASES} | {"long_responses", "slurm_limits_run_locally"}
     registered = {f.__name__ for f in rules.RULES + rules.WARNINGS + rules.RAW_RULES}
     assert registered <= covered, f"rules without a test case: {registered - covered}"
 
@@ -237,8 +245,43 @@ def test_base_specs_are_valid():
 def test_long_responses_is_a_warning_not_an_error():
     loaded = load(spec(C, **{"rollout.max_prompt_len": 200, "rollout.max_response_len": 100}))
     (w,) = [p for p in loaded.warnings if p.path == "rollout.max_response_len"]
-    assert w.severity == "warning" and "exceeds the context length 256" in w.message
+    assert w.severity == "warning" and "exceeds the model's context length 256" in w.message
     assert not load(C).warnings
+
+
+def test_slurm_limits_under_the_local_launcher_are_warnings():
+    loaded = load(spec(C, **{"cluster.time_limit": "01:00:00", "cluster.mem": "1G"}))
+    assert {(w.path, w.severity) for w in loaded.warnings} == {("cluster.time_limit", "warning"),
+                                                                ("cluster.mem", "warning")}
+    assert all("local launcher does not apply it" in w.message for w in loaded.warnings)
+
+
+def test_tensor_parallel_must_divide_attention_and_kv_heads(tmp_path: Path):
+    """A Qwen2.5-7B-shaped config: 28 heads, 4 key/value heads. Megatron asserts both divide by TP;
+    SGLang needs the heads divisible by an engine's TP (KV heads divisible by it, or it by them)."""
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"num_hidden_layers": 28, "max_position_embeddings": 32768,
+                                                   "num_attention_heads": 28, "num_key_value_heads": 4}))
+    bad = spec(G, **{"model.path": str(model), "train.parallel.tensor": 8, "rollout.gpus_per_engine": 8})
+    found = problems(bad)
+    (t,) = errors_at(found, "train.parallel.tensor")
+    assert "does not divide the model's 28 attention heads and 4 key/value heads" in t.message
+    (e,) = errors_at(found, "rollout.gpus_per_engine")
+    assert "28 attention heads / 4 key/value heads" in e.message
+    ok = spec(G, **{"model.path": str(model), "train.parallel.tensor": 4, "rollout.gpus_per_engine": 4})
+    assert not errors_at(problems(ok), "train.parallel.tensor") and not errors_at(problems(ok),
+                                                                                    "rollout.gpus_per_engine")
+    # TP 2 engines on a 1-KV-head model: SGLang replicates the KV head (TP divisible by the KV heads)
+    (model / "config.json").write_text(json.dumps({"num_attention_heads": 28, "num_key_value_heads": 1,
+                                                   "max_position_embeddings": 32768}))
+    assert not errors_at(problems(spec(G, **{"model.path": str(model), "train.parallel.tensor": 1})),
+                         "rollout.gpus_per_engine")
+
+
+def test_over_sampling_is_reported_beside_a_batch_size_error():
+    found = problems(spec(G, **{"train.global_batch_size": 100, "rollout.over_sampling_batch_size": 8}))
+    assert errors_at(found, "train.global_batch_size") and errors_at(found, "rollout.over_sampling_batch_size")
 
 
 def test_pipeline_must_divide_model_layers(tmp_path: Path):
