@@ -33,7 +33,7 @@ from typing import Any
 
 from slime.paths import atomic_write
 
-__all__ = ["CheckpointError", "CheckpointStore", "STATE_FILE"]
+__all__ = ["CheckpointError", "CheckpointStore", "STATE_FILE", "damaged_checkpoint"]
 
 STATE_FILE = "state.json"
 _TMP_PREFIX = ".tmp-"
@@ -42,6 +42,26 @@ _TRASH_PREFIX = ".old-"
 
 class CheckpointError(ValueError):
     """A checkpoint cannot be used (missing, incomplete, from another layout): bad input, exit code 2."""
+
+
+def damaged_checkpoint(ckpt: str | os.PathLike, why: str, *, from_load: bool = False) -> CheckpointError:
+    """The error for a checkpoint that cannot be read, naming it and the ones next to it that can.
+
+    No automatic fallback to an older one: silently training from an older state would surprise.
+    ``from_load``: it came from ``train.checkpoint.load`` (the run has none of its own), which is then
+    the thing to change; otherwise the run's own newest is damaged and moving it aside is the fix
+    (``load`` does not apply while the run has checkpoints of its own)."""
+    ckpt = Path(ckpt)
+    others = [str(p) for _, p in CheckpointStore(ckpt.parent).usable() if p != ckpt]
+    listing = ", ".join(others) if others else "none"
+    if from_load:
+        fix = (f"point train.checkpoint.load at a complete checkpoint (complete ones next to it: {listing}), "
+               "or unset it to start fresh")
+    else:
+        after = (f"from the newest complete one left ({others[-1]})" if others else
+                 "fresh (or from train.checkpoint.load if set): no other complete checkpoint is there")
+        fix = f"delete or move aside {ckpt}; the run then resumes {after}"
+    return CheckpointError(f"cannot resume from checkpoint {ckpt}: it is damaged ({why}). Fix: {fix}")
 
 
 def _fsync_dir(path: Path) -> None:
@@ -92,22 +112,62 @@ class CheckpointStore:
                 out.append((int(p.name), p))
         return sorted(out)
 
+    def usable(self) -> list[tuple[int, Path]]:
+        """The :meth:`complete` checkpoints whose ``state.json`` is a readable JSON object."""
+        out = []
+        for rid, p in self.complete():
+            try:
+                if isinstance(json.loads((p / STATE_FILE).read_text()), dict):
+                    out.append((rid, p))
+            except (OSError, ValueError):
+                pass
+        return out
+
     def latest(self) -> Path | None:
+        """The newest complete checkpoint; one with a damaged ``state.json`` too (:meth:`read_state`
+        then says so and names the usable ones), since skipping it would resume from an older state."""
         found = self.complete()
         return found[-1][1] if found else None
 
+    def resume_point(self, load: str | os.PathLike | None) -> Path | None:
+        """Where a (re)started run resumes: its own newest checkpoint, else ``load`` (a start point only:
+        a requeued run that restarted from ``load`` every time would lose its progress), else None."""
+        return self.latest() or (Path(load) if load else None)
+
     @staticmethod
-    def read_state(ckpt: str | os.PathLike) -> dict[str, Any]:
+    def read_state(ckpt: str | os.PathLike, *, from_load: bool = False) -> dict[str, Any]:
         path = Path(ckpt) / STATE_FILE
         try:
-            return json.loads(path.read_text())
+            text = path.read_text()
         except FileNotFoundError:
             raise CheckpointError(f"{ckpt} is not a complete checkpoint (no {STATE_FILE}); "
                                   "point train.checkpoint.load at a directory this runtime saved") from None
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
             raise CheckpointError(f"cannot read {path}: {exc}") from None
+        try:
+            state = json.loads(text)
+        except ValueError as exc:
+            what = "empty" if not text.strip() else f"not valid JSON: {exc}"
+            raise damaged_checkpoint(ckpt, f"cannot read {STATE_FILE}: {what}", from_load=from_load) from None
+        if not isinstance(state, dict):
+            raise damaged_checkpoint(ckpt, f"{STATE_FILE} holds {type(state).__name__}, not an object",
+                                     from_load=from_load)
+        return state
 
     # ---------------------------------------------------------------- writing
+    def check_writable(self) -> None:
+        """Create the dir and write and remove a probe file, so that an unwritable dir fails at the
+        start of a run rather than at its first save, after all the training before it."""
+        probe = self.root / f"{_TMP_PREFIX}probe-{os.getpid()}"  # a leftover is removed like a stale temp dir
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise CheckpointError(f"train.checkpoint.dir {self.root} is not writable ({exc}); set "
+                                  "train.checkpoint.dir to a directory this job can create and write to, "
+                                  "or fix its permissions") from None
+
     def begin(self, rollout_id: int) -> Path:
         """A fresh temp dir to save rollout ``rollout_id`` into (stale temp dirs are removed first)."""
         self.root.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ What one run does, in order (THUDM/slime's loop, our code):
    (``slime.placement``), start the engines (rollout backend), the trainer
    ranks (``TrainerGroup``: actor, plus a critic on the same slots for PPO) and
    the rollout manager;
-3. resume from the newest complete checkpoint (or ``train.checkpoint.load``) —
+3. resume from the newest complete checkpoint (or ``train.checkpoint.load`` while there is none) —
    model, optimizer, RNG, rollout id, weight version, data cursor — or start
    fresh: SFT warm-up (``algorithm.sft_warmup_steps``), weight sync, an eval of
    the starting policy;
@@ -106,6 +106,9 @@ class Driver:
         self._engines_released = False  # colocated: engine memory handed to the trainer
         self._release_said = False
         self.checkpoint_dir: str | None = None
+        self.resume_from: Path | None = None
+        self.resume_state: dict[str, Any] = {}  # the state.json of resume_from, read at setup
+        self._resume_from_load = False  # resume_from is train.checkpoint.load (the run has none of its own)
 
     # ================================================================ setup
     def say(self, message: str) -> None:
@@ -152,7 +155,7 @@ class Driver:
         from slime.backends.base import ROLLOUT_BACKENDS
         from slime.layout import plan_layout
         from slime.placement import create_placement
-        from slime.runtime.checkpoint import CheckpointStore
+        from slime.runtime.checkpoint import CheckpointStore, damaged_checkpoint
         from slime.runtime.metrics import WandbSink
         from slime.runtime.rollout_manager import RolloutManager
         from slime.runtime.trainer_group import TrainerGroup
@@ -160,7 +163,15 @@ class Driver:
         spec = self.spec
         ck = spec.train.checkpoint
         self.store = CheckpointStore(ck.dir or self.tp.checkpoints, keep=ck.keep)
-        self.resume_from = Path(ck.load) if ck.load else self.store.latest()
+        self.store.check_writable()  # now, not at the first save after all the training before it
+        self.resume_from = self.store.resume_point(ck.load)
+        self._resume_from_load = self.resume_from is not None and self.resume_from != self.store.latest()
+        if self.resume_from is not None:  # a damaged state.json fails here, before Ray and the engines start
+            self.resume_state = CheckpointStore.read_state(self.resume_from, from_load=self._resume_from_load)
+            missing = sorted({"rollout_id", "step", "weight_version", "manager"} - set(self.resume_state))
+            if missing:
+                raise damaged_checkpoint(self.resume_from, f"its state.json lacks {missing}",
+                                         from_load=self._resume_from_load)
         self.wandb = WandbSink(spec, self.tp, resume=self.resume_from is not None, task_index=self.task_index)
         shutil.rmtree(self.tp.weights, ignore_errors=True)  # exports of an earlier attempt: derived data
         self.model_dir = self._model_dir()
@@ -270,16 +281,23 @@ class Driver:
     def resume(self) -> None:
         import ray
 
-        from slime.runtime.checkpoint import CheckpointStore
+        from slime.runtime.checkpoint import CheckpointError, damaged_checkpoint
+        from slime.runtime.failures import root_cause
 
         ckpt = self.resume_from
-        st = CheckpointStore.read_state(ckpt)
+        st = self.resume_state
         if st.get("world_size") not in (None, len(self.actor.ranks)):
             raise ValueError(f"checkpoint {ckpt} was saved by {st['world_size']} trainer ranks, this job has "
                              f"{len(self.actor.ranks)}; resume with the same train.nodes/gpus_per_node")
-        self.actor.call("load", str(ckpt))
-        if self.critic is not None:
-            self.critic.call("load", str(ckpt))
+        try:
+            self.actor.call("load", str(ckpt))
+            if self.critic is not None:
+                self.critic.call("load", str(ckpt))
+        except Exception as exc:  # a truncated or missing rank file: name the dir and the usable ones
+            cause = root_cause(exc)
+            if isinstance(cause, (CheckpointError, FileNotFoundError)):
+                raise damaged_checkpoint(ckpt, str(cause), from_load=self._resume_from_load) from None
+            raise
         ray.get(self.manager.load_state_dict.remote(st["manager"]))
         self.rollout_id, self.step = int(st["rollout_id"]), int(st["step"])
         self.weight_version = int(st["weight_version"]) - 1
@@ -390,8 +408,11 @@ class Driver:
     def save_checkpoint(self) -> None:
         import ray
 
-        tmp = self.store.begin(self.rollout_id)
+        from slime.runtime.failures import checkpoint_save_error
+
+        tmp = None
         try:
+            tmp = self.store.begin(self.rollout_id)
             self.actor.call("save", str(tmp))
             if self.critic is not None:
                 self.critic.call("save", str(tmp))
@@ -399,15 +420,18 @@ class Driver:
                      "weight_version": self.weight_version, "world_size": len(self.actor.ranks),
                      "manager": ray.get(self.manager.state_dict.remote()), "saved_at": time.time()}
             final = self.store.commit(tmp, self.rollout_id, state)
-        except BaseException:
-            self.store.abort(tmp)
+        except BaseException as exc:
+            if tmp is not None:
+                self.store.abort(tmp)
+            mapped = checkpoint_save_error(exc, self.store.root, self.rollout_id)  # disk full: no bug
+            if mapped is not None:
+                raise mapped from exc
             raise
         self.checkpoint_dir = str(final)
         self.state.update(checkpoint=self.checkpoint_dir)
 
     # ================================================================ the run
     def train(self) -> dict[str, Any]:
-        from slime.runtime.checkpoint import CheckpointStore
         from slime.runtime.metrics import MetricsLog
         from slime.runtime.progress import Progress
 
@@ -417,7 +441,7 @@ class Driver:
         self.setup()
         fresh = self.resume_from is None
         self.metrics = MetricsLog(self.tp.metrics, keep_through=None if fresh else
-                                  int(CheckpointStore.read_state(self.resume_from)["rollout_id"]))
+                                  int(self.resume_state["rollout_id"]))
         if fresh:
             record = self.warmup()
             self._log(record)

@@ -15,6 +15,9 @@ bounded: Ray's health checks need that long) and the IPs named in the error. Not
 hostname when Ray's node table cannot be read (the IP is named then), or telling a crashed
 process on a healthy node from a dead node when Ray has not marked the node dead within the wait
 (the error then names the process's node as the one whose process died).
+
+An ``OSError`` while saving a checkpoint (disk full, permissions changed under the run) is no bug:
+:func:`checkpoint_save_error` turns it into a ``CheckpointError`` (exit 2) naming the checkpoint dir.
 """
 
 from __future__ import annotations
@@ -26,12 +29,15 @@ from typing import Any
 
 from slime.runtime.state import EXIT_FAILED, EXIT_INFRA, EXIT_SPEC
 
-__all__ = ["classify", "root_cause", "lost_node_error", "name_lost_nodes", "looks_like_peer_loss"]
+__all__ = ["classify", "root_cause", "lost_node_error", "name_lost_nodes", "looks_like_peer_loss",
+           "checkpoint_save_error"]
 
 _IP = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})(?![\d.])")
 # What a surviving rank's collective says when its peer's process or node is gone (gloo, NCCL, sockets).
 _PEER_LOSS = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|remote worker crash|"
                         r"NCCL communicator was aborted|ncclRemoteError|Connection refused|cannot connect", re.I)
+# What torch.save in a trainer rank raises when the disk fills up (a RuntimeError, not an OSError).
+_TORCH_WRITE = re.compile(r"PytorchStreamWriter failed writing|file write failed")
 _ACTOR_IP = re.compile(r"^\s*ip: \S+\s*$")  # ActorDiedError's line naming the dead actor's node
 
 
@@ -64,6 +70,22 @@ def root_cause(exc: BaseException) -> BaseException:
     """The user's exception inside a Ray task error (whose text is a whole remote traceback)."""
     cause = getattr(exc, "cause", None)
     return cause if isinstance(cause, BaseException) else exc
+
+
+def checkpoint_save_error(exc: BaseException, root: Any, rollout_id: int) -> BaseException | None:
+    """A ``CheckpointError`` (exit 2) for an ``OSError`` (or torch's failed write) raised while saving
+    into ``root`` (here or, wrapped, in a trainer rank), else None. Connection and timeout errors are
+    OSErrors too but infrastructure, left to :func:`classify`."""
+    from slime.runtime.checkpoint import CheckpointError
+
+    root_exc = root_cause(exc)
+    disk = isinstance(root_exc, OSError) or (isinstance(root_exc, RuntimeError)
+                                             and bool(_TORCH_WRITE.search(str(root_exc))))
+    if not disk or isinstance(root_exc, (ConnectionError, TimeoutError)):
+        return None
+    return CheckpointError(f"cannot save the checkpoint of rollout {rollout_id} in {root} (train.checkpoint.dir): "
+                           f"{root_exc}. Fix: free disk space there or make it writable again, then rerun the task "
+                           "(it resumes from the newest complete checkpoint there, if any)")
 
 
 def _ray_death(exc: BaseException) -> bool:

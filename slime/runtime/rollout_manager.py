@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,13 @@ def sampling_seed(*parts: Any) -> int:
     """A 63-bit seed from its parts (stable across processes and Python versions)."""
     digest = hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+
+
+def _sft_label(row: Any) -> Any:
+    """The answer the SFT warm-up trains on: the label, or the first of a list of them (None: none)."""
+    if isinstance(row.label, list):
+        return row.label[0] if row.label else None
+    return row.label
 
 
 def _version(v: str | None) -> int:
@@ -131,6 +139,8 @@ class RolloutManager:
                                   tokenizer=self.tokenizer, apply_chat_template=d.apply_chat_template,
                                   max_prompt_tokens=r.max_prompt_len)
         self.dataset = PromptDataset(d.prompts, shuffle=d.shuffle, seed=spec.train.seed, **self._dataset_args)
+        if spec.algorithm.sft_warmup_steps > 0:
+            self._check_sft_labels()
         self._sft_dataset = None
         self._eval_sets: dict[str, Any] = {}
         rw = spec.reward
@@ -248,21 +258,33 @@ class RolloutManager:
         return out
 
     # ---------------------------------------------------------------- SFT data
+    def _check_sft_labels(self) -> None:
+        """The warm-up trains on the labels: every row needs one (else it would learn the text "None").
+        Checked at setup, before any warm-up step, over the same rows the warm-up draws from."""
+        from slime.data.jsonl import DatasetError
+
+        d = self.spec.data
+        if d.label_key is None:
+            raise ValueError("algorithm.sft_warmup_steps > 0 needs labels: set data.label_key")
+        for row in self.dataset.rows:
+            if _sft_label(row) is None:
+                raise DatasetError(f"{self.dataset.path}:{row.line}: {d.label_key!r} is "
+                                   f"{json.dumps(row.label)}, but algorithm.sft_warmup_steps > 0 trains on the "
+                                   "labels; give every row a label, or set algorithm.sft_warmup_steps: 0")
+
     def sft_samples(self, n: int) -> list[dict]:
         """``n`` (prompt, label + EOS) pairs for the SFT warm-up, from their own cursor over the prompts."""
         self.setup()
         from slime.data.jsonl import PromptDataset
 
         d = self.spec.data
-        if d.label_key is None:
-            raise ValueError("algorithm.sft_warmup_steps > 0 needs labels: set data.label_key")
         if self._sft_dataset is None:
             # Its own order (seed + 1) so the warm-up does not consume the RL prompt order.
             self._sft_dataset = PromptDataset(d.prompts, shuffle=d.shuffle, seed=self.spec.train.seed + 1,
                                               **self._dataset_args)
         out = []
         for row in self._sft_dataset.next_batch(n):
-            label = row.label[0] if isinstance(row.label, list) and row.label else row.label
+            label = _sft_label(row)
             if self.spec.agent is not None:  # the agent's chat format (a tool-using demonstration when one fits)
                 from slime.agent.generate import agent_sft_sample
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import textwrap
 import threading
 from pathlib import Path
@@ -176,6 +177,53 @@ def test_custom_errors_name_the_path(user_module: str) -> None:
         make_reward_fn("custom", custom=f"{user_module}:missing")
     with pytest.raises(UnknownPlugin, match="cannot import module 'no_such_mod_xyz'"):
         make_reward_fn("custom", custom="no_such_mod_xyz:f")
+
+
+@pytest.fixture()
+def raising_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A user's reward module whose functions raise, directly or from a helper / library call."""
+    path = tmp_path / "my_raising_rewards.py"
+    path.write_text(
+        "import json\n"
+        "def raises(sample):\n"
+        "    d = {}\n"
+        "    return d['score']\n"
+        "def helper(text):\n"
+        "    return json.loads(text)\n"
+        "def via_library(sample):\n"
+        "    return helper(sample.response)\n"
+        "async def bad_value(sample):\n"
+        "    raise ValueError('no answer found')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # this test's file, not one imported by an earlier test
+    monkeypatch.delitem(sys.modules, "my_raising_rewards", raising=False)
+    return path
+
+
+@pytest.mark.parametrize(
+    "attr, raised, line, func",
+    [
+        ("raises", "KeyError: 'score'", 4, "raises"),  # sync, in a worker thread
+        # the innermost frame of the user's code, not json's
+        ("via_library", "JSONDecodeError: Expecting value", 6, "helper"),
+        ("bad_value", "ValueError: no answer found", 10, "bad_value"),  # async
+    ],
+)
+def test_a_raising_custom_reward_is_a_user_error_naming_it_and_where(
+    raising_module: Path, attr: str, raised: str, line: int, func: str
+) -> None:
+    from slime.rl.rewards.custom import RewardFunctionError
+    from slime.runtime.failures import classify
+    from slime.runtime.state import EXIT_SPEC
+
+    fn = make_reward_fn("custom", custom=f"my_raising_rewards:{attr}")
+    with pytest.raises(RewardFunctionError) as info:
+        asyncio.run(batch_rewards(fn, [Sample(response="not json")]))
+    text = str(info.value)
+    assert text.startswith(f"reward function 'my_raising_rewards:{attr}' raised {raised}")
+    assert f"(at {raising_module}:{line} in {func})" in text
+    assert classify(info.value) == EXIT_SPEC  # not "an internal error (a bug)"
 
 
 # ---- factory and batch --------------------------------------------------------------------------

@@ -301,6 +301,24 @@ def test_save_load_round_trip_continues_exactly(small_dir, tmp_path):
         assert torch.equal(v, expected[k]), k
 
 
+@pytest.mark.parametrize("cut", [lambda b: b"", lambda b: b[: len(b) // 2], lambda b: b[:-10]],
+                         ids=["empty", "half", "tail"])
+def test_loading_a_truncated_checkpoint_file_is_a_checkpoint_error_naming_it(small_dir, tmp_path, cut):
+    from slime.runtime.checkpoint import CheckpointError
+    from slime.runtime.failures import classify
+    from slime.runtime.state import EXIT_SPEC
+
+    spec = make_spec()
+    be = backend(spec, small_dir)
+    be.save(tmp_path)
+    path = tmp_path / "actor-rank0.pt"
+    data = path.read_bytes()
+    path.write_bytes(cut(data))  # torch raises EOFError, RuntimeError and OSError for these
+    with pytest.raises(CheckpointError, match="truncated, corrupted or unreadable") as info:
+        backend(spec, small_dir).load(tmp_path)
+    assert f"cannot load {path}" in str(info.value) and classify(info.value) == EXIT_SPEC
+
+
 def test_exported_weights_load_into_the_engine(model_dir, tmp_path):
     from slime.backends.rollout.builtin.generator import Engine
     from slime.backends.rollout.builtin.sampling import SamplingParams

@@ -32,6 +32,7 @@ the step count the runtime passes in.
 from __future__ import annotations
 
 import contextlib
+import pickle
 import random
 import shutil
 from pathlib import Path
@@ -330,7 +331,16 @@ class TorchTrainBackend(TrainBackend):
         if not path.is_file():
             raise FileNotFoundError(f"checkpoint {ckpt_dir} has no {path.name} (was it saved with the same "
                                     "number of trainer ranks?)")
-        state = torch.load(path, map_location=self.device, weights_only=False)
+        try:
+            state = torch.load(path, map_location=self.device, weights_only=False)
+        except torch.OutOfMemoryError:
+            raise
+        except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as exc:  # what truncated files raise
+            from slime.runtime.checkpoint import CheckpointError
+
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0].split(". ")[0][:300]
+            raise CheckpointError(f"cannot load {path}: truncated, corrupted or unreadable "
+                                  f"({type(exc).__name__}: {first})") from None
         self.model.load_state_dict(state["model"])
         if self.optimizer is not None and state.get("optimizer") is not None:
             self.optimizer.load_state_dict(state["optimizer"])
