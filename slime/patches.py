@@ -196,7 +196,11 @@ def apply(engine: str, version: str | None = None, *, target: Path | None = None
     """Apply every patch to the installed (or ``target``) package; return what was recorded."""
     pin = _pin(engine, version, root)
     if target is None:
-        installed = importlib.metadata.version(pin.engine)
+        try:
+            installed = importlib.metadata.version(pin.engine)
+        except importlib.metadata.PackageNotFoundError:
+            raise PatchError(f"{pin.engine} is not installed here; install {pin.engine}=={pin.version} "
+                             "(then apply the patches), or pass a target directory") from None
         if installed != pin.version:
             raise PatchError(f"installed {pin.engine} is {installed}, but the patches are for the pinned "
                              f"{pin.version}; install {pin.engine}=={pin.version}")

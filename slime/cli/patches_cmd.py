@@ -71,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     except patches.PatchError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2 if "unknown engine" in str(exc) or "is pinned to" in str(exc) else 1
+        usage = ("unknown engine", "is pinned to", "is not installed here")
+        return 2 if any(w in str(exc) for w in usage) else 1
 
 
 def _list_text(info: dict) -> str:

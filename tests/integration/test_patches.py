@@ -112,3 +112,15 @@ def test_cli_check_and_usage_errors():
     proc = subprocess.run([*cli, "check", "--engine", "megatron-core", "--version", "0.15.0"], capture_output=True,
                           text=True, cwd=ROOT)
     assert proc.returncode == 2 and "pinned to 0.16.1, not 0.15.0" in proc.stderr
+
+
+def test_cli_apply_without_the_engine_installed_says_what_to_install():
+    """sglang is GPU-only and never installed here: apply must say so, not crash."""
+    import importlib.util
+
+    if importlib.util.find_spec("sglang") is not None:
+        pytest.skip("sglang is installed here")
+    proc = subprocess.run([sys.executable, "-m", "slime.cli.main", "patches", "apply", "--engine", "sglang"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "sglang is not installed here; install sglang==" in proc.stderr
