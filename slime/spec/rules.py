@@ -203,6 +203,32 @@ def _attention_heads(cfg: dict | None) -> tuple[int | None, int | None]:
     return heads, groups if isinstance(groups, int) and groups >= 1 else heads
 
 
+# TransformerConfig options the spec already decides: a train.backend_args entry for one of them would
+# silently disagree with the rest of the job (the process groups, the weight converter, the rules here).
+_SPEC_OWNED_BACKEND_ARGS = {
+    "tensor_model_parallel_size": "train.parallel.tensor", "pipeline_model_parallel_size": "train.parallel.pipeline",
+    "context_parallel_size": "train.parallel.context", "expert_model_parallel_size": "train.parallel.expert",
+    "sequence_parallel": "train.parallel.sequence_parallel", "bf16": "train.precision", "fp16": "train.precision",
+    "params_dtype": "train.precision", "pipeline_dtype": "train.precision",
+    **{k: "the model's config.json" for k in (
+        "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
+        "layernorm_epsilon", "add_qkv_bias", "add_bias_linear", "normalization", "gated_linear_unit",
+        "activation_func", "num_moe_experts", "moe_router_topk")},
+}
+
+
+@rule
+def backend_args(s: Spec) -> Iterator[Finding]:
+    if s.train.backend != "megatron":
+        return
+    for key in s.train.backend_args:
+        owner = _SPEC_OWNED_BACKEND_ARGS.get(key.replace("-", "_"))
+        if owner is not None:
+            yield (f"train.backend_args.{key}", f"'{key}' is decided by {owner}; a backend_args value would "
+                   "silently disagree with the rest of the job",
+                   f"remove it and set {owner}" if owner.startswith("train.") else "remove it")
+
+
 @rule
 def batch_sizes(s: Spec) -> Iterator[Finding]:
     t, r = s.train, s.rollout
