@@ -78,7 +78,7 @@ def test_engine_command_structure():
     assert argv[argv.index("--host") + 1] == "10.0.0.2" and c.url == "http://10.0.0.2:30020"
     assert c.ports == (30020, 30021)
     assert "--enable-memory-saver" in argv  # colocated
-    assert argv[-4:] == ["--mem-fraction-static", "0.7", "--cuda-graph-max-bs", "256"]
+    assert argv[-4:] == ["--mem-fraction-static", "0.7", "--cuda-graph-max-bs-decode", "256"]
     multi = engine_commands(_spec("rollout.gpus_per_engine=16"), hosts=["a", "b"])
     assert [(c.node_rank, c.port, c.url) for c in multi] == [(0, 30010, "http://a:30010"), (1, None, None)]
     for c in multi:
