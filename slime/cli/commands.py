@@ -125,16 +125,38 @@ def _compile(args: argparse.Namespace, *, preflight_only: bool = False, force: b
     return loaded, launcher, options, launcher.compile(loaded, options)
 
 
+def _engine_previews(loaded) -> dict[str, str]:
+    """What the GPU engines would be started with: the megatron-core arguments of the trainer ranks
+    and the SGLang commands, from the same (pure) functions the runtime calls."""
+    spec = loaded.tasks[0].spec if loaded.tasks and loaded.tasks[0].spec is not None else loaded.spec
+    task = " (sweep task 0)" if loaded.is_sweep else ""
+    out = {}
+    if spec.train.backend == "megatron":
+        from slime.backends.megatron.render import render_megatron_args
+
+        out[f"megatron-core arguments of the trainer ranks{task}"] = render_megatron_args(spec)
+    if spec.rollout.backend == "sglang":
+        from slime.backends.sglang.launch import render_engine_commands
+
+        out[f"SGLang engine commands{task}; node addresses are filled in at run time"] = \
+            render_engine_commands(spec)
+    return out
+
+
 def render(args: argparse.Namespace) -> int:
     # submit --dry-run lands here too: show what that submit would run (--preflight-only changes the script)
     loaded, _, _, request = _compile(args, preflight_only=getattr(args, "preflight_only", False),
                                      force=getattr(args, "force", False), preview=True)
+    engines = _engine_previews(loaded)
     if args.json:
         print(json.dumps({"launcher": request.launcher, "run_dir": str(request.run_dir),
-                          "files": {p: c for p, c, _ in request.files}, "command": list(request.command)}, indent=2))
+                          "files": {p: c for p, c, _ in request.files}, "command": list(request.command),
+                          "engines": engines}, indent=2))
     else:
         print_problems(list(loaded.warnings))
         sys.stdout.write(request.render())
+        for title, text in engines.items():
+            sys.stdout.write(f"\n# ---- {title} ----\n{text.rstrip()}\n")
     return EXIT_OK
 
 

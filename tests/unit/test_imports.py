@@ -69,6 +69,17 @@ def test_render_imports_nothing_heavy(tmp_path: Path):
     assert out["heavy"] == [], out
 
 
+def test_render_of_a_gpu_spec_shows_the_engines_and_imports_nothing_heavy():
+    """The Megatron and SGLang previews come from pure functions: render works on a laptop."""
+    out = _run("from slime.cli.main import main\nrc = main(['render', 'specs/grpo-multinode.yaml'])")
+    assert out["rc"] == 0 and out["heavy"] == [], out
+    text = out["stdout"]
+    assert "# ---- megatron-core arguments of the trainer ranks ----" in text
+    assert "initialize_model_parallel(tensor_model_parallel_size=2" in text
+    assert "# ---- SGLang engine commands; node addresses are filled in at run time ----" in text
+    assert text.count("python -m sglang.launch_server") == 8 and "--tp-size 2" in text
+
+
 def test_import_slime_args_imports_nothing_heavy(tmp_path: Path):
     flags = tmp_path / "flags.txt"
     flags.write_text("--hf-checkpoint /m --prompt-data /d.jsonl --num-rollout 3 --actor-num-gpus-per-node 2\n")
