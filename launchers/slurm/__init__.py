@@ -20,6 +20,8 @@ sbatch passes on), ``wait_timeout_s`` (bound on the ``--preflight-only`` wait).
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -95,10 +97,17 @@ class SlurmLauncher:
                 job_ids.append(jid)
                 arrays.append({"job_id": jid, "first_task": chunk.offset, "last_task": chunk.last,
                                "array": chunk.spec})
+        except BaseException:
+            if not job_ids:
+                # SLURM queued nothing: a run dir for a job that never existed would show up in
+                # status/list as an unknown run. Remove it (the error says why sbatch refused).
+                shutil.rmtree(paths.root, ignore_errors=True)
+            raise
         finally:
-            paths.write_jobs({"launcher": self.name, "job_ids": job_ids, "arrays": arrays, "tasks": n_tasks,
-                              "partition": partition, "submitted_at": time.time(),
-                              "preflight_only": options.preflight_only})
+            if paths.root.exists():
+                paths.write_jobs({"launcher": self.name, "job_ids": job_ids, "arrays": arrays, "tasks": n_tasks,
+                                  "partition": partition, "submitted_at": time.time(),
+                                  "preflight_only": options.preflight_only})
         if options.preflight_only:
             return self._wait_preflight(paths, job_ids, n_tasks, options)
         return Submission(run_dir=paths.root, job_ids=tuple(job_ids))
@@ -115,8 +124,14 @@ class SlurmLauncher:
                 con.print(f"  job {r.get('JobId', jid)}: {r.get('JobState', '?')}"
                           + (f" ({reason})" if reason and reason != "None" else ""))
 
-        records = cluster.wait_jobs(job_ids, poll=0.5, on_change=on_change,
-                                    timeout=options.extra.get("wait_timeout_s"))
+        try:
+            records = cluster.wait_jobs(job_ids, poll=0.5, on_change=on_change,
+                                        timeout=options.extra.get("wait_timeout_s"))
+        except KeyboardInterrupt:  # stop waiting, not the job: say it is still queued and how to stop it
+            con.print(f"stopped waiting; job {', '.join(job_ids)} is still queued or running. Stop it with "
+                      f"`slime-submit cancel {shlex.quote(str(paths.root))}`, or see it with "
+                      f"`slime-submit status {shlex.quote(str(paths.root))}`")
+            raise
         ok = all(r.get("JobState") == "COMPLETED" for recs in records.values() for r in recs)
         for i in range(n_tasks):
             tp = paths.task(i)

@@ -178,8 +178,23 @@ def _header(spec: Spec, opts: ScriptOptions) -> list[str]:
     return lines
 
 
+# Variables the batch script itself sets or reads: a cluster.env / cluster.secrets entry of the same
+# name would be exported over them (TASK=math broke the restart helper's --task).
+SCRIPT_VARIABLES = frozenset({"RUN_DIR", "TASK", "got", "step_pid", "rc", "value", "SLIME_HELPER",
+                              "SLIME_RUN_DIR", "SLIME_TASK", "SLIME_TASK_OFFSET"})
+
+
+def _check_not_reserved(name: str, field: str) -> None:
+    if name in SCRIPT_VARIABLES or name.startswith("SLURM_"):
+        what = "set by SLURM for the job" if name.startswith("SLURM_") else "a variable of the batch script"
+        raise _reject(field, f"{name!r} is {what}; exporting it would change how the job runs",
+                      "rename the variable (the job reads the run dir and task from SLIME_RUN_DIR / SLIME_TASK)")
+
+
 def _env_lines(spec: Spec) -> list[str]:
     c = spec.cluster
+    for name in [*c.env, *c.secrets]:
+        _check_not_reserved(name, f"cluster.{'env' if name in c.env else 'secrets'}.{name}")
     lines: list[str] = []
     if c.env:
         lines.append("# Plain environment (cluster.env).")

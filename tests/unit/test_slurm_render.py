@@ -295,6 +295,19 @@ def test_a_line_break_in_an_sbatch_value_is_a_spec_error_naming_the_field(field,
     assert "line break" in problem.message
 
 
+@pytest.mark.parametrize("cluster, field", [
+    ({"env": {"TASK": "math"}}, "cluster.env.TASK"), ({"env": {"RUN_DIR": "/data/x"}}, "cluster.env.RUN_DIR"),
+    ({"env": {"SLURM_JOB_ID": "1"}}, "cluster.env.SLURM_JOB_ID"),
+    ({"secrets": {"SLIME_TASK": {"env": "X"}}}, "cluster.secrets.SLIME_TASK"),
+])
+def test_env_names_the_batch_script_uses_are_refused(cluster, field):
+    """cluster.env TASK=math was exported over the script's task index: the restart helper got --task math."""
+    with pytest.raises(SpecError) as err:
+        compile_script(spec_text(**cluster))
+    (problem,) = err.value.problems
+    assert problem.path == field and "rename the variable" in problem.hint
+
+
 def test_backslash_in_logging_dir_and_comma_in_mounts_are_rejected():
     with pytest.raises(SpecError) as err:
         compile_script(spec_text(logdir="/runs/a\\b"))

@@ -103,6 +103,18 @@ def test_a_refused_submission_is_an_infra_error_and_what_was_submitted_is_record
     assert jobs["job_ids"] == ["100"]
 
 
+@pytest.mark.parametrize("tasks", [1, 7])
+def test_a_submission_sbatch_refuses_outright_leaves_no_run_dir(tmp_path, shims, monkeypatch, tasks):
+    """sbatch refuses the first (or only) job: nothing was queued, so no run dir may be left to show up
+    in status/list as an unknown run."""
+    monkeypatch.setenv("FAIL_AT", "0")
+    launcher = SlurmLauncher()
+    request = launcher.compile(load_spec_text(_spec(tmp_path, tasks)), SubmitOptions(run_name="r"))
+    with pytest.raises(InfraError, match="sbatch refused the job.*QOSMaxSubmitJobPerUserLimit"):
+        launcher.submit(request, SubmitOptions(run_name="r"))
+    assert not (tmp_path / "runs" / "r").exists()
+
+
 def test_no_sbatch_is_refused_before_anything_is_written(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     launcher = SlurmLauncher()
