@@ -138,10 +138,22 @@ def partition_nodes(partition: str | None) -> tuple[str, list[NodeInfo]]:
     return partition, nodes
 
 
+def expand_hostlist(names: Sequence[str]) -> list[str]:
+    """Node names with SLURM host lists (``gpu[03-05,07]``) expanded by ``scontrol show hostnames``,
+    SLURM's own parser, so an exclude list means here what it means to sbatch."""
+    if not any("[" in n for n in names):
+        return list(names)
+    proc = _run(["scontrol", "show", "hostnames", ",".join(names)])
+    if proc.returncode != 0:
+        raise InfraError(f"cluster.exclude {list(names)}: SLURM cannot read it as a host list: "
+                         f"{proc.stderr.strip() or proc.stdout.strip()}")
+    return proc.stdout.split()
+
+
 def check_fits(spec: Spec, nodes: list[NodeInfo], partition: str) -> None:
     """Raise InfraError when ``cluster.nodes`` nodes of ``partition`` cannot hold one node's request."""
     c = spec.cluster
-    excluded = set(c.exclude)
+    excluded = set(expand_hostlist(c.exclude))
     usable = [n for n in nodes if n.name not in excluded]
     cpus = c.cpus_per_node or max(1, c.gpus_per_node)
     need_mem = mem_mb(c.mem) if c.mem else 0

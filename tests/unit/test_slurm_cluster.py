@@ -61,3 +61,11 @@ def test_too_many_cpus_memory_or_nodes_are_named():
         check_fits(_spec(mem="16G"), NODES, "batch")
     with pytest.raises(InfraError, match=r"cluster.nodes=2: partition 'batch' has only 1 node.*excluded: sn2"):
         check_fits(_spec(exclude=["sn2"]), NODES, "batch")
+
+
+@pytest.mark.skipif(__import__("shutil").which("scontrol") is None, reason="needs SLURM's scontrol (installed by ci/)")
+def test_an_exclude_host_list_is_expanded_as_sbatch_would():
+    """`sn[2-2]` is the same exclusion as `sn2` (the spec's hint suggests host lists like gpu[03-05])."""
+    with pytest.raises(InfraError, match=r"cluster.nodes=2: partition 'batch' has only 1 node.*excluded: sn2"):
+        check_fits(_spec(exclude=["sn[2-2]"]), NODES, "batch")
+    check_fits(_spec(exclude=["gpu[03-05]"]), NODES, "batch")  # names no node of the partition: fits
