@@ -128,8 +128,11 @@ class RolloutBackend(ABC):
     """The inference engines of one job."""
 
     @abstractmethod
-    def start(self, spec: Spec, layout: Layout, placement: Any, model_dir: Path) -> list[str]:
-        """Start every engine (bounded wait for health); return their base URLs."""
+    def start(self, spec: Spec, layout: Layout, placement: Any, model_dir: Path, *,
+              log_dir: Path | None = None) -> list[str]:
+        """Start every engine (bounded wait for health); return their base URLs.
+
+        ``log_dir``: where this run's engine logs go, if the backend writes any."""
 
     @abstractmethod
     def update_weights(self, source: Path, version: int) -> None:

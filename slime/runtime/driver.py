@@ -197,7 +197,8 @@ class Driver:
 
         def start_engines() -> None:
             try:
-                engines["urls"] = self.rollout_backend.start(spec, self.layout, self.placement, self.model_dir)
+                engines["urls"] = self.rollout_backend.start(spec, self.layout, self.placement, self.model_dir,
+                                                              log_dir=self.tp.logs / "engines")
             except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
                 engines["error"] = exc
 

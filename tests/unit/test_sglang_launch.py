@@ -18,6 +18,7 @@ from slime.backends.sglang.launch import (
     LaunchError,
     engine_commands,
     flags_from_args,
+    port_blocks,
     render_engine_commands,
     router_command,
 )
@@ -115,6 +116,42 @@ def test_pp_size_divides_gpus_per_engine_and_reserved_keys_are_rejected_from_spe
         engine_commands(_spec("rollout.engine_args.pp-size=3"))
     with pytest.raises(LaunchError, match="rollout.engine_args.tp-size: slime sets --tp-size itself"):
         engine_commands(_spec("rollout.engine_args.tp-size=4"))
+
+
+@pytest.mark.parametrize("key, flag", [("base-gpu", "base-gpu-id"), ("nccl-po", "nccl-port"), ("dp-size", "dp-size"),
+                                       ("data_parallel_size", "data-parallel-size"), ("gpu-id-step", "gpu-id-step"),
+                                       ("attn-dp-size", "attn-dp-size"), ("dist", "dist-init-addr")])
+def test_engine_args_cannot_reach_placement_flags_even_abbreviated(key, flag):
+    # argparse (allow_abbrev) would expand e.g. --base-gpu to --base-gpu-id, overriding slime's value
+    with pytest.raises(LaunchError, match=rf"rollout\.engine_args\.{key}: slime sets --{flag} itself"):
+        engine_commands(_spec(f"rollout.engine_args.{key}=2"))
+
+
+def test_engine_args_keys_with_equals_are_rejected():
+    with pytest.raises(LaunchError, match=r"rollout\.engine_args\.port=1: a key must not contain '='"):
+        flags_from_args({"port=1": True}, field_name="rollout.engine_args")
+
+
+def test_engine_port_blocks_are_per_job_and_outside_the_ray_range(monkeypatch):
+    from launchers.ports import BLOCK, port_range
+
+    monkeypatch.delenv("SLIME_ENGINE_PORT_RANGE", raising=False)
+    monkeypatch.delenv("SLIME_RAY_PORT_RANGE", raising=False)
+    ray_low, ray_high = port_range()
+    firsts = {next(port_blocks(f"/runs/r{i}/tasks/0/logs/engines")) for i in range(20)}
+    assert len(firsts) > 10  # different jobs, different blocks
+    for base in firsts:
+        assert 1024 <= base and (base + BLOCK <= ray_low or base >= ray_high)
+    key = "/runs/a/tasks/0/logs/engines"
+    assert next(port_blocks(key)) == next(port_blocks(key))
+    monkeypatch.setenv("SLIME_ENGINE_PORT_RANGE", "40000-41000")
+    assert all(40000 <= b < 41000 for b in port_blocks(key))
+    monkeypatch.setenv("SLIME_RAY_PORT_RANGE", "40000-50000")
+    with pytest.raises(LaunchError, match="overlap Ray's 40000-50000 .SLIME_RAY_PORT_RANGE.; set SLIME_ENGINE_PORT"):
+        next(port_blocks(key))
+    monkeypatch.setenv("SLIME_ENGINE_PORT_RANGE", "40000")
+    with pytest.raises(LaunchError, match="SLIME_ENGINE_PORT_RANGE='40000': expected LOW-HIGH"):
+        next(port_blocks(key))
 
 
 def test_trust_remote_code_follows_auto_map(tmp_path):

@@ -1,11 +1,18 @@
 """``rollout.backend: sglang``: the RolloutBackend that starts SGLang engines and syncs their weights.
 
 ``start`` builds the commands (``launch.engine_commands``, swappable through
-``command_builder`` — tests pass one that starts the built-in engine), starts
-the processes of the engines placed on this node (``placement["local_nodes"]``;
-all nodes when absent, i.e. single-node jobs) with bounded health-checked
-startup (``process.start_processes``), then the router when there are several
-engines. ``update_weights`` follows ``rollout.weight_sync``:
+``command_builder`` — tests pass one that starts the built-in engine) and
+starts them with bounded health-checked startup (``process.start_processes``),
+then the router when there are several engines. With the runtime's
+:class:`~slime.placement.Placement`, each node's processes are started by a
+small Ray actor (:class:`NodeProcesses`, no resources, in one of that node's
+engine bundles) that keeps their handles until :meth:`stop`; node ``n``'s address
+is its bundles' IP, ports come from the job's block (``launch.port_blocks``,
+checked free on every engine node), and each process sees only its slots'
+physical GPUs (``CUDA_VISIBLE_DEVICES``, ``--base-gpu-id 0``: Ray blanks the
+variable in a GPU-less actor, and a slot's GPU index is not the physical id
+when a node is partly used). The router runs on the first engine's node.
+``update_weights`` follows ``rollout.weight_sync``:
 
 * ``disk``: every engine loads the HF directory written by the trainer;
 * ``delta``: the first sync loads the full directory and keeps it as the base;
@@ -23,15 +30,18 @@ after each rollout (``/release_memory_occupation``, all tags; the commands pass
 ``weights``, the weight update, then ``kv_cache`` and ``cuda_graph`` — the order
 SGLang needs, since resumed weights hold garbage until reloaded.
 
-``placement`` (from the runtime): ``{"hosts": [node addresses], "local_nodes":
-[indices of nodes this process manages], "log_dir": path}``; every key optional.
+``placement`` may instead be a mapping (tests, single node, no Ray): ``{"hosts": [node
+addresses], "local_nodes": [indices of nodes this process starts], "log_dir": path}``, every
+key optional; the processes then run here, with the commands exactly as rendered.
+Logs: ``<log_dir>/<process>.log`` on each node (the runtime passes the task's own dir).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +49,7 @@ from slime.backends.base import RolloutBackend
 from slime.backends.sglang import launch, process
 from slime.backends.sglang.weights import sync_delta, sync_from_disk
 
-__all__ = ["SGLangRolloutBackend", "process_specs"]
+__all__ = ["NodeProcesses", "SGLangRolloutBackend", "process_specs"]
 
 CommandBuilder = Callable[..., Sequence[launch.EngineCommand]]
 
@@ -55,6 +65,32 @@ def process_specs(commands: Sequence[launch.EngineCommand], local_nodes: set[int
     return out
 
 
+def _pin_gpus(cmd: launch.EngineCommand, gpu_ids: Sequence[str]) -> launch.EngineCommand:
+    """``cmd`` seeing only the physical GPUs ``gpu_ids`` (numbered from 0 inside the process)."""
+    argv = list(cmd.argv)
+    if "--base-gpu-id" in argv:
+        argv[argv.index("--base-gpu-id") + 1] = "0"
+    return dataclasses.replace(cmd, argv=tuple(argv), env={**cmd.env, "CUDA_VISIBLE_DEVICES": ",".join(gpu_ids)})
+
+
+class NodeProcesses:
+    """Ray actor body: starts and stops the server processes of one node, keeping their handles."""
+
+    def __init__(self) -> None:
+        self.processes: list[process.ManagedProcess] = []
+
+    def busy_ports(self, ports: Sequence[int]) -> list[int]:
+        return process.busy_ports(ports)
+
+    def start(self, specs: Sequence[process.ProcessSpec], log_dir: str, timeout_s: float) -> list[int]:
+        self.processes += process.start_processes(specs, log_dir, timeout_s=timeout_s)
+        return [p.pid for p in self.processes]
+
+    def stop(self) -> None:
+        process.stop_all(self.processes)
+        self.processes = []
+
+
 class SGLangRolloutBackend(RolloutBackend):
     def __init__(self, *, command_builder: CommandBuilder | None = None, router: bool = True) -> None:
         self.command_builder = command_builder or launch.engine_commands
@@ -63,11 +99,17 @@ class SGLangRolloutBackend(RolloutBackend):
         self.urls: list[str] = []
         self.router_url: str | None = None
         self._base: Path | None = None  # delta sync: the last full checkpoint on this node
+        self.nodes: dict[int, Any] = {}  # node rank -> NodeProcesses actor (runs with a Placement)
 
-    def start(self, spec, layout, placement: Mapping[str, Any] | None, model_dir: Path) -> list[str]:
-        placement = dict(placement or {})
+    def start(self, spec, layout, placement: Any, model_dir: Path, *, log_dir: Path | None = None) -> list[str]:
+        from slime.placement import Placement
+
         self.spec = spec
-        self.log_dir = Path(placement.get("log_dir") or Path(spec.logging.dir) / "engines")
+        if isinstance(placement, Placement):
+            self.log_dir = Path(log_dir or Path(spec.logging.dir) / "engines")
+            return self._start_placed(spec, layout, placement)
+        placement = dict(placement or {})
+        self.log_dir = Path(log_dir or placement.get("log_dir") or Path(spec.logging.dir) / "engines")
         hosts = placement.get("hosts")
         local = placement.get("local_nodes")
         commands = self.command_builder(spec, layout, hosts=hosts)
@@ -82,6 +124,56 @@ class SGLangRolloutBackend(RolloutBackend):
                                                           timeout_s=spec.rollout.startup_timeout_s)
                 self.router_url = cmd.url
         return list(self.urls)
+
+    def _start_placed(self, spec, layout, placement) -> list[str]:
+        import ray
+
+        ips = {b.node_rank: b.ip for b in placement.bundles}
+        hosts = [ips.get(n, f"node{n}") for n in range(layout.nodes)]
+        engine_nodes = sorted({s.node for slots in layout.engines for s in slots})
+        first_slot = {n: next(s for slots in layout.engines for s in slots if s.node == n) for n in engine_nodes}
+        actor = ray.remote(NodeProcesses)
+        self.nodes = {n: actor.options(num_cpus=0, num_gpus=0,
+                                       scheduling_strategy=placement.strategy(first_slot[n])).remote()
+                      for n in engine_nodes}
+        try:
+            base = self._port_block(engine_nodes)
+            commands = self.command_builder(spec, layout, hosts=hosts, port_base=base + launch.PORT_STRIDE)
+            top = max((p for c in commands for p in c.ports), default=base)
+            if top - base >= _block():
+                raise launch.LaunchError(f"{len(commands)} engine process(es) need ports up to {top}, beyond the "
+                                         f"job's block {base}-{base + _block() - 1}; use fewer engines per "
+                                         f"node (raise rollout.gpus_per_engine)")
+            if not layout.cpu_only:  # each process sees its own slots' physical GPUs
+                commands = [_pin_gpus(c, [g for s in layout.engines[c.engine] if s.node == c.node
+                                          for g in placement.bundle_of(s).gpu_ids]) for c in commands]
+            timeout = spec.rollout.startup_timeout_s
+            ray.get([self.nodes[n].start.remote(process_specs(commands, {n}), str(self.log_dir), timeout)
+                     for n in engine_nodes])
+            self.urls = [c.url for c in commands if c.url]
+            first = layout.engines[0][0].node
+            cmd = launch.router_command(spec, self.urls, host=hosts[first], port=base) if self.use_router else None
+            if cmd is not None:
+                router = process.ProcessSpec(name="router", argv=cmd.argv, url=cmd.url, ports=(cmd.port,))
+                ray.get(self.nodes[first].start.remote([router], str(self.log_dir), timeout))
+                self.router_url = cmd.url
+        except BaseException:
+            self.stop()
+            raise
+        return list(self.urls)
+
+    def _port_block(self, nodes: Sequence[int]) -> int:
+        """The base of the job's first engine port block that is free on every engine node."""
+        import ray
+
+        for i, base in enumerate(launch.port_blocks(str(self.log_dir))):
+            if i >= 16:
+                break
+            ports = list(range(base, base + _block()))
+            if not any(ray.get([self.nodes[n].busy_ports.remote(ports) for n in nodes])):
+                return base
+        raise launch.LaunchError("no free engine port block on the engine nodes after 16 candidates; "
+                                 "set SLIME_ENGINE_PORT_RANGE to a less busy range")
 
     def _clients(self):
         from slime.backends.rollout.client import EngineClient
@@ -155,3 +247,21 @@ class SGLangRolloutBackend(RolloutBackend):
     def stop(self) -> None:
         process.stop_all(self.processes)
         self.processes = []
+        if self.nodes:
+            import ray
+
+            nodes, self.nodes = self.nodes, {}
+            for ref in [a.stop.remote() for a in nodes.values()]:
+                try:
+                    ray.get(ref, timeout=60)
+                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                    pass  # actor or node gone (or hung): nothing left to ask it
+            for a in nodes.values():
+                ray.kill(a)
+
+
+def _block() -> int:
+    """Ports per engine port block (the Ray blocks' size)."""
+    from launchers.ports import BLOCK
+
+    return BLOCK

@@ -22,7 +22,10 @@ Per engine ``i`` (GPU slots from ``slime.layout.plan_layout``):
 * then ``rollout.engine_args`` verbatim, in spec order: ``key: value`` →
   ``--key value``; ``true`` → bare ``--key``; ``false`` / ``null`` → omitted.
   Keys are used as written (write SGLang's dashed names); a key that names a
-  flag set above (e.g. ``tp-size`` or ``tp_size``) is rejected, not overridden.
+  flag set above (e.g. ``tp-size`` or ``tp_size``) or one that would break the
+  placement (``dp-size``, ``attn-dp-size``, ``gpu-id-step``), an abbreviation
+  of such a flag (argparse expands ``base-gpu`` to ``--base-gpu-id``) or a key
+  containing ``=`` is rejected, not passed on.
 
 With more than one engine, a router on the first node fronts them:
 ``python -m sglang_router.launch_router --host <node0> --port <router_port>
@@ -30,13 +33,21 @@ With more than one engine, a router on the first node fronts them:
 
 Node addresses are unknown until the job runs: commands take ``hosts`` (one
 per cluster node); rendering without them prints ``node0``, ``node1``, ...
+
+Ports: rendering shows the default base (router 30000, engines from 30010). The
+runtime instead takes a per-job block of ``launchers.ports.BLOCK`` ports
+(:func:`port_blocks`: hashed from the job like the Ray port blocks, but in
+``$SLIME_ENGINE_PORT_RANGE``, default 10000-20000, outside Ray's range) with the
+router at its base and engine ``j`` of a node at ``base + 10 (j + 1)``, so two
+jobs on one node neither collide with each other nor with their Ray ports.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,6 +65,7 @@ __all__ = [
     "RouterCommand",
     "engine_commands",
     "flags_from_args",
+    "port_blocks",
     "render_engine_commands",
     "router_command",
 ]
@@ -61,8 +73,11 @@ __all__ = [
 ROUTER_PORT = 30000
 ENGINE_PORT_BASE = 30010
 PORT_STRIDE = 10  # http, http+1 = nccl, http+2 = multi-node dist-init
+ENGINE_PORT_RANGE = (10000, 20000)  # below Ray's default 20000-32000 and Linux's ephemeral 32768-60999
 _ENGINE_RESERVED = ("model-path", "model", "tp-size", "tensor-parallel-size", "base-gpu-id", "host", "port",
-                    "nccl-port", "nnodes", "node-rank", "dist-init-addr", "nccl-init-addr")
+                    "nccl-port", "nnodes", "node-rank", "dist-init-addr", "nccl-init-addr",
+                    # one engine per rollout.gpus_per_engine GPUs: these would make it use others
+                    "dp-size", "data-parallel-size", "attn-dp-size", "attention-data-parallel-size", "gpu-id-step")
 _ROUTER_RESERVED = ("worker-urls", "host", "port")
 
 
@@ -117,8 +132,13 @@ def flags_from_args(args: Mapping[str, Any], *, field_name: str, reserved: Seque
     for key, value in args.items():
         if not isinstance(key, str) or not key.strip().lstrip("-"):
             raise LaunchError(f"{field_name}: empty or non-string key {key!r}")
-        if _norm(key) in reserved:
-            raise LaunchError(f"{field_name}.{key}: slime sets --{_norm(key)} itself from the spec and layout; "
+        if "=" in key:
+            raise LaunchError(f"{field_name}.{key}: a key must not contain '='; write the value as the key's value")
+        # argparse accepts any unambiguous prefix of a flag (allow_abbrev), so prefixes are reserved too
+        hit = next((r for r in reserved if r.startswith(_norm(key))), None)
+        if hit is not None:
+            abbr = "" if hit == _norm(key) else f" (--{_norm(key)} abbreviates it)"
+            raise LaunchError(f"{field_name}.{key}: slime sets --{hit} itself from the spec and layout{abbr}; "
                               f"remove it (change rollout.gpus_per_engine / model.path instead)")
         flag = "--" + key.strip().lstrip("-")
         if value is None or value is False:
@@ -207,6 +227,29 @@ def router_command(spec: Spec, engine_urls: Sequence[str], *, host: str, port: i
     argv = [python, "-m", "sglang_router.launch_router", "--host", host, "--port", str(port),
             "--worker-urls", *engine_urls, *extra]
     return RouterCommand(host=host, port=port, argv=tuple(argv))
+
+
+def port_blocks(key: str) -> Iterator[int]:
+    """Bases of the candidate engine port blocks of the job ``key``, its own first (``launchers.ports.candidates``
+    over ``$SLIME_ENGINE_PORT_RANGE``, which must lie outside ``$SLIME_RAY_PORT_RANGE``)."""
+    from launchers.ports import BLOCK, candidates, port_range
+
+    low, high = ENGINE_PORT_RANGE
+    text = os.environ.get("SLIME_ENGINE_PORT_RANGE", "").strip()
+    if text:
+        try:
+            low, high = (int(x) for x in text.split("-"))
+        except ValueError:
+            raise LaunchError(f"SLIME_ENGINE_PORT_RANGE={text!r}: expected LOW-HIGH, e.g. 10000-20000") from None
+        if not (1024 <= low and high <= 65536 and high - low >= BLOCK):
+            raise LaunchError(f"SLIME_ENGINE_PORT_RANGE={text!r}: need 1024 <= LOW, HIGH <= 65536 and at least "
+                              f"{BLOCK} ports")
+    ray_low, ray_high = port_range()
+    if low < ray_high and ray_low < high:
+        raise LaunchError(f"engine ports {low}-{high} (SLIME_ENGINE_PORT_RANGE) overlap Ray's {ray_low}-{ray_high} "
+                          f"(SLIME_RAY_PORT_RANGE); set SLIME_ENGINE_PORT_RANGE to a range outside it")
+    for block in candidates(key, (low, high)):
+        yield block.base
 
 
 def render_engine_commands(spec: Spec, hosts: Sequence[str] | None = None) -> str:

@@ -45,6 +45,14 @@ class EngineStartError(InfraError):
     def __init__(self, message: str, *, name: str, url: str | None, log_path: Path, tail: str) -> None:
         self.name, self.url, self.log_path, self.tail = name, url, log_path, tail
         super().__init__(f"{message}\n  log: {log_path}\n  last log lines:\n{tail}")
+        self._message = message
+
+    def __reduce__(self):  # keyword-only fields: the default pickling (Ray actors → driver) would drop them
+        return _rebuild_start_error, (self._message, self.name, self.url, self.log_path, self.tail)
+
+
+def _rebuild_start_error(message, name, url, log_path, tail) -> EngineStartError:
+    return EngineStartError(message, name=name, url=url, log_path=log_path, tail=tail)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -89,7 +89,8 @@ class BuiltinRolloutBackend(RolloutBackend):
         self.actors: list[Any] = []
         self.urls: list[str] = []
 
-    def start(self, spec: Spec, layout: Layout, placement: Any, model_dir: Path) -> list[str]:
+    def start(self, spec: Spec, layout: Layout, placement: Any, model_dir: Path, *,
+              log_dir: Path | None = None) -> list[str]:  # log_dir unused: engines log through Ray
         import ray
 
         from slime.backends.rollout.client import EngineClient
