@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from launchers import local_jobs
 from launchers.base import Request, Submission, SubmitOptions, create_run_dir, default_run_dir, run_files
@@ -60,6 +62,20 @@ def job_env(resolved: dict) -> dict[str, str]:
             except OSError as exc:
                 raise InfraError(f"cluster.secrets.{name}: cannot read file {ref['file']}: {exc.strerror}") from None
     return env
+
+
+def shell_exit_code(rc: int, what: str, logs: Path) -> int:
+    """``rc`` as a shell reports it: a death by signal N (Popen's -N; the OOM killer sends SIGKILL)
+    is said on stderr, naming ``what`` and its ``logs``, and becomes 128+N."""
+    if rc >= 0:
+        return rc
+    try:
+        name = f"{signal.Signals(-rc).name} ({-rc})"
+    except ValueError:
+        name = f"signal {-rc}"
+    hint = " (out of memory? see dmesg)" if -rc == signal.SIGKILL else ""
+    sys.stderr.write(f"slime: {what} was killed by {name}{hint}; its logs: {logs}\n")
+    return 128 - rc
 
 
 def _run_foreground(cmd: list[str], on_start: Callable[[int], None] | None = None, grace: float = 30.0,
@@ -114,6 +130,7 @@ class LocalLauncher:
             cmd[cmd.index("--task") + 1] = str(task)
             rc = _run_foreground(cmd, on_start=lambda pid, t=task: local_jobs.record_start(paths, t, pid), env=env)
             local_jobs.record_exit(paths, task, rc)
+            rc = shell_exit_code(rc, f"task {task}'s bootstrap", paths.task(task).logs)
             if rc != 0:
                 returncode = rc
                 break

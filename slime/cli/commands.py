@@ -32,8 +32,8 @@ def print_problems(problems: list[Problem], *, stderr: bool = True) -> None:
         color = "red" if p.severity == "error" else "yellow"
         where = f"[bold]{escape(str(p.origin))}[/]: " if p.origin else ""
         task = f" [dim]\\[sweep task {p.task}][/]" if p.task is not None else ""
-        con.print(f"{where}[{color}]{p.severity}[/]: [cyan]{escape(p.path or '<document>')}[/]{task}: "
-                  f"{escape(p.message)}")
+        subject = f"[cyan]{escape(p.subject())}[/]{task}: " if p.subject() or task else ""
+        con.print(f"{where}[{color}]{p.severity}[/]: {subject}{escape(p.message)}")
         if p.hint:
             con.print(f"    [dim]hint:[/] {escape(p.hint)}")
     if errors:

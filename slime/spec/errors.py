@@ -44,12 +44,16 @@ class Problem:
 
     def format(self) -> str:
         where = f"{self.origin}: " if self.origin else ""
-        field = self.path or "<document>"
         task = f" [sweep task {self.task}]" if self.task is not None else ""
-        text = f"{where}{self.severity}: {field}{task}: {self.message}"
+        text = f"{where}{self.severity}: {self.subject()}{task}{': ' if self.subject() or task else ''}{self.message}"
         if self.hint:
             text += f"\n    hint: {self.hint}"
         return text
+
+    def subject(self) -> str:
+        """The field the problem is about; "<document>" for the spec as a whole; "" for a problem
+        that is about no place in the spec (e.g. the same spec already running)."""
+        return self.path or ("<document>" if self.origin is not None else "")
 
     def to_json(self) -> dict[str, object]:
         o = self.origin

@@ -250,3 +250,9 @@ def test_overrides_are_recorded_and_give_each_submit_its_own_run_dir(spec_file, 
     # the same resolved spec twice in one second (--force): a clear error, not a traceback
     with pytest.raises(InfraError, match="already exists: the same resolved spec was submitted twice"):
         create_run_dir(first)
+
+
+def test_a_duplicate_run_is_not_reported_as_a_problem_in_the_spec_text(tmp_path):
+    (p,) = DuplicateRun(tmp_path / "run a", ["12"], "running").problems
+    assert p.format().startswith("error: this exact spec") and "<document>" not in p.format()
+    assert f"slime-submit status '{tmp_path / 'run a'}'" in p.hint  # quoted for pasting
