@@ -510,7 +510,9 @@ class Bootstrap:
             self.connected = False
         if self.ctx.rank == 0:
             self.rdv.mark_done(rc)  # workers stop their Ray now, in parallel with ours
-        if self.ray is not None:
+        if self.ray is not None and self.ray.proc is None:  # Ray was never launched (e.g. no free ports)
+            self.ray.stop(remove_temp=True)  # its temp dir, if any
+        elif self.ray is not None:
             t = time.monotonic()
             keep = rc != 0 and self.signum is None  # a failure, not a cancel/preemption: keep Ray's logs
             leftovers = self.ray.stop(remove_temp=not keep)

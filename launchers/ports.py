@@ -185,6 +185,7 @@ def claim_block(key: str, *, host: str, directory: Path, skip: set[int] = frozen
                 max_tries: int = 64) -> Claim:
     """Like :func:`choose_block`, and the block is claimed for this process on ``host``."""
     shared_dir(directory)
+    why: list[str] = []  # per block tried: what stopped it (for the error)
     for i, block in enumerate(candidates(key, low_high)):
         if i >= max_tries:
             break
@@ -192,9 +193,14 @@ def claim_block(key: str, *, host: str, directory: Path, skip: set[int] = frozen
             continue
         path = directory / f"{host}-{block.base}"
         if not _take(path, key):
+            why.append(f"{block.base}: claimed by another job")
             continue
-        if all(is_free(p) for p in block.all_ports()):
+        busy = next((p for p in block.all_ports() if not is_free(p)), None)
+        if busy is None:
             return Claim(block, path)
+        why.append(f"{block.base}: port {busy} in use")
         path.unlink(missing_ok=True)
-    raise PortsExhausted(f"no free block of {BLOCK} ports for {key!r} in {low_high or port_range()} after "
-                         f"{max_tries} candidates; set SLIME_RAY_PORT_RANGE to a less busy range")
+    shown = "; ".join(why[:4]) + (f"; ... ({len(why)} blocks)" if len(why) > 4 else "")
+    raise PortsExhausted(f"no free block of {BLOCK} ports for {key!r} in {low_high or port_range()} on {host} "
+                         f"({shown or 'no block fits in the range'}); set SLIME_RAY_PORT_RANGE to a less busy "
+                         "range, or free the ports named")

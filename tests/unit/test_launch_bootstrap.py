@@ -90,6 +90,17 @@ def test_two_bootstraps_with_colliding_keys_never_claim_the_same_block(tmp_path)
     assert json.loads(dead.read_text())["pid"] == os.getpid()
 
 
+def test_no_free_block_names_each_block_and_the_port_in_use(tmp_path):
+    rng = (40000, 40000 + 2 * BLOCK)
+    bases = sorted(b.base for b in candidates("job-9", rng))
+    with pytest.raises(PortsExhausted) as err:
+        claim_block("job-9", host="sn1", directory=tmp_path / "ports", low_high=rng,
+                    is_free=lambda p: p not in {bases[0] + 5, bases[1] + 7})
+    text = str(err.value)
+    assert f"{bases[0]}: port {bases[0] + 5} in use" in text and f"{bases[1]}: port {bases[1] + 7} in use" in text
+    assert "on sn1" in text and "SLIME_RAY_PORT_RANGE" in text
+
+
 def test_port_range_from_the_environment(monkeypatch):
     monkeypatch.setenv("SLIME_RAY_PORT_RANGE", "41000-42000")
     assert port_range() == (41000, 42000)
