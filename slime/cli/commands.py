@@ -215,7 +215,7 @@ def _type_text(sub: dict, root: dict) -> str:
 
 def explain(args: argparse.Namespace) -> int:
     from slime.spec.load import parse_path
-    from slime.spec.schema import _deref, dotted, field_names, schema_for, subschema, suggest_field  # noqa: PLC2701
+    from slime.spec.schema import _deref, dotted, field_names, schema_for, subschema, suggest_path  # noqa: PLC2701
 
     root = schema_for("slime/v1")
     path = parse_path(args.field)
@@ -227,10 +227,8 @@ def explain(args: argparse.Namespace) -> int:
             _error(args.json, "usage", f"'{dotted(parent)}' is a list: name an item's field, e.g. '{item}'")
             return EXIT_SPEC
         names = field_names("slime/v1", parent) if parent else list(root["$defs"]["Spec"]["properties"])
-        close = suggest_field(str(path[-1]) if path else "", parent, names)
-        if close is not None and "." not in close:
-            close = dotted(parent + (close,))
-        hint = f" did you mean '{close}'?" if close else ""
+        close = suggest_path(str(path[-1]) if path else "", parent, names)
+        hint = f" did you mean '{dotted(close)}'?" if close else ""
         _error(args.json, "usage", f"'{args.field}' is not a spec field.{hint} Fields here: {', '.join(names)}")
         return EXIT_SPEC
     desc = sub.get("description") or _deref(sub, root).get("description", "")

@@ -23,7 +23,8 @@ SUPPORTED_VERSIONS = ("slime/v1",)
 SCHEMA_DIR = FsPath(__file__).with_name("schema")
 
 __all__ = ["SUPPORTED_VERSIONS", "schema_for", "schema_problems", "value_problems", "subschema", "origin_of", "dotted",
-           "dump_schema", "field_names", "generate_schema", "did_you_mean", "suggest_field"]
+           "dump_schema", "field_names", "generate_schema", "did_you_mean", "suggest_field",
+           "suggest_path"]
 
 
 def generate_schema(api_version: str = "slime/v1") -> dict[str, Any]:
@@ -183,6 +184,14 @@ def suggest_field(word: str, at: Path, options: list[str]) -> str | None:
         parent, _, name = target.rpartition(".")
         return name if parent == dotted(at) and name in options else target
     return did_you_mean(word, options)
+
+
+def suggest_path(word: str, at: Path, options: list[str]) -> Path | None:
+    """:func:`suggest_field` as the suggested field's full path (for hints that name whole paths)."""
+    close = suggest_field(word, at, options)
+    if close is None:
+        return None
+    return tuple(close.split(".")) if "." in close else at + (close,)
 
 
 def did_you_mean(word: str, options: list[str]) -> str | None:

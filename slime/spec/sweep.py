@@ -14,7 +14,7 @@ from typing import Any
 
 from slime.spec.errors import Problem
 from slime.spec.overrides import parse_path
-from slime.spec.schema import dotted, field_names, origin_of, schema_for, subschema, suggest_field, value_problems
+from slime.spec.schema import dotted, field_names, origin_of, schema_for, subschema, suggest_path, value_problems
 from slime.spec.yamlmarks import Marks, Path
 
 __all__ = ["UNSWEEPABLE", "SWEEPABLE", "expand"]
@@ -42,10 +42,8 @@ def _key_problem(api_version: str, key: str, path: Path, marks: Marks) -> Proble
         n -= 1
     parent, wrong = path[: n - 1], path[n - 1]
     names = field_names(api_version, parent) if parent else list(schema_for(api_version)["$defs"]["Spec"]["properties"])
-    close = suggest_field(str(wrong), parent, names)
-    if close is not None:  # a field name here, or the full path a flag name stands for
-        close = dotted((tuple(close.split(".")) if "." in close else parent + (close,)) + path[n:])
-    hint = (f"did you mean '{close}'? " if close else "") + \
+    close = suggest_path(str(wrong), parent, names)
+    hint = (f"did you mean '{dotted(close + path[n:])}'? " if close else "") + \
         (f"fields of {dotted(parent)}: {', '.join(names)}" if parent and names else f"sections: {', '.join(SWEEPABLE)}")
     return Problem(path=where, message=f"'{key}' is not a spec field path", hint=hint, origin=origin)
 
