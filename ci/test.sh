@@ -5,4 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/install.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled
+# Static checks first (seconds): formatting, lint, and the one-way import layers (pyproject.toml).
+.venv/bin/ruff format --check --quiet .
+.venv/bin/ruff check --quiet .
 exec .venv/bin/python -m pytest "$@"

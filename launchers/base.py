@@ -15,11 +15,11 @@ from typing import Any, Protocol
 
 import msgspec
 
-from slime.errors import InfraError
-from slime.paths import RunPaths, TaskPaths, new_run_name
+from slime.core.errors import InfraError
+from slime.core.paths import RunPaths, TaskPaths, new_run_name
 from slime.spec import LoadedSpec
 
-__all__ = ["Request", "Submission", "Launcher", "InfraError", "SubmitOptions", "run_files", "task_spec_json"]
+__all__ = ["InfraError", "Launcher", "Request", "Submission", "SubmitOptions", "run_files", "task_spec_json"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -95,16 +95,19 @@ def task_spec_json(loaded: LoadedSpec, run_dir: Path, index: int) -> str:
     spec = loaded.tasks[index].spec
     tp = TaskPaths(run_dir, index)
     if spec.train.checkpoint.dir is None:
-        spec = replace(spec, train=replace(spec.train, checkpoint=replace(spec.train.checkpoint,
-                                                                          dir=str(tp.checkpoints))))
+        spec = replace(
+            spec, train=replace(spec.train, checkpoint=replace(spec.train.checkpoint, dir=str(tp.checkpoints)))
+        )
     doc = {"task": index, "overrides": loaded.tasks[index].overrides, "spec": msgspec.to_builtins(spec)}
     return json.dumps(doc, indent=2) + "\n"
 
 
 def run_files(loaded: LoadedSpec, run_dir: Path) -> list[tuple[str, str, int]]:
     """The files every launcher writes: the spec as given, the resolved base, one resolved spec per task."""
-    files = [("spec.yaml", loaded.text, 0o644),
-             ("resolved.json", json.dumps(msgspec.to_builtins(loaded.spec), indent=2) + "\n", 0o644)]
+    files = [
+        ("spec.yaml", loaded.text, 0o644),
+        ("resolved.json", json.dumps(msgspec.to_builtins(loaded.spec), indent=2) + "\n", 0o644),
+    ]
     for task in loaded.tasks:
         rel = TaskPaths(Path("."), task.index).resolved.as_posix()
         files.append((rel, task_spec_json(loaded, run_dir, task.index), 0o644))
@@ -123,5 +126,7 @@ def create_run_dir(request: Request) -> RunPaths:
     try:
         return RunPaths.create(request.run_dir.parent, request.run_dir.name, request.files)
     except FileExistsError:
-        raise InfraError(f"run dir {request.run_dir} already exists: the same resolved spec was submitted "
-                         "twice within one second (--force); submit again") from None
+        raise InfraError(
+            f"run dir {request.run_dir} already exists: the same resolved spec was submitted "
+            "twice within one second (--force); submit again"
+        ) from None

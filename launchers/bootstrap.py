@@ -11,7 +11,7 @@ also starts the preflight's collective subprocess (``launchers.collective``) at 
 torch import overlaps Ray's start-up. Node-rank → host comes from SLURM's node list, so
 ``$SLIME_RAY_TMPDIR`` (default /tmp/slime-ray) must name the same path on every node.
 
-Isolation between jobs on the same nodes: ports from a per-job block (``launchers.ports``),
+Isolation between jobs on the same nodes: ports from a per-job block (``slime.core.ports``),
 a per-job, per-node ``--temp-dir`` (``/tmp/slime-ray/<job>-<task>-<rank>``), an explicit
 ``--node-ip-address`` (``launchers.node``), and teardown that stops only the processes this
 job started (``launchers.rayproc``). Each node gives Ray the GPUs/CPUs SLURM allocated on it
@@ -57,14 +57,14 @@ import msgspec
 
 from launchers.driverproc import run_driver_process
 from launchers.node import NodeContext, detect_node, head_ip, worker_ip
-from launchers.ports import Claim, PortBlock, PortsExhausted, claim_block
 from launchers.rayproc import RayNode, RayStartError, prune_stale, temp_dir_for, temp_root
 from launchers.rendezvous import Rendezvous
-from slime.errors import InfraError
-from slime.paths import RunPaths, TaskPaths
+from slime.core.errors import ExitCode, InfraError
+from slime.core.paths import RunPaths, TaskPaths
+from slime.core.ports import Claim, PortBlock, PortsExhausted, claim_block
 from slime.spec.types import Spec
 
-__all__ = ["main", "Bootstrap", "NodeFailure", "load_task_spec", "object_store_bytes", "DRIVER_GRACE_S"]
+__all__ = ["DRIVER_GRACE_S", "Bootstrap", "NodeFailure", "load_task_spec", "main", "object_store_bytes"]
 
 DEFAULT_DRIVER = "slime.train"
 DRIVER_GRACE_S = 60.0
@@ -73,7 +73,6 @@ DRIVER_GRACE_S = 60.0
 WORKER_MARGIN_S = 15.0
 COLLECTIVE_TIMEOUT_S = 60.0
 NODE_LOSS_GRACE_S = 15.0  # a worker whose Ray died waits this long for the head to end the job
-EXIT_INFRA = 3
 
 
 class NodeFailure(InfraError):
@@ -98,14 +97,19 @@ def load_task_spec(tp: TaskPaths) -> Spec:
         doc = json.loads(tp.resolved.read_text())
         return msgspec.convert(doc["spec"], type=Spec)
     except (OSError, ValueError, KeyError, msgspec.ValidationError) as exc:
-        raise InfraError(f"cannot read the task's resolved spec {tp.resolved}: {exc}. The run dir must be on a "
-                         "filesystem every node sees (logging.dir)") from None
+        raise InfraError(
+            f"cannot read the task's resolved spec {tp.resolved}: {exc}. The run dir must be on a "
+            "filesystem every node sees (logging.dir)"
+        ) from None
 
 
 def node_env() -> dict[str, str]:
     """The GPU variables SLURM set for this node's step (the preflight compares them)."""
-    return {k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES", "SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS",
-                                       "SLURM_JOB_GPUS") if k in os.environ}
+    return {
+        k: os.environ[k]
+        for k in ("CUDA_VISIBLE_DEVICES", "SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
+        if k in os.environ
+    }
 
 
 def object_store_bytes(ctx: NodeContext) -> int | None:
@@ -119,8 +123,9 @@ def object_store_bytes(ctx: NodeContext) -> int | None:
 
 
 class Bootstrap:
-    def __init__(self, run_dir: Path, task: int, *, preflight_only: bool = False, driver: str | None = None,
-                 local: bool = False) -> None:
+    def __init__(
+        self, run_dir: Path, task: int, *, preflight_only: bool = False, driver: str | None = None, local: bool = False
+    ) -> None:
         self.t0 = time.monotonic()
         self.paths = RunPaths(run_dir)
         self.tp = self.paths.task(task)
@@ -156,8 +161,9 @@ class Bootstrap:
     def node_state(self, state: str, **info: Any) -> None:
         """This node's rendezvous record; every record carries what the preflight compares."""
         ctx = self.ctx
-        self.rdv.write_node(ctx.rank, host=ctx.hostname, state=state, num_cpus=ctx.cpus, num_gpus=ctx.gpus,
-                            env=node_env(), **info)
+        self.rdv.write_node(
+            ctx.rank, host=ctx.hostname, state=state, num_cpus=ctx.cpus, num_gpus=ctx.gpus, env=node_env(), **info
+        )
 
     # ------------------------------------------------------------------ signals
     def install_signals(self) -> None:
@@ -186,8 +192,10 @@ class Bootstrap:
         os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
         if not Path("/dev/nvidiactl").exists():  # CPU torch here: see the module doc
             os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        self.say(f"bootstrap of task {ctx.task}: node {ctx.rank} of {ctx.num_nodes} ({', '.join(ctx.hostnames)}), "
-                 f"job {ctx.job_id}, {ctx.gpus} GPU(s), {ctx.cpus} CPU(s)")
+        self.say(
+            f"bootstrap of task {ctx.task}: node {ctx.rank} of {ctx.num_nodes} ({', '.join(ctx.hostnames)}), "
+            f"job {ctx.job_id}, {ctx.gpus} GPU(s), {ctx.cpus} CPU(s)"
+        )
         rc = 1
         prune_stale()  # Ray dirs that failed jobs kept for debugging, after a day
         self.start_collective()
@@ -206,7 +214,7 @@ class Bootstrap:
             rc = self.node_failure(exc)
         except (InfraError, PortsExhausted) as exc:
             rc = self.node_failure(NodeFailure([ctx.hostname], str(exc)))
-        except Exception:  # a bug: say so with the traceback
+        except Exception:  # noqa: BLE001 - a bug: say so with the traceback
             self.say("internal error (a bug):\n" + traceback.format_exc())
             rc = 1
         finally:
@@ -216,12 +224,32 @@ class Bootstrap:
     def start_collective(self) -> None:
         """The preflight's cross-node all_reduce, in a subprocess that imports torch while Ray starts."""
         ctx, c = self.ctx, self.spec.cluster
-        cmd = [sys.executable, "-m", "launchers.collective", str(self.paths.root), "--task", str(ctx.task),
-               "--rank", str(ctx.rank), "--world", str(ctx.num_nodes), "--instance", ctx.instance,
-               "--wait", str(c.bootstrap_timeout_s + WORKER_MARGIN_S + 60), "--timeout", str(COLLECTIVE_TIMEOUT_S)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "launchers.collective",
+            str(self.paths.root),
+            "--task",
+            str(ctx.task),
+            "--rank",
+            str(ctx.rank),
+            "--world",
+            str(ctx.num_nodes),
+            "--instance",
+            ctx.instance,
+            "--wait",
+            str(c.bootstrap_timeout_s + WORKER_MARGIN_S + 60),
+            "--timeout",
+            str(COLLECTIVE_TIMEOUT_S),
+        ]
         # Niced: on a busy node Ray's start-up gets the CPU first; on an idle one this costs nothing.
-        self.collective = subprocess.Popen(cmd, stdout=self.node_log, stderr=subprocess.STDOUT,
-                                           stdin=subprocess.DEVNULL, preexec_fn=lambda: os.nice(10))
+        self.collective = subprocess.Popen(
+            cmd,
+            stdout=self.node_log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=lambda: os.nice(10),
+        )
 
     def _start_ray(self, *, head: bool, ip: str, deadline: float, head_address: str | None = None) -> PortBlock:
         """Start Ray on this node (claiming a port block), moving to the next block on a port conflict.
@@ -237,10 +265,17 @@ class Bootstrap:
             self._release_claim()
             self.claim = claim_block(ctx.key, host=ctx.hostname, directory=temp_root() / "ports", skip=tried)
             block = self.claim.block
-            cmd = self.ray.command(head=head, ip=ip, ports=block, num_cpus=ctx.cpus, num_gpus=ctx.gpus,
-                                   resources={f"slime_node_{ctx.rank}": 1.0}, head_address=head_address,
-                                   object_store_bytes=object_store_bytes(ctx),
-                                   dashboard=os.environ.get("SLIME_RAY_DASHBOARD") == "1")
+            cmd = self.ray.command(
+                head=head,
+                ip=ip,
+                ports=block,
+                num_cpus=ctx.cpus,
+                num_gpus=ctx.gpus,
+                resources={f"slime_node_{ctx.rank}": 1.0},
+                head_address=head_address,
+                object_store_bytes=object_store_bytes(ctx),
+                dashboard=os.environ.get("SLIME_RAY_DASHBOARD") == "1",
+            )
             self.ray.start(cmd)
             if head:
                 self.rdv.publish_head(host=ctx.hostname, ip=ip, port=block.gcs, gloo_port=block.gloo)
@@ -255,9 +290,11 @@ class Bootstrap:
                 self._check_stop()
                 if not head and self.rdv.done():
                     raise HeadDone()
-                raise self.ray.failure(f"ray start on {ctx.hostname} did not come up"
-                                       + (f" joining the head at {head_address}" if head_address else "")
-                                       + (" in time" if self.ray.alive else ""))
+                raise self.ray.failure(
+                    f"ray start on {ctx.hostname} did not come up"
+                    + (f" joining the head at {head_address}" if head_address else "")
+                    + (" in time" if self.ray.alive else "")
+                )
             except RayStartError as exc:
                 if exc.port_conflict and len(tried) < 3 and time.monotonic() < deadline:
                     tried.add(block.base)
@@ -279,8 +316,11 @@ class Bootstrap:
         try:
             block = self._start_ray(head=True, ip=ip, deadline=deadline)
         except RayStartError as exc:
-            raise NodeFailure([ctx.hostname], f"the Ray head did not start on {ctx.hostname}: {exc}\n{exc.tail}\n"
-                                              f"Fix: see {self.tp.node_log(ctx.hostname)}") from None
+            raise NodeFailure(
+                [ctx.hostname],
+                f"the Ray head did not start on {ctx.hostname}: {exc}\n{exc.tail}\n"
+                f"Fix: see {self.tp.node_log(ctx.hostname)}",
+            ) from None
         self.ip, self.block, self.address = ip, block, f"{ip}:{block.gcs}"
         self.node_state("joined", ip=ip, ports=block.to_json(), temp_dir=str(self.ray.temp_dir))
         self.say(f"Ray head up at {self.address} (temp dir {self.ray.temp_dir})")
@@ -289,10 +329,13 @@ class Bootstrap:
         try:
             ray.init(address=self.address, logging_level=logging.WARNING, log_to_driver=False)
         except ConnectionError as exc:  # the head came up but never registered (seen on an overloaded node)
-            raise NodeFailure([ctx.hostname], f"could not connect to the Ray head started on {ctx.hostname} at "
-                                              f"{self.address}: {exc}. Fix: see {self.ray.temp_dir}/session_latest/"
-                                              "logs (gcs_server.out, raylet.out); an overloaded node starts Ray "
-                                              "slowly: retry, or give the job more CPUs") from None
+            raise NodeFailure(
+                [ctx.hostname],
+                f"could not connect to the Ray head started on {ctx.hostname} at "
+                f"{self.address}: {exc}. Fix: see {self.ray.temp_dir}/session_latest/"
+                "logs (gcs_server.out, raylet.out); an overloaded node starts Ray "
+                "slowly: retry, or give the job more CPUs",
+            ) from None
         self.install_signals()  # ray.init replaced our SIGTERM handler with sys.exit
         self.connected = True
         self.wait_nodes(deadline)
@@ -317,10 +360,13 @@ class Bootstrap:
                 sock = n.get("ObjectStoreSocketName") or ""
                 if r not in ours or not sock.startswith(ours[r]):  # not started by this job's bootstrap
                     host = n.get("NodeManagerHostname", "?")
-                    raise NodeFailure([host], f"node {host} ({n.get('NodeManagerAddress')}, Ray dir {sock}) joined "
-                                              f"this job's Ray cluster but was not started by it. Fix: this is a "
-                                              "port collision with another Ray; set SLIME_RAY_PORT_RANGE to a "
-                                              "range only slime jobs use")
+                    raise NodeFailure(
+                        [host],
+                        f"node {host} ({n.get('NodeManagerAddress')}, Ray dir {sock}) joined "
+                        f"this job's Ray cluster but was not started by it. Fix: this is a "
+                        "port collision with another Ray; set SLIME_RAY_PORT_RANGE to a "
+                        "range only slime jobs use",
+                    )
                 joined.add(r)
             if want <= joined:
                 self.say(f"all {ctx.num_nodes} node(s) joined the Ray cluster")
@@ -332,8 +378,10 @@ class Bootstrap:
             tick = int((now - self.t0) // 10)
             if shown != (frozenset(joined), tick):
                 shown = (frozenset(joined), tick)
-                self.say(f"waiting for nodes: {len(joined & want)}/{ctx.num_nodes} joined; missing "
-                         f"{', '.join(self._host(r) for r in missing)} ({deadline - now:.0f} s left)")
+                self.say(
+                    f"waiting for nodes: {len(joined & want)}/{ctx.num_nodes} joined; missing "
+                    f"{', '.join(self._host(r) for r in missing)} ({deadline - now:.0f} s left)"
+                )
             if now > deadline:
                 raise NodeFailure([self._host(r) for r in missing], self._missing_message(missing, joined))
             self.stop.wait(0.2)
@@ -353,26 +401,30 @@ class Bootstrap:
                 why = f"state {st.get('state')}" + (f", last error: {st['error']}" if st.get("error") else "")
             parts.append(f"{self._host(r)} ({why}; log: {self.tp.node_log(self._host(r))})")
         names = ", ".join(self._host(r) for r in missing)
-        return (f"Ray bootstrap timed out after {timeout:g} s: {len(joined)} of {ctx.num_nodes} node(s) joined; "
-                f"missing: {'; '.join(parts)}. Fix: check the node(s) ({names}) and their logs; exclude a broken "
-                f"node with cluster.exclude: [{names}] (or cluster.on_preflight_failure: requeue_excluding); if the "
-                "nodes are only slow to start, raise cluster.bootstrap_timeout_s")
+        return (
+            f"Ray bootstrap timed out after {timeout:g} s: {len(joined)} of {ctx.num_nodes} node(s) joined; "
+            f"missing: {'; '.join(parts)}. Fix: check the node(s) ({names}) and their logs; exclude a broken "
+            f"node with cluster.exclude: [{names}] (or cluster.on_preflight_failure: requeue_excluding); if the "
+            "nodes are only slow to start, raise cluster.bootstrap_timeout_s"
+        )
 
     def preflight_then_driver(self) -> int:
         from launchers.preflight import run_preflight, write_report
 
         ctx = self.ctx
         self.say("running the preflight")
-        result = run_preflight(self.spec, ctx, rdv=self.rdv, ports=self.block,
-                               timeout_s=min(self.spec.cluster.bootstrap_timeout_s, 120.0))
+        result = run_preflight(
+            self.spec, ctx, rdv=self.rdv, ports=self.block, timeout_s=min(self.spec.cluster.bootstrap_timeout_s, 120.0)
+        )
         result.report["bootstrap_seconds"] = round(time.monotonic() - self.t0, 3)
         text = write_report(self.tp, result.report)
         sys.stdout.write(text)
         sys.stdout.flush()
         if not result.ok:
             raise NodeFailure(result.bad_nodes or [], f"preflight failed: {result.error}", stage="preflight")
-        self.say(f"preflight passed in {result.report['seconds']:.1f} s "
-                 f"({time.monotonic() - self.t0:.1f} s since start)")
+        self.say(
+            f"preflight passed in {result.report['seconds']:.1f} s ({time.monotonic() - self.t0:.1f} s since start)"
+        )
         if self.preflight_only:
             return 0
         import ray
@@ -385,15 +437,27 @@ class Bootstrap:
     def run_driver(self) -> int:
         ctx = self.ctx
         cmd = [sys.executable, "-m", self.driver, str(self.paths.root), "--task", str(ctx.task)]
-        env = {**os.environ, "RAY_ADDRESS": self.address or "", "SLIME_RUN_DIR": str(self.paths.root),
-               "SLIME_TASK": str(ctx.task), "SLIME_NUM_NODES": str(ctx.num_nodes)}
+        env = {
+            **os.environ,
+            "RAY_ADDRESS": self.address or "",
+            "SLIME_RUN_DIR": str(self.paths.root),
+            "SLIME_TASK": str(ctx.task),
+            "SLIME_NUM_NODES": str(ctx.num_nodes),
+        }
         self.say(f"starting the driver: {' '.join(cmd)}")
 
         def started(proc: subprocess.Popen) -> None:
             self.driver_proc = proc
 
-        rc = run_driver_process(cmd, env, stop=self.stop, grace_s=DRIVER_GRACE_S, say=self.say, on_start=started,
-                                stop_requested=lambda: self.usr1 or self.rdv.stop_requested())
+        rc = run_driver_process(
+            cmd,
+            env,
+            stop=self.stop,
+            grace_s=DRIVER_GRACE_S,
+            say=self.say,
+            on_start=started,
+            stop_requested=lambda: self.usr1 or self.rdv.stop_requested(),
+        )
         self.say(f"driver exited with code {rc}")
         if self.stop.is_set() and rc == 0:
             return 128 + (self.signum or signal.SIGTERM)
@@ -410,9 +474,12 @@ class Bootstrap:
             if self.rdv.done():
                 self.say("the head finished before this node joined")
                 return 0
-            raise NodeFailure([ctx.head_host], f"the Ray head on {ctx.head_host} did not publish its address within "
-                                               f"{spec.cluster.bootstrap_timeout_s:g} s; see its log "
-                                               f"{self.tp.node_log(ctx.head_host)}")
+            raise NodeFailure(
+                [ctx.head_host],
+                f"the Ray head on {ctx.head_host} did not publish its address within "
+                f"{spec.cluster.bootstrap_timeout_s:g} s; see its log "
+                f"{self.tp.node_log(ctx.head_host)}",
+            )
         ip = worker_ip(ctx, spec, head["ip"])
         attempt = 0
         while True:
@@ -428,9 +495,10 @@ class Bootstrap:
                 self.node_state("failed", ip=ip, attempt=attempt, error=f"{exc}: {last}")
                 self.say(f"ray start failed (attempt {attempt}): {last}")
                 if time.monotonic() > deadline or self.rdv.done():
-                    raise NodeFailure([ctx.hostname], f"Ray could not start on {ctx.hostname} after {attempt} "
-                                                      f"attempt(s): {last}") from None
-                self.stop.wait(min(0.5 * 2 ** attempt, 5.0))
+                    raise NodeFailure(
+                        [ctx.hostname], f"Ray could not start on {ctx.hostname} after {attempt} attempt(s): {last}"
+                    ) from None
+                self.stop.wait(min(0.5 * 2**attempt, 5.0))
                 self._check_stop()
         self.node_state("joined", ip=ip, ports=block.to_json(), temp_dir=str(self.ray.temp_dir))
         self.say(f"joined the Ray head at {address} as {ip}")
@@ -440,8 +508,10 @@ class Bootstrap:
             if not self.ray.alive:
                 # Said at once (the head may fail because of it and finish first), judged below.
                 code = self.ray.proc.returncode if self.ray.proc is not None else None
-                lost = f"Ray on {ctx.hostname} exited unexpectedly (ray start exit code {code})\nits last lines:\n" \
-                       f"{self.ray.tail(5)}"
+                lost = (
+                    f"Ray on {ctx.hostname} exited unexpectedly (ray start exit code {code})\nits last lines:\n"
+                    f"{self.ray.tail(5)}"
+                )
                 self.node_state("lost", ip=ip, error=lost)
                 # The head may be finishing right now, or its driver reporting the loss in its own words
                 # (slime.train names the node, exit 3); past this grace the loss ends the step from here.
@@ -462,15 +532,28 @@ class Bootstrap:
         if ctx.hostname in exc.hosts:  # read by the restarts record (launchers.slurm.restarts.bad_nodes)
             self.node_state("failed", error=str(exc)[:2000])
         if ctx.rank != 0:
-            return EXIT_INFRA
+            return ExitCode.INFRA
         if exc.stage == "bootstrap":  # the cluster doctor's answer, even without a preflight
             from launchers.preflight import write_report
 
-            write_report(self.tp, {"ok": False, "stage": "bootstrap", "task": ctx.task, "job_id": ctx.job_id,
-                                   "instance": ctx.instance, "error": str(exc), "bad_nodes": exc.hosts,
-                                   "nodes": [], "slots": [], "checks": [
-                                       {"name": "bootstrap", "ok": False, "node": h, "message": str(exc), "fix": None}
-                                       for h in exc.hosts]})
+            write_report(
+                self.tp,
+                {
+                    "ok": False,
+                    "stage": "bootstrap",
+                    "task": ctx.task,
+                    "job_id": ctx.job_id,
+                    "instance": ctx.instance,
+                    "error": str(exc),
+                    "bad_nodes": exc.hosts,
+                    "nodes": [],
+                    "slots": [],
+                    "checks": [
+                        {"name": "bootstrap", "ok": False, "node": h, "message": str(exc), "fix": None}
+                        for h in exc.hosts
+                    ],
+                },
+            )
         if c.on_preflight_failure == "requeue_excluding" and ctx.in_slurm and exc.hosts:
             from launchers.slurm import restarts
 
@@ -478,18 +561,31 @@ class Bootstrap:
             if b.allows("requeues"):
                 self.requeue_excluding(exc.hosts, exc.stage, str(exc))
             else:
-                self.say(f"not requeueing excluding {', '.join(exc.hosts)}: cluster.max_requeues allows no more "
-                         f"({b.words()})")
-        return EXIT_INFRA
+                self.say(
+                    f"not requeueing excluding {', '.join(exc.hosts)}: cluster.max_requeues allows no more "
+                    f"({b.words()})"
+                )
+        return ExitCode.INFRA
 
     def requeue_excluding(self, hosts: list[str], stage: str, error: str) -> None:
         from launchers.slurm import restarts
         from launchers.slurm.cluster import requeue_excluding
 
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue TERMs us; finish the update first
-        restarts.append(self.tp, {"cause": "requeue_excluding", "by": "slime", "stage": stage, "excluded": hosts,
-                                  "bad_nodes": hosts, "job_id": self.ctx.job_id, "restart": self.ctx.restart + 1,
-                                  "nodes": ",".join(self.ctx.hostnames), "detail": error[:500]})
+        restarts.append(
+            self.tp,
+            {
+                "cause": "requeue_excluding",
+                "by": "slime",
+                "stage": stage,
+                "excluded": hosts,
+                "bad_nodes": hosts,
+                "job_id": self.ctx.job_id,
+                "restart": self.ctx.restart + 1,
+                "nodes": ",".join(self.ctx.hostnames),
+                "detail": error[:500],
+            },
+        )
         try:
             requeue_excluding(self.ctx.job_id, hosts)
             self.say(f"requeued job {self.ctx.job_id} excluding {', '.join(hosts)}")
@@ -516,8 +612,10 @@ class Bootstrap:
             t = time.monotonic()
             keep = rc != 0 and self.signum is None  # a failure, not a cancel/preemption: keep Ray's logs
             leftovers = self.ray.stop(remove_temp=not keep)
-            self.say(f"stopped this job's Ray on {self.ctx.hostname} in {time.monotonic() - t:.1f} s"
-                     + (f" (signalled leftover processes {leftovers})" if leftovers else ""))
+            self.say(
+                f"stopped this job's Ray on {self.ctx.hostname} in {time.monotonic() - t:.1f} s"
+                + (f" (signalled leftover processes {leftovers})" if leftovers else "")
+            )
             if keep:
                 self.say(f"kept Ray's logs in {self.ray.temp_dir} (removed after a day)")
         self._release_claim()
@@ -533,8 +631,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--local", action="store_true", help="ignore SLURM variables: a single local node")
     args = p.parse_args(argv)
     try:
-        boot = Bootstrap(args.run_dir.resolve(), args.task, preflight_only=args.preflight_only, driver=args.driver,
-                         local=args.local)
+        boot = Bootstrap(
+            args.run_dir.resolve(), args.task, preflight_only=args.preflight_only, driver=args.driver, local=args.local
+        )
     except InfraError as exc:
         print(f"slime bootstrap: {exc}", file=sys.stderr)
         return 2

@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from slime.paths import RunPaths, atomic_write
+from slime.core.paths import RunPaths, atomic_write
 
-__all__ = ["main", "gpu_facts"]
+__all__ = ["gpu_facts", "main"]
 
 
 def gpu_facts() -> dict[str, Any]:
@@ -100,8 +100,13 @@ def main(argv: list[str] | None = None) -> int:
         if iface:
             os.environ["GLOO_SOCKET_IFNAME"] = iface
         t = time.monotonic()
-        dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=args.rank, world_size=args.world,
-                                timeout=datetime.timedelta(seconds=args.timeout))
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://{addr}:{port}",
+            rank=args.rank,
+            world_size=args.world,
+            timeout=datetime.timedelta(seconds=args.timeout),
+        )
         try:
             value = torch.tensor([float(args.rank + 1)])
             dist.all_reduce(value)

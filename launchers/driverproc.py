@@ -44,9 +44,16 @@ def catches(pid: int, sig: int) -> bool | None:
     return None
 
 
-def run_driver_process(cmd: list[str], env: dict[str, str], *, stop: threading.Event,
-                       stop_requested: Callable[[], bool], grace_s: float, say: Callable[[str], None],
-                       on_start: Callable[[subprocess.Popen], None] | None = None) -> int:
+def run_driver_process(
+    cmd: list[str],
+    env: dict[str, str],
+    *,
+    stop: threading.Event,
+    stop_requested: Callable[[], bool],
+    grace_s: float,
+    say: Callable[[str], None],
+    on_start: Callable[[subprocess.Popen], None] | None = None,
+) -> int:
     """Run the driver until it exits (see the module doc); returns its exit code."""
     proc = subprocess.Popen(cmd, env=env, preexec_fn=_ignore_usr1)
     if on_start is not None:

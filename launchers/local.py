@@ -5,8 +5,8 @@ RUN_DIR --task N --local``); ``submit`` creates the run dir atomically and runs 
 foreground for each task in turn (sweeps run sequentially), streaming its output. The bootstrap
 starts a private Ray head (own ports, own temp dir), runs the preflight and then the driver,
 exactly as on a SLURM node. The bootstrap's (and driver's) output goes to our stderr, so that
-stdout holds only what the command prints as its result (``--json``). ``final_metrics`` is read from the last task's ``summary.json`` when
-the runtime wrote one.
+stdout holds only what the command prints as its result (``--json``). ``final_metrics`` is read
+from the last task's ``summary.json`` when the runtime wrote one.
 
 Each task's bootstrap PID and exit code go into ``jobs.json`` (``launchers.local_jobs``), which
 is how ``status``/``cancel`` follow a local run.
@@ -27,14 +27,15 @@ from pathlib import Path
 
 from launchers import local_jobs
 from launchers.base import Request, Submission, SubmitOptions, create_run_dir, default_run_dir, run_files
-from slime.errors import InfraError
+from slime.core.errors import InfraError
 from slime.spec import LoadedSpec
 
 __all__ = ["LocalLauncher", "bootstrap_command"]
 
 
-def bootstrap_command(python: str, run_dir: str, task: int, *, preflight_only: bool,
-                      driver: str | None) -> tuple[str, ...]:
+def bootstrap_command(
+    python: str, run_dir: str, task: int, *, preflight_only: bool, driver: str | None
+) -> tuple[str, ...]:
     cmd = [python, "-m", "launchers.bootstrap", run_dir, "--task", str(task), "--local"]
     if preflight_only:
         cmd.append("--preflight-only")
@@ -52,8 +53,10 @@ def job_env(resolved: dict) -> dict[str, str]:
     for name, ref in sorted((c.get("secrets") or {}).items()):
         if ref.get("env"):
             if ref["env"] not in os.environ:
-                raise InfraError(f"cluster.secrets.{name}: environment variable {ref['env']} is not set; "
-                                 "export it before slime-submit")
+                raise InfraError(
+                    f"cluster.secrets.{name}: environment variable {ref['env']} is not set; "
+                    "export it before slime-submit"
+                )
             env[name] = os.environ[ref["env"]]
         else:
             try:
@@ -78,8 +81,12 @@ def shell_exit_code(rc: int, what: str, logs: Path) -> int:
     return 128 - rc
 
 
-def _run_foreground(cmd: list[str], on_start: Callable[[int], None] | None = None, grace: float = 30.0,
-                    env: dict[str, str] | None = None) -> int:
+def _run_foreground(
+    cmd: list[str],
+    on_start: Callable[[int], None] | None = None,
+    grace: float = 30.0,
+    env: dict[str, str] | None = None,
+) -> int:
     """Run ``cmd`` with its output on our stderr (our stdout carries only the result, e.g. ``--json``).
     On Ctrl-C the child got the same SIGINT: give it time to tear its Ray down (subprocess.run
     would SIGKILL it after 0.25 s), then kill it."""
@@ -105,14 +112,23 @@ class LocalLauncher:
         self._spec_source = loaded.source  # for the lock's git provenance (slime.provenance)
         run_dir = default_run_dir(loaded, options)
         python = options.extra.get("python") or sys.executable
-        command = bootstrap_command(python, str(run_dir), 0, preflight_only=options.preflight_only,
-                                    driver=options.extra.get("driver"))
+        command = bootstrap_command(
+            python, str(run_dir), 0, preflight_only=options.preflight_only, driver=options.extra.get("driver")
+        )
         notes = []
         if len(loaded.tasks) > 1:
-            notes.append(f"{len(loaded.tasks)} sweep tasks run one after another (the command below with "
-                         f"--task 0 .. {len(loaded.tasks) - 1})")
-        return Request(launcher=self.name, run_dir=run_dir, files=tuple(run_files(loaded, run_dir)),
-                       command=command, notes=tuple(notes), overrides=loaded.overrides)
+            notes.append(
+                f"{len(loaded.tasks)} sweep tasks run one after another (the command below with "
+                f"--task 0 .. {len(loaded.tasks) - 1})"
+            )
+        return Request(
+            launcher=self.name,
+            run_dir=run_dir,
+            files=tuple(run_files(loaded, run_dir)),
+            command=command,
+            notes=tuple(notes),
+            overrides=loaded.overrides,
+        )
 
     def submit(self, request: Request, options: SubmitOptions) -> Submission:
         from slime.provenance import refuse_duplicate, write_lock
@@ -122,8 +138,9 @@ class LocalLauncher:
         paths = create_run_dir(request)
         write_lock(paths, request, options, spec_path=getattr(self, "_spec_source", None))
         n_tasks = sum(1 for rel, _, _ in request.files if rel.startswith("tasks/") and rel.endswith("/resolved.json"))
-        paths.write_jobs({"launcher": self.name, "job_ids": [], "tasks": n_tasks,
-                          "preflight_only": options.preflight_only})
+        paths.write_jobs(
+            {"launcher": self.name, "job_ids": [], "tasks": n_tasks, "preflight_only": options.preflight_only}
+        )
         returncode = 0
         for task in range(n_tasks):
             cmd = list(request.command)

@@ -40,12 +40,29 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slime.errors import InfraError
-from slime.paths import RunPaths, TaskPaths
+from slime.core.errors import InfraError
+from slime.core.paths import RunPaths, TaskPaths
 
-__all__ = ["STATES", "ACTIVE", "TaskStatus", "RunStatus", "aggregate", "metrics_tail", "restart_causes",
-           "run_started", "run_name", "runtime_state", "record_start", "record_exit", "run_status", "run_states",
-           "active", "cancel", "log_files", "pid_alive"]
+__all__ = [
+    "ACTIVE",
+    "STATES",
+    "RunStatus",
+    "TaskStatus",
+    "active",
+    "aggregate",
+    "cancel",
+    "log_files",
+    "metrics_tail",
+    "pid_alive",
+    "record_exit",
+    "record_start",
+    "restart_causes",
+    "run_name",
+    "run_started",
+    "run_states",
+    "run_status",
+    "runtime_state",
+]
 
 #: our task states, whatever ran the job
 STATES = ("pending", "running", "requeued", "suspended", "succeeded", "failed", "timeout", "cancelled", "unknown")
@@ -98,9 +115,17 @@ class RunStatus:
         return max(steps) if steps else None
 
     def to_json(self) -> dict[str, Any]:
-        return {"run_dir": self.run_dir, "name": self.name, "launcher": self.launcher, "job_ids": self.job_ids,
-                "state": self.state, "started": self.started, "last_step": self.last_step,
-                "preflight_only": self.preflight_only, "tasks": [t.to_json() for t in self.tasks]}
+        return {
+            "run_dir": self.run_dir,
+            "name": self.name,
+            "launcher": self.launcher,
+            "job_ids": self.job_ids,
+            "state": self.state,
+            "started": self.started,
+            "last_step": self.last_step,
+            "preflight_only": self.preflight_only,
+            "tasks": [t.to_json() for t in self.tasks],
+        }
 
 
 def aggregate(states: list[str]) -> str:
@@ -245,18 +270,22 @@ def _update_jobs(paths: RunPaths, update) -> None:
 
 def record_start(paths: RunPaths, task: int, pid: int) -> None:
     """Called by the local launcher when task ``task``'s bootstrap process ``pid`` started."""
+
     def upd(doc: dict) -> None:
         local = doc.setdefault("local", {})
         local.update(host=socket.gethostname(), launcher_pid=os.getpid())
         local.setdefault("tasks", {})[str(task)] = {"pid": pid, "started_at": time.time()}
+
     _update_jobs(paths, upd)
 
 
 def record_exit(paths: RunPaths, task: int, returncode: int) -> None:
     """Called by the local launcher when task ``task`` ended with ``returncode``."""
+
     def upd(doc: dict) -> None:
         rec = doc.setdefault("local", {}).setdefault("tasks", {}).setdefault(str(task), {})
         rec.update(exit_code=returncode, ended_at=time.time())
+
     _update_jobs(paths, upd)
 
 
@@ -268,8 +297,12 @@ def _local_task(paths: RunPaths, i: int, doc: dict, running_seen: bool) -> TaskS
     here = local.get("host") in (None, socket.gethostname())
     cancelled = i in ((doc.get("cancelled") or {}).get("tasks") or []) or (doc.get("cancelled") or {}).get("all")
     rt = runtime_state(tp) or {}
-    ts = TaskStatus(task=i, source="process", scheduler_state=rt.get("state"),
-                    log=str(next(iter(sorted(tp.logs.glob("*.out"))), "")) or None)
+    ts = TaskStatus(
+        task=i,
+        source="process",
+        scheduler_state=rt.get("state"),
+        log=str(next(iter(sorted(tp.logs.glob("*.out"))), "")) or None,
+    )
     if "exit_code" in rec:
         rc = rec["exit_code"]
         ts.exit_code = str(rc)
@@ -317,9 +350,16 @@ def run_status(paths: RunPaths) -> RunStatus:
     tasks: list[TaskStatus] = []
     for i in range(task_count(paths)):
         tasks.append(_local_task(paths, i, doc, any(t.state in ACTIVE for t in tasks)))
-    return RunStatus(run_dir=str(paths.root), name=run_name(paths), launcher=doc.get("launcher", "local"),
-                     job_ids=[str(j) for j in doc.get("job_ids", [])], state=aggregate([t.state for t in tasks]),
-                     started=run_started(paths), tasks=tasks, preflight_only=bool(doc.get("preflight_only")))
+    return RunStatus(
+        run_dir=str(paths.root),
+        name=run_name(paths),
+        launcher=doc.get("launcher", "local"),
+        job_ids=[str(j) for j in doc.get("job_ids", [])],
+        state=aggregate([t.state for t in tasks]),
+        started=run_started(paths),
+        tasks=tasks,
+        preflight_only=bool(doc.get("preflight_only")),
+    )
 
 
 def run_states(runs: list[RunPaths]) -> dict[Path, RunStatus]:
@@ -346,21 +386,34 @@ def cancel(paths: RunPaths, task: int | None = None) -> dict[str, Any]:
             raise InfraError(f"--task {task}: run {paths.root} has tasks 0..{len(status.tasks) - 1}")
         state = status.tasks[task].state
         if state not in ACTIVE:  # as for a finished run: nothing to do is not an error
-            return {"run_dir": str(paths.root), "cancelled": [], "tasks": [], "state": state,
-                    "message": "nothing to cancel: " + (f"task {task}'s state is unknown" if state == "unknown"
-                                                        else f"task {task} already ended ({state})")}
+            return {
+                "run_dir": str(paths.root),
+                "cancelled": [],
+                "tasks": [],
+                "state": state,
+                "message": "nothing to cancel: "
+                + (f"task {task}'s state is unknown" if state == "unknown" else f"task {task} already ended ({state})"),
+            }
         if not any(t.task == task for t in running):
-            raise InfraError(f"task {task} of {paths.root} is {state}, not running; local sweeps run one task at a "
-                             f"time, so only the running task can be cancelled (cancel the whole run: `{again}`)")
+            raise InfraError(
+                f"task {task} of {paths.root} is {state}, not running; local sweeps run one task at a "
+                f"time, so only the running task can be cancelled (cancel the whole run: `{again}`)"
+            )
         running = [t for t in running if t.task == task]
     if not running and status.state not in ACTIVE:
-        return {"run_dir": str(paths.root), "cancelled": [], "state": status.state,
-                "message": f"nothing to cancel: the run is {status.state}"}
+        return {
+            "run_dir": str(paths.root),
+            "cancelled": [],
+            "state": status.state,
+            "message": f"nothing to cancel: the run is {status.state}",
+        }
+
     def upd(d: dict) -> None:
         rec = d.setdefault("cancelled", {"at": time.time(), "tasks": []})
         rec["tasks"] = sorted(set(rec.get("tasks", [])) | {t.task for t in running})
         if task is None:
             rec["all"] = True
+
     _update_jobs(paths, upd)
     signalled = []
     for t in running:
@@ -373,8 +426,7 @@ def cancel(paths: RunPaths, task: int | None = None) -> dict[str, Any]:
                 signalled.append(pid)
             except ProcessLookupError:
                 pass
-    return {"run_dir": str(paths.root), "cancelled": [t.task for t in running], "pids": signalled,
-            "state": "cancelled"}
+    return {"run_dir": str(paths.root), "cancelled": [t.task for t in running], "pids": signalled, "state": "cancelled"}
 
 
 def log_files(paths: RunPaths, task: int, node: str | None = None) -> list[Path]:

@@ -23,11 +23,20 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from slime.errors import InfraError
+from slime.core.errors import InfraError
 from slime.spec.types import Spec
 
-__all__ = ["NodeContext", "detect_node", "interface_ipv4", "interfaces", "resolve_ipv4", "route_source",
-           "interface_of", "head_ip", "worker_ip"]
+__all__ = [
+    "NodeContext",
+    "detect_node",
+    "head_ip",
+    "interface_ipv4",
+    "interface_of",
+    "interfaces",
+    "resolve_ipv4",
+    "route_source",
+    "worker_ip",
+]
 
 _SIOCGIFADDR = 0x8915
 
@@ -76,16 +85,31 @@ def detect_node(task: int, spec: Spec, *, local: bool = False) -> NodeContext:
 
         env = SlurmJobEnvironment()
         hosts = tuple(env.hostnames)
-        return NodeContext(task=task, rank=env.node, num_nodes=env.num_nodes, hostnames=hosts,
-                           hostname=socket.gethostname().split(".")[0], job_id=env.raw_job_id,
-                           restart=_int_env("SLURM_RESTART_COUNT", 0) or 0, in_slurm=True,
-                           gpus=_int_env("SLURM_GPUS_ON_NODE", 0) or 0,
-                           cpus=_int_env("SLURM_CPUS_ON_NODE") or _int_env("SLURM_CPUS_PER_TASK") or os.cpu_count() or 1,
-                           mem_mb=_int_env("SLURM_MEM_PER_NODE"))
+        return NodeContext(
+            task=task,
+            rank=env.node,
+            num_nodes=env.num_nodes,
+            hostnames=hosts,
+            hostname=socket.gethostname().split(".")[0],
+            job_id=env.raw_job_id,
+            restart=_int_env("SLURM_RESTART_COUNT", 0) or 0,
+            in_slurm=True,
+            gpus=_int_env("SLURM_GPUS_ON_NODE", 0) or 0,
+            cpus=_int_env("SLURM_CPUS_ON_NODE") or _int_env("SLURM_CPUS_PER_TASK") or os.cpu_count() or 1,
+            mem_mb=_int_env("SLURM_MEM_PER_NODE"),
+        )
     host = socket.gethostname().split(".")[0]
     c = spec.cluster
-    return NodeContext(task=task, rank=0, num_nodes=1, hostnames=(host,), hostname=host, job_id=f"local{os.getpid()}",
-                       gpus=c.gpus_per_node, cpus=c.cpus_per_node or os.cpu_count() or 1)
+    return NodeContext(
+        task=task,
+        rank=0,
+        num_nodes=1,
+        hostnames=(host,),
+        hostname=host,
+        job_id=f"local{os.getpid()}",
+        gpus=c.gpus_per_node,
+        cpus=c.cpus_per_node or os.cpu_count() or 1,
+    )
 
 
 # --------------------------------------------------------------------------- addresses
@@ -148,8 +172,10 @@ def _named_interface(spec: Spec) -> str | None:
     ip = interface_ipv4(name)
     if ip is None:
         have = ", ".join(f"{n} ({a})" for n, a in interfaces()) or "none"
-        raise InfraError(f"cluster.network_interface {name!r} has no IPv4 address on {socket.gethostname()} "
-                         f"(interfaces here: {have}). Fix: set cluster.network_interface to one of them, or remove it")
+        raise InfraError(
+            f"cluster.network_interface {name!r} has no IPv4 address on {socket.gethostname()} "
+            f"(interfaces here: {have}). Fix: set cluster.network_interface to one of them, or remove it"
+        )
     return ip
 
 
@@ -164,9 +190,11 @@ def head_ip(ctx: NodeContext, spec: Spec) -> str:
             if src and not _loopback(src):
                 return src
     if ctx.num_nodes > 1:
-        raise InfraError(f"cannot find this node's address towards the other nodes ({', '.join(ctx.hostnames[1:])}): "
-                         "their hostnames do not resolve to a routable address here. Fix: set "
-                         "cluster.network_interface to the interface of the cluster network")
+        raise InfraError(
+            f"cannot find this node's address towards the other nodes ({', '.join(ctx.hostnames[1:])}): "
+            "their hostnames do not resolve to a routable address here. Fix: set "
+            "cluster.network_interface to the interface of the cluster network"
+        )
     own = [ip for ip in resolve_ipv4(ctx.hostname) if not _loopback(ip)]
     if own:
         return own[0]
@@ -180,6 +208,8 @@ def worker_ip(ctx: NodeContext, spec: Spec, head: str) -> str:
         return named
     src = route_source(head)
     if not src or _loopback(src):
-        raise InfraError(f"node {ctx.hostname} has no route to the Ray head at {head} ({ctx.head_host}). "
-                         "Fix: set cluster.network_interface to the interface of the cluster network")
+        raise InfraError(
+            f"node {ctx.hostname} has no route to the Ray head at {head} ({ctx.head_host}). "
+            "Fix: set cluster.network_interface to the interface of the cluster network"
+        )
     return src

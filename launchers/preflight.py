@@ -32,17 +32,32 @@ from dataclasses import asdict
 from typing import Any
 
 from launchers.node import NodeContext
-from launchers.ports import PortBlock
-from launchers.preflight_checks import (Check, PreflightResult, gpu_visibility, parse_ids, ray_resources,
-                                        render_table, role_conflicts, write_report)
+from launchers.preflight_checks import (
+    Check,
+    PreflightResult,
+    gpu_visibility,
+    parse_ids,
+    ray_resources,
+    render_table,
+    role_conflicts,
+    write_report,
+)
 from launchers.preflight_tasks import nccl_rank
 from launchers.rendezvous import Rendezvous
-from slime.layout import plan_layout
+from slime.core.ports import PortBlock
 from slime.placement import Placement, PlacementError, bundle_strategy, map_bundles, node_rank_of, reserve
+from slime.spec.layout import plan_layout
 from slime.spec.types import Spec
 
-__all__ = ["Check", "PreflightResult", "run_preflight", "gpu_visibility", "role_conflicts", "render_table",
-           "write_report"]
+__all__ = [
+    "Check",
+    "PreflightResult",
+    "gpu_visibility",
+    "render_table",
+    "role_conflicts",
+    "run_preflight",
+    "write_report",
+]
 
 
 def _ray_nodes() -> dict[int, dict[str, Any]]:
@@ -56,29 +71,36 @@ def _ray_nodes() -> dict[int, dict[str, Any]]:
     return out
 
 
-def _collective_check(name: str, backend: str, results: list[dict[str, Any]], world: int,
-                      hosts: list[str]) -> tuple[dict[str, Any], Check]:
+def _collective_check(
+    name: str, backend: str, results: list[dict[str, Any]], world: int, hosts: list[str]
+) -> tuple[dict[str, Any], Check]:
     expected = world * (world + 1) / 2
     ok_results = sorted((r for r in results if "error" not in r), key=lambda r: r["rank"])
     errors = [r for r in results if "error" in r]
     missing = world - len(results)
     bad = [r for r in ok_results if r["value"] != expected]
-    info = {"backend": backend, "world": world, "expected": expected, "results": ok_results,
-            "errors": errors}
+    info = {"backend": backend, "world": world, "expected": expected, "results": ok_results, "errors": errors}
     if errors or bad or missing:
         parts = [f"{r['host']}: {r['error']}" for r in errors]
         parts += [f"{r['host']} got {r['value']:g}, expected {expected:g}" for r in bad]
         if missing:
             parts.append(f"{missing} rank(s) never answered")
         node = (errors or bad or [{"host": hosts[0] if hosts else None}])[0]["host"]
-        return info, Check(name=name, ok=False, node=node,
-                           message=f"{backend} all_reduce over {world} rank(s) failed: " + "; ".join(parts),
-                           fix="check that the nodes reach each other on the interface Ray uses "
-                               "(cluster.network_interface) and that no firewall blocks the port range")
+        return info, Check(
+            name=name,
+            ok=False,
+            node=node,
+            message=f"{backend} all_reduce over {world} rank(s) failed: " + "; ".join(parts),
+            fix="check that the nodes reach each other on the interface Ray uses "
+            "(cluster.network_interface) and that no firewall blocks the port range",
+        )
     slowest = max((r["seconds"] for r in ok_results), default=0.0)
-    return info, Check(name=name, ok=True,
-                       message=f"{backend} all_reduce over {world} rank(s) on {len(set(hosts))} node(s) = "
-                               f"{expected:g} as expected ({slowest:.2f} s)")
+    return info, Check(
+        name=name,
+        ok=True,
+        message=f"{backend} all_reduce over {world} rank(s) on {len(set(hosts))} node(s) = "
+        f"{expected:g} as expected ({slowest:.2f} s)",
+    )
 
 
 def _gather_collective(rdv: Rendezvous, world: int, timeout_s: float) -> dict[int, dict[str, Any]]:
@@ -91,8 +113,9 @@ def _gather_collective(rdv: Rendezvous, world: int, timeout_s: float) -> dict[in
         time.sleep(0.05)
 
 
-def run_preflight(spec: Spec, ctx: NodeContext, *, rdv: Rendezvous, ports: PortBlock,
-                  timeout_s: float) -> PreflightResult:
+def run_preflight(
+    spec: Spec, ctx: NodeContext, *, rdv: Rendezvous, ports: PortBlock, timeout_s: float
+) -> PreflightResult:
     """Run every check (never stopping at the first failure where later ones still make sense).
 
     ``rdv``: the job's rendezvous (the nodes' records: host, CPUs/GPUs given to Ray, SLURM's GPU
@@ -113,10 +136,18 @@ def run_preflight(spec: Spec, ctx: NodeContext, *, rdv: Rendezvous, ports: PortB
     node_meta = rdv.nodes(ctx.num_nodes)
     nodes = _ray_nodes()
     world = ctx.num_nodes
-    hosts = {r: (node_meta.get(r) or {}).get("host") or (ctx.hostnames[r] if r < len(ctx.hostnames) else f"rank{r}")
-             for r in range(world)}
-    checks = [Check(name="ray_nodes", ok=len(nodes) == world, message=f"Ray sees {len(nodes)} of {world} node(s)",
-                    node=next((hosts[r] for r in range(world) if r not in nodes), None))]
+    hosts = {
+        r: (node_meta.get(r) or {}).get("host") or (ctx.hostnames[r] if r < len(ctx.hostnames) else f"rank{r}")
+        for r in range(world)
+    }
+    checks = [
+        Check(
+            name="ray_nodes",
+            ok=len(nodes) == world,
+            message=f"Ray sees {len(nodes)} of {world} node(s)",
+            node=next((hosts[r] for r in range(world) if r not in nodes), None),
+        )
+    ]
     coll_timeout = min(timeout_s, 60.0)
     rdv.go()  # the nodes' collective subprocesses (torch already imported) join the gloo all_reduce now
     placement: Placement | None = None
@@ -134,16 +165,35 @@ def run_preflight(spec: Spec, ctx: NodeContext, *, rdv: Rendezvous, ports: PortB
             if nodes.get(b.node_rank, {}).get("NodeID") != b.node_id:
                 wrong.append((b.host, f"bundle {b.bundle} is on {b.host}, not on node {b.node_rank}"))
             elif not layout.cpu_only and (len(b.gpu_ids) != 1 or (cvd and b.gpu_ids[0] not in cvd)):
-                wrong.append((b.host, f"bundle {b.bundle} on {b.host} got GPU(s) {list(b.gpu_ids)} (node's "
-                                      f"CUDA_VISIBLE_DEVICES: {','.join(cvd) or 'unset'})"))
-        checks.append(Check(name="bundles", ok=not wrong, node=wrong[0][0] if wrong else None,
-                            message="; ".join(w for _, w in wrong) if wrong else
-                            f"{len(placement.bundles)} bundle(s) on their pinned nodes"
-                            + ("" if layout.cpu_only else " with one of the node's GPUs each")))
+                wrong.append(
+                    (
+                        b.host,
+                        f"bundle {b.bundle} on {b.host} got GPU(s) {list(b.gpu_ids)} (node's "
+                        f"CUDA_VISIBLE_DEVICES: {','.join(cvd) or 'unset'})",
+                    )
+                )
+        checks.append(
+            Check(
+                name="bundles",
+                ok=not wrong,
+                node=wrong[0][0] if wrong else None,
+                message="; ".join(w for _, w in wrong)
+                if wrong
+                else f"{len(placement.bundles)} bundle(s) on their pinned nodes"
+                + ("" if layout.cpu_only else " with one of the node's GPUs each"),
+            )
+        )
         checks += role_conflicts(layout, rows)
     except PlacementError as exc:
-        checks.append(Check(name="placement", ok=False, message=str(exc), node=None,
-                            fix="raise cluster.cpus_per_node (one CPU per slot), or check the nodes' GPUs"))
+        checks.append(
+            Check(
+                name="placement",
+                ok=False,
+                message=str(exc),
+                node=None,
+                fix="raise cluster.cpus_per_node (one CPU per slot), or check the nodes' GPUs",
+            )
+        )
 
     probes = _gather_collective(rdv, world, coll_timeout + 10)
     lap("collective")
@@ -154,24 +204,37 @@ def run_preflight(spec: Spec, ctx: NodeContext, *, rdv: Rendezvous, ports: PortB
         hosts[r] = host
         env = meta.get("env", {})
         if "nvidia_smi" in p or "torch_cuda" in p:
-            seen = {**p, "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
-                    "slurm_gpus_on_node": env.get("SLURM_GPUS_ON_NODE"),
-                    "slurm_gpus": env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS")}
+            seen = {
+                **p,
+                "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
+                "slurm_gpus_on_node": env.get("SLURM_GPUS_ON_NODE"),
+                "slurm_gpus": env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS"),
+            }
             checks += gpu_visibility(host, spec.cluster.gpus_per_node, seen)
         if r in nodes:
-            checks.append(ray_resources(host, nodes[r].get("Resources", {}), meta, spec.cluster.gpus_per_node,
-                                        slots_per_node[r]))
+            checks.append(
+                ray_resources(host, nodes[r].get("Resources", {}), meta, spec.cluster.gpus_per_node, slots_per_node[r])
+            )
     results = [dict(p, host=hosts[r]) for r, p in probes.items()]
     for r in range(world):
         if r not in probes:
-            results.append({"rank": r, "host": hosts[r], "error": "no result from this node's collective process "
-                                                                  f"(see {hosts[r]}'s log)"})
+            results.append(
+                {
+                    "rank": r,
+                    "host": hosts[r],
+                    "error": f"no result from this node's collective process (see {hosts[r]}'s log)",
+                }
+            )
     collective, check = _collective_check("collective", "gloo", results, world, [hosts[r] for r in sorted(hosts)])
     checks.append(check)
 
     nccl: dict[str, Any] | None = None
-    if placement is not None and not layout.cpu_only and len(probes) == world and all(
-            (p.get("torch_cuda") or 0) > 0 for p in probes.values()):
+    if (
+        placement is not None
+        and not layout.cpu_only
+        and len(probes) == world
+        and all((p.get("torch_cuda") or 0) > 0 for p in probes.values())
+    ):
         nccl, check = _nccl(placement, ports, coll_timeout)
         checks.append(check)
         lap("nccl")
@@ -182,10 +245,18 @@ def run_preflight(spec: Spec, ctx: NodeContext, *, rdv: Rendezvous, ports: PortB
 
     ok = all(c.ok for c in checks)
     report = {
-        "ok": ok, "task": ctx.task, "job_id": ctx.job_id, "instance": ctx.instance, "created": time.time(),
-        "seconds": round(time.monotonic() - t0, 3), "ray_nodes": len(nodes),
+        "ok": ok,
+        "task": ctx.task,
+        "job_id": ctx.job_id,
+        "instance": ctx.instance,
+        "created": time.time(),
+        "seconds": round(time.monotonic() - t0, 3),
+        "ray_nodes": len(nodes),
         "nodes": [_node_row(r, hosts, nodes, probes, node_meta, rows, spec) for r in range(world)],
-        "slots": rows, "collective": collective, "checks": [asdict(c) for c in checks], "timings": timings,
+        "slots": rows,
+        "collective": collective,
+        "checks": [asdict(c) for c in checks],
+        "timings": timings,
     }
     if nccl is not None:
         report["nccl"] = nccl
@@ -201,26 +272,40 @@ def _nccl(placement: Placement, ports: PortBlock, timeout_s: float) -> tuple[dic
 
     members = list(placement.bundles)  # ordered by node, then GPU: rank 0 is on node 0 (the head)
     task = ray.remote(nccl_rank)
-    refs = [task.options(num_cpus=1, num_gpus=1, scheduling_strategy=bundle_strategy(placement.pg, b.bundle)).remote(
-        rank=i, world=len(members), addr=members[0].ip, port=ports.nccl, timeout_s=timeout_s)
-        for i, b in enumerate(members)]
+    refs = [
+        task.options(num_cpus=1, num_gpus=1, scheduling_strategy=bundle_strategy(placement.pg, b.bundle)).remote(
+            rank=i, world=len(members), addr=members[0].ip, port=ports.nccl, timeout_s=timeout_s
+        )
+        for i, b in enumerate(members)
+    ]
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s + 30)
     results = [ray.get(r) for r in ready]
     return _collective_check("collective_nccl", "nccl", results, len(members), [b.host for b in members])
 
 
-def _node_row(r: int, hosts: dict[int, str], nodes: dict[int, Any], probes: dict[int, Any],
-              meta: dict[int, Any], rows: list[dict[str, Any]], spec: Spec) -> dict[str, Any]:
+def _node_row(
+    r: int,
+    hosts: dict[int, str],
+    nodes: dict[int, Any],
+    probes: dict[int, Any],
+    meta: dict[int, Any],
+    rows: list[dict[str, Any]],
+    spec: Spec,
+) -> dict[str, Any]:
     p = probes.get(r, {})
     env = (meta.get(r) or {}).get("env", {})
     res = nodes.get(r, {}).get("Resources", {})
     mine = [row for row in rows if row["node"] == r]
-    return {"rank": r, "host": hosts.get(r), "ip": p.get("ip") or (meta.get(r) or {}).get("ip"),
-            "gpus_expected": spec.cluster.gpus_per_node, "gpus": [row["gpu"] for row in mine if row["gpu"] is not None],
-            "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
-            "slurm_gpus": env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS"),
-            "nvidia_smi": p.get("nvidia_smi"), "torch_cuda": p.get("torch_cuda"),
-            "ray": {"CPU": res.get("CPU"), "GPU": res.get("GPU", 0)},
-            "roles": {(row["gpu"] if row["gpu"] is not None else "cpu"): row["roles"] for row in mine}}
-
-
+    return {
+        "rank": r,
+        "host": hosts.get(r),
+        "ip": p.get("ip") or (meta.get(r) or {}).get("ip"),
+        "gpus_expected": spec.cluster.gpus_per_node,
+        "gpus": [row["gpu"] for row in mine if row["gpu"] is not None],
+        "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
+        "slurm_gpus": env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS"),
+        "nvidia_smi": p.get("nvidia_smi"),
+        "torch_cuda": p.get("torch_cuda"),
+        "ray": {"CPU": res.get("CPU"), "GPU": res.get("GPU", 0)},
+        "roles": {(row["gpu"] if row["gpu"] is not None else "cpu"): row["roles"] for row in mine},
+    }

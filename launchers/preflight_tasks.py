@@ -17,7 +17,7 @@ import socket
 import time
 from typing import Any
 
-__all__ = ["nccl_rank", "all_reduce"]
+__all__ = ["all_reduce", "nccl_rank"]
 
 
 def _pin_interface() -> None:
@@ -37,13 +37,22 @@ def all_reduce(backend: str, *, rank: int, world: int, addr: str, port: int, tim
 
     _pin_interface()
     t0 = time.monotonic()
-    dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://{addr}:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
     try:
         value = torch.tensor([float(rank + 1)], device="cuda" if backend == "nccl" else "cpu")
         dist.all_reduce(value)
-        return {"rank": rank, "value": float(value.item()), "seconds": round(time.monotonic() - t0, 3),
-                "host": socket.gethostname().split(".")[0]}
+        return {
+            "rank": rank,
+            "value": float(value.item()),
+            "seconds": round(time.monotonic() - t0, 3),
+            "host": socket.gethostname().split(".")[0],
+        }
     finally:
         dist.destroy_process_group()
 

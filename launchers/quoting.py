@@ -31,8 +31,16 @@ import shlex
 
 from slime.spec import Problem, SpecError
 
-__all__ = ["q", "export_line", "assign_line", "sbatch_word", "sbatch_line", "check_env_name",
-           "check_single_line", "ENV_NAME"]
+__all__ = [
+    "ENV_NAME",
+    "assign_line",
+    "check_env_name",
+    "check_single_line",
+    "export_line",
+    "q",
+    "sbatch_line",
+    "sbatch_word",
+]
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SBATCH_SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./\-\[\]]+")
@@ -51,8 +59,11 @@ def _problem(field: str, message: str, hint: str) -> SpecError:
 def check_env_name(name: str, field: str) -> str:
     """``name`` if it is a valid environment variable name, else a SpecError naming ``field``."""
     if not ENV_NAME.fullmatch(name):
-        raise _problem(field, f"{name!r} is not a valid environment variable name",
-                       "use letters, digits and underscores, not starting with a digit")
+        raise _problem(
+            field,
+            f"{name!r} is not a valid environment variable name",
+            "use letters, digits and underscores, not starting with a digit",
+        )
     return name
 
 
@@ -60,9 +71,11 @@ def check_single_line(value: str, field: str) -> str:
     """``value`` if it holds no newline, CR or NUL, else a SpecError naming ``field``."""
     for ch in _LINE_BREAKS:
         if ch in value:
-            raise _problem(field, f"{value!r} contains a line break or NUL ({ch!r}), which cannot be "
-                                  "written into an #SBATCH directive",
-                           "remove the line break from this value")
+            raise _problem(
+                field,
+                f"{value!r} contains a line break or NUL ({ch!r}), which cannot be written into an #SBATCH directive",
+                "remove the line break from this value",
+            )
     return value
 
 

@@ -35,10 +35,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from launchers.ports import PortBlock, shared_dir
+from slime.core.ports import PortBlock, shared_dir
 
-__all__ = ["RayNode", "RayStartError", "ray_executable", "ray_env", "pids_using", "temp_dir_for", "temp_root",
-           "prune_stale", "MARKER_ENV"]
+__all__ = [
+    "MARKER_ENV",
+    "RayNode",
+    "RayStartError",
+    "pids_using",
+    "prune_stale",
+    "ray_env",
+    "ray_executable",
+    "temp_dir_for",
+    "temp_root",
+]
 
 TEMP_ROOT_ENV = "SLIME_RAY_TMPDIR"
 
@@ -158,17 +167,38 @@ class RayNode:
         self._reader: threading.Thread | None = None
 
     # ------------------------------------------------------------------ start
-    def command(self, *, head: bool, ip: str, ports: PortBlock, num_cpus: int, num_gpus: int,
-                resources: dict[str, float], head_address: str | None = None,
-                object_store_bytes: int | None = None, dashboard: bool = False) -> list[str]:
-        cmd = [ray_executable(), "start", "--block", f"--node-ip-address={ip}", f"--temp-dir={self.temp_dir}",
-               f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}", f"--resources={json.dumps(resources)}",
-               f"--node-manager-port={ports.node_manager}", f"--object-manager-port={ports.object_manager}",
-               f"--min-worker-port={ports.min_worker}", f"--max-worker-port={ports.max_worker}",
-               f"--dashboard-agent-grpc-port={ports.dashboard_agent_grpc}",
-               f"--dashboard-agent-listen-port={ports.dashboard_agent_listen}",
-               f"--metrics-export-port={ports.metrics_export}", f"--runtime-env-agent-port={ports.runtime_env_agent}",
-               "--disable-usage-stats"]
+    def command(
+        self,
+        *,
+        head: bool,
+        ip: str,
+        ports: PortBlock,
+        num_cpus: int,
+        num_gpus: int,
+        resources: dict[str, float],
+        head_address: str | None = None,
+        object_store_bytes: int | None = None,
+        dashboard: bool = False,
+    ) -> list[str]:
+        cmd = [
+            ray_executable(),
+            "start",
+            "--block",
+            f"--node-ip-address={ip}",
+            f"--temp-dir={self.temp_dir}",
+            f"--num-cpus={num_cpus}",
+            f"--num-gpus={num_gpus}",
+            f"--resources={json.dumps(resources)}",
+            f"--node-manager-port={ports.node_manager}",
+            f"--object-manager-port={ports.object_manager}",
+            f"--min-worker-port={ports.min_worker}",
+            f"--max-worker-port={ports.max_worker}",
+            f"--dashboard-agent-grpc-port={ports.dashboard_agent_grpc}",
+            f"--dashboard-agent-listen-port={ports.dashboard_agent_listen}",
+            f"--metrics-export-port={ports.metrics_export}",
+            f"--runtime-env-agent-port={ports.runtime_env_agent}",
+            "--disable-usage-stats",
+        ]
         if object_store_bytes:
             cmd.append(f"--object-store-memory={object_store_bytes}")
         if head:
@@ -197,9 +227,15 @@ class RayNode:
         self.temp_dir.mkdir(parents=True, exist_ok=True)
         self.started.clear()
         self._tail.clear()
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env=ray_env({**(env or {}), MARKER_ENV: str(self.temp_dir)}),
-                                     stdin=subprocess.DEVNULL, bufsize=1)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=ray_env({**(env or {}), MARKER_ENV: str(self.temp_dir)}),
+            stdin=subprocess.DEVNULL,
+            bufsize=1,
+        )
         self._reader = threading.Thread(target=self._pump, args=(self.proc,), daemon=True)
         self._reader.start()
 
@@ -236,7 +272,7 @@ class RayNode:
         """Until our head's GCS accepts connections on ``ip:port`` (RayStartError if our Ray exits first).
 
         Faster than waiting for ``ray start`` to report (seconds earlier under load), and safe because
-        the port block is claimed by this job on this host (``launchers.ports.claim_block``); the head
+        the port block is claimed by this job on this host (``slime.core.ports.claim_block``); the head
         also checks that every node in its cluster was started by this job."""
         while not stop.is_set():
             if not self.alive:
@@ -247,12 +283,12 @@ class RayNode:
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise RayStartError(f"the Ray head's GCS at {ip}:{port} did not accept connections in time",
-                                    self.tail())
+                raise RayStartError(
+                    f"the Ray head's GCS at {ip}:{port} did not accept connections in time", self.tail()
+                )
             stop.wait(0.05)
 
-    def wait_started(self, deadline: float, stop: threading.Event,
-                     give_up: Callable[[], bool] | None = None) -> bool:
+    def wait_started(self, deadline: float, stop: threading.Event, give_up: Callable[[], bool] | None = None) -> bool:
         """Until our ``ray start`` prints that the node is up (True), or it exits, the deadline passes,
         ``stop`` is set or ``give_up()`` says so (False). Only our own process's word counts: a port
         that accepts connections may belong to another job's Ray."""

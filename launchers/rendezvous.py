@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from slime.paths import atomic_write
+from slime.core.paths import atomic_write
 
 __all__ = ["Rendezvous"]
 

@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from slime.paths import RunPaths, atomic_write
+from slime.core.paths import RunPaths, atomic_write
 
 __all__ = ["main"]
 
@@ -31,8 +31,11 @@ __all__ = ["main"]
 def _where() -> dict:
     import ray
 
-    return {"host": socket.gethostname().split(".")[0], "ip": ray.util.get_node_ip_address(),
-            "node_id": ray.get_runtime_context().get_node_id()}
+    return {
+        "host": socket.gethostname().split(".")[0],
+        "ip": ray.util.get_node_ip_address(),
+        "node_id": ray.get_runtime_context().get_node_id(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,18 +63,40 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     remote = ray.remote(num_cpus=0)(_where)
-    seen = ray.get([remote.options(resources={k: 0.0001}).remote()
-                    for n in nodes for k in n["Resources"] if k.startswith("slime_node_")], timeout=60)
-    node = ray._private.worker.global_worker.node  # noqa: SLF001 - the cluster id has no public accessor
+    seen = ray.get(
+        [
+            remote.options(resources={k: 0.0001}).remote()
+            for n in nodes
+            for k in n["Resources"]
+            if k.startswith("slime_node_")
+        ],
+        timeout=60,
+    )
+    node = ray._private.worker.global_worker.node
     doc = json.loads(tp.resolved.read_text())
-    probe = {"task": args.task, "job_id": os.environ.get("SLURM_JOB_ID"),
-             "array_task": os.environ.get("SLURM_ARRAY_TASK_ID"), "overrides": doc.get("overrides", {}),
-             "ray_address": os.environ.get("RAY_ADDRESS"), "gcs_address": node.gcs_address,
-             "cluster_id": node.cluster_id.hex(),
-             "nodes": [{"host": n.get("NodeManagerHostname"), "ip": n.get("NodeManagerAddress"),
-                        "node_id": n.get("NodeID"), "resources": n.get("Resources")} for n in nodes],
-             "tasks_ran_on": seen, "connect_seconds": round(time.monotonic() - t0, 3), "signals": signals,
-             "pid": os.getpid(), "time": time.time()}
+    probe = {
+        "task": args.task,
+        "job_id": os.environ.get("SLURM_JOB_ID"),
+        "array_task": os.environ.get("SLURM_ARRAY_TASK_ID"),
+        "overrides": doc.get("overrides", {}),
+        "ray_address": os.environ.get("RAY_ADDRESS"),
+        "gcs_address": node.gcs_address,
+        "cluster_id": node.cluster_id.hex(),
+        "nodes": [
+            {
+                "host": n.get("NodeManagerHostname"),
+                "ip": n.get("NodeManagerAddress"),
+                "node_id": n.get("NodeID"),
+                "resources": n.get("Resources"),
+            }
+            for n in nodes
+        ],
+        "tasks_ran_on": seen,
+        "connect_seconds": round(time.monotonic() - t0, 3),
+        "signals": signals,
+        "pid": os.getpid(),
+        "time": time.time(),
+    }
     atomic_write(tp.driver_probe, json.dumps(probe, indent=1) + "\n")
 
     waited = None

@@ -38,10 +38,19 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slime.errors import InfraError
+from slime.core.errors import InfraError
 
-__all__ = ["CheckResult", "Pin", "PatchError", "applied_patches", "apply", "check", "load_pins", "patch_files",
-           "patches_dir"]
+__all__ = [
+    "CheckResult",
+    "PatchError",
+    "Pin",
+    "applied_patches",
+    "apply",
+    "check",
+    "load_pins",
+    "patch_files",
+    "patches_dir",
+]
 
 
 class PatchError(RuntimeError):
@@ -74,8 +83,11 @@ class CheckResult:
         bad = [p["name"] for p in self.patches if not p["ok"]]
         state = "all apply cleanly" if not bad else f"FAILED: {', '.join(bad)}"
         if n == 0:
-            state = "pinned wheel fetched + verified" if self.artifact.endswith(".whl") else \
-                "pinned sdist fetched + verified"
+            state = (
+                "pinned wheel fetched + verified"
+                if self.artifact.endswith(".whl")
+                else "pinned sdist fetched + verified"
+            )
         return f"{self.engine} {self.version}: {n} patch{'es' if n != 1 else ''}, {state} ({self.artifact})"
 
 
@@ -93,8 +105,13 @@ def load_pins(root: Path | None = None) -> dict[str, Pin]:
     for engine, entry in data.items():
         if not isinstance(entry, dict) or "version" not in entry or "sha256" not in entry:
             raise PatchError(f"{path}: [{engine}] needs 'version' and a [{engine}.sha256] table")
-        pins[engine] = Pin(engine=engine, version=str(entry["version"]), import_name=entry.get("import", engine),
-                           sha256=dict(entry["sha256"]), why=entry.get("why", ""))
+        pins[engine] = Pin(
+            engine=engine,
+            version=str(entry["version"]),
+            import_name=entry.get("import", engine),
+            sha256=dict(entry["sha256"]),
+            why=entry.get("why", ""),
+        )
     return pins
 
 
@@ -122,12 +139,24 @@ def _sha_file(path: Path) -> str:
 
 def fetch(pin: Pin, dest: Path) -> tuple[Path, str]:
     """Download the pinned artifact for this interpreter/platform and verify its SHA-256."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--quiet",
-           "-d", str(dest), f"{pin.engine}=={pin.version}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "--quiet",
+        "-d",
+        str(dest),
+        f"{pin.engine}=={pin.version}",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise InfraError(f"pip download {pin.engine}=={pin.version} failed (is the package index reachable?):\n"
-                         f"{proc.stderr.strip()[-2000:]}")
+        raise InfraError(
+            f"pip download {pin.engine}=={pin.version} failed (is the package index reachable?):\n"
+            f"{proc.stderr.strip()[-2000:]}"
+        )
     files = [p for p in dest.iterdir() if p.suffix in (".whl", ".gz", ".zip")]
     if len(files) != 1:
         raise PatchError(f"expected one downloaded artifact for {pin.engine}=={pin.version}, got {files}")
@@ -135,11 +164,15 @@ def fetch(pin: Pin, dest: Path) -> tuple[Path, str]:
     digest = _sha_file(artifact)
     expected = pin.sha256.get(artifact.name)
     if expected is None:
-        raise PatchError(f"{artifact.name} is not listed under [{pin.engine}.sha256] in pins.toml; add its PyPI "
-                         f"SHA-256 (downloaded file hashes to {digest})")
+        raise PatchError(
+            f"{artifact.name} is not listed under [{pin.engine}.sha256] in pins.toml; add its PyPI "
+            f"SHA-256 (downloaded file hashes to {digest})"
+        )
     if digest != expected:
-        raise PatchError(f"{artifact.name}: SHA-256 {digest} does not match the pin {expected} (tampered or "
-                         f"re-uploaded artifact); refusing to use it")
+        raise PatchError(
+            f"{artifact.name}: SHA-256 {digest} does not match the pin {expected} (tampered or "
+            f"re-uploaded artifact); refusing to use it"
+        )
     return artifact, digest
 
 
@@ -161,8 +194,7 @@ def _run_patch(patch: Path, root: Path, *, dry_run: bool) -> tuple[bool, str]:
         cmd = ["git", "apply", "-p1", *(["--check"] if dry_run else []), str(patch.resolve())]
         proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env)
     else:
-        cmd = ["patch", "-p1", "--batch", "--forward", *(["--dry-run"] if dry_run else []), "-i",
-               str(patch.resolve())]
+        cmd = ["patch", "-p1", "--batch", "--forward", *(["--dry-run"] if dry_run else []), "-i", str(patch.resolve())]
         proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
     return proc.returncode == 0, (proc.stdout + proc.stderr).strip()
 
@@ -191,19 +223,24 @@ def _record_path(pin: Pin, target: Path) -> Path:
     return target / f".slime-patches-{pin.engine}.json"
 
 
-def apply(engine: str, version: str | None = None, *, target: Path | None = None,
-          root: Path | None = None) -> list[dict]:
+def apply(
+    engine: str, version: str | None = None, *, target: Path | None = None, root: Path | None = None
+) -> list[dict]:
     """Apply every patch to the installed (or ``target``) package; return what was recorded."""
     pin = _pin(engine, version, root)
     if target is None:
         try:
             installed = importlib.metadata.version(pin.engine)
         except importlib.metadata.PackageNotFoundError:
-            raise PatchError(f"{pin.engine} is not installed here; install {pin.engine}=={pin.version} "
-                             "(then apply the patches), or pass a target directory") from None
+            raise PatchError(
+                f"{pin.engine} is not installed here; install {pin.engine}=={pin.version} "
+                "(then apply the patches), or pass a target directory"
+            ) from None
         if installed != pin.version:
-            raise PatchError(f"installed {pin.engine} is {installed}, but the patches are for the pinned "
-                             f"{pin.version}; install {pin.engine}=={pin.version}")
+            raise PatchError(
+                f"installed {pin.engine} is {installed}, but the patches are for the pinned "
+                f"{pin.version}; install {pin.engine}=={pin.version}"
+            )
         target = _installed_root(pin)
     record_path = _record_path(pin, target)
     done = {r["patch"] for r in _read_record(record_path)}
@@ -217,8 +254,15 @@ def apply(engine: str, version: str | None = None, *, target: Path | None = None
         ok, output = _run_patch(patch, target, dry_run=False)
         if not ok:
             raise PatchError(f"{patch} failed while applying to {target}:\n{output[-2000:]}")
-        records.append({"engine": engine, "version": pin.version, "patch": patch.name, "sha256": _sha_file(patch),
-                        "applied_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        records.append(
+            {
+                "engine": engine,
+                "version": pin.version,
+                "patch": patch.name,
+                "sha256": _sha_file(patch),
+                "applied_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            }
+        )
     if todo:
         record_path.write_text(json.dumps(records, indent=1) + "\n")
     return records

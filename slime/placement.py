@@ -25,12 +25,24 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from slime.layout import Layout, Slot, plan_layout
+from slime.spec.layout import Layout, Slot, plan_layout
 from slime.spec.types import Spec
 
-__all__ = ["NODE_RESOURCE", "node_resource", "bundle_specs", "BundleInfo", "bundle_info", "Placement",
-           "PlacementError", "reserve", "map_bundles", "placement_from_infos", "bundle_strategy", "create_placement",
-           "node_rank_of"]
+__all__ = [
+    "NODE_RESOURCE",
+    "BundleInfo",
+    "Placement",
+    "PlacementError",
+    "bundle_info",
+    "bundle_specs",
+    "bundle_strategy",
+    "create_placement",
+    "map_bundles",
+    "node_rank_of",
+    "node_resource",
+    "placement_from_infos",
+    "reserve",
+]
 
 NODE_RESOURCE = "slime_node_"
 PIN = 0.001  # share of a node's marker resource one bundle takes (up to 1000 bundles per node)
@@ -47,8 +59,8 @@ def node_resource(rank: int) -> str:
 def node_rank_of(resources: dict[str, float]) -> int | None:
     """The node rank a Ray node registered (its ``slime_node_<rank>`` resource), if any."""
     for key in resources:
-        if key.startswith(NODE_RESOURCE) and key[len(NODE_RESOURCE):].isdigit():
-            return int(key[len(NODE_RESOURCE):])
+        if key.startswith(NODE_RESOURCE) and key[len(NODE_RESOURCE) :].isdigit():
+            return int(key[len(NODE_RESOURCE) :])
     return None
 
 
@@ -80,9 +92,15 @@ class BundleInfo:
         return self.gpu_ids[0] if self.gpu_ids else None
 
     def to_json(self) -> dict[str, Any]:
-        return {"bundle": self.bundle, "node_rank": self.node_rank, "host": self.host, "ip": self.ip,
-                "node_id": self.node_id, "gpu_ids": list(self.gpu_ids),
-                "cuda_visible_devices": self.cuda_visible_devices}
+        return {
+            "bundle": self.bundle,
+            "node_rank": self.node_rank,
+            "host": self.host,
+            "ip": self.ip,
+            "node_id": self.node_id,
+            "gpu_ids": list(self.gpu_ids),
+            "cuda_visible_devices": self.cuda_visible_devices,
+        }
 
 
 def bundle_info() -> dict[str, Any]:
@@ -90,9 +108,14 @@ def bundle_info() -> dict[str, Any]:
     import ray
 
     ctx = ray.get_runtime_context()
-    return {"host": socket.gethostname().split(".")[0], "ip": ray.util.get_node_ip_address(),
-            "node_id": ctx.get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "pid": os.getpid()}
+    return {
+        "host": socket.gethostname().split(".")[0],
+        "ip": ray.util.get_node_ip_address(),
+        "node_id": ctx.get_node_id(),
+        "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "pid": os.getpid(),
+    }
 
 
 def _gpu_key(info: BundleInfo) -> tuple[int, int | str]:
@@ -123,8 +146,18 @@ class Placement:
         rows = []
         for slot in self.layout.all_slots():
             b = self.bundle_of(slot)
-            rows.append({"slot": str(slot), "node": slot.node, "slot_gpu": slot.gpu, "host": b.host, "ip": b.ip,
-                         "gpu": b.gpu, "bundle": b.bundle, "roles": self.layout.roles_of(slot)})
+            rows.append(
+                {
+                    "slot": str(slot),
+                    "node": slot.node,
+                    "slot_gpu": slot.gpu,
+                    "host": b.host,
+                    "ip": b.ip,
+                    "gpu": b.gpu,
+                    "bundle": b.bundle,
+                    "roles": self.layout.roles_of(slot),
+                }
+            )
         return rows
 
     def remove(self) -> None:
@@ -162,11 +195,16 @@ def reserve(layout: Layout, *, timeout_s: float, name: str = "") -> Any:
             for k in ("CPU", "GPU"):
                 per[k] = per.get(k, 0) + b.get(k, 0)
         have = _resources_by_rank()
-        lines = [f"node {r}: needs {_fmt(need[r])}, registered {_fmt(have[r]) if r in have else 'nothing (not in Ray)'}"
-                 for r in sorted(need)]
-        raise PlacementError(f"the placement group of {len(specs)} bundle(s) was not ready after {timeout_s:.0f} s; "
-                             + "; ".join(lines) + ". Fix: raise cluster.cpus_per_node (one CPU per slot) or check "
-                             "that every node gave Ray its GPUs") from None
+        lines = [
+            f"node {r}: needs {_fmt(need[r])}, registered {_fmt(have[r]) if r in have else 'nothing (not in Ray)'}"
+            for r in sorted(need)
+        ]
+        raise PlacementError(
+            f"the placement group of {len(specs)} bundle(s) was not ready after {timeout_s:.0f} s; "
+            + "; ".join(lines)
+            + ". Fix: raise cluster.cpus_per_node (one CPU per slot) or check "
+            "that every node gave Ray its GPUs"
+        ) from None
     return pg
 
 
@@ -183,9 +221,18 @@ def bundle_strategy(pg: Any, index: int) -> Any:
 def placement_from_infos(pg: Any, layout: Layout, raw: list[dict[str, Any]]) -> Placement:
     """The mapping from what a task in each bundle reported (``raw[i]`` from bundle ``i``)."""
     slots = layout.all_slots()
-    infos = [BundleInfo(bundle=i, node_rank=slots[i].node, host=r["host"], ip=r["ip"], node_id=r["node_id"],
-                        gpu_ids=tuple(r["gpu_ids"]), cuda_visible_devices=r["cuda_visible_devices"])
-             for i, r in enumerate(raw)]
+    infos = [
+        BundleInfo(
+            bundle=i,
+            node_rank=slots[i].node,
+            host=r["host"],
+            ip=r["ip"],
+            node_id=r["node_id"],
+            gpu_ids=tuple(r["gpu_ids"]),
+            cuda_visible_devices=r["cuda_visible_devices"],
+        )
+        for i, r in enumerate(raw)
+    ]
     ordered = tuple(sorted(infos, key=_gpu_key))
     mapping: dict[Slot, int] = {}
     for node in sorted({s.node for s in slots}):
@@ -211,8 +258,9 @@ def map_bundles(pg: Any, layout: Layout, *, timeout_s: float = 60.0) -> Placemen
     queues = {n: [i for i, s in enumerate(slots) if s.node == n] for n in sorted({s.node for s in slots})}
 
     def submit(i: int) -> Any:
-        return probe.options(num_cpus=1, num_gpus=0 if layout.cpu_only else 1,
-                             scheduling_strategy=bundle_strategy(pg, i)).remote()
+        return probe.options(
+            num_cpus=1, num_gpus=0 if layout.cpu_only else 1, scheduling_strategy=bundle_strategy(pg, i)
+        ).remote()
 
     pending: dict[Any, tuple[int, int]] = {}  # ref -> (node, bundle index)
     for node, queue in queues.items():
@@ -223,8 +271,9 @@ def map_bundles(pg: Any, layout: Layout, *, timeout_s: float = 60.0) -> Placemen
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
         if not ready:
-            raise PlacementError(f"the bundle probes did not answer within {timeout_s:.0f} s "
-                                 f"({len(raw)} of {len(slots)} answered)")
+            raise PlacementError(
+                f"the bundle probes did not answer within {timeout_s:.0f} s ({len(raw)} of {len(slots)} answered)"
+            )
         node, i = pending.pop(ready[0])
         raw[i] = ray.get(ready[0])
         if queues[node]:

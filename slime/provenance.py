@@ -52,14 +52,30 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from slime.errors import InfraError
-from slime.paths import RunPaths, TaskPaths, atomic_write
+from slime.core.errors import InfraError
+from slime.core.paths import RunPaths, TaskPaths, atomic_write
 from slime.spec.errors import Problem, SpecError
 
-__all__ = ["LOCK_FORMAT", "TRACKED_PACKAGES", "spec_sha256", "secret_like", "secret_values", "redact",
-           "redact_spec", "package_versions", "git_info", "build_lock", "write_lock", "read_lock",
-           "update_lock_from_preflight", "same_spec_runs", "DuplicateRun", "refuse_duplicate", "loaded_from_run",
-           "rerun_extra"]
+__all__ = [
+    "LOCK_FORMAT",
+    "TRACKED_PACKAGES",
+    "DuplicateRun",
+    "build_lock",
+    "git_info",
+    "loaded_from_run",
+    "package_versions",
+    "read_lock",
+    "redact",
+    "redact_spec",
+    "refuse_duplicate",
+    "rerun_extra",
+    "same_spec_runs",
+    "secret_like",
+    "secret_values",
+    "spec_sha256",
+    "update_lock_from_preflight",
+    "write_lock",
+]
 
 LOCK_FORMAT = 1
 TRACKED_PACKAGES = ("torch", "ray", "transformers", "megatron-core", "sglang")
@@ -67,8 +83,11 @@ REDACTED = "<redacted>"
 MIN_SECRET_LEN = 6
 _SECRET_PART = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$")
 # NAME=value (optionally after `export`, or inside a quoted word / dotted --set path)
-_ASSIGN = re.compile(r"(?P<pre>(?:^|[\s;'\".])(?:export\s+)?)(?P<name>[A-Za-z_][A-Za-z0-9_]*)="
-                     r"(?P<value>'[^'\n]*'|\"[^\"\n]*\"|[^\s;]*)", re.M)
+_ASSIGN = re.compile(
+    r"(?P<pre>(?:^|[\s;'\".])(?:export\s+)?)(?P<name>[A-Za-z_][A-Za-z0-9_]*)="
+    r"(?P<value>'[^'\n]*'|\"[^\"\n]*\"|[^\s;]*)",
+    re.M,
+)
 
 
 def spec_sha256(resolved_text: str | bytes) -> str:
@@ -164,11 +183,14 @@ def git_info(spec_path: Path | None) -> dict[str, Any] | None:
     diff = _git(root, "diff", "HEAD", "--no-color", "--no-ext-diff")
     untracked = _git(root, "ls-files", "--others", "--exclude-standard")
     diff_bytes = diff.stdout if diff is not None and diff.returncode == 0 else b""
-    return {"repo": str(root),
-            "sha": head.stdout.decode().strip(), "dirty": bool(diff_bytes),
-            "diff_sha256": hashlib.sha256(diff_bytes).hexdigest() if diff_bytes else None,
-            "diff_bytes": len(diff_bytes),
-            "untracked_files": len(untracked.stdout.splitlines()) if untracked is not None else None}
+    return {
+        "repo": str(root),
+        "sha": head.stdout.decode().strip(),
+        "dirty": bool(diff_bytes),
+        "diff_sha256": hashlib.sha256(diff_bytes).hexdigest() if diff_bytes else None,
+        "diff_bytes": len(diff_bytes),
+        "untracked_files": len(untracked.stdout.splitlines()) if untracked is not None else None,
+    }
 
 
 def _applied_patches() -> list[dict] | None:
@@ -191,8 +213,9 @@ def _slime_version() -> str:
         return __version__
 
 
-def build_lock(request: Any, options: Any, *, spec_path: Path | None = None,
-               environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+def build_lock(
+    request: Any, options: Any, *, spec_path: Path | None = None, environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """The lock document of a launcher ``Request`` (see the module doc)."""
     env = os.environ if environ is None else environ
     resolved_text = request.file("resolved.json")
@@ -210,25 +233,45 @@ def build_lock(request: Any, options: Any, *, spec_path: Path | None = None,
         "run_dir": str(request.run_dir),
         "created_at": time.time(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "spec": {"path": str(Path(spec_path).resolve()) if spec_path else None, "files": files,
-                 "overrides": [redact(o, secrets) for o in getattr(request, "overrides", ())],
-                 "tasks": sum(1 for rel in files if rel.startswith("tasks/")),
-                 "resolved": redact_spec(resolved, secrets)},
+        "spec": {
+            "path": str(Path(spec_path).resolve()) if spec_path else None,
+            "files": files,
+            "overrides": [redact(o, secrets) for o in getattr(request, "overrides", ())],
+            "tasks": sum(1 for rel in files if rel.startswith("tasks/")),
+            "resolved": redact_spec(resolved, secrets),
+        },
         "slime_submit": {"version": _slime_version(), "path": str(Path(__file__).resolve().parents[1])},
-        "python": {"version": platform.python_version(), "implementation": platform.python_implementation(),
-                   "executable": sys.executable},
+        "python": {
+            "version": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "executable": sys.executable,
+        },
         "packages": package_versions(),
         "git": git_info(spec_path),
         "container": container,
         "patches": _applied_patches(),
-        "options": {"preflight_only": bool(getattr(options, "preflight_only", False)),
-                    "driver": extra.get("driver"), "driver_env": env.get("SLIME_DRIVER"),
-                    "python": extra.get("python")},
-        "script": ({"path": RunPaths(Path(".")).script.as_posix(), "sha256": spec_sha256(script),
-                    "text": redact(script, secrets)} if script is not None else None),
+        "options": {
+            "preflight_only": bool(getattr(options, "preflight_only", False)),
+            "driver": extra.get("driver"),
+            "driver_env": env.get("SLIME_DRIVER"),
+            "python": extra.get("python"),
+        },
+        "script": (
+            {
+                "path": RunPaths(Path(".")).script.as_posix(),
+                "sha256": spec_sha256(script),
+                "text": redact(script, secrets),
+            }
+            if script is not None
+            else None
+        ),
         "command": [redact(c, secrets) for c in request.command],
-        "submitted_by": {"user": _user(), "host": socket.gethostname(), "cwd": os.getcwd(),
-                         "argv": [redact(a, secrets) for a in sys.argv]},
+        "submitted_by": {
+            "user": _user(),
+            "host": socket.gethostname(),
+            "cwd": os.getcwd(),
+            "argv": [redact(a, secrets) for a in sys.argv],
+        },
         "hosts": None,
         "rerun_of": extra.get("rerun_of"),
     }
@@ -254,14 +297,17 @@ def read_lock(run_dir: Path) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
-        raise InfraError(f"{run_dir} has no lock.json (a run submitted before provenance was recorded, or not a "
-                         "run dir); submit its spec.yaml again instead, with the --set overrides it had (its "
-                         "resolved.json holds the values that ran)") from None
+        raise InfraError(
+            f"{run_dir} has no lock.json (a run submitted before provenance was recorded, or not a "
+            "run dir); submit its spec.yaml again instead, with the --set overrides it had (its "
+            "resolved.json holds the values that ran)"
+        ) from None
     except (OSError, ValueError) as exc:
         raise InfraError(f"cannot read {path}: {exc}") from None
     if not isinstance(doc, dict) or doc.get("format") != LOCK_FORMAT:
-        raise InfraError(f"{path} is not a lock file of format {LOCK_FORMAT} (written by another slime-submit "
-                         "version?)")
+        raise InfraError(
+            f"{path} is not a lock file of format {LOCK_FORMAT} (written by another slime-submit version?)"
+        )
     return doc
 
 
@@ -285,10 +331,28 @@ def update_lock_from_preflight(run_dir: Path) -> dict[str, Any] | None:
             continue
         if not isinstance(pre, dict) or (hosts.get(str(i)) or {}).get("created") == pre.get("created"):
             continue
-        hosts[str(i)] = {"created": pre.get("created"), "ok": pre.get("ok"), "job_id": pre.get("job_id"),
-                         "nodes": [{k: n.get(k) for k in ("rank", "host", "ip", "gpus", "cuda_visible_devices",
-                                                          "slurm_gpus", "nvidia_smi", "torch_cuda")}
-                                   for n in pre.get("nodes") or [] if isinstance(n, dict)]}
+        hosts[str(i)] = {
+            "created": pre.get("created"),
+            "ok": pre.get("ok"),
+            "job_id": pre.get("job_id"),
+            "nodes": [
+                {
+                    k: n.get(k)
+                    for k in (
+                        "rank",
+                        "host",
+                        "ip",
+                        "gpus",
+                        "cuda_visible_devices",
+                        "slurm_gpus",
+                        "nvidia_smi",
+                        "torch_cuda",
+                    )
+                }
+                for n in pre.get("nodes") or []
+                if isinstance(n, dict)
+            ],
+        }
         changed = True
     if changed:
         doc["hosts"] = hosts
@@ -306,12 +370,18 @@ class DuplicateRun(SpecError):
     def __init__(self, run_dir: Path, job_ids: list[str], state: str) -> None:
         self.run_dir, self.job_ids, self.state = run_dir, job_ids, state
         jobs = f" as job {', '.join(job_ids)}" if job_ids else ""
-        super().__init__([Problem(
-            path="", message=f"this exact spec (same resolved spec) is already {state}{jobs}, run dir {run_dir}; "
-                             "refusing to submit a duplicate",
-            hint=f"watch it with `slime-submit status {shlex.quote(str(run_dir))}`, stop it with "
-                 f"`slime-submit cancel {shlex.quote(str(run_dir))}`, "
-                 "or pass --force to submit another copy")])
+        super().__init__(
+            [
+                Problem(
+                    path="",
+                    message=f"this exact spec (same resolved spec) is already {state}{jobs}, run dir {run_dir}; "
+                    "refusing to submit a duplicate",
+                    hint=f"watch it with `slime-submit status {shlex.quote(str(run_dir))}`, stop it with "
+                    f"`slime-submit cancel {shlex.quote(str(run_dir))}`, "
+                    "or pass --force to submit another copy",
+                )
+            ]
+        )
 
 
 def same_spec_runs(parent: Path, sha: str, launcher: str | None = None, *, limit: int = 50) -> list[RunPaths]:
@@ -367,8 +437,10 @@ def loaded_from_run(paths: RunPaths, lock: dict[str, Any]):
     except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise InfraError(f"cannot read the recorded spec of {paths.root}: {exc}") from None
     if spec_sha256(paths.resolved.read_bytes()) != lock.get("spec_sha256"):
-        raise InfraError(f"{paths.resolved} no longer matches the lock's spec_sha256: the run dir was edited; "
-                         "refusing to rerun something other than what ran")
+        raise InfraError(
+            f"{paths.resolved} no longer matches the lock's spec_sha256: the run dir was edited; "
+            "refusing to rerun something other than what ran"
+        )
     old_roots = {str(paths.root), str(lock.get("run_dir"))}
     tasks = []
     for i in range(int(lock.get("spec", {}).get("tasks") or len(paths.task_indices()) or 1)):
@@ -383,19 +455,28 @@ def loaded_from_run(paths: RunPaths, lock: dict[str, Any]):
             spec = replace(spec, train=replace(spec.train, checkpoint=replace(spec.train.checkpoint, dir=None)))
         tasks.append(Task(index=i, overrides=doc.get("overrides") or {}, spec=spec))
     source = Path(lock["spec"]["path"]) if (lock.get("spec") or {}).get("path") else paths.spec
-    return LoadedSpec(source=source, text=text, spec=base, tasks=tuple(tasks),
-                      overrides=tuple((lock.get("spec") or {}).get("overrides") or ()))
+    return LoadedSpec(
+        source=source,
+        text=text,
+        spec=base,
+        tasks=tuple(tasks),
+        overrides=tuple((lock.get("spec") or {}).get("overrides") or ()),
+    )
 
 
 def rerun_extra(paths: RunPaths, lock: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """(``SubmitOptions.extra``, environment to set) that reproduce the original submit's options."""
     opts = lock.get("options") or {}
-    extra: dict[str, Any] = {"rerun_of": {"run_dir": str(paths.root), "spec_sha256": lock.get("spec_sha256"),
-                                          "lock_sha256": spec_sha256(paths.lock.read_bytes())}}
+    extra: dict[str, Any] = {
+        "rerun_of": {
+            "run_dir": str(paths.root),
+            "spec_sha256": lock.get("spec_sha256"),
+            "lock_sha256": spec_sha256(paths.lock.read_bytes()),
+        }
+    }
     if opts.get("driver"):
         extra["driver"] = opts["driver"]
-    python = opts.get("python") or ((lock.get("python") or {}).get("executable") if not lock.get("container")
-                                    else None)
+    python = opts.get("python") or ((lock.get("python") or {}).get("executable") if not lock.get("container") else None)
     if python and (opts.get("python") or Path(python).exists()):
         extra["python"] = python
     env = {"SLIME_DRIVER": opts["driver_env"]} if opts.get("driver_env") else {}

@@ -28,9 +28,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 import pytest
 
@@ -40,8 +40,7 @@ STATE_DIR = Path(os.environ.get("SLIME_SLURM_STATE_DIR", "/var/lib/slime-slurm")
 
 #: states after which a job never runs again (REQUEUED/PREEMPTED are transient with requeue)
 FINAL_STATES = frozenset(
-    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-     "BOOT_FAIL", "DEADLINE"}
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 )
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
 
@@ -50,10 +49,15 @@ class SlurmError(RuntimeError):
     """A SLURM command failed or a job did not reach the expected state."""
 
 
-def _run(args: Sequence[str], *, input: str | None = None, cwd: str | os.PathLike | None = None,
-         env: Mapping[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(list(args), input=input, cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+def _run(
+    args: Sequence[str],
+    *,
+    input: str | None = None,
+    cwd: str | os.PathLike | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess:
+    return subprocess.run(list(args), input=input, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def parse_record(line: str) -> dict[str, str]:
@@ -62,7 +66,7 @@ def parse_record(line: str) -> dict[str, str]:
     record = {}
     for m, nxt in zip(keys, keys[1:] + [None]):
         end = nxt.start() if nxt else len(line)
-        record[m.group(1)] = line[m.end():end].strip()
+        record[m.group(1)] = line[m.end() : end].strip()
     return record
 
 
@@ -74,8 +78,9 @@ def scontrol_records(*args: str) -> list[dict[str, str]]:
     return [parse_record(line) for line in proc.stdout.splitlines() if line.strip()]
 
 
-def run_sbatch(script: str | Sequence[str], *args: str, cwd: str | os.PathLike | None = None,
-               env: Mapping[str, str] | None = None) -> str:
+def run_sbatch(
+    script: str | Sequence[str], *args: str, cwd: str | os.PathLike | None = None, env: Mapping[str, str] | None = None
+) -> str:
     """Submit a job with ``sbatch --parsable``; return its job id.
 
     ``script`` is either the batch script text (starts with ``#!``; sent on stdin) or a list of
@@ -83,8 +88,7 @@ def run_sbatch(script: str | Sequence[str], *args: str, cwd: str | os.PathLike |
     """
     if isinstance(script, str):
         if not script.startswith("#!"):
-            raise ValueError("run_sbatch: script text must start with '#!' "
-                             "(or pass a list of sbatch arguments)")
+            raise ValueError("run_sbatch: script text must start with '#!' (or pass a list of sbatch arguments)")
         cmd, stdin = ["sbatch", "--parsable", *args], script
     else:
         cmd, stdin = ["sbatch", "--parsable", *args, *script], None
@@ -113,13 +117,13 @@ def job_records(job_id: str) -> list[dict[str, str]]:
         jid, state, nodes = (line.split("|") + ["", "", ""])[:3]
         records.append({"JobId": jid, "JobState": state.split()[0], "NodeList": nodes})
     if not records:
-        raise SlurmError(f"job {job_id} is unknown to scontrol ({proc.stderr.strip()}) "
-                         "and to the job completion log")
+        raise SlurmError(f"job {job_id} is unknown to scontrol ({proc.stderr.strip()}) and to the job completion log")
     return records
 
 
-def wait_job(job_id: str, states: Iterable[str] = ("COMPLETED",), timeout: float = 60.0,
-             poll: float = 0.25) -> list[dict[str, str]]:
+def wait_job(
+    job_id: str, states: Iterable[str] = ("COMPLETED",), timeout: float = 60.0, poll: float = 0.25
+) -> list[dict[str, str]]:
     """Wait until every record of ``job_id`` (every array task) is in one of ``states``.
 
     Returns the records. Raises :class:`SlurmError` with the records when a task ends in a final
@@ -134,11 +138,14 @@ def wait_job(job_id: str, states: Iterable[str] = ("COMPLETED",), timeout: float
             return records
         stuck = [r for r in records if r.get("JobState") in FINAL_STATES - wanted]
         if stuck:
-            raise SlurmError(f"job {job_id} ended as {current}, wanted {sorted(wanted)}:\n"
-                             + "\n".join(map(str, stuck)))
+            raise SlurmError(
+                f"job {job_id} ended as {current}, wanted {sorted(wanted)}:\n" + "\n".join(map(str, stuck))
+            )
         if time.monotonic() >= deadline:
-            raise SlurmError(f"job {job_id} still {current} after {timeout:.0f} s, wanted "
-                             f"{sorted(wanted)}:\n" + "\n".join(map(str, records)))
+            raise SlurmError(
+                f"job {job_id} still {current} after {timeout:.0f} s, wanted "
+                f"{sorted(wanted)}:\n" + "\n".join(map(str, records))
+            )
         time.sleep(poll)
 
 
@@ -162,8 +169,9 @@ class SlurmCluster:
     def run_sbatch(self, script: str | Sequence[str], *args: str, **kw) -> str:
         return run_sbatch(script, *args, **kw)
 
-    def wait_job(self, job_id: str, states: Iterable[str] = ("COMPLETED",),
-                 timeout: float = 60.0) -> list[dict[str, str]]:
+    def wait_job(
+        self, job_id: str, states: Iterable[str] = ("COMPLETED",), timeout: float = 60.0
+    ) -> list[dict[str, str]]:
         return wait_job(job_id, states, timeout)
 
 
@@ -179,8 +187,7 @@ def describe_cluster(started_here: bool = False) -> SlurmCluster:
         nodes=tuple(n["NodeName"] for n in nodes),
         node_ips={n["NodeName"]: n["NodeAddr"] for n in nodes},
         partitions=tuple(p["PartitionName"] for p in parts),
-        default_partition=next((p["PartitionName"] for p in parts if p.get("Default") == "YES"),
-                               ""),
+        default_partition=next((p["PartitionName"] for p in parts if p.get("Default") == "YES"), ""),
         gpus_per_node=int(gpus.group(1)) if gpus else 0,
         cpus_per_node=int(nodes[0].get("CPUTot", "0")) if nodes else 0,
         state_dir=STATE_DIR,
@@ -206,8 +213,7 @@ def cannot_start_reason() -> str | None:
     missing = [t for t in ("unshare", "nsenter", "ip", "bash") if shutil.which(t) is None]
     if missing:
         return f"the local SLURM cluster needs {', '.join(missing)} (util-linux, iproute2)"
-    if shutil.which("slurmctld", path="/usr/sbin:/usr/bin") is None and not shutil.which(
-            "apt-get"):
+    if shutil.which("slurmctld", path="/usr/sbin:/usr/bin") is None and not shutil.which("apt-get"):
         return "SLURM is not installed and apt-get is not available to install it"
     return None
 
@@ -229,13 +235,13 @@ def slurm_cluster():
         existed = (STATE_DIR / "cluster.env").exists()
         proc = _run(["bash", str(SCRIPT), "up"], timeout=900)
         if proc.returncode != 0:
-            pytest.fail(f"ci/slurm-cluster.sh up failed ({proc.returncode}):\n"
-                        f"{proc.stdout}\n{proc.stderr}", pytrace=False)
+            pytest.fail(
+                f"ci/slurm-cluster.sh up failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}", pytrace=False
+            )
         started = not existed
     cluster = describe_cluster(started_here=started)
     yield cluster
     if started:
         proc = _run(["bash", str(SCRIPT), "down"], timeout=300)
         if proc.returncode != 0:
-            print(f"ci/slurm-cluster.sh down failed:\n{proc.stdout}\n{proc.stderr}",
-                  file=sys.stderr)
+            print(f"ci/slurm-cluster.sh down failed:\n{proc.stdout}\n{proc.stderr}", file=sys.stderr)

@@ -32,7 +32,7 @@ from launchers.base import Request, Submission, SubmitOptions, create_run_dir, d
 from launchers.slurm import cluster
 from launchers.slurm.arrays import plan_arrays
 from launchers.slurm.script import ScriptOptions, render_script
-from slime.paths import RunPaths
+from slime.core.paths import RunPaths
 from slime.spec import LoadedSpec
 from slime.spec.types import Spec
 
@@ -53,17 +53,31 @@ class SlurmLauncher:
         spec = loaded.spec
         run_dir = default_run_dir(loaded, options)
         python = options.extra.get("python") or ("python3" if spec.cluster.container else sys.executable)
-        script = render_script(spec, ScriptOptions(run_dir=run_dir, n_tasks=len(loaded.tasks),
-                                                   preflight_only=options.preflight_only, python=python,
-                                                   driver=options.extra.get("driver")))
+        script = render_script(
+            spec,
+            ScriptOptions(
+                run_dir=run_dir,
+                n_tasks=len(loaded.tasks),
+                preflight_only=options.preflight_only,
+                python=python,
+                driver=options.extra.get("driver"),
+            ),
+        )
         files = run_files(loaded, run_dir) + [(RunPaths(Path(".")).script.as_posix(), script, 0o755)]
         notes = []
         if loaded.is_sweep:
-            notes.append(f"{len(loaded.tasks)} sweep task(s) as a job array; split into several arrays at submit "
-                         "time if the cluster's MaxArraySize is smaller")
-        return Request(launcher=self.name, run_dir=run_dir, files=tuple(files),
-                       command=("sbatch", "--parsable", str(RunPaths(run_dir).script)), notes=tuple(notes),
-                       overrides=loaded.overrides)
+            notes.append(
+                f"{len(loaded.tasks)} sweep task(s) as a job array; split into several arrays at submit "
+                "time if the cluster's MaxArraySize is smaller"
+            )
+        return Request(
+            launcher=self.name,
+            run_dir=run_dir,
+            files=tuple(files),
+            command=("sbatch", "--parsable", str(RunPaths(run_dir).script)),
+            notes=tuple(notes),
+            overrides=loaded.overrides,
+        )
 
     def submit(self, request: Request, options: SubmitOptions) -> Submission:
         cluster.require_sbatch()
@@ -87,16 +101,17 @@ class SlurmLauncher:
         try:
             if not chunks:
                 job_ids.append(cluster.sbatch(str(paths.script), cwd=str(paths.root)))
-            for k, chunk in enumerate(chunks):
+            for _k, chunk in enumerate(chunks):
                 split = len(chunks) > 1
                 jid = cluster.sbatch(
-                    str(paths.script), cwd=str(paths.root),
+                    str(paths.script),
+                    cwd=str(paths.root),
                     array=chunk.spec if split else None,  # else the script's own #SBATCH --array
                     dependency=f"afterany:{job_ids[-1]}" if chunk.after_previous else None,
-                    extra_env={"SLIME_TASK_OFFSET": str(chunk.offset)})
+                    extra_env={"SLIME_TASK_OFFSET": str(chunk.offset)},
+                )
                 job_ids.append(jid)
-                arrays.append({"job_id": jid, "first_task": chunk.offset, "last_task": chunk.last,
-                               "array": chunk.spec})
+                arrays.append({"job_id": jid, "first_task": chunk.offset, "last_task": chunk.last, "array": chunk.spec})
         except BaseException:
             if not job_ids:
                 # SLURM queued nothing: a run dir for a job that never existed would show up in
@@ -105,32 +120,44 @@ class SlurmLauncher:
             raise
         finally:
             if paths.root.exists():
-                paths.write_jobs({"launcher": self.name, "job_ids": job_ids, "arrays": arrays, "tasks": n_tasks,
-                                  "partition": partition, "submitted_at": time.time(),
-                                  "preflight_only": options.preflight_only})
+                paths.write_jobs(
+                    {
+                        "launcher": self.name,
+                        "job_ids": job_ids,
+                        "arrays": arrays,
+                        "tasks": n_tasks,
+                        "partition": partition,
+                        "submitted_at": time.time(),
+                        "preflight_only": options.preflight_only,
+                    }
+                )
         if options.preflight_only:
             return self._wait_preflight(paths, job_ids, n_tasks, options)
         return Submission(run_dir=paths.root, job_ids=tuple(job_ids))
 
     # ------------------------------------------------------------------ --preflight-only
-    def _wait_preflight(self, paths: RunPaths, job_ids: list[str], n_tasks: int,
-                        options: SubmitOptions) -> Submission:
+    def _wait_preflight(self, paths: RunPaths, job_ids: list[str], n_tasks: int, options: SubmitOptions) -> Submission:
         con = _console()
         con.print(f"submitted job {', '.join(job_ids)}; waiting for the preflight (run dir: {paths.root})")
 
         def on_change(jid: str, recs: list[dict[str, str]]) -> None:
             for r in recs:
                 reason = r.get("Reason", "")
-                con.print(f"  job {r.get('JobId', jid)}: {r.get('JobState', '?')}"
-                          + (f" ({reason})" if reason and reason != "None" else ""))
+                con.print(
+                    f"  job {r.get('JobId', jid)}: {r.get('JobState', '?')}"
+                    + (f" ({reason})" if reason and reason != "None" else "")
+                )
 
         try:
-            records = cluster.wait_jobs(job_ids, poll=0.5, on_change=on_change,
-                                        timeout=options.extra.get("wait_timeout_s"))
+            records = cluster.wait_jobs(
+                job_ids, poll=0.5, on_change=on_change, timeout=options.extra.get("wait_timeout_s")
+            )
         except KeyboardInterrupt:  # stop waiting, not the job: say it is still queued and how to stop it
-            con.print(f"stopped waiting; job {', '.join(job_ids)} is still queued or running. Stop it with "
-                      f"`slime-submit cancel {shlex.quote(str(paths.root))}`, or see it with "
-                      f"`slime-submit status {shlex.quote(str(paths.root))}`")
+            con.print(
+                f"stopped waiting; job {', '.join(job_ids)} is still queued or running. Stop it with "
+                f"`slime-submit cancel {shlex.quote(str(paths.root))}`, or see it with "
+                f"`slime-submit status {shlex.quote(str(paths.root))}`"
+            )
             raise
         ok = all(r.get("JobState") == "COMPLETED" for recs in records.values() for r in recs)
         for i in range(n_tasks):
@@ -148,4 +175,3 @@ class SlurmLauncher:
                 ok = False
                 con.print(f"[red]task {i}: preflight failed[/]: {report.get('error', '')}")
         return Submission(run_dir=paths.root, job_ids=tuple(job_ids), returncode=0 if ok else 3)
-

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ArrayChunk", "plan_arrays", "array_spec"]
+__all__ = ["ArrayChunk", "array_spec", "plan_arrays"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -51,6 +51,12 @@ def plan_arrays(n_tasks: int, max_array_size: int, max_parallel: int | None = No
     chunks: list[ArrayChunk] = []
     for offset in range(0, n_tasks, max_array_size):
         count = min(max_array_size, n_tasks - offset)
-        chunks.append(ArrayChunk(offset=offset, count=count, max_parallel=max_parallel,
-                                 after_previous=bool(chunks) and max_parallel is not None))
+        chunks.append(
+            ArrayChunk(
+                offset=offset,
+                count=count,
+                max_parallel=max_parallel,
+                after_previous=bool(chunks) and max_parallel is not None,
+            )
+        )
     return chunks

@@ -25,15 +25,29 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from slime.errors import InfraError
+from slime.core.errors import InfraError
 from slime.spec.types import Spec
 
-__all__ = ["require_sbatch", "parse_record", "scontrol_records", "max_array_size", "NodeInfo", "partition_nodes",
-           "check_fits", "sbatch", "job_records", "wait_jobs", "requeue_excluding", "gres_gpus", "mem_mb",
-           "FINAL_STATES"]
+__all__ = [
+    "FINAL_STATES",
+    "NodeInfo",
+    "check_fits",
+    "gres_gpus",
+    "job_records",
+    "max_array_size",
+    "mem_mb",
+    "parse_record",
+    "partition_nodes",
+    "requeue_excluding",
+    "require_sbatch",
+    "sbatch",
+    "scontrol_records",
+    "wait_jobs",
+]
 
-FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-                          "BOOT_FAIL", "DEADLINE", "PREEMPTED"})
+FINAL_STATES = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+)
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
 DEFAULT_MAX_ARRAY_SIZE = 1001  # SLURM's default when the config cannot be read
 
@@ -41,8 +55,10 @@ DEFAULT_MAX_ARRAY_SIZE = 1001  # SLURM's default when the config cannot be read
 def require_sbatch() -> str:
     path = shutil.which("sbatch")
     if path is None:
-        raise InfraError("sbatch is not on PATH: cluster.launcher is 'slurm' but this machine has no SLURM client. "
-                         "Run slime-submit on a login node of the cluster, or set cluster.launcher: local")
+        raise InfraError(
+            "sbatch is not on PATH: cluster.launcher is 'slurm' but this machine has no SLURM client. "
+            "Run slime-submit on a login node of the cluster, or set cluster.launcher: local"
+        )
     return path
 
 
@@ -50,17 +66,32 @@ def _ignore_term() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
-def _run(args: Sequence[str], *, timeout: float = 60, env: Mapping[str, str] | None = None,
-         input: str | None = None, ignore_term: bool = False, cwd: str | None = None) -> subprocess.CompletedProcess:
+def _run(
+    args: Sequence[str],
+    *,
+    timeout: float = 60,
+    env: Mapping[str, str] | None = None,
+    input: str | None = None,
+    ignore_term: bool = False,
+    cwd: str | None = None,
+) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, env=env, input=input,
-                              cwd=cwd,
-                              preexec_fn=_ignore_term if ignore_term else None)
+        return subprocess.run(
+            list(args),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            input=input,
+            cwd=cwd,
+            preexec_fn=_ignore_term if ignore_term else None,
+        )
     except FileNotFoundError:
         raise InfraError(f"{args[0]} is not installed or not on PATH (needed for cluster.launcher: slurm)") from None
     except subprocess.TimeoutExpired:
-        raise InfraError(f"`{' '.join(args)}` did not answer within {timeout:.0f} s: is slurmctld up? "
-                         "(check with `scontrol ping`)") from None
+        raise InfraError(
+            f"`{' '.join(args)}` did not answer within {timeout:.0f} s: is slurmctld up? (check with `scontrol ping`)"
+        ) from None
 
 
 def parse_record(line: str) -> dict[str, str]:
@@ -68,7 +99,7 @@ def parse_record(line: str) -> dict[str, str]:
     keys = list(_KEY.finditer(line))
     record = {}
     for m, nxt in zip(keys, keys[1:] + [None]):
-        record[m.group(1)] = line[m.end():nxt.start() if nxt else len(line)].strip()
+        record[m.group(1)] = line[m.end() : nxt.start() if nxt else len(line)].strip()
     return record
 
 
@@ -122,19 +153,30 @@ def partition_nodes(partition: str | None) -> tuple[str, list[NodeInfo]]:
     if partition is None:
         default = next((p for p in parts if p.get("Default") == "YES"), None)
         if default is None:
-            raise InfraError("cluster.partition is not set and the cluster has no default partition; "
-                             f"set cluster.partition to one of: {', '.join(p.get('PartitionName', '?') for p in parts)}")
+            raise InfraError(
+                "cluster.partition is not set and the cluster has no default partition; "
+                f"set cluster.partition to one of: {', '.join(p.get('PartitionName', '?') for p in parts)}"
+            )
         partition = default["PartitionName"]
     elif not any(p.get("PartitionName") == partition for p in parts):
-        raise InfraError(f"cluster.partition {partition!r} does not exist on this cluster; partitions: "
-                         f"{', '.join(p.get('PartitionName', '?') for p in parts)}")
+        raise InfraError(
+            f"cluster.partition {partition!r} does not exist on this cluster; partitions: "
+            f"{', '.join(p.get('PartitionName', '?') for p in parts)}"
+        )
     nodes = []
     for rec in scontrol_records("node"):
         if partition not in rec.get("Partitions", "").split(","):
             continue
-        nodes.append(NodeInfo(name=rec.get("NodeName", "?"), gres=rec.get("Gres", ""),
-                              gpus=gres_gpus(rec.get("Gres", "")), cpus=int(rec.get("CPUTot", "0") or 0),
-                              mem_mb=int(rec.get("RealMemory", "0") or 0), state=rec.get("State", "")))
+        nodes.append(
+            NodeInfo(
+                name=rec.get("NodeName", "?"),
+                gres=rec.get("Gres", ""),
+                gpus=gres_gpus(rec.get("Gres", "")),
+                cpus=int(rec.get("CPUTot", "0") or 0),
+                mem_mb=int(rec.get("RealMemory", "0") or 0),
+                state=rec.get("State", ""),
+            )
+        )
     return partition, nodes
 
 
@@ -145,8 +187,10 @@ def expand_hostlist(names: Sequence[str]) -> list[str]:
         return list(names)
     proc = _run(["scontrol", "show", "hostnames", ",".join(names)])
     if proc.returncode != 0:
-        raise InfraError(f"cluster.exclude {list(names)}: SLURM cannot read it as a host list: "
-                         f"{proc.stderr.strip() or proc.stdout.strip()}")
+        raise InfraError(
+            f"cluster.exclude {list(names)}: SLURM cannot read it as a host list: "
+            f"{proc.stderr.strip() or proc.stdout.strip()}"
+        )
     return proc.stdout.split()
 
 
@@ -159,30 +203,59 @@ def check_fits(spec: Spec, nodes: list[NodeInfo], partition: str) -> None:
     need_mem = mem_mb(c.mem) if c.mem else 0
     have = ", ".join(f"{n.name} ({n.gres or 'no gres'}, {n.cpus} CPUs, {n.mem_mb} MB)" for n in usable) or "none"
     constraints = [
-        ("cluster.gpus_per_node", c.gpus_per_node, lambda n: n.gpus >= c.gpus_per_node,
-         f"gres gpu:{c.gpus_per_node} per node", max((n.gpus for n in usable), default=0), "GPUs"),
-        ("cluster.cpus_per_node", cpus, lambda n: n.cpus >= cpus, f"{cpus} CPUs per node",
-         max((n.cpus for n in usable), default=0), "CPUs"),
-        ("cluster.mem", need_mem, lambda n: n.mem_mb >= need_mem, f"{c.mem} memory per node",
-         max((n.mem_mb for n in usable), default=0), "MB"),
+        (
+            "cluster.gpus_per_node",
+            c.gpus_per_node,
+            lambda n: n.gpus >= c.gpus_per_node,
+            f"gres gpu:{c.gpus_per_node} per node",
+            max((n.gpus for n in usable), default=0),
+            "GPUs",
+        ),
+        (
+            "cluster.cpus_per_node",
+            cpus,
+            lambda n: n.cpus >= cpus,
+            f"{cpus} CPUs per node",
+            max((n.cpus for n in usable), default=0),
+            "CPUs",
+        ),
+        (
+            "cluster.mem",
+            need_mem,
+            lambda n: n.mem_mb >= need_mem,
+            f"{c.mem} memory per node",
+            max((n.mem_mb for n in usable), default=0),
+            "MB",
+        ),
     ]
     for field, need, ok, what, best, unit in constraints:
         if need and not any(ok(n) for n in usable):
-            raise InfraError(f"{field}={need if field != 'cluster.mem' else c.mem}: no node of partition "
-                             f"{partition!r} offers {what} (the most is {best} {unit}; nodes: {have}). "
-                             f"SLURM could never start this job. Fix: lower {field} to at most "
-                             f"{best if field != 'cluster.mem' else str(best) + 'M'}, or choose another partition")
+            raise InfraError(
+                f"{field}={need if field != 'cluster.mem' else c.mem}: no node of partition "
+                f"{partition!r} offers {what} (the most is {best} {unit}; nodes: {have}). "
+                f"SLURM could never start this job. Fix: lower {field} to at most "
+                f"{best if field != 'cluster.mem' else str(best) + 'M'}, or choose another partition"
+            )
     fitting = [n for n in usable if all(ok(n) for _, need, ok, *_ in constraints if need)]
     if len(fitting) < c.nodes:
-        raise InfraError(f"cluster.nodes={c.nodes}: partition {partition!r} has only {len(fitting)} node(s) with "
-                         f"gres gpu:{c.gpus_per_node}, {cpus} CPUs"
-                         + (f", {c.mem} memory" if c.mem else "") + f" (nodes: {have}"
-                         + (f"; excluded: {', '.join(sorted(excluded))}" if excluded else "")
-                         + f"). Fix: set cluster.nodes <= {len(fitting)} or choose another partition")
+        raise InfraError(
+            f"cluster.nodes={c.nodes}: partition {partition!r} has only {len(fitting)} node(s) with "
+            f"gres gpu:{c.gpus_per_node}, {cpus} CPUs"
+            + (f", {c.mem} memory" if c.mem else "")
+            + f" (nodes: {have}"
+            + (f"; excluded: {', '.join(sorted(excluded))}" if excluded else "")
+            + f"). Fix: set cluster.nodes <= {len(fitting)} or choose another partition"
+        )
 
 
-def sbatch(script: str, *, array: str | None = None, dependency: str | None = None,
-           extra_env: Mapping[str, str] | None = None, cwd: str | None = None) -> str:
+def sbatch(
+    script: str,
+    *,
+    array: str | None = None,
+    dependency: str | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+) -> str:
     """Submit ``script`` (a path) with ``sbatch --parsable``; return the job id."""
     cmd = ["sbatch", "--parsable"]
     if array is not None:
@@ -209,13 +282,22 @@ def job_records(job_id: str) -> list[dict[str, str]]:
     latest: dict[str, dict[str, str]] = {}
     for line in acct.stdout.splitlines():  # one line per run; requeued jobs appear more than once
         jid, state, code, nodes = (line.split("|") + ["", "", "", ""])[:4]
-        latest[jid] = {"JobId": jid, "JobState": state.split()[0] if state else "?", "ExitCode": code,
-                       "NodeList": nodes}
+        latest[jid] = {
+            "JobId": jid,
+            "JobState": state.split()[0] if state else "?",
+            "ExitCode": code,
+            "NodeList": nodes,
+        }
     return list(latest.values())
 
 
-def wait_jobs(job_ids: Iterable[str], *, poll: float = 1.0, timeout: float | None = None,
-              on_change: Callable[[str, list[dict[str, str]]], None] | None = None) -> dict[str, list[dict[str, str]]]:
+def wait_jobs(
+    job_ids: Iterable[str],
+    *,
+    poll: float = 1.0,
+    timeout: float | None = None,
+    on_change: Callable[[str, list[dict[str, str]]], None] | None = None,
+) -> dict[str, list[dict[str, str]]]:
     """Wait until every record of every job is in a final state; return the records by job id."""
     ids = list(job_ids)
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -233,8 +315,10 @@ def wait_jobs(job_ids: Iterable[str], *, poll: float = 1.0, timeout: float | Non
         if len(done) == len(ids):
             return done
         if deadline is not None and time.monotonic() > deadline:
-            raise InfraError(f"job(s) {', '.join(ids)} did not finish within {timeout:.0f} s "
-                             f"(states: {seen}); see `squeue -j {','.join(ids)}`")
+            raise InfraError(
+                f"job(s) {', '.join(ids)} did not finish within {timeout:.0f} s "
+                f"(states: {seen}); see `squeue -j {','.join(ids)}`"
+            )
         time.sleep(poll)
 
 

@@ -36,36 +36,101 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from launchers.local_jobs import (ACTIVE, RunStatus, TaskStatus, aggregate, fill_from_records, run_name, run_started,
-                                  runtime_state, task_count)
+from launchers.local_jobs import (
+    ACTIVE,
+    RunStatus,
+    TaskStatus,
+    aggregate,
+    fill_from_records,
+    run_name,
+    run_started,
+    runtime_state,
+    task_count,
+)
 from launchers.slurm.cluster import _run, parse_record
-from slime.errors import InfraError
-from slime.paths import RunPaths
+from slime.core.errors import InfraError
+from slime.core.paths import RunPaths
 
-__all__ = ["STATE_MAP", "map_state", "explain_reason", "expand_task_ids", "parse_scontrol", "parse_squeue",
-           "parse_sacct", "task_layout", "tasks_from_records", "dropped_tasks", "tasks_from_jobcomp",
-           "task_from_run_dir", "plain_job_id", "run_status", "run_states", "active", "cancel", "log_path", "log_files", "find_run", "DEFAULT_SOURCES",
-           "SQUEUE_FORMAT", "SACCT_FIELDS"]
+__all__ = [
+    "DEFAULT_SOURCES",
+    "SACCT_FIELDS",
+    "SQUEUE_FORMAT",
+    "STATE_MAP",
+    "active",
+    "cancel",
+    "dropped_tasks",
+    "expand_task_ids",
+    "explain_reason",
+    "find_run",
+    "log_files",
+    "log_path",
+    "map_state",
+    "parse_sacct",
+    "parse_scontrol",
+    "parse_squeue",
+    "plain_job_id",
+    "run_states",
+    "run_status",
+    "task_from_run_dir",
+    "task_layout",
+    "tasks_from_jobcomp",
+    "tasks_from_records",
+]
 
 #: SLURM job state → our state. The one table; anything missing maps to "unknown".
 STATE_MAP: dict[str, str] = {
-    "PENDING": "pending", "RESV_DEL_HOLD": "pending",
-    "CONFIGURING": "running", "RUNNING": "running", "COMPLETING": "running", "STAGE_OUT": "running",
-    "RESIZING": "running", "SIGNALING": "running",
+    "PENDING": "pending",
+    "RESV_DEL_HOLD": "pending",
+    "CONFIGURING": "running",
+    "RUNNING": "running",
+    "COMPLETING": "running",
+    "STAGE_OUT": "running",
+    "RESIZING": "running",
+    "SIGNALING": "running",
     "COMPLETED": "succeeded",
-    "FAILED": "failed", "NODE_FAIL": "failed", "OUT_OF_MEMORY": "failed", "BOOT_FAIL": "failed",
-    "DEADLINE": "failed", "SPECIAL_EXIT": "failed",
+    "FAILED": "failed",
+    "NODE_FAIL": "failed",
+    "OUT_OF_MEMORY": "failed",
+    "BOOT_FAIL": "failed",
+    "DEADLINE": "failed",
+    "SPECIAL_EXIT": "failed",
     "TIMEOUT": "timeout",
-    "CANCELLED": "cancelled", "REVOKED": "cancelled",
-    "PREEMPTED": "requeued", "REQUEUED": "requeued", "REQUEUE_HOLD": "requeued", "REQUEUE_FED": "requeued",
-    "SUSPENDED": "suspended", "STOPPED": "suspended",
+    "CANCELLED": "cancelled",
+    "REVOKED": "cancelled",
+    "PREEMPTED": "requeued",
+    "REQUEUED": "requeued",
+    "REQUEUE_HOLD": "requeued",
+    "REQUEUE_FED": "requeued",
+    "SUSPENDED": "suspended",
+    "STOPPED": "suspended",
 }
 # squeue's compact codes (%t) for the same states
-_SHORT = {"PD": "PENDING", "CF": "CONFIGURING", "R": "RUNNING", "CG": "COMPLETING", "SO": "STAGE_OUT",
-          "RS": "RESIZING", "SI": "SIGNALING", "CD": "COMPLETED", "F": "FAILED", "NF": "NODE_FAIL",
-          "OOM": "OUT_OF_MEMORY", "BF": "BOOT_FAIL", "DL": "DEADLINE", "SE": "SPECIAL_EXIT", "TO": "TIMEOUT",
-          "CA": "CANCELLED", "RV": "REVOKED", "PR": "PREEMPTED", "RQ": "REQUEUED", "RH": "REQUEUE_HOLD",
-          "RF": "REQUEUE_FED", "S": "SUSPENDED", "ST": "STOPPED", "RD": "RESV_DEL_HOLD"}
+_SHORT = {
+    "PD": "PENDING",
+    "CF": "CONFIGURING",
+    "R": "RUNNING",
+    "CG": "COMPLETING",
+    "SO": "STAGE_OUT",
+    "RS": "RESIZING",
+    "SI": "SIGNALING",
+    "CD": "COMPLETED",
+    "F": "FAILED",
+    "NF": "NODE_FAIL",
+    "OOM": "OUT_OF_MEMORY",
+    "BF": "BOOT_FAIL",
+    "DL": "DEADLINE",
+    "SE": "SPECIAL_EXIT",
+    "TO": "TIMEOUT",
+    "CA": "CANCELLED",
+    "RV": "REVOKED",
+    "PR": "PREEMPTED",
+    "RQ": "REQUEUED",
+    "RH": "REQUEUE_HOLD",
+    "RF": "REQUEUE_FED",
+    "S": "SUSPENDED",
+    "ST": "STOPPED",
+    "RD": "RESV_DEL_HOLD",
+}
 
 #: why a job waits, in words (SkyPilot-style: say what to do about it)
 REASONS: dict[str, str] = {
@@ -137,8 +202,13 @@ def parse_squeue(text: str) -> list[dict[str, str]]:
         if len(parts) < 8:
             continue
         _, jid, array_id, task_ids, state, reason, nodes, workdir = parts
-        rec = {"JobId": jid.strip(), "JobState": state.strip(), "Reason": reason.strip(), "NodeList": nodes.strip(),
-               "WorkDir": workdir.rstrip("\n")}
+        rec = {
+            "JobId": jid.strip(),
+            "JobState": state.strip(),
+            "Reason": reason.strip(),
+            "NodeList": nodes.strip(),
+            "WorkDir": workdir.rstrip("\n"),
+        }
         if task_ids.strip() not in ("", "N/A"):
             rec.update(ArrayJobId=array_id.strip(), ArrayTaskId=task_ids.strip())
         out.append(rec)
@@ -155,9 +225,17 @@ def parse_sacct(text: str) -> dict[str, list[dict[str, str]]]:
         if len(parts) < 7:
             continue
         jid, state, code, nodes, start, end, workdir = parts
-        out.setdefault(jid.strip(), []).append({"JobId": jid.strip(), "JobState": state.strip(), "ExitCode": code,
-                                                "NodeList": nodes, "StartTime": start, "EndTime": end,
-                                                "WorkDir": workdir})
+        out.setdefault(jid.strip(), []).append(
+            {
+                "JobId": jid.strip(),
+                "JobState": state.strip(),
+                "ExitCode": code,
+                "NodeList": nodes,
+                "StartTime": start,
+                "EndTime": end,
+                "WorkDir": workdir,
+            }
+        )
     return out
 
 
@@ -198,8 +276,12 @@ def _reason_for(state: str, rec: dict[str, str]) -> str | None:
     return None
 
 
-def tasks_from_records(records: Iterable[dict[str, str]], layout: dict[int, tuple[str, int | None]],
-                       run_dir: Path, source: str = "scontrol") -> dict[int, TaskStatus]:
+def tasks_from_records(
+    records: Iterable[dict[str, str]],
+    layout: dict[int, tuple[str, int | None]],
+    run_dir: Path,
+    source: str = "scontrol",
+) -> dict[int, TaskStatus]:
     """Task states from scontrol (or squeue) records of the run's jobs."""
     inverse = {key: t for t, key in layout.items()}
     out: dict[int, TaskStatus] = {}
@@ -217,24 +299,43 @@ def tasks_from_records(records: Iterable[dict[str, str]], layout: dict[int, tupl
             raw = rec.get("JobState", "")
             state = map_state(raw)
             restarts = rec.get("Restarts", "0")
-            out[task] = TaskStatus(task=task, state=state, scheduler_state=raw, source=source,
-                                   job_id=display_id(*key), reason=_reason_for(state, rec),
-                                   nodes=_null(rec.get("NodeList")), exit_code=_null(rec.get("ExitCode")),
-                                   restarts=int(restarts) if restarts.isdigit() else 0)
+            out[task] = TaskStatus(
+                task=task,
+                state=state,
+                scheduler_state=raw,
+                source=source,
+                job_id=display_id(*key),
+                reason=_reason_for(state, rec),
+                nodes=_null(rec.get("NodeList")),
+                exit_code=_null(rec.get("ExitCode")),
+                restarts=int(restarts) if restarts.isdigit() else 0,
+            )
     return out
 
 
-def dropped_tasks(records: Iterable[dict[str, str]], layout: dict[int, tuple[str, int | None]], paths: RunPaths,
-                  found: dict[int, TaskStatus], source: str = "scontrol") -> dict[int, TaskStatus]:
+def dropped_tasks(
+    records: Iterable[dict[str, str]],
+    layout: dict[int, tuple[str, int | None]],
+    paths: RunPaths,
+    found: dict[int, TaskStatus],
+    source: str = "scontrol",
+) -> dict[int, TaskStatus]:
     """Array tasks that never started (no batch log) and are missing from the records of their still
     known array: SLURM drops an array task cancelled while it waits in the array's pending record,
     and keeps no other trace of it. (A task that ran and was purged earlier has a log: not this.)"""
     known = {r.get("ArrayJobId") for r in records if r.get("ArrayJobId") and _same_dir(r.get("WorkDir"), paths.root)}
-    return {t: TaskStatus(task=t, state="cancelled", scheduler_state="CANCELLED", source=source,
-                          job_id=display_id(job, index),
-                          reason="cancelled before it started (SLURM keeps no record of such array tasks)")
-            for t, (job, index) in layout.items()
-            if index is not None and job in known and t not in found and not log_path(paths, t, layout).exists()}
+    return {
+        t: TaskStatus(
+            task=t,
+            state="cancelled",
+            scheduler_state="CANCELLED",
+            source=source,
+            job_id=display_id(job, index),
+            reason="cancelled before it started (SLURM keeps no record of such array tasks)",
+        )
+        for t, (job, index) in layout.items()
+        if index is not None and job in known and t not in found and not log_path(paths, t, layout).exists()
+    }
 
 
 def _read_head(path: Path, n: int = 8192) -> str:
@@ -265,8 +366,13 @@ def plain_job_id(paths: RunPaths, task: int, layout: dict[int, tuple[str, int | 
     return None
 
 
-def tasks_from_jobcomp(rows: dict[str, list[dict[str, str]]], layout: dict[int, tuple[str, int | None]],
-                       plain: dict[int, str], run_dir: Path, tasks: Iterable[int]) -> dict[int, TaskStatus]:
+def tasks_from_jobcomp(
+    rows: dict[str, list[dict[str, str]]],
+    layout: dict[int, tuple[str, int | None]],
+    plain: dict[int, str],
+    run_dir: Path,
+    tasks: Iterable[int],
+) -> dict[int, TaskStatus]:
     """Task states from the job completion log (``sacct -c``); see the module doc for arrays."""
     claimed = set(plain.values())
     out: dict[int, TaskStatus] = {}
@@ -281,10 +387,17 @@ def tasks_from_jobcomp(rows: dict[str, list[dict[str, str]]], layout: dict[int, 
         rec = runs[-1]
         raw = rec["JobState"]
         state = map_state(raw)
-        out[task] = TaskStatus(task=task, state=state, scheduler_state=raw.split()[0] if raw else raw,
-                               source="jobcomp", job_id=display_id(job, index), nodes=_null(rec.get("NodeList")),
-                               exit_code=_null(rec.get("ExitCode")), restarts=len(runs) - 1,
-                               reason=f"exit code {rec.get('ExitCode')}" if state == "failed" else None)
+        out[task] = TaskStatus(
+            task=task,
+            state=state,
+            scheduler_state=raw.split()[0] if raw else raw,
+            source="jobcomp",
+            job_id=display_id(job, index),
+            nodes=_null(rec.get("NodeList")),
+            exit_code=_null(rec.get("ExitCode")),
+            restarts=len(runs) - 1,
+            reason=f"exit code {rec.get('ExitCode')}" if state == "failed" else None,
+        )
     return out
 
 
@@ -326,8 +439,9 @@ def task_from_run_dir(paths: RunPaths, task: int, layout: dict[int, tuple[str, i
         ts.reason = rt.get("error")
     else:
         ts.state = "unknown"
-        ts.reason = (f"SLURM no longer knows job {ts.job_id} and the run dir has no final record"
-                     + (f" (the runtime last said {rt.get('state')})" if rt.get("state") else ""))
+        ts.reason = f"SLURM no longer knows job {ts.job_id} and the run dir has no final record" + (
+            f" (the runtime last said {rt.get('state')})" if rt.get("state") else ""
+        )
     return ts
 
 
@@ -344,8 +458,9 @@ def _sacct(job_ids: Sequence[str]) -> dict[str, list[dict[str, str]]]:
     return parse_sacct(proc.stdout)  # stderr: "Unknown type ArrayJobId" noise from filetxt
 
 
-def _status(paths: RunPaths, live: list[dict[str, str]] | None, sources: Sequence[str],
-            live_source: str = "scontrol") -> RunStatus:
+def _status(
+    paths: RunPaths, live: list[dict[str, str]] | None, sources: Sequence[str], live_source: str = "scontrol"
+) -> RunStatus:
     doc = paths.read_jobs()
     n = task_count(paths)
     layout = task_layout(doc, n)
@@ -374,9 +489,16 @@ def _status(paths: RunPaths, live: list[dict[str, str]] | None, sources: Sequenc
         if ts.state in ("failed", "timeout") and error and error not in (ts.reason or ""):
             ts.reason = f"{error} ({ts.reason})" if ts.reason else error  # the runtime says why, SLURM only how
         tasks.append(fill_from_records(ts, paths.task(t)))
-    return RunStatus(run_dir=str(paths.root), name=run_name(paths), launcher="slurm",
-                     job_ids=[str(j) for j in doc.get("job_ids", [])], state=aggregate([t.state for t in tasks]),
-                     started=run_started(paths), tasks=tasks, preflight_only=bool(doc.get("preflight_only")))
+    return RunStatus(
+        run_dir=str(paths.root),
+        name=run_name(paths),
+        launcher="slurm",
+        job_ids=[str(j) for j in doc.get("job_ids", [])],
+        state=aggregate([t.state for t in tasks]),
+        started=run_started(paths),
+        tasks=tasks,
+        preflight_only=bool(doc.get("preflight_only")),
+    )
 
 
 def run_status(paths: RunPaths, sources: Sequence[str] = DEFAULT_SOURCES) -> RunStatus:
@@ -418,8 +540,13 @@ def cancel(paths: RunPaths, task: int | None = None) -> dict[str, Any]:
         raise InfraError(f"run {paths.root} has no SLURM job for task {task} (jobs.json lists none)")
     if not tasks:
         what = _task_ended(task, status.tasks[task].state) if task is not None else f"the run is {status.state}"
-        return {"run_dir": str(paths.root), "cancelled": [], "tasks": [], "state": status.state,
-                "message": f"nothing to cancel: {what}"}
+        return {
+            "run_dir": str(paths.root),
+            "cancelled": [],
+            "tasks": [],
+            "state": status.state,
+            "message": f"nothing to cancel: {what}",
+        }
     if task is None:
         targets = sorted({layout[t.task][0] for t in tasks}, key=int)
     else:
@@ -429,8 +556,11 @@ def cancel(paths: RunPaths, task: int | None = None) -> dict[str, Any]:
         raise InfraError(f"`scancel {' '.join(targets)}` failed: {proc.stderr.strip() or proc.stdout.strip()}")
     doc = paths.read_jobs()  # a run-dir record of the cancel, for when SLURM has forgotten the job
     rec = doc.setdefault("cancelled", {})
-    rec.update(at=time.time(), targets=sorted(set(rec.get("targets", [])) | set(targets)),
-               tasks=sorted(set(rec.get("tasks", [])) | {t.task for t in tasks}))
+    rec.update(
+        at=time.time(),
+        targets=sorted(set(rec.get("targets", [])) | set(targets)),
+        tasks=sorted(set(rec.get("tasks", [])) | {t.task for t in tasks}),
+    )
     paths.write_jobs(doc)
     return {"run_dir": str(paths.root), "cancelled": targets, "tasks": [t.task for t in tasks], "state": "cancelled"}
 

@@ -50,22 +50,40 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slime.paths import RunPaths, TaskPaths, atomic_write
-from slime.runtime.state import EXIT_REQUEUE
+from slime.core.errors import ExitCode
+from slime.core.paths import RunPaths, TaskPaths, atomic_write
 
-__all__ = ["REQUEUE_CAUSES", "FAILURE_CAUSES", "Budget", "read", "append", "budget", "cause_from_log",
-           "previous_run_log", "bad_nodes", "usr1_cause", "start", "after", "main", "EXIT_REFUSED"]
+__all__ = [
+    "FAILURE_CAUSES",
+    "REQUEUE_CAUSES",
+    "Budget",
+    "after",
+    "append",
+    "bad_nodes",
+    "budget",
+    "cause_from_log",
+    "main",
+    "previous_run_log",
+    "read",
+    "start",
+    "usr1_cause",
+]
 
 #: restarts counted against cluster.max_requeues (the job was stopped, nothing failed)
 REQUEUE_CAUSES = ("preempted", "requeued", "time_limit", "requeue_excluding")
 #: restarts counted against cluster.max_failures
 FAILURE_CAUSES = ("failure", "node_failure", "unknown")
-EXIT_REFUSED = 3
 TIME_LIMIT_SLACK_S = 90  # SLURM checks time limits periodically: USR1 may come this much early or late
-_SLURM_CAUSES = (("DUE TO PREEMPTION", "preempted"), ("DUE TO JOB REQUEUE", "requeued"),
-                 ("DUE TO NODE FAIL", "node_failure"))
-_STEPD = re.compile(r"^slurmstepd[^:]*: error: \*\*\* (?:JOB|STEP) \S+ ON (\S+) CANCELLED AT \S+ (DUE TO [A-Z ]+?)"
-                    r"(?:,| \*\*\*)", re.M)
+_SLURM_CAUSES = (
+    ("DUE TO PREEMPTION", "preempted"),
+    ("DUE TO JOB REQUEUE", "requeued"),
+    ("DUE TO NODE FAIL", "node_failure"),
+)
+_STEPD = re.compile(
+    r"^slurmstepd[^:]*: error: \*\*\* (?:JOB|STEP) \S+ ON (\S+) CANCELLED AT \S+ (DUE TO [A-Z ]+?)"
+    r"(?:,| \*\*\*)",
+    re.M,
+)
 
 
 def _start_line(task: int) -> re.Pattern[str]:
@@ -82,11 +100,15 @@ class Budget:
     def spent(self) -> str | None:
         """Why the task must not run again, or None."""
         if self.requeues > self.max_requeues:
-            return (f"it was restarted {self.requeues} times after preemptions/time limits/requeues, more than "
-                    f"cluster.max_requeues={self.max_requeues}")
+            return (
+                f"it was restarted {self.requeues} times after preemptions/time limits/requeues, more than "
+                f"cluster.max_requeues={self.max_requeues}"
+            )
         if self.failures > self.max_failures:
-            return (f"it was restarted {self.failures} times after failures, more than "
-                    f"cluster.max_failures={self.max_failures}")
+            return (
+                f"it was restarted {self.failures} times after failures, more than "
+                f"cluster.max_failures={self.max_failures}"
+            )
         return None
 
     def allows(self, kind: str) -> bool:
@@ -94,8 +116,10 @@ class Budget:
         return self.requeues < self.max_requeues if kind == "requeues" else self.failures < self.max_failures
 
     def words(self) -> str:
-        return (f"requeues {self.requeues}/{self.max_requeues} (cluster.max_requeues), "
-                f"failures {self.failures}/{self.max_failures} (cluster.max_failures)")
+        return (
+            f"requeues {self.requeues}/{self.max_requeues} (cluster.max_requeues), "
+            f"failures {self.failures}/{self.max_failures} (cluster.max_failures)"
+        )
 
 
 def kind_of(cause: str) -> str:
@@ -131,8 +155,12 @@ def append(tp: TaskPaths, record: dict[str, Any]) -> dict[str, Any]:
 
 def budget(records: list[dict[str, Any]], cluster: dict[str, Any]) -> Budget:
     kinds = [kind_of(str(r.get("cause"))) for r in records]
-    return Budget(requeues=kinds.count("requeues"), failures=kinds.count("failures"),
-                  max_requeues=int(cluster.get("max_requeues", 5)), max_failures=int(cluster.get("max_failures", 0)))
+    return Budget(
+        requeues=kinds.count("requeues"),
+        failures=kinds.count("failures"),
+        max_requeues=int(cluster.get("max_requeues", 5)),
+        max_failures=int(cluster.get("max_failures", 0)),
+    )
 
 
 def _cluster(tp: TaskPaths) -> dict[str, Any]:
@@ -158,7 +186,7 @@ def previous_run_log(log_text: str, task: int) -> str:
     starts = [m.start() for m in _start_line(task).finditer(log_text)]
     if len(starts) < 2:
         return ""
-    return log_text[starts[-2]:starts[-1]]
+    return log_text[starts[-2] : starts[-1]]
 
 
 def cause_from_log(text: str) -> tuple[str | None, str | None]:
@@ -221,9 +249,9 @@ def _refuse(tp: TaskPaths, message: str) -> int:
 
     print(f"slime: {message}", flush=True)
     doc = runtime_state(tp) or {}
-    doc.update(state="failed", exit_code=EXIT_REFUSED, error=message, updated=time.time())
+    doc.update(state="failed", exit_code=ExitCode.INFRA, error=message, updated=time.time())
     atomic_write(tp.state, json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    return EXIT_REFUSED
+    return ExitCode.INFRA
 
 
 def _blame(tp: TaskPaths, hosts: list[str], instance: str) -> None:
@@ -259,24 +287,35 @@ def start(run_dir: Path, task: int, *, job_id: str, restart: int, log: Path | No
         prev = previous_run_log(text, task)
         cause, line = cause_from_log(prev)
         prev_nodes = re.search(r" on (\S+) \(restart", prev)
-        rec: dict[str, Any] = {"job_id": job_id, "restart": restart, "cause": cause or "unknown",
-                               "by": "slurm", "nodes": prev_nodes.group(1) if prev_nodes else None,
-                               **_progress(tp)}
+        rec: dict[str, Any] = {
+            "job_id": job_id,
+            "restart": restart,
+            "cause": cause or "unknown",
+            "by": "slurm",
+            "nodes": prev_nodes.group(1) if prev_nodes else None,
+            **_progress(tp),
+        }
         bad = bad_nodes(tp, f"{job_id}.{restart - 1}")
         if cause == "node_failure" or (cause is None and bad):
             rec["cause"] = "node_failure"
             rec["bad_nodes"] = bad or None  # slurmstepd's "ON <host>" is the batch host, not the failed node
-        rec["detail"] = line or ("SLURM requeued the job without saying why in its log (the batch host may have "
-                                 "died)" if cause is None else None)
+        rec["detail"] = line or (
+            "SLURM requeued the job without saying why in its log (the batch host may have died)"
+            if cause is None
+            else None
+        )
         rec = append(tp, rec)
         records.append(rec)
     b = budget(records, cluster)
     why = b.spent()
     if why:
-        return _refuse(tp, f"task {task} will not run again: {why}. Its restarts: "
-                           f"{', '.join(str(r.get('cause')) for r in records)} (see {tp.restarts}). Fix: find out "
-                           "why it keeps stopping; to go on, resubmit with train.checkpoint.load pointing at its "
-                           f"newest checkpoint under {tp.checkpoints}, or raise the budget")
+        return _refuse(
+            tp,
+            f"task {task} will not run again: {why}. Its restarts: "
+            f"{', '.join(str(r.get('cause')) for r in records)} (see {tp.restarts}). Fix: find out "
+            "why it keeps stopping; to go on, resubmit with train.checkpoint.load pointing at its "
+            f"newest checkpoint under {tp.checkpoints}, or raise the budget",
+        )
     if restart > 0:
         last = records[-1] if records else {}
         print(f"slime: restart {restart} of task {task} (cause: {last.get('cause', '?')}; {b.words()})", flush=True)
@@ -285,7 +324,7 @@ def start(run_dir: Path, task: int, *, job_id: str, restart: int, log: Path | No
 
 def _log_path(run_dir: Path, task: int) -> Path | None:
     from launchers.slurm.jobs import log_path
-    from slime.errors import InfraError
+    from slime.core.errors import InfraError
 
     try:
         return log_path(RunPaths(run_dir), task)
@@ -308,8 +347,17 @@ def _requeue(target: str) -> str | None:
     return None if proc.returncode == 0 else (proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}")
 
 
-def after(run_dir: Path, task: int, *, rc: int, signal_name: str | None, job_id: str, restart: int,
-          target: str, nodes: str | None = None) -> int:
+def after(
+    run_dir: Path,
+    task: int,
+    *,
+    rc: int,
+    signal_name: str | None,
+    job_id: str,
+    restart: int,
+    target: str,
+    nodes: str | None = None,
+) -> int:
     """Decide what follows the step's exit ``rc`` (see the module doc); returns ``rc``."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # our own requeue TERMs the job: finish the record first
     tp = RunPaths(run_dir).task(task)
@@ -327,18 +375,23 @@ def after(run_dir: Path, task: int, *, rc: int, signal_name: str | None, job_id:
         return rc
     restarts = rec.get("Restarts", "0")
     if rec.get("JobState") != "RUNNING" or (restarts.isdigit() and int(restarts) > restart):
-        print(f"slime: job {job_id} is {rec.get('JobState')} (restarts {restarts}): SLURM is ending or requeueing "
-              "it; nothing to do here", flush=True)
+        print(
+            f"slime: job {job_id} is {rec.get('JobState')} (restarts {restarts}): SLURM is ending or requeueing "
+            "it; nothing to do here",
+            flush=True,
+        )
         return rc
     records = read(tp)
     b = budget(records, cluster)
     detail = None
     bad: list[str] = []
-    if rc == EXIT_REQUEUE:
+    if rc == ExitCode.REQUEUE:
         cause = usr1_cause(rec, float(cluster.get("signal_grace_s", 120))) if signal_name == "USR1" else "requeued"
-        detail = {"preempted": f"preempted (PreemptTime {rec.get('PreemptTime')}); checkpoint saved in the grace time",
-                  "time_limit": f"time limit {rec.get('TimeLimit')} near (EndTime {rec.get('EndTime')})",
-                  "requeued": "stopped on request (USR1) after a checkpoint"}[cause]
+        detail = {
+            "preempted": f"preempted (PreemptTime {rec.get('PreemptTime')}); checkpoint saved in the grace time",
+            "time_limit": f"time limit {rec.get('TimeLimit')} near (EndTime {rec.get('EndTime')})",
+            "requeued": "stopped on request (USR1) after a checkpoint",
+        }[cause]
     else:
         bad = bad_nodes(tp, f"{job_id}.{restart}")
         cause = "node_failure" if bad else "failure"
@@ -347,21 +400,34 @@ def after(run_dir: Path, task: int, *, rc: int, signal_name: str | None, job_id:
     if not b.allows(kind):
         limit = "cluster.max_requeues" if kind == "requeues" else "cluster.max_failures"
         message = f"task {task} stopped ({cause}: {detail}) and is not requeued: {limit} allows no more ({b.words()})"
-        if rc == EXIT_REQUEUE:
+        if rc == ExitCode.REQUEUE:
             _refuse(tp, message)  # state.json said "preempted": say why it stays stopped
         else:
             print(f"slime: {message}", flush=True)
             if bad:  # status shows state.json's error: let it name the node, not only the symptom
                 _blame(tp, bad, f"{job_id}.{restart}")
         return rc
-    record = append(tp, {"job_id": job_id, "restart": restart + 1, "cause": cause, "by": "slime",
-                         "nodes": nodes, "bad_nodes": bad or None, "detail": detail, **_progress(tp)})
+    record = append(
+        tp,
+        {
+            "job_id": job_id,
+            "restart": restart + 1,
+            "cause": cause,
+            "by": "slime",
+            "nodes": nodes,
+            "bad_nodes": bad or None,
+            "detail": detail,
+            **_progress(tp),
+        },
+    )
     failed = _requeue(target)
     if failed:
         print(f"slime: could not requeue job {target}: {failed}", flush=True)
         return rc
-    print(f"slime: requeued job {target} ({record['cause']}: {detail}; {budget(records + [record], cluster).words()})",
-          flush=True)
+    print(
+        f"slime: requeued job {target} ({record['cause']}: {detail}; {budget(records + [record], cluster).words()})",
+        flush=True,
+    )
     return rc
 
 
@@ -374,8 +440,12 @@ def main(argv: list[str] | None = None) -> int:
         s.add_argument("run_dir", type=Path)
         s.add_argument("--task", type=int, required=True)
         if name == "start":
-            s.add_argument("--log", type=Path, default=None,
-                           help="the job's log, read for SLURM's reason (default: from jobs.json)")
+            s.add_argument(
+                "--log",
+                type=Path,
+                default=None,
+                help="the job's log, read for SLURM's reason (default: from jobs.json)",
+            )
         if name == "after":
             s.add_argument("--rc", type=int, required=True)
             s.add_argument("--signal", default="", help="the signal the batch shell got (USR1, TERM or empty)")
@@ -387,8 +457,16 @@ def main(argv: list[str] | None = None) -> int:
         return start(args.run_dir, args.task, job_id=job_id, restart=restart, log=args.log)
     array, index = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
     target = f"{array}_{index}" if array and index else job_id
-    return after(args.run_dir, args.task, rc=args.rc, signal_name=args.signal or None, job_id=job_id,
-                 restart=restart, target=target, nodes=nodes)
+    return after(
+        args.run_dir,
+        args.task,
+        rc=args.rc,
+        signal_name=args.signal or None,
+        job_id=job_id,
+        restart=restart,
+        target=target,
+        nodes=nodes,
+    )
 
 
 if __name__ == "__main__":

@@ -34,15 +34,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launchers.quoting import check_env_name, check_single_line, export_line, q, sbatch_line
-from slime.paths import RunPaths
+from slime.core.paths import RunPaths
 from slime.spec import Problem, SpecError
 from slime.spec.types import Spec
 
-__all__ = ["ScriptOptions", "render_script", "log_pattern", "DRIVER_PATTERN"]
+__all__ = ["DRIVER_PATTERN", "ScriptOptions", "log_pattern", "render_script"]
 
 DRIVER_PATTERN = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*")
 
-_SECRET_FUNCS = r'''# slime_secret_env NAME VAR: export NAME from the job's copy of VAR (sbatch passes the
+_SECRET_FUNCS = r"""# slime_secret_env NAME VAR: export NAME from the job's copy of VAR (sbatch passes the
 # submitting shell's environment to the job); the value itself is never written here.
 slime_secret_env() {
     if [[ -z ${!2+set} ]]; then
@@ -62,9 +62,9 @@ slime_secret_file() {
     value=${value#"${value%%[![:space:]]*}"}
     value=${value%"${value##*[![:space:]]}"}
     export "$1=$value"
-}'''
+}"""
 
-_SIGNALS = r'''# Signals. USR1 comes signal_grace_s before the time limit (--signal=B:USR1@N) and, where the
+_SIGNALS = r"""# Signals. USR1 comes signal_grace_s before the time limit (--signal=B:USR1@N) and, where the
 # cluster gives preempted jobs grace time (SlurmctldParameters=preempt_send_user_signal), at
 # preemption. It becomes a stop file that the bootstrap on node 0 turns into a USR1 to the
 # driver alone: the runtime checkpoints at its next safe point and exits 75, and the job then
@@ -84,9 +84,9 @@ on_signal() {
         : >"$RUN_DIR/tasks/$TASK/rendezvous/stop-${SLURM_JOB_ID:-0}.${SLURM_RESTART_COUNT:-0}" || true
 }
 trap 'on_signal USR1' USR1
-trap 'on_signal TERM' TERM'''
+trap 'on_signal TERM' TERM"""
 
-_RESTARTS = r'''# Restarts (python -m launchers.slurm.restarts): record why this run is a restart and refuse to
+_RESTARTS = r"""# Restarts (python -m launchers.slurm.restarts): record why this run is a restart and refuse to
 # run once cluster.max_requeues / cluster.max_failures are spent; after the step, requeue this
 # job when it stopped for a checkpoint (exit 75) or failed within cluster.max_failures.
 slime_restarts() {
@@ -97,7 +97,7 @@ slime_restarts() {
 if ! slime_restarts start; then
     echo "slime: task $TASK finished with exit code 3"
     exit 3
-fi'''
+fi"""
 
 _WAIT = r'''step_pid=$!
 # A trapped signal makes `wait` return early: wait again until the step has really exited.
@@ -133,8 +133,11 @@ def log_pattern(run_dir: Path, array: bool) -> str:
     logs = str(RunPaths(run_dir).logs)
     check_single_line(logs, "logging.dir")
     if "\\" in logs:
-        raise _reject("logging.dir", f"{logs!r} contains a backslash, which makes SLURM ignore the %j "
-                                     "pattern of the job's log path", "use a directory path without backslashes")
+        raise _reject(
+            "logging.dir",
+            f"{logs!r} contains a backslash, which makes SLURM ignore the %j pattern of the job's log path",
+            "use a directory path without backslashes",
+        )
     name = "slurm-%A_%a.out" if array else "slurm-%j.out"
     return logs.replace("%", "%%") + "/" + name
 
@@ -142,9 +145,11 @@ def log_pattern(run_dir: Path, array: bool) -> str:
 def _header(spec: Spec, opts: ScriptOptions) -> list[str]:
     c = spec.cluster
     array = spec.sweep is not None
-    lines = [sbatch_line("job-name", spec.name, field="name"),
-             sbatch_line("nodes", c.nodes, field="cluster.nodes"),
-             sbatch_line("ntasks-per-node", 1, field="cluster.nodes")]
+    lines = [
+        sbatch_line("job-name", spec.name, field="name"),
+        sbatch_line("nodes", c.nodes, field="cluster.nodes"),
+        sbatch_line("ntasks-per-node", 1, field="cluster.nodes"),
+    ]
     if c.gpus_per_node:
         lines.append(sbatch_line("gpus-per-node", c.gpus_per_node, field="cluster.gpus_per_node"))
     # Unset cpus_per_node: one CPU per device slot, the least the placement group needs.
@@ -161,34 +166,55 @@ def _header(spec: Spec, opts: ScriptOptions) -> list[str]:
     if c.exclude:
         for i, node in enumerate(c.exclude):
             if "," in node or not node.strip():
-                raise _reject(f"cluster.exclude[{i}]", f"{node!r} is not one node name or host list",
-                              "give one entry per node, e.g. [gpu01, 'gpu[03-05]']")
+                raise _reject(
+                    f"cluster.exclude[{i}]",
+                    f"{node!r} is not one node name or host list",
+                    "give one entry per node, e.g. [gpu01, 'gpu[03-05]']",
+                )
         lines.append(sbatch_line("exclude", ",".join(c.exclude), field="cluster.exclude"))
     out = log_pattern(opts.run_dir, array)
-    lines += [sbatch_line("output", out, field="logging.dir"),
-              sbatch_line("error", out, field="logging.dir"),
-              sbatch_line("open-mode", "append", field="<internal>"),
-              sbatch_line("requeue", field="<internal>"),
-              sbatch_line("signal", f"B:USR1@{c.signal_grace_s}", field="cluster.signal_grace_s")]
+    lines += [
+        sbatch_line("output", out, field="logging.dir"),
+        sbatch_line("error", out, field="logging.dir"),
+        sbatch_line("open-mode", "append", field="<internal>"),
+        sbatch_line("requeue", field="<internal>"),
+        sbatch_line("signal", f"B:USR1@{c.signal_grace_s}", field="cluster.signal_grace_s"),
+    ]
     if array:
         from launchers.slurm.arrays import array_spec
 
-        lines.append(sbatch_line("array", array_spec(opts.n_tasks, spec.sweep.max_parallel),
-                                 field="sweep.max_parallel"))
+        lines.append(
+            sbatch_line("array", array_spec(opts.n_tasks, spec.sweep.max_parallel), field="sweep.max_parallel")
+        )
     return lines
 
 
 # Variables the batch script itself sets or reads: a cluster.env / cluster.secrets entry of the same
 # name would be exported over them (TASK=math broke the restart helper's --task).
-SCRIPT_VARIABLES = frozenset({"RUN_DIR", "TASK", "got", "step_pid", "rc", "value", "SLIME_HELPER",
-                              "SLIME_RUN_DIR", "SLIME_TASK", "SLIME_TASK_OFFSET"})
+SCRIPT_VARIABLES = frozenset(
+    {
+        "RUN_DIR",
+        "TASK",
+        "got",
+        "step_pid",
+        "rc",
+        "value",
+        "SLIME_HELPER",
+        "SLIME_RUN_DIR",
+        "SLIME_TASK",
+        "SLIME_TASK_OFFSET",
+    }
+)
 
 
 def _check_not_reserved(name: str, field: str) -> None:
     if name in SCRIPT_VARIABLES or name.startswith("SLURM_"):
         what = "set by SLURM for the job" if name.startswith("SLURM_") else "a variable of the batch script"
-        raise _reject(field, f"{name!r} is {what}; exporting it would change how the job runs",
-                      "rename the variable (the job reads the run dir and task from SLIME_RUN_DIR / SLIME_TASK)")
+        raise _reject(
+            field,
+            f"{name!r} is {what}; exporting it would change how the job runs",
+            "rename the variable (the job reads the run dir and task from SLIME_RUN_DIR / SLIME_TASK)",
+        )
 
 
 def _env_lines(spec: Spec) -> list[str]:
@@ -204,8 +230,11 @@ def _env_lines(spec: Spec) -> list[str]:
         for name, ref in sorted(c.secrets.items()):
             check_env_name(name, f"cluster.secrets.{name}")
             if (ref.env is None) == (ref.file is None):
-                raise _reject(f"cluster.secrets.{name}", "a secret needs exactly one of {env: VAR} or {file: PATH}",
-                              "secrets are references; never put the value in the spec")
+                raise _reject(
+                    f"cluster.secrets.{name}",
+                    "a secret needs exactly one of {env: VAR} or {file: PATH}",
+                    "secrets are references; never put the value in the spec",
+                )
             if ref.env is not None:
                 check_env_name(ref.env, f"cluster.secrets.{name}.env")
                 lines.append(f"slime_secret_env {name} {ref.env}")
@@ -221,13 +250,19 @@ def _container_flags(spec: Spec) -> list[str]:
     mounts = list(ct.mounts)
     for i, m in enumerate(mounts):
         if "," in m:
-            raise _reject(f"cluster.container.mounts[{i}]", f"{m!r} contains a comma, which pyxis reads as a "
-                                                           "separator between mounts", "give one mount per entry")
+            raise _reject(
+                f"cluster.container.mounts[{i}]",
+                f"{m!r} contains a comma, which pyxis reads as a separator between mounts",
+                "give one mount per entry",
+            )
     logdir = spec.logging.dir
     if not any(m.split(":")[0] == logdir for m in mounts):
         if "," in logdir or ":" in logdir:
-            raise _reject("logging.dir", f"{logdir!r} contains ',' or ':' and cannot be mounted into the container",
-                          "use a logging.dir without commas or colons")
+            raise _reject(
+                "logging.dir",
+                f"{logdir!r} contains ',' or ':' and cannot be mounted into the container",
+                "use a logging.dir without commas or colons",
+            )
         mounts.append(f"{logdir}:{logdir}")  # the run dir must be visible inside the container
     flags = [f"--container-image={q(ct.image)}", f"--container-mounts={q(','.join(mounts))}"]
     if ct.workdir:
@@ -240,23 +275,30 @@ def render_script(spec: Spec, opts: ScriptOptions) -> str:
     if opts.driver is not None and not DRIVER_PATTERN.fullmatch(opts.driver):
         raise ValueError(f"driver must be a python module name, got {opts.driver!r}")
     c = spec.cluster
-    parts = ["#!/bin/bash",
-             f"# slime-submit batch script for {spec.name!r}: {c.nodes} node(s)"
-             + (f" x {c.gpus_per_node} GPU(s)" if c.gpus_per_node else ", CPU only")
-             + (f", array of {opts.n_tasks} sweep task(s)" if spec.sweep is not None else "") + ".",
-             "# Generated: every value below is quoted by launchers/quoting.py. Secrets appear only as",
-             "# references. Each task reads its resolved spec from $RUN_DIR/tasks/$TASK/resolved.json.",
-             *_header(spec, opts),
-             "",
-             "set -euo pipefail",
-             "",
-             f"RUN_DIR={q(opts.run_dir)}",
-             "# Sweep task = array index + offset (MaxArraySize caps the index; split arrays pass an offset).",
-             'TASK=$(( ${SLIME_TASK_OFFSET:-0} + ${SLURM_ARRAY_TASK_ID:-0} ))',
-             'export SLIME_RUN_DIR="$RUN_DIR" SLIME_TASK="$TASK"']
-    parts += ["", _SIGNALS, "",
-              'echo "slime: job ${SLURM_JOB_ID:-?} task $TASK on ${SLURM_JOB_NODELIST:-?}'
-              ' (restart ${SLURM_RESTART_COUNT:-0})"']
+    parts = [
+        "#!/bin/bash",
+        f"# slime-submit batch script for {spec.name!r}: {c.nodes} node(s)"
+        + (f" x {c.gpus_per_node} GPU(s)" if c.gpus_per_node else ", CPU only")
+        + (f", array of {opts.n_tasks} sweep task(s)" if spec.sweep is not None else "")
+        + ".",
+        "# Generated: every value below is quoted by launchers/quoting.py. Secrets appear only as",
+        "# references. Each task reads its resolved spec from $RUN_DIR/tasks/$TASK/resolved.json.",
+        *_header(spec, opts),
+        "",
+        "set -euo pipefail",
+        "",
+        f"RUN_DIR={q(opts.run_dir)}",
+        "# Sweep task = array index + offset (MaxArraySize caps the index; split arrays pass an offset).",
+        "TASK=$(( ${SLIME_TASK_OFFSET:-0} + ${SLURM_ARRAY_TASK_ID:-0} ))",
+        'export SLIME_RUN_DIR="$RUN_DIR" SLIME_TASK="$TASK"',
+    ]
+    parts += [
+        "",
+        _SIGNALS,
+        "",
+        'echo "slime: job ${SLURM_JOB_ID:-?} task $TASK on ${SLURM_JOB_NODELIST:-?}'
+        ' (restart ${SLURM_RESTART_COUNT:-0})"',
+    ]
     env = _env_lines(spec)
     if env:
         parts += ["", *env]
@@ -264,19 +306,31 @@ def render_script(spec: Spec, opts: ScriptOptions) -> str:
     helper = [q(opts.python)]
     if container:  # the helper needs our Python, which lives in the container
         helper = ["srun", "--nodes=1", "--ntasks=1", *container, *helper]
-    cmd = ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1", *container,
-           q(opts.python), "-m", "launchers.bootstrap", '"$RUN_DIR"', "--task", '"$TASK"']
+    cmd = [
+        "srun",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=1",
+        *container,
+        q(opts.python),
+        "-m",
+        "launchers.bootstrap",
+        '"$RUN_DIR"',
+        "--task",
+        '"$TASK"',
+    ]
     if opts.preflight_only:
         cmd.append("--preflight-only")
     if opts.driver:
         cmd += ["--driver", q(opts.driver)]
-    parts += ["",
-              "SLIME_HELPER=(" + " \\\n    ".join(_wrap(helper)) + ")",
-              _RESTARTS,
-              "",
-              "# One bootstrap per node: Ray head on node 0, workers elsewhere; then preflight and driver.",
-              " \\\n    ".join(_wrap(cmd)) + " &",
-              _WAIT]
+    parts += [
+        "",
+        "SLIME_HELPER=(" + " \\\n    ".join(_wrap(helper)) + ")",
+        _RESTARTS,
+        "",
+        "# One bootstrap per node: Ray head on node 0, workers elsewhere; then preflight and driver.",
+        " \\\n    ".join(_wrap(cmd)) + " &",
+        _WAIT,
+    ]
     return "\n".join(parts) + "\n"
 
 

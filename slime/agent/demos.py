@@ -48,8 +48,9 @@ def _stop_ids(tokenizer: Any) -> set[int]:
     return ids
 
 
-def render_demonstration(tokenizer: Any, messages: Sequence[Mapping[str, Any]],
-                         tools: Sequence[Tool] = ()) -> dict[str, Any]:
+def render_demonstration(
+    tokenizer: Any, messages: Sequence[Mapping[str, Any]], tools: Sequence[Tool] = ()
+) -> dict[str, Any]:
     """An SFT sample ``{tokens, response_length, loss_mask}`` from a chat transcript.
 
     The prompt is everything before the first assistant message; loss mask 1
@@ -72,12 +73,12 @@ def render_demonstration(tokenizer: Any, messages: Sequence[Mapping[str, Any]],
         if msg.get("role") != "assistant":
             continue
         prefix = enc(messages[:k], True)
-        if full[:len(prefix)] != prefix:
+        if full[: len(prefix)] != prefix:
             raise ValueError("the chat template is not prefix-stable; cannot mark assistant tokens")
         first = len(prefix) if first is None else first
-        end = len(enc(messages[:k + 1], False))
+        end = len(enc(messages[: k + 1], False))
         span_end = next((i + 1 for i in range(len(prefix), end) if full[i] in stops), end)
-        mask[len(prefix):span_end] = [1] * (span_end - len(prefix))
+        mask[len(prefix) : span_end] = [1] * (span_end - len(prefix))
     if first is None:
         raise ValueError("the transcript has no assistant message to learn")
     return {"tokens": full, "response_length": len(full) - first, "loss_mask": mask[first:]}
@@ -89,9 +90,17 @@ def calculator_demonstration(tokenizer: Any, prompt: str, answer: str, tools: Se
     expression = prompt.strip().rstrip("=").strip()
     messages = [
         {"role": "user", "content": prompt},
-        {"role": "assistant", "content": "",
-         "tool_calls": [{"id": "call_0", "type": "function",
-                         "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "call_0",
+                    "type": "function",
+                    "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_0", "content": answer},
         {"role": "assistant", "content": answer},
     ]

@@ -70,11 +70,11 @@ __all__ = [
     "AgentRunner",
     "Episode",
     "agent_sft_sample",
-    "fill_samples",
-    "rollout_metrics",
     "calculator_demonstration",
+    "fill_samples",
     "generate",
     "render_demonstration",
+    "rollout_metrics",
     "run_episode",
     "sandbox_kwargs",
     "shutdown_adapters",
@@ -85,9 +85,15 @@ def sandbox_kwargs(sandbox_spec: Any) -> tuple[str, dict[str, Any]]:
     """``(backend, constructor kwargs)`` for the spec's ``agent.sandbox`` section."""
     sb = sandbox_spec
     if sb.backend == "local":
-        return "local", {"network": sb.network, "memory_mb": sb.memory_mb, "cpu_time_s": sb.cpu_time_s,
-                         "max_procs": sb.max_procs, "max_file_mb": sb.max_file_mb,
-                         "allow_unisolated": sb.allow_unisolated, "wall_timeout_s": sb.timeout_s}
+        return "local", {
+            "network": sb.network,
+            "memory_mb": sb.memory_mb,
+            "cpu_time_s": sb.cpu_time_s,
+            "max_procs": sb.max_procs,
+            "max_file_mb": sb.max_file_mb,
+            "allow_unisolated": sb.allow_unisolated,
+            "wall_timeout_s": sb.timeout_s,
+        }
     if sb.backend == "e2b":
         if not sb.api_key_secret:
             raise ValueError("agent.sandbox.api_key_secret is required for the e2b backend")
@@ -117,9 +123,15 @@ class AgentConfig:
         if ag is None:
             return cls(max_length=spec.model.max_context_len)
         backend, kwargs = sandbox_kwargs(ag.sandbox)
-        return cls(protocol=ag.adapter, max_turns=ag.max_turns, tools=tuple(ag.tools), sandbox_backend=backend,
-                   sandbox_kwargs=kwargs, tool_timeout_s=ag.sandbox.timeout_s,
-                   max_length=spec.model.max_context_len)
+        return cls(
+            protocol=ag.adapter,
+            max_turns=ag.max_turns,
+            tools=tuple(ag.tools),
+            sandbox_backend=backend,
+            sandbox_kwargs=kwargs,
+            tool_timeout_s=ag.sandbox.timeout_s,
+            max_length=spec.model.max_context_len,
+        )
 
 
 @dataclass
@@ -152,9 +164,17 @@ class _LazySandbox:
             await self.sandbox.__aexit__(None, None, None)
 
 
-async def run_episode(client: Any, tools: Sequence[Tool], sandbox: _LazySandbox, *, prompt: str,
-                      max_turns: int, tool_timeout_s: float, system_prompt: str | None = None,
-                      max_tool_output_chars: int = 200) -> Episode:
+async def run_episode(
+    client: Any,
+    tools: Sequence[Tool],
+    sandbox: _LazySandbox,
+    *,
+    prompt: str,
+    max_turns: int,
+    tool_timeout_s: float,
+    system_prompt: str | None = None,
+    max_tool_output_chars: int = 200,
+) -> Episode:
     """Talk to the adapter through ``client`` until a final answer or ``max_turns`` turns."""
     ep = Episode()
     by_name = {t.name: t for t in tools}
@@ -186,8 +206,7 @@ async def run_episode(client: Any, tools: Sequence[Tool], sandbox: _LazySandbox,
             else:
                 sb = await sandbox.get()
                 ep.sandbox_id = sb.sandbox_id
-                res = await tool.run(sb, call.arguments, timeout=tool_timeout_s,
-                                     max_output_chars=max_tool_output_chars)
+                res = await tool.run(sb, call.arguments, timeout=tool_timeout_s, max_output_chars=max_tool_output_chars)
                 output = res.output
                 record.update(ok=res.ok, timed_out=res.timed_out, sandbox_id=sb.sandbox_id)
             record["output"] = output
@@ -231,9 +250,13 @@ def _reward_from_spec(spec: Any) -> Any:
     r = getattr(spec, "reward", None)
     if r is None:
         return make_reward_fn("exact")
-    return make_reward_fn(r.type, custom=r.custom if r.type == "custom" else None,
-                          url=r.url if r.type == "remote" else None, timeout_s=r.timeout_s,
-                          max_retries=r.max_retries)
+    return make_reward_fn(
+        r.type,
+        custom=r.custom if r.type == "custom" else None,
+        url=r.url if r.type == "remote" else None,
+        timeout_s=r.timeout_s,
+        max_retries=r.max_retries,
+    )
 
 
 class AgentRunner:
@@ -243,8 +266,9 @@ class AgentRunner:
     (each engine gets its own adapter server), as the rollout manager deals groups.
     """
 
-    def __init__(self, config: AgentConfig, engine_url: str | Sequence[str], tokenizer: Any, *,
-                 reward_fn: Any = None) -> None:
+    def __init__(
+        self, config: AgentConfig, engine_url: str | Sequence[str], tokenizer: Any, *, reward_fn: Any = None
+    ) -> None:
         self.config = config
         self.engine_urls = [engine_url] if isinstance(engine_url, str) else list(engine_url)
         if not self.engine_urls:
@@ -263,8 +287,9 @@ class AgentRunner:
         engines = [engines] if engines is not None else list(getattr(ctx, "clients", None) or ())
         urls = [e if isinstance(e, str) else getattr(e, "base_url", None) for e in engines]
         if not urls or not all(urls):
-            raise TypeError("the agent generate plug-in needs ctx.engine_client (an EngineClient) or ctx.clients "
-                            "(a list of them)")
+            raise TypeError(
+                "the agent generate plug-in needs ctx.engine_client (an EngineClient) or ctx.clients (a list of them)"
+            )
         tokenizer = getattr(ctx, "tokenizer", None)
         if tokenizer is None or not hasattr(tokenizer, "apply_chat_template"):
             raise TypeError("the agent generate plug-in needs ctx.tokenizer (a Hugging Face tokenizer)")
@@ -282,16 +307,23 @@ class AgentRunner:
         c = self.config
         adapter = self.adapter(sample.group_index)
         session_id = f"agent-{sample.group_index}-{sample.index}-{uuid.uuid4().hex[:8]}"
-        _, token = await adapter.aopen_session(session_id, max_turns=c.max_turns, sampling=dict(sampling_params),
-                                               metadata={"index": sample.index})
+        _, token = await adapter.aopen_session(
+            session_id, max_turns=c.max_turns, sampling=dict(sampling_params), metadata={"index": sample.index}
+        )
         sandbox = _LazySandbox(c.sandbox_backend, c.sandbox_kwargs)
         try:
             async with aiohttp.ClientSession() as http:
                 client = make_client(c.protocol, http, adapter.url, token)
-                episode = await run_episode(client, self.tools, sandbox, prompt=_prompt_text(sample),
-                                            max_turns=c.max_turns, tool_timeout_s=c.tool_timeout_s,
-                                            system_prompt=c.system_prompt,
-                                            max_tool_output_chars=c.max_tool_output_chars)
+                episode = await run_episode(
+                    client,
+                    self.tools,
+                    sandbox,
+                    prompt=_prompt_text(sample),
+                    max_turns=c.max_turns,
+                    tool_timeout_s=c.tool_timeout_s,
+                    system_prompt=c.system_prompt,
+                    max_tool_output_chars=c.max_tool_output_chars,
+                )
         finally:
             try:
                 await sandbox.close()
@@ -301,8 +333,9 @@ class AgentRunner:
             raise RuntimeError(f"agent episode {session_id} failed: {episode.error}")
         scored = replace_sample(sample, response=episode.final_text)
         reward = float(await self.reward_fn(scored))
-        return to_samples(sample, result.samples(reward, max_length=c.max_length), episode, reward,
-                          records=result.records)
+        return to_samples(
+            sample, result.samples(reward, max_length=c.max_length), episode, reward, records=result.records
+        )
 
 
 def _prompt_text(sample: Sample) -> str:
@@ -321,13 +354,21 @@ def replace_sample(sample: Sample, **changes: Any) -> Sample:
     return Sample.from_dict(d)
 
 
-def to_samples(sample: Sample, trajectories: list[Any], episode: Episode, reward: float, *,
-               records: Sequence[Any] = ()) -> list[Sample]:
+def to_samples(
+    sample: Sample, trajectories: list[Any], episode: Episode, reward: float, *, records: Sequence[Any] = ()
+) -> list[Sample]:
     """Training samples of one episode (see the module docstring for the fields)."""
-    agent_meta = {"stop": episode.stop, "turns": episode.turns, "tool_calls": episode.tool_calls,
-                  "invalid_tool_calls": episode.invalid_tool_calls, "final_answer": episode.final_text,
-                  "sandbox_id": episode.sandbox_id, "error": episode.error,
-                  "placements": [r.placement.kind for r in records], "leaves": len(trajectories)}
+    agent_meta = {
+        "stop": episode.stop,
+        "turns": episode.turns,
+        "tool_calls": episode.tool_calls,
+        "invalid_tool_calls": episode.invalid_tool_calls,
+        "final_answer": episode.final_text,
+        "sandbox_id": episode.sandbox_id,
+        "error": episode.error,
+        "placements": [r.placement.kind for r in records],
+        "leaves": len(trajectories),
+    }
     if not trajectories:
         failed = replace_sample(sample, response="", reward=reward, status=SampleStatus.FAILED.value)
         failed.metadata = {**sample.metadata, "agent": {**agent_meta, "error": episode.error or "no turn recorded"}}
@@ -342,8 +383,15 @@ def to_samples(sample: Sample, trajectories: list[Any], episode: Episode, reward
         s.reward = reward
         s.status = SampleStatus.TRUNCATED if ts.status == "truncated" else SampleStatus.COMPLETED
         s.weight_version = min(ts.weight_versions) if ts.weight_versions else 0
-        s.metadata = {**sample.metadata, "agent": {**agent_meta, "leaf": i, "session_id": ts.metadata["session_id"],
-                                                   "turn_spans": ts.metadata["turns"]}}
+        s.metadata = {
+            **sample.metadata,
+            "agent": {
+                **agent_meta,
+                "leaf": i,
+                "session_id": ts.metadata["session_id"],
+                "turn_spans": ts.metadata["turns"],
+            },
+        }
         out.append(s)
     return out
 
@@ -365,8 +413,9 @@ def _trained_tokens(s: Sample) -> int:
     return sum(s.loss_mask)
 
 
-async def fill_samples(ctx: Any, samples: list[Sample], params: Sequence[Mapping[str, Any]], *,
-                       max_concurrent: int = 128) -> None:
+async def fill_samples(
+    ctx: Any, samples: list[Sample], params: Sequence[Mapping[str, Any]], *, max_concurrent: int = 128
+) -> None:
     """The rollout manager's hook: one agent episode per sample, results written back in place.
 
     Runs ``spec.agent.generate`` (default: :func:`generate`) for every sample
@@ -377,7 +426,7 @@ async def fill_samples(ctx: Any, samples: list[Sample], params: Sequence[Mapping
     becomes an inert sample (prompt + EOS, loss mask 0, reward 0, status
     ``failed``) so group sizes stay whole.
     """
-    from slime.registry import load_object
+    from slime.core.registry import load_object
     from slime.rl.plugins import check_plugin
 
     spec = getattr(ctx, "spec", None)
@@ -415,8 +464,17 @@ def _write_back(ctx: Any, target: Sample, outs: list[Sample]) -> None:
         target.metadata = {**target.metadata, **{k: v for k, v in outs[0].metadata.items() if k == "agent"}}
         return
     best = max(usable, key=_trained_tokens)  # ties: the first (insertion order of leaves)
-    for name in ("tokens", "response_length", "response", "loss_mask", "rollout_log_probs", "reward", "status",
-                 "weight_version", "metadata"):
+    for name in (
+        "tokens",
+        "response_length",
+        "response",
+        "loss_mask",
+        "rollout_log_probs",
+        "reward",
+        "status",
+        "weight_version",
+        "metadata",
+    ):
         setattr(target, name, getattr(best, name))
     if len(outs) > 1:
         agent = dict(target.metadata.get("agent", {}))

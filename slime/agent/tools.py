@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slime.agent.sandbox.base import Sandbox, text_problem
-from slime.registry import Registry
+from slime.core.registry import Registry
 
 __all__ = ["CALCULATOR", "PYTHON", "TOOLS", "Tool", "ToolResult", "get_tools"]
 
@@ -50,8 +50,9 @@ class Tool:
     parameters: dict[str, Any]  # JSON Schema of the arguments object
     runner: Runner
 
-    async def run(self, sandbox: Sandbox, arguments: Any, *, timeout: float,
-                  max_output_chars: int = 2000) -> ToolResult:
+    async def run(
+        self, sandbox: Sandbox, arguments: Any, *, timeout: float, max_output_chars: int = 2000
+    ) -> ToolResult:
         if not isinstance(arguments, dict):
             return ToolResult(f"error: arguments of {self.name} must be an object", ok=False)
         for key in self.parameters.get("required", ()):
@@ -64,8 +65,10 @@ class Tool:
         return await self.runner(sandbox, arguments, timeout, max_output_chars)
 
     def openai_schema(self) -> dict[str, Any]:
-        return {"type": "function",
-                "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
 
     def anthropic_schema(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "input_schema": self.parameters}
@@ -130,14 +133,18 @@ async def _run_calculator(sandbox: Sandbox, args: dict[str, Any], timeout: float
 
 
 PYTHON = Tool(
-    "python", "Run Python code; print what you need.",
+    "python",
+    "Run Python code; print what you need.",
     {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]},
-    _run_python)
+    _run_python,
+)
 
 CALCULATOR = Tool(
-    "calculator", "Evaluate an arithmetic expression exactly.",
+    "calculator",
+    "Evaluate an arithmetic expression exactly.",
     {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
-    _run_calculator)
+    _run_calculator,
+)
 
 TOOLS = Registry("agent tool", {"python": "slime.agent.tools:PYTHON", "calculator": "slime.agent.tools:CALCULATOR"})
 

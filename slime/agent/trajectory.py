@@ -173,9 +173,7 @@ class TrajectoryTree:
 
     def __init__(self, session_id: str = "", *, drift_threshold: int = 8) -> None:
         if drift_threshold < 0:
-            raise ValueError(
-                f"drift_threshold must be >= 0 (0 disables realignment), got {drift_threshold}"
-            )
+            raise ValueError(f"drift_threshold must be >= 0 (0 disables realignment), got {drift_threshold}")
         self.session_id = session_id
         self.drift_threshold = drift_threshold
         self._nodes: dict[str, _Node] = {}
@@ -224,9 +222,7 @@ class TrajectoryTree:
             self._attach_extend(turn_id, turn, best_extend, prompt)
             return Placement(turn_id, "extend", best_extend.turn_id)
 
-        best: tuple[int, int, _Node, int, int, int] | None = (
-            None  # (window, |dk|, node, k, pre, suf)
-        )
+        best: tuple[int, int, _Node, int, int, int] | None = None  # (window, |dk|, node, k, pre, suf)
         for node in candidates:
             found = self._drift(node, prompt)
             if found is not None and (best is None or found[:2] < best[:2]):
@@ -341,9 +337,7 @@ class TrajectoryTree:
             path.append(self._nodes[path[-1].parent])
         return path[::-1]
 
-    def samples(
-        self, reward: float | None = None, *, max_length: int | None = None
-    ) -> list[TrajectorySample]:
+    def samples(self, reward: float | None = None, *, max_length: int | None = None) -> list[TrajectorySample]:
         """One sample per leaf, in insertion order of the leaves."""
         if max_length is not None and max_length < 1:
             raise ValueError(f"max_length must be >= 1, got {max_length}")

@@ -18,15 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from slime.registry import Registry
+from slime.core.registry import Registry
 
 if TYPE_CHECKING:  # heavy imports only for type checkers
     import torch
 
-    from slime.layout import Layout, Slot
+    from slime.spec.layout import Layout, Slot
     from slime.spec.types import Spec
 
-__all__ = ["TrainBatch", "TrainBackend", "RolloutBackend", "TRAIN_BACKENDS", "ROLLOUT_BACKENDS", "RankInfo"]
+__all__ = ["ROLLOUT_BACKENDS", "TRAIN_BACKENDS", "RankInfo", "RolloutBackend", "TrainBackend", "TrainBatch"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -70,14 +70,22 @@ class TrainBatch:
 
     def select(self, rows: torch.Tensor | slice) -> TrainBatch:
         """The rows ``rows`` of every tensor (a new batch; tensors are views or copies)."""
+
         def pick(t):
             return None if t is None else t[rows]
 
-        return TrainBatch(tokens=self.tokens[rows], attention_mask=self.attention_mask[rows],
-                          response_mask=self.response_mask[rows], advantages=pick(self.advantages),
-                          old_log_probs=pick(self.old_log_probs), ref_log_probs=pick(self.ref_log_probs),
-                          returns=pick(self.returns), old_values=pick(self.old_values),
-                          rollout_log_probs=pick(self.rollout_log_probs), kind=self.kind)
+        return TrainBatch(
+            tokens=self.tokens[rows],
+            attention_mask=self.attention_mask[rows],
+            response_mask=self.response_mask[rows],
+            advantages=pick(self.advantages),
+            old_log_probs=pick(self.old_log_probs),
+            ref_log_probs=pick(self.ref_log_probs),
+            returns=pick(self.returns),
+            old_values=pick(self.old_values),
+            rollout_log_probs=pick(self.rollout_log_probs),
+            kind=self.kind,
+        )
 
 
 class TrainBackend(ABC):
@@ -119,8 +127,10 @@ class TrainBackend(ABC):
         the same ``TrainBatch`` (one model replica). Plain data parallel: ``(rank, world_size)``."""
         info = getattr(self, "rank_info", None)
         if info is None:
-            raise RuntimeError(f"{type(self).__name__}.data_parallel_coords() needs init() first "
-                               "(or an override that knows the model-parallel layout)")
+            raise RuntimeError(
+                f"{type(self).__name__}.data_parallel_coords() needs init() first "
+                "(or an override that knows the model-parallel layout)"
+            )
         return info.rank, info.world_size
 
 
@@ -128,8 +138,9 @@ class RolloutBackend(ABC):
     """The inference engines of one job."""
 
     @abstractmethod
-    def start(self, spec: Spec, layout: Layout, placement: Any, model_dir: Path, *,
-              log_dir: Path | None = None) -> list[str]:
+    def start(
+        self, spec: Spec, layout: Layout, placement: Any, model_dir: Path, *, log_dir: Path | None = None
+    ) -> list[str]:
         """Start every engine (bounded wait for health); return their base URLs.
 
         ``log_dir``: where this run's engine logs go, if the backend writes any."""
@@ -147,12 +158,18 @@ class RolloutBackend(ABC):
         """Stop every engine this backend started (by PID / actor handle only)."""
 
 
-TRAIN_BACKENDS = Registry("train backend", {
-    "torch": "slime.backends.train.torch_backend:TorchTrainBackend",
-    "megatron": "slime.backends.megatron.backend:MegatronTrainBackend",
-})
+TRAIN_BACKENDS = Registry(
+    "train backend",
+    {
+        "torch": "slime.backends.train.torch_backend:TorchTrainBackend",
+        "megatron": "slime.backends.megatron.backend:MegatronTrainBackend",
+    },
+)
 
-ROLLOUT_BACKENDS = Registry("rollout backend", {
-    "builtin": "slime.backends.rollout.builtin.backend:BuiltinRolloutBackend",
-    "sglang": "slime.backends.sglang.backend:SGLangRolloutBackend",
-})
+ROLLOUT_BACKENDS = Registry(
+    "rollout backend",
+    {
+        "builtin": "slime.backends.rollout.builtin.backend:BuiltinRolloutBackend",
+        "sglang": "slime.backends.sglang.backend:SGLangRolloutBackend",
+    },
+)

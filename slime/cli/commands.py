@@ -10,11 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from slime.errors import InfraError
+from slime.core.errors import ExitCode, InfraError
 from slime.spec import SpecError
 from slime.spec.errors import Problem
-
-EXIT_OK, EXIT_BUG, EXIT_SPEC, EXIT_INFRA = 0, 1, 2, 3
 
 
 def _console(stderr: bool = False):
@@ -42,7 +40,7 @@ def print_problems(problems: list[Problem], *, stderr: bool = True) -> None:
 
 def run_guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """Run a subcommand, mapping known failures to exit codes and messages (never a traceback)."""
-    from slime.registry import UnknownPlugin
+    from slime.core.registry import UnknownPlugin
 
     as_json = getattr(args, "json", False)
     try:
@@ -52,22 +50,22 @@ def run_guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namesp
             print(json.dumps({"ok": False, "problems": [p.to_json() for p in exc.problems]}, indent=2))
         else:
             print_problems(exc.problems)
-        return EXIT_SPEC
+        return ExitCode.SPEC
     except UnknownPlugin as exc:
         _error(as_json, "usage", str(exc))
-        return EXIT_SPEC
+        return ExitCode.SPEC
     except InfraError as exc:
         _error(as_json, "infrastructure", str(exc))
-        return EXIT_INFRA
+        return ExitCode.INFRA
     except KeyboardInterrupt:
         _error(as_json, "interrupted", "interrupted")
         return 130
     except BrokenPipeError:
-        return EXIT_OK
-    except Exception:  # a bug: say so, with the traceback, exit 1
+        return ExitCode.OK
+    except Exception:  # noqa: BLE001 - a bug: say so, with the traceback, exit 1
         print("slime-submit hit an internal error (a bug; please report it with this traceback):", file=sys.stderr)
         traceback.print_exc()
-        return EXIT_BUG
+        return ExitCode.BUG
 
 
 def _error(as_json: bool, kind: str, message: str) -> None:
@@ -99,8 +97,9 @@ def validate(args: argparse.Namespace) -> int:
             results.append({"spec": path, "ok": False, "problems": [p.to_json() for p in exc.problems]})
             continue
         all_problems.extend(loaded.warnings)
-        results.append({"spec": path, "ok": True, "tasks": len(loaded.tasks),
-                        "warnings": [p.to_json() for p in loaded.warnings]})
+        results.append(
+            {"spec": path, "ok": True, "tasks": len(loaded.tasks), "warnings": [p.to_json() for p in loaded.warnings]}
+        )
     if args.json:
         print(json.dumps({"ok": not failed, "results": results}, indent=2))
     else:
@@ -109,12 +108,11 @@ def validate(args: argparse.Namespace) -> int:
         for r in results:
             if r["ok"]:
                 con.print(f"[green]valid[/]: {r['spec']} ({r['tasks']} task{'s' if r['tasks'] != 1 else ''})")
-    return EXIT_SPEC if failed else EXIT_OK
+    return ExitCode.SPEC if failed else ExitCode.OK
 
 
 # ----------------------------------------------------------------------------- compile / submit
-def _compile(args: argparse.Namespace, *, preflight_only: bool = False, force: bool = False,
-             preview: bool = False):
+def _compile(args: argparse.Namespace, *, preflight_only: bool = False, force: bool = False, preview: bool = False):
     from launchers import get_launcher
     from launchers.base import SubmitOptions
 
@@ -138,26 +136,35 @@ def _engine_previews(loaded) -> dict[str, str]:
     if spec.rollout.backend == "sglang":
         from slime.backends.sglang.launch import render_engine_commands
 
-        out[f"SGLang engine commands{task}; node addresses are filled in at run time"] = \
-            render_engine_commands(spec)
+        out[f"SGLang engine commands{task}; node addresses are filled in at run time"] = render_engine_commands(spec)
     return out
 
 
 def render(args: argparse.Namespace) -> int:
     # submit --dry-run lands here too: show what that submit would run (--preflight-only changes the script)
-    loaded, _, _, request = _compile(args, preflight_only=getattr(args, "preflight_only", False),
-                                     force=getattr(args, "force", False), preview=True)
+    loaded, _, _, request = _compile(
+        args, preflight_only=getattr(args, "preflight_only", False), force=getattr(args, "force", False), preview=True
+    )
     engines = _engine_previews(loaded)
     if args.json:
-        print(json.dumps({"launcher": request.launcher, "run_dir": str(request.run_dir),
-                          "files": {p: c for p, c, _ in request.files}, "command": list(request.command),
-                          "engines": engines}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "launcher": request.launcher,
+                    "run_dir": str(request.run_dir),
+                    "files": {p: c for p, c, _ in request.files},
+                    "command": list(request.command),
+                    "engines": engines,
+                },
+                indent=2,
+            )
+        )
     else:
         print_problems(list(loaded.warnings))
         sys.stdout.write(request.render())
         for title, text in engines.items():
             sys.stdout.write(f"\n# ---- {title} ----\n{text.rstrip()}\n")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def submit(args: argparse.Namespace) -> int:
@@ -183,13 +190,13 @@ def schema(args: argparse.Namespace) -> int:
 
     if args.api_version not in SUPPORTED_VERSIONS:
         _error(False, "usage", f"unknown apiVersion {args.api_version!r}; supported: {', '.join(SUPPORTED_VERSIONS)}")
-        return EXIT_SPEC
+        return ExitCode.SPEC
     sys.stdout.write(dump_schema(args.api_version))
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _type_text(sub: dict, root: dict) -> str:
-    from slime.spec.schema import _deref  # noqa: PLC2701 - same package
+    from slime.spec.schema import _deref
 
     sub = _deref(sub, root)
     if "anyOf" in sub:
@@ -208,14 +215,17 @@ def _type_text(sub: dict, root: dict) -> str:
         return f"map[str, {_type_text(add, root) if isinstance(add, dict) else 'any'}]"
     if t is None:
         return "any"
-    bounds = [f"{k}={sub[k]}" for k in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum",
-                                         "minLength", "pattern") if k in sub]
+    bounds = [
+        f"{k}={sub[k]}"
+        for k in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", "minLength", "pattern")
+        if k in sub
+    ]
     return t + (f" ({', '.join(bounds)})" if bounds else "")
 
 
 def explain(args: argparse.Namespace) -> int:
     from slime.spec.load import parse_path
-    from slime.spec.schema import _deref, dotted, field_names, schema_for, subschema, suggest_path  # noqa: PLC2701
+    from slime.spec.schema import _deref, dotted, field_names, schema_for, subschema, suggest_path
 
     root = schema_for("slime/v1")
     path = parse_path(args.field)
@@ -225,12 +235,12 @@ def explain(args: argparse.Namespace) -> int:
         if parent and (subschema("slime/v1", parent) or {}).get("type") == "array":  # data.eval.name
             item = dotted(parent + (0,) + path[-1:])
             _error(args.json, "usage", f"'{dotted(parent)}' is a list: name an item's field, e.g. '{item}'")
-            return EXIT_SPEC
+            return ExitCode.SPEC
         names = field_names("slime/v1", parent) if parent else list(root["$defs"]["Spec"]["properties"])
         close = suggest_path(str(path[-1]) if path else "", parent, names)
         hint = f" did you mean '{dotted(close)}'?" if close else ""
         _error(args.json, "usage", f"'{args.field}' is not a spec field.{hint} Fields here: {', '.join(names)}")
-        return EXIT_SPEC
+        return ExitCode.SPEC
     desc = sub.get("description") or _deref(sub, root).get("description", "")
     info = {"field": args.field, "type": _type_text(sub, root), "default": sub.get("default"), "description": desc}
     children = field_names("slime/v1", path)
@@ -238,7 +248,7 @@ def explain(args: argparse.Namespace) -> int:
         info["fields"] = children
     if args.json:
         print(json.dumps(info, indent=2))
-        return EXIT_OK
+        return ExitCode.OK
     con = _console()
     from rich.markup import escape
 
@@ -249,7 +259,7 @@ def explain(args: argparse.Namespace) -> int:
         con.print(f"  {escape(desc)}")
     if children:
         con.print(f"  fields: {escape(', '.join(children))}")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 # ----------------------------------------------------------------------------- migration
@@ -259,14 +269,18 @@ def import_slime_args(args: argparse.Namespace) -> int:
     text = read_source(args.file)
     result = convert_slime_args(text, name=args.name)
     if args.output:
-        from slime.paths import atomic_write
+        from slime.core.paths import atomic_write
 
         try:
             atomic_write(Path(args.output), result.yaml)
         except OSError as exc:
-            _error(args.json, "usage", f"cannot write -o {args.output}: {exc.strerror or exc}; "
-                   "give a file path in an existing, writable directory")
-            return EXIT_SPEC
+            _error(
+                args.json,
+                "usage",
+                f"cannot write -o {args.output}: {exc.strerror or exc}; "
+                "give a file path in an existing, writable directory",
+            )
+            return ExitCode.SPEC
     elif not args.json:
         sys.stdout.write(result.yaml)
     if args.json:
@@ -278,4 +292,4 @@ def import_slime_args(args: argparse.Namespace) -> int:
         if result.problems:
             print_problems(list(result.problems))
         con.print(f"mapped {len(result.mapped)} flag(s); {len(result.unmapped)} not mapped (listed above)")
-    return EXIT_OK
+    return ExitCode.OK

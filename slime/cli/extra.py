@@ -20,7 +20,7 @@ ENTRIES: dict[str, tuple[str, str]] = {
 
 
 def register(table: dict[str, tuple[Callable, str]]) -> None:
-    from slime.registry import load_object
+    from slime.core.registry import load_object
 
     for name, (path, help_text) in ENTRIES.items():
         table[name] = (load_object(path), help_text)

@@ -29,14 +29,32 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["configure_status", "configure_logs", "configure_cancel", "configure_list", "configure_rerun",
-           "resolve_target", "find_runs", "MANAGERS"]
+from slime.core.errors import ExitCode
 
-EXIT_OK, EXIT_SPEC, EXIT_INFRA = 0, 2, 3
+__all__ = [
+    "MANAGERS",
+    "configure_cancel",
+    "configure_list",
+    "configure_logs",
+    "configure_rerun",
+    "configure_status",
+    "find_runs",
+    "resolve_target",
+]
+
 MANAGERS = {"slurm": "launchers.slurm.jobs", "local": "launchers.local_jobs"}
 _JOB_ID = re.compile(r"\d+(_\d+)?")
-_COLORS = {"succeeded": "green", "running": "cyan", "pending": "magenta", "requeued": "magenta",
-           "suspended": "magenta", "failed": "red", "timeout": "red", "cancelled": "yellow", "unknown": "dim"}
+_COLORS = {
+    "succeeded": "green",
+    "running": "cyan",
+    "pending": "magenta",
+    "requeued": "magenta",
+    "suspended": "magenta",
+    "failed": "red",
+    "timeout": "red",
+    "cancelled": "yellow",
+    "unknown": "dim",
+}
 
 
 class UsageError(Exception):
@@ -51,7 +69,8 @@ def _guard(func):
             from slime.cli.commands import _error
 
             _error(getattr(args, "json", False), "usage", str(exc))
-            return EXIT_SPEC
+            return ExitCode.SPEC
+
     return run
 
 
@@ -61,12 +80,17 @@ def _default_dir() -> Path:
 
 def _common(p: argparse.ArgumentParser, *, target: bool = True, task: bool = True) -> None:
     if target:
-        p.add_argument("target", nargs="?", metavar="RUN_DIR|JOB_ID",
-                       help="a run dir or a SLURM job id (default: the newest run under --dir)")
+        p.add_argument(
+            "target",
+            nargs="?",
+            metavar="RUN_DIR|JOB_ID",
+            help="a run dir or a SLURM job id (default: the newest run under --dir)",
+        )
     if task:
         p.add_argument("--task", type=int, default=None, metavar="N", help="only sweep task N")
-    p.add_argument("--dir", type=Path, default=None, metavar="D",
-                   help="where runs live (default: $SLIME_RUNS_DIR, else ./runs)")
+    p.add_argument(
+        "--dir", type=Path, default=None, metavar="D", help="where runs live (default: $SLIME_RUNS_DIR, else ./runs)"
+    )
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
 
 
@@ -101,15 +125,17 @@ def _warn_jobs(paths) -> str | None:
         return None
     from rich.markup import escape
 
-    _console(stderr=True).print(f"[yellow]warning:[/] {escape(str(paths.jobs))} {escape(problem)}; ignoring it "
-                                "(job ids and PID records unknown: the state comes from the run dir's other records)")
+    _console(stderr=True).print(
+        f"[yellow]warning:[/] {escape(str(paths.jobs))} {escape(problem)}; ignoring it "
+        "(job ids and PID records unknown: the state comes from the run dir's other records)"
+    )
     return f"{paths.jobs} {problem}; ignored"
 
 
 def find_runs(parent: Path) -> list:
     """Run dirs directly under ``parent``, newest first (by submit time)."""
     from launchers.local_jobs import run_started
-    from slime.paths import RunPaths
+    from slime.core.paths import RunPaths
 
     try:
         dirs = [d for d in Path(parent).iterdir() if d.is_dir() and not d.name.startswith(".") and _is_run(d)]
@@ -126,7 +152,7 @@ def _jobs_ids(paths) -> set[str]:
 
 def resolve_target(target: str | None, search: Path | None) -> tuple[Any, int | None]:
     """(RunPaths, task or None) for a TARGET (see the module doc)."""
-    from slime.paths import RunPaths
+    from slime.core.paths import RunPaths
 
     parent = search or _default_dir()
     if target is None:
@@ -145,8 +171,8 @@ def resolve_target(target: str | None, search: Path | None) -> tuple[Any, int | 
             if job in _jobs_ids(paths):
                 task = None
                 if index:
-                    from launchers.slurm.jobs import task_layout
                     from launchers.local_jobs import task_count
+                    from launchers.slurm.jobs import task_layout
 
                     layout = task_layout(paths.read_jobs(), task_count(paths))
                     task = next((t for t, key in layout.items() if key == (job, int(index))), None)
@@ -157,8 +183,10 @@ def resolve_target(target: str | None, search: Path | None) -> tuple[Any, int | 
             found = find_run(target)
             if found:
                 return RunPaths(found[0].resolve()), found[1]
-        raise UsageError(f"job {target}: no run under {parent.resolve()} lists it and SLURM does not know its "
-                         "run dir; pass the run dir instead (or --dir where the run lives)")
+        raise UsageError(
+            f"job {target}: no run under {parent.resolve()} lists it and SLURM does not know its "
+            "run dir; pass the run dir instead (or --dir where the run lives)"
+        )
     raise UsageError(f"{target!r} is neither a run dir nor a job id")
 
 
@@ -180,8 +208,15 @@ def _when(t: float | None) -> str:
     if t is None:
         return "?"
     age = time.time() - t
-    ago = f"{age:.0f}s" if age < 120 else f"{age / 60:.0f}m" if age < 7200 else f"{age / 3600:.0f}h" \
-        if age < 172800 else f"{age / 86400:.0f}d"
+    ago = (
+        f"{age:.0f}s"
+        if age < 120
+        else f"{age / 60:.0f}m"
+        if age < 7200
+        else f"{age / 3600:.0f}h"
+        if age < 172800
+        else f"{age / 86400:.0f}d"
+    )
     return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t))} ({ago} ago)"
 
 
@@ -216,25 +251,34 @@ def status(args: argparse.Namespace) -> int:
         doc["tasks"] = [t for t in doc["tasks"] if t["task"] == task]
     if args.json:
         print(json.dumps(doc, indent=2))
-        return EXIT_OK
+        return ExitCode.OK
     from rich.markup import escape
     from rich.table import Table
 
     con = _console()
     ids = ", ".join(st.job_ids) or "-"
-    con.print(f"[bold]{escape(st.name)}[/] {_state(st.state)}  launcher {st.launcher}  job {escape(ids)}  "
-              f"submitted {_when(st.started)}" + ("  [dim](preflight only)[/]" if st.preflight_only else ""))
+    con.print(
+        f"[bold]{escape(st.name)}[/] {_state(st.state)}  launcher {st.launcher}  job {escape(ids)}  "
+        f"submitted {_when(st.started)}" + ("  [dim](preflight only)[/]" if st.preflight_only else "")
+    )
     con.print(f"run dir: {escape(st.run_dir)}")
     table = Table(show_edge=False, pad_edge=False)
     for col in ("task", "state", "job", "nodes", "restarts", "step", "metric", "reason / detail"):
         table.add_column(col, overflow="fold")
     for t in doc["tasks"]:
         restarts = str(t["restarts"]) + (f" ({', '.join(t['restart_causes'])})" if t["restart_causes"] else "")
-        table.add_row(str(t["task"]), _state(t["state"]), escape(t["job_id"] or "-"), escape(t["nodes"] or "-"),
-                      escape(restarts), "-" if t["step"] is None else str(t["step"]), escape(_metric(t["metric"])),
-                      escape(t["reason"] or "") + (f" [dim]\\[{t['source']}][/]"))
+        table.add_row(
+            str(t["task"]),
+            _state(t["state"]),
+            escape(t["job_id"] or "-"),
+            escape(t["nodes"] or "-"),
+            escape(restarts),
+            "-" if t["step"] is None else str(t["step"]),
+            escape(_metric(t["metric"])),
+            escape(t["reason"] or "") + (f" [dim]\\[{t['source']}][/]"),
+        )
     con.print(table)
-    return EXIT_OK
+    return ExitCode.OK
 
 
 # ----------------------------------------------------------------------------- logs
@@ -265,19 +309,27 @@ def logs(args: argparse.Namespace) -> int:
     task = 0 if task is None else task
     if not args.follow:
         files = mgr.log_files(paths, task, args.node)
-        out = [{"path": str(f), "exists": f.exists(),
-                "text": _tail(f.read_text(errors="replace"), args.tail) if f.exists() else ""} for f in files]
+        out = [
+            {
+                "path": str(f),
+                "exists": f.exists(),
+                "text": _tail(f.read_text(errors="replace"), args.tail) if f.exists() else "",
+            }
+            for f in files
+        ]
         if args.json:
             print(json.dumps({"run_dir": str(paths.root), "task": task, "node": args.node, "files": out}, indent=2))
-            return EXIT_OK
+            return ExitCode.OK
         if not any(f["exists"] for f in out):
             from rich.markup import escape
 
             st = mgr.run_status(paths).tasks[task].state
             follow = f"slime-submit logs -f {shlex.quote(str(paths.root))} --task {task}"
             where = ", ".join(f["path"] for f in out)
-            _console(stderr=True).print(f"no log yet for task {task} ({st}): {escape(where)}"
-                                        + (f"; wait for it with `{escape(follow)}`" if st in ACTIVE else ""))
+            _console(stderr=True).print(
+                f"no log yet for task {task} ({st}): {escape(where)}"
+                + (f"; wait for it with `{escape(follow)}`" if st in ACTIVE else "")
+            )
         for f in out:
             if f["exists"]:
                 if len(out) > 1:
@@ -286,7 +338,7 @@ def logs(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         if n > 1 and args.task is None and implied is None and not args.json:
             _console(stderr=True).print(f"[dim](task {task} of {n}; --task N for another)[/]")
-        return EXIT_OK
+        return ExitCode.OK
     return _follow(paths, mgr, task, args, ACTIVE)
 
 
@@ -337,7 +389,7 @@ def _follow(paths, mgr, task: int, args: argparse.Namespace, active_states) -> i
         print(json.dumps({"run_dir": str(paths.root), "task": task, "state": state, "done": True}), flush=True)
     else:
         _console(stderr=True).print(f"[dim]task {task} is {state}; stopped following[/]")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 # ----------------------------------------------------------------------------- cancel
@@ -361,11 +413,13 @@ def cancel(args: argparse.Namespace) -> int:
         con = _console()
         if result.get("cancelled"):
             what = ", ".join(str(c) for c in result["cancelled"])
-            con.print(f"cancelled {what} (task{'s' if len(result.get('tasks', [])) != 1 else ''} "
-                      f"{', '.join(str(t) for t in result.get('tasks', result['cancelled']))}) of {paths.root}")
+            con.print(
+                f"cancelled {what} (task{'s' if len(result.get('tasks', [])) != 1 else ''} "
+                f"{', '.join(str(t) for t in result.get('tasks', result['cancelled']))}) of {paths.root}"
+            )
         else:
             con.print(result.get("message", "nothing to cancel"))
-    return EXIT_OK
+    return ExitCode.OK
 
 
 # ----------------------------------------------------------------------------- list
@@ -379,7 +433,7 @@ def list_runs(args: argparse.Namespace) -> int:
     parent = args.dir or _default_dir()
     if args.limit < 1:
         raise UsageError("--limit must be at least 1")
-    runs = find_runs(parent)[:args.limit]
+    runs = find_runs(parent)[: args.limit]
     by_launcher: dict[str, list] = {}
     for p in runs:
         by_launcher.setdefault(_launcher_of(p), []).append(p)
@@ -393,42 +447,71 @@ def list_runs(args: argparse.Namespace) -> int:
         if st is None:
             launcher = _launcher_of(p)
             notes[p.root] = "unknown launcher"
-            rows.append({"name": p.root.name, "run_dir": str(p.root), "launcher": launcher, "job_ids": [],
-                         "state": "unknown", "started": None, "last_step": None, "tasks": 0, "preflight_only": False,
-                         "problem": f"{p.root}: unknown launcher {launcher!r}; known: {', '.join(sorted(MANAGERS))}"})
+            rows.append(
+                {
+                    "name": p.root.name,
+                    "run_dir": str(p.root),
+                    "launcher": launcher,
+                    "job_ids": [],
+                    "state": "unknown",
+                    "started": None,
+                    "last_step": None,
+                    "tasks": 0,
+                    "preflight_only": False,
+                    "problem": f"{p.root}: unknown launcher {launcher!r}; known: {', '.join(sorted(MANAGERS))}",
+                }
+            )
             continue
         bad = p.jobs_problem()  # a damaged jobs.json reads as absent: the state shown is flagged
         if bad:
             notes[p.root] = "jobs.json unreadable"
-        rows.append({"name": st.name, "run_dir": st.run_dir, "launcher": st.launcher, "job_ids": st.job_ids,
-                     "state": st.state, "started": st.started, "last_step": st.last_step, "tasks": len(st.tasks),
-                     "preflight_only": st.preflight_only, "problem": f"{p.jobs} {bad}; ignored" if bad else None})
+        rows.append(
+            {
+                "name": st.name,
+                "run_dir": st.run_dir,
+                "launcher": st.launcher,
+                "job_ids": st.job_ids,
+                "state": st.state,
+                "started": st.started,
+                "last_step": st.last_step,
+                "tasks": len(st.tasks),
+                "preflight_only": st.preflight_only,
+                "problem": f"{p.jobs} {bad}; ignored" if bad else None,
+            }
+        )
     if args.json:
         print(json.dumps({"dir": str(Path(parent).resolve()), "runs": rows}, indent=2))
-        return EXIT_OK
+        return ExitCode.OK
     from rich.markup import escape
     from rich.table import Table
 
     con = _console()
     if not rows:
         con.print(f"no runs under {escape(str(Path(parent).resolve()))}")
-        return EXIT_OK
+        return ExitCode.OK
     con.print(f"runs under {escape(str(Path(parent).resolve()))}, newest first:")
     table = Table(show_edge=False, pad_edge=False)
     for col in ("name", "run dir", "launcher", "job ids", "state", "started", "last step"):
         table.add_column(col, overflow="fold")
     for p, r in zip(runs, rows):
         note = f" [yellow]({notes[p.root]})[/]" if p.root in notes else ""
-        table.add_row(escape(r["name"]), escape(Path(r["run_dir"]).name), escape(r["launcher"]),
-                      escape(", ".join(r["job_ids"]) or "-"),
-                      _state(r["state"]) + (f" ({r['tasks']} tasks)" if r["tasks"] > 1 else "") + note,
-                      _when(r["started"]), "-" if r["last_step"] is None else str(r["last_step"]))
+        table.add_row(
+            escape(r["name"]),
+            escape(Path(r["run_dir"]).name),
+            escape(r["launcher"]),
+            escape(", ".join(r["job_ids"]) or "-"),
+            _state(r["state"]) + (f" ({r['tasks']} tasks)" if r["tasks"] > 1 else "") + note,
+            _when(r["started"]),
+            "-" if r["last_step"] is None else str(r["last_step"]),
+        )
     con.print(table)
     for r in rows:
         if r["problem"]:
-            con.print(f"[yellow]warning:[/] {escape(r['problem'])}; see `slime-submit status "
-                      f"{escape(shlex.quote(r['run_dir']))}`")
-    return EXIT_OK
+            con.print(
+                f"[yellow]warning:[/] {escape(r['problem'])}; see `slime-submit status "
+                f"{escape(shlex.quote(r['run_dir']))}`"
+            )
+    return ExitCode.OK
 
 
 # ----------------------------------------------------------------------------- rerun
@@ -450,7 +533,7 @@ def _script_identical(old: Path, old_root: str, new_text: str | None, new_root: 
 def rerun(args: argparse.Namespace) -> int:
     from launchers import get_launcher
     from launchers.base import SubmitOptions
-    from slime.errors import InfraError
+    from slime.core.errors import InfraError
     from slime.provenance import loaded_from_run, read_lock, rerun_extra, spec_sha256
 
     paths, _ = resolve_target(args.target, args.dir)
@@ -459,12 +542,14 @@ def rerun(args: argparse.Namespace) -> int:
     extra, env = rerun_extra(paths, lock)
     os.environ.update(env)  # e.g. SLIME_DRIVER, which the job reads from its environment
     launcher = get_launcher(lock["launcher"])
-    options = SubmitOptions(preflight_only=bool((lock.get("options") or {}).get("preflight_only")), force=args.force,
-                            extra=extra)
+    options = SubmitOptions(
+        preflight_only=bool((lock.get("options") or {}).get("preflight_only")), force=args.force, extra=extra
+    )
     request = launcher.compile(loaded, options)
     if spec_sha256(request.file("resolved.json")) != lock["spec_sha256"]:
-        raise InfraError(f"rerun of {paths.root} would not submit the recorded resolved spec (hash differs): a bug; "
-                         "please report it")
+        raise InfraError(
+            f"rerun of {paths.root} would not submit the recorded resolved spec (hash differs): a bug; please report it"
+        )
     try:
         new_script = request.file(paths.script.name)
     except KeyError:
@@ -472,15 +557,28 @@ def rerun(args: argparse.Namespace) -> int:
     same = _script_identical(paths.script, str(lock.get("run_dir") or paths.root), new_script, request.run_dir)
     if args.dry_run:
         if args.json:
-            print(json.dumps({"run_dir": str(request.run_dir), "rerun_of": str(paths.root),
-                              "spec_sha256": lock["spec_sha256"], "script_identical": same,
-                              "command": list(request.command)}, indent=2))
+            print(
+                json.dumps(
+                    {
+                        "run_dir": str(request.run_dir),
+                        "rerun_of": str(paths.root),
+                        "spec_sha256": lock["spec_sha256"],
+                        "script_identical": same,
+                        "command": list(request.command),
+                    },
+                    indent=2,
+                )
+            )
         else:
             sys.stdout.write(request.render())
-        return EXIT_OK
+        return ExitCode.OK
     submission = launcher.submit(request, options)
-    out = {**submission.to_json(), "rerun_of": str(paths.root), "spec_sha256": lock["spec_sha256"],
-           "script_identical": same}
+    out = {
+        **submission.to_json(),
+        "rerun_of": str(paths.root),
+        "spec_sha256": lock["spec_sha256"],
+        "script_identical": same,
+    }
     if args.json:
         print(json.dumps(out, indent=2))
     else:
@@ -489,6 +587,8 @@ def rerun(args: argparse.Namespace) -> int:
             con.print(f"submitted job {', '.join(submission.job_ids)} (rerun of {paths.root})")
         con.print(f"run dir: {submission.run_dir}")
         if same is False:
-            con.print("[yellow]note:[/] the batch script differs from the original's beyond the run dir "
-                      "(slime-submit changed since); the resolved spec is identical")
+            con.print(
+                "[yellow]note:[/] the batch script differs from the original's beyond the run dir "
+                "(slime-submit changed since); the resolved spec is identical"
+            )
     return submission.returncode

@@ -13,8 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from slime.cli import commands
-
-EXIT_OK, EXIT_BUG, EXIT_SPEC, EXIT_INFRA = 0, 1, 2, 3
+from slime.core.errors import ExitCode
 
 # name -> (module:function implementing it, help)
 SUBCOMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {}
@@ -25,8 +24,14 @@ def _spec_args(p: argparse.ArgumentParser, *, many: bool = False) -> None:
         p.add_argument("specs", nargs="+", metavar="SPEC", help="spec file(s)")
     else:
         p.add_argument("spec", metavar="SPEC", help="spec file")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
-                   help="override a field before validation (value parsed as YAML); repeatable")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="override a field before validation (value parsed as YAML); repeatable",
+    )
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
 
 
@@ -34,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="slime-submit",
         description="Validate, compile and run an RL post-training job spec. "
-                    "`slime-submit SPEC` submits (SLURM) or runs (local) it.",
+        "`slime-submit SPEC` submits (SLURM) or runs (local) it.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -77,8 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _known_commands(parser: argparse.ArgumentParser) -> set[str]:
-    for action in parser._subparsers._group_actions:  # noqa: SLF001 - argparse has no public accessor
-        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+    for action in parser._subparsers._group_actions:
+        if isinstance(action, argparse._SubParsersAction):
             return set(action.choices)
     return set()
 
@@ -94,14 +99,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         args_list.insert(0, "submit")
     if not args_list:
         parser.print_help(sys.stderr)
-        return EXIT_SPEC
+        return ExitCode.SPEC
     try:
         args = parser.parse_args(args_list)
     except SystemExit as exc:  # argparse: usage errors exit 2, --help exits 0
         return int(exc.code or 0)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
-        return EXIT_SPEC
+        return ExitCode.SPEC
     return commands.run_guarded(args.func, args)
 
 

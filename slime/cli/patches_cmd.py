@@ -15,19 +15,30 @@ from pathlib import Path
 
 def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="patches_command", metavar="ACTION")
-    for name, help_text in (("check", "download each pinned engine, verify its hash, dry-run every patch"),
-                            ("apply", "apply the patches to the installed pinned engine(s) and record them"),
-                            ("list", "show pins and patches recorded as applied here")):
+    for name, help_text in (
+        ("check", "download each pinned engine, verify its hash, dry-run every patch"),
+        ("apply", "apply the patches to the installed pinned engine(s) and record them"),
+        ("list", "show pins and patches recorded as applied here"),
+    ):
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("--engine", action="append", default=[], metavar="NAME",
-                       help="engine from patches/pins.toml (repeatable; default: every engine with patches for "
-                            "apply, every pinned engine for check)")
+        p.add_argument(
+            "--engine",
+            action="append",
+            default=[],
+            metavar="NAME",
+            help="engine from patches/pins.toml (repeatable; default: every engine with patches for "
+            "apply, every pinned engine for check)",
+        )
         p.add_argument("--version", default=None, help="must equal the pinned version (a guard against drift)")
         p.add_argument("--patches-dir", type=Path, default=None, help="default: $SLIME_PATCHES_DIR or ./patches")
         p.add_argument("--json", action="store_true", help="print JSON for scripts")
         if name == "apply":
-            p.add_argument("--target", type=Path, default=None,
-                           help="package root to patch (default: where the engine is installed)")
+            p.add_argument(
+                "--target",
+                type=Path,
+                default=None,
+                help="package root to patch (default: where the engine is installed)",
+            )
     parser.set_defaults(func=run)
 
 
@@ -47,10 +58,18 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: unknown engine(s) {unknown}; pinned: {', '.join(sorted(pins))}", file=sys.stderr)
             return 2
         if action == "list":
-            info = {"pins": {e: {"version": p.version, "why": p.why,
-                                 "patches": [f.name for f in patches.patch_files(e, p.version, root)]}
-                             for e, p in pins.items() if e in engines},
-                    "applied": patches.applied_patches(root)}
+            info = {
+                "pins": {
+                    e: {
+                        "version": p.version,
+                        "why": p.why,
+                        "patches": [f.name for f in patches.patch_files(e, p.version, root)],
+                    }
+                    for e, p in pins.items()
+                    if e in engines
+                },
+                "applied": patches.applied_patches(root),
+            }
             print(json.dumps(info, indent=2) if args.json else _list_text(info))
             return 0
         if action == "check":
@@ -65,9 +84,12 @@ def run(args: argparse.Namespace) -> int:
                             print("    " + p["output"].replace("\n", "\n    "))
             return 0 if all(r.ok for r in results) else 1
         applied = [rec for e in engines for rec in patches.apply(e, args.version, target=args.target, root=root)]
-        print(json.dumps(applied, indent=2) if args.json else
-              "\n".join(f"{r['engine']} {r['version']}: {r['patch']} applied" for r in applied) or
-              "nothing to apply: no patches for the selected engines")
+        print(
+            json.dumps(applied, indent=2)
+            if args.json
+            else "\n".join(f"{r['engine']} {r['version']}: {r['patch']} applied" for r in applied)
+            or "nothing to apply: no patches for the selected engines"
+        )
         return 0
     except patches.PatchError as exc:
         print(f"error: {exc}", file=sys.stderr)

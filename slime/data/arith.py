@@ -20,7 +20,7 @@ import random
 import sys
 from pathlib import Path
 
-__all__ = ["make_row", "split_pairs", "write_dataset", "main"]
+__all__ = ["main", "make_row", "split_pairs", "write_dataset"]
 
 MAX_OPERAND = 49
 HELDOUT = 500

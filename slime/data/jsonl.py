@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DatasetError", "PromptRow", "PromptDataset"]
+__all__ = ["DatasetError", "PromptDataset", "PromptRow"]
 
 
 class DatasetError(ValueError):
@@ -48,19 +48,29 @@ class PromptRow:
 
 
 def _check_messages(msgs: Any, where: str, key: str) -> None:
-    if not msgs or not all(isinstance(m, dict) and isinstance(m.get("role"), str) and "content" in m
-                           for m in msgs):
-        raise DatasetError(f"{where}: {key!r} must be a string or a non-empty list of "
-                           '{"role": ..., "content": ...} messages')
+    if not msgs or not all(isinstance(m, dict) and isinstance(m.get("role"), str) and "content" in m for m in msgs):
+        raise DatasetError(
+            f'{where}: {key!r} must be a string or a non-empty list of {{"role": ..., "content": ...}} messages'
+        )
 
 
 class PromptDataset:
     """All rows of one JSONL file, iterated in seeded, resumable order."""
 
-    def __init__(self, path: str | os.PathLike, *, input_key: str = "prompt", label_key: str | None = "label",
-                 metadata_key: str | None = None, tools_key: str | None = None, tokenizer=None,
-                 apply_chat_template: bool = False, max_prompt_tokens: int | None = None,
-                 shuffle: bool = True, seed: int = 0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        input_key: str = "prompt",
+        label_key: str | None = "label",
+        metadata_key: str | None = None,
+        tools_key: str | None = None,
+        tokenizer=None,
+        apply_chat_template: bool = False,
+        max_prompt_tokens: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+    ) -> None:
         self.path = Path(path)
         self.shuffle = bool(shuffle)
         self.seed = int(seed)
@@ -74,8 +84,9 @@ class PromptDataset:
             for lineno, raw in enumerate(fh, 1):
                 if not raw.strip():
                     continue
-                row = self._parse(raw, lineno, input_key, label_key, metadata_key, tools_key, tokenizer,
-                                  apply_chat_template)
+                row = self._parse(
+                    raw, lineno, input_key, label_key, metadata_key, tools_key, tokenizer, apply_chat_template
+                )
                 if max_prompt_tokens and len(tokenizer.encode(row.text, add_special_tokens=False)) > max_prompt_tokens:
                     self.dropped += 1
                     continue
@@ -88,8 +99,9 @@ class PromptDataset:
         self._order_epoch = -1
         self._order: list[int] = []
 
-    def _parse(self, raw: str, lineno: int, input_key, label_key, metadata_key, tools_key, tokenizer,
-               apply_chat_template) -> PromptRow:
+    def _parse(
+        self, raw: str, lineno: int, input_key, label_key, metadata_key, tools_key, tokenizer, apply_chat_template
+    ) -> PromptRow:
         where = f"{self.path}:{lineno}"
         try:
             obj = json.loads(raw)
@@ -98,8 +110,10 @@ class PromptDataset:
         if not isinstance(obj, dict):
             raise DatasetError(f"{where}: each line must be a JSON object, got {type(obj).__name__}")
         if input_key not in obj:
-            raise DatasetError(f"{where}: missing key {input_key!r} (row has {sorted(obj)}); "
-                               "set the dataset's input_key to the prompt field")
+            raise DatasetError(
+                f"{where}: missing key {input_key!r} (row has {sorted(obj)}); "
+                "set the dataset's input_key to the prompt field"
+            )
         prompt = obj[input_key]
         if isinstance(prompt, str):
             if not prompt:
@@ -107,16 +121,20 @@ class PromptDataset:
         elif isinstance(prompt, list):
             _check_messages(prompt, where, input_key)
             if not apply_chat_template:
-                raise DatasetError(f"{where}: {input_key!r} holds chat messages; enable apply_chat_template "
-                                   "to turn them into a prompt")
+                raise DatasetError(
+                    f"{where}: {input_key!r} holds chat messages; enable apply_chat_template to turn them into a prompt"
+                )
         else:
-            raise DatasetError(f"{where}: {input_key!r} must be a string or a list of chat messages, "
-                               f"got {type(prompt).__name__}")
+            raise DatasetError(
+                f"{where}: {input_key!r} must be a string or a list of chat messages, got {type(prompt).__name__}"
+            )
         label = None
         if label_key is not None:
             if label_key not in obj:
-                raise DatasetError(f"{where}: missing key {label_key!r} (row has {sorted(obj)}); set label_key "
-                                   "to the answer field, or to null for unlabelled data")
+                raise DatasetError(
+                    f"{where}: missing key {label_key!r} (row has {sorted(obj)}); set label_key "
+                    "to the answer field, or to null for unlabelled data"
+                )
             label = obj[label_key]
         if metadata_key is not None:
             metadata = obj.get(metadata_key) or {}
@@ -129,12 +147,10 @@ class PromptDataset:
             messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
             tools = obj.get(tools_key) if tools_key else None
             try:
-                text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False,
-                                                     add_generation_prompt=True)
-            except Exception as exc:  # template errors come from jinja with no row context
+                text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
+            except Exception as exc:  # noqa: BLE001 - template errors come from jinja with no row context
                 raise DatasetError(f"{where}: the chat template failed on this row: {exc}") from None
-        return PromptRow(index=len(self.rows), line=lineno, prompt=prompt, text=text, label=label,
-                         metadata=metadata)
+        return PromptRow(index=len(self.rows), line=lineno, prompt=prompt, text=text, label=label, metadata=metadata)
 
     # ----------------------------------------------------------------- access
     def __len__(self) -> int:
@@ -162,7 +178,7 @@ class PromptDataset:
         while len(out) < n:
             order = self.order(self.epoch)
             take = min(n - len(out), len(order) - self.index)
-            out.extend(self.rows[i] for i in order[self.index: self.index + take])
+            out.extend(self.rows[i] for i in order[self.index : self.index + take])
             self.index += take
             if self.index == len(order):
                 self.epoch, self.index = self.epoch + 1, 0
@@ -170,8 +186,14 @@ class PromptDataset:
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "index": self.index, "seed": self.seed, "shuffle": self.shuffle,
-                "size": len(self.rows), "path": str(self.path)}
+        return {
+            "epoch": self.epoch,
+            "index": self.index,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "size": len(self.rows),
+            "path": str(self.path),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a cursor saved by :meth:`state_dict`; refuses one from a different dataset or order."""
@@ -183,8 +205,10 @@ class PromptDataset:
             if key in state and state[key] != mine:
                 raise DatasetError(
                     f"{self.path}: saved dataset state has {key}={state[key]!r} but this dataset has {key}={mine!r};"
-                    " resuming would not continue the same order (same file, seed and shuffle are required)")
+                    " resuming would not continue the same order (same file, seed and shuffle are required)"
+                )
         if epoch < 0 or not 0 <= index < len(self.rows):
-            raise DatasetError(f"{self.path}: saved cursor (epoch={epoch}, index={index}) is out of range "
-                               f"for {len(self.rows)} rows")
+            raise DatasetError(
+                f"{self.path}: saved cursor (epoch={epoch}, index={index}) is out of range for {len(self.rows)} rows"
+            )
         self.epoch, self.index = epoch, index

@@ -40,12 +40,12 @@ import tempfile
 from pathlib import Path
 
 __all__ = [
-    "SPECIAL_TOKENS",
-    "CHAT_TEMPLATE",
-    "build_tiny_tokenizer",
-    "build_tiny_model",
-    "ensure_builtin_model",
     "BUILTIN_MODELS",
+    "CHAT_TEMPLATE",
+    "SPECIAL_TOKENS",
+    "build_tiny_model",
+    "build_tiny_tokenizer",
+    "ensure_builtin_model",
 ]
 
 PAD, BOS, EOS, IM_START, IM_END = "<pad>", "<bos>", "<eos>", "<|im_start|>", "<|im_end|>"
@@ -162,8 +162,18 @@ def _save_tokenizer(tokenizer, out: Path) -> None:
     (out / "chat_template.jinja").unlink(missing_ok=True)
 
 
-def _config(arch: str, vocab_size: int, *, hidden: int, layers: int, heads: int, kv_heads: int,
-            intermediate: int, max_position: int, ids: dict[str, int]):
+def _config(
+    arch: str,
+    vocab_size: int,
+    *,
+    hidden: int,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    intermediate: int,
+    max_position: int,
+    ids: dict[str, int],
+):
     from transformers import LlamaConfig, Qwen2Config
 
     common = dict(
@@ -209,35 +219,68 @@ def build_tiny_model(
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig
 
-    for name, value in (("hidden", hidden), ("layers", layers), ("heads", heads), ("kv_heads", kv_heads),
-                        ("max_position", max_position)):
+    for name, value in (
+        ("hidden", hidden),
+        ("layers", layers),
+        ("heads", heads),
+        ("kv_heads", kv_heads),
+        ("max_position", max_position),
+    ):
         if not isinstance(value, int) or value <= 0:
             raise ValueError(f"build_tiny_model: {name} must be a positive integer, got {value!r}")
     if hidden % heads or heads % kv_heads or (hidden // heads) % 2:
         raise ValueError(
             f"build_tiny_model: need hidden % heads == 0, heads % kv_heads == 0 and an even head dim; "
-            f"got hidden={hidden}, heads={heads}, kv_heads={kv_heads}")
+            f"got hidden={hidden}, heads={heads}, kv_heads={kv_heads}"
+        )
     intermediate = 3 * hidden if intermediate is None else intermediate
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tiny_tokenizer()
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
-    config = _config(arch, len(tokenizer), hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads,
-                     intermediate=intermediate, max_position=max_position, ids=ids)
+    config = _config(
+        arch,
+        len(tokenizer),
+        hidden=hidden,
+        layers=layers,
+        heads=heads,
+        kv_heads=kv_heads,
+        intermediate=intermediate,
+        max_position=max_position,
+        ids=ids,
+    )
     # fork_rng: deterministic init without disturbing the caller's RNG stream.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.generation_config = GenerationConfig(
-        bos_token_id=ids[BOS], pad_token_id=ids[PAD], eos_token_id=[ids[EOS], ids[IM_END]],
-        do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
+        bos_token_id=ids[BOS],
+        pad_token_id=ids[PAD],
+        eos_token_id=[ids[EOS], ids[IM_END]],
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
     )
     model.save_pretrained(out, safe_serialization=True)
     _save_tokenizer(tokenizer, out)
-    (out / "slime_tiny.json").write_text(json.dumps(
-        {"seed": seed, "arch": arch, "hidden": hidden, "layers": layers, "heads": heads, "kv_heads": kv_heads,
-         "intermediate": intermediate, "max_position": max_position}, indent=1) + "\n")
+    (out / "slime_tiny.json").write_text(
+        json.dumps(
+            {
+                "seed": seed,
+                "arch": arch,
+                "hidden": hidden,
+                "layers": layers,
+                "heads": heads,
+                "kv_heads": kv_heads,
+                "intermediate": intermediate,
+                "max_position": max_position,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     return out
 
 

@@ -137,9 +137,7 @@ def token_level_rewards(
     return out
 
 
-def discounted_returns(
-    token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0
-) -> torch.Tensor:
+def discounted_returns(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
     """``G_t = r_t + gamma * G_{t+1}`` right to left; 0 where mask is 0."""
     rewards = zero_masked(token_rewards.float(), _within_episode(mask))
     returns = torch.zeros_like(rewards)
@@ -199,9 +197,7 @@ def reinforce_plus_plus(
     kl_coef: float = 0.0,
     gamma: float = 1.0,
 ) -> Advantages:
-    returns = discounted_returns(
-        token_level_rewards(rewards, mask, kl=kl, kl_coef=kl_coef), mask, gamma
-    )
+    returns = discounted_returns(token_level_rewards(rewards, mask, kl=kl, kl_coef=kl_coef), mask, gamma)
     return Advantages(whiten(returns, mask), returns)
 
 
@@ -258,9 +254,7 @@ def compute_advantages(
     group estimators (their advantages are already normalised per group).
     """
     if estimator not in ADVANTAGE_ESTIMATORS:
-        raise ValueError(
-            f"unknown advantage estimator {estimator!r}; valid: {', '.join(ADVANTAGE_ESTIMATORS)}"
-        )
+        raise ValueError(f"unknown advantage estimator {estimator!r}; valid: {', '.join(ADVANTAGE_ESTIMATORS)}")
     if not (0.0 <= gamma <= 1.0 and 0.0 <= lambd <= 1.0):
         raise ValueError(f"gamma ({gamma}) and lambd ({lambd}) must lie in [0, 1]")
     if estimator in _GROUP_ESTIMATORS:
@@ -274,9 +268,7 @@ def compute_advantages(
             result = Advantages(whiten(result.advantages, mask), result.returns)
         return result
     if normalize_advantages is False and estimator.startswith("reinforce_plus_plus"):
-        raise ValueError(
-            f"{estimator} requires normalize_advantages (batch whitening); remove the override"
-        )
+        raise ValueError(f"{estimator} requires normalize_advantages (batch whitening); remove the override")
     if estimator == "reinforce_plus_plus":
         return reinforce_plus_plus(rewards, mask, kl=kl, kl_coef=kl_coef, gamma=gamma)
     if estimator == "reinforce_plus_plus_baseline":

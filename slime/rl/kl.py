@@ -34,8 +34,7 @@ _LOG_RATIO_GUARD = 20.0
 def _log_ratio(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
     if logp.shape != logp_ref.shape:
         raise ValueError(
-            f"KL needs logp and logp_ref of the same shape, got {tuple(logp.shape)} "
-            f"and {tuple(logp_ref.shape)}"
+            f"KL needs logp and logp_ref of the same shape, got {tuple(logp.shape)} and {tuple(logp_ref.shape)}"
         )
     return logp.float() - logp_ref.float()
 
@@ -61,14 +60,10 @@ def low_var_kl(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
 _BY_NAME = {"k1": k1, "k2": k2, "k3": k3, "low_var_kl": low_var_kl}
 
 
-def compute_kl(
-    logp: torch.Tensor, logp_ref: torch.Tensor, kind: str = "low_var_kl"
-) -> torch.Tensor:
+def compute_kl(logp: torch.Tensor, logp_ref: torch.Tensor, kind: str = "low_var_kl") -> torch.Tensor:
     """Dispatch by estimator name (``k1``, ``k2``, ``k3``, ``low_var_kl``)."""
     try:
         fn = _BY_NAME[kind]
     except KeyError:
-        raise ValueError(
-            f"unknown KL estimator {kind!r}; valid: {', '.join(KL_ESTIMATORS)}"
-        ) from None
+        raise ValueError(f"unknown KL estimator {kind!r}; valid: {', '.join(KL_ESTIMATORS)}") from None
     return fn(logp, logp_ref)

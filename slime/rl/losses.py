@@ -59,24 +59,18 @@ Metrics = dict[str, torch.Tensor]
 def scale_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Policy logits / temperature in float32. Never apply this to critic values."""
     if not temperature > 0:
-        raise ValueError(
-            f"temperature must be > 0 (got {temperature}); it divides the policy logits"
-        )
+        raise ValueError(f"temperature must be > 0 (got {temperature}); it divides the policy logits")
     out = logits.float()
     return out if temperature == 1.0 else out / temperature
 
 
-def logprobs_from_logits(
-    logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0
-) -> torch.Tensor:
+def logprobs_from_logits(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """``log softmax(logits / T)`` gathered at ``targets``: ``[..., V], [...] -> [...]`` float32.
 
     Alignment is the caller's job: logits at position t score the token at t + 1.
     """
     if logits.shape[:-1] != targets.shape:
-        raise ValueError(
-            f"logits {tuple(logits.shape)} must be targets {tuple(targets.shape)} plus a vocab dim"
-        )
+        raise ValueError(f"logits {tuple(logits.shape)} must be targets {tuple(targets.shape)} plus a vocab dim")
     z = scale_logits(logits, temperature)
     picked = torch.gather(z, -1, targets.long().unsqueeze(-1)).squeeze(-1)
     return picked - torch.logsumexp(z, dim=-1)
@@ -105,9 +99,7 @@ def _check_eps(eps_clip: float, eps_clip_high: float | None, dual_clip_c: float 
     if high < 0:
         raise ValueError(f"eps_clip_high must be >= 0, got {high}")
     if dual_clip_c is not None and not dual_clip_c > 1:
-        raise ValueError(
-            f"dual_clip_c must be > 1 (it caps the loss at -c*A for A < 0), got {dual_clip_c}"
-        )
+        raise ValueError(f"dual_clip_c must be > 1 (it caps the loss at -c*A for A < 0), got {dual_clip_c}")
     return high
 
 
@@ -146,9 +138,7 @@ def policy_loss(
 
     if estimator == "cispo":
         if dual_clip_c is not None:
-            raise ValueError(
-                "dual_clip_c does not apply to cispo (its ratio is already a clipped constant)"
-            )
+            raise ValueError("dual_clip_c does not apply to cispo (its ratio is already a clipped constant)")
         ratio = log_ratio.detach().exp()
         weight = ratio.clamp(1 - eps_clip, 1 + high)
         per_token = -weight * adv * logp
@@ -165,9 +155,7 @@ def policy_loss(
         if dual_clip_c is not None:
             cap = -dual_clip_c * adv
             negative = adv < 0
-            metrics["dual_clipfrac"] = masked_mean(
-                (negative & (per_token > cap)).float(), m
-            ).detach()
+            metrics["dual_clipfrac"] = masked_mean((negative & (per_token > cap)).float(), m).detach()
             per_token = torch.where(negative, torch.minimum(per_token, cap), per_token)
 
     loss = aggregate(per_token, m, agg, num_tokens=num_tokens)

@@ -57,9 +57,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return x.sum() / mask.bool().to(x.dtype).sum().clamp_min(1)
 
 
-def masked_moments(
-    x: torch.Tensor, mask: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def masked_moments(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(sum, sum of squares, count) over masked entries: all-reduce these across ranks."""
     x = zero_masked(x, mask)
     return x.sum(), x.square().sum(), mask.bool().to(x.dtype).sum()

@@ -106,7 +106,7 @@ def is_async_callable(fn: Callable[..., Any]) -> bool:
     if inspect.iscoroutinefunction(fn):
         return True
     # instances whose class defines ``async def __call__``
-    return inspect.iscoroutinefunction(getattr(type(fn), "__call__", None))
+    return inspect.iscoroutinefunction(getattr(type(fn), "__call__", None))  # noqa: B004
 
 
 def accepts_positional(fn: Callable[..., Any], n: int) -> bool:
@@ -132,17 +132,13 @@ def check_plugin(fn: object, kind: PluginKind, *, name: str = "") -> None:
     must_be_async, arity, shape = _CONTRACTS[kind]
     label = f"{kind} plug-in {name!r}" if name else f"{kind} plug-in"
     if not callable(fn):
-        raise PluginContractError(
-            f"{label} is not callable (got {type(fn).__name__}); expected {shape}"
-        )
+        raise PluginContractError(f"{label} is not callable (got {type(fn).__name__}); expected {shape}")
     if must_be_async is True and not is_async_callable(fn):
         raise PluginContractError(f"{label} must be a coroutine function; expected {shape}")
     if must_be_async is False and is_async_callable(fn):
         raise PluginContractError(f"{label} must be a plain (sync) function; expected {shape}")
     if not accepts_positional(fn, arity):
-        raise PluginContractError(
-            f"{label} cannot be called with {arity} positional argument(s); expected {shape}"
-        )
+        raise PluginContractError(f"{label} cannot be called with {arity} positional argument(s); expected {shape}")
 
 
 async def maybe_await(value: Any) -> Any:

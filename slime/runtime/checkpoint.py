@@ -31,17 +31,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from slime.paths import atomic_write
+from slime.core.errors import CheckpointError
+from slime.core.paths import atomic_write
 
-__all__ = ["CheckpointError", "CheckpointStore", "STATE_FILE", "damaged_checkpoint"]
+__all__ = ["STATE_FILE", "CheckpointError", "CheckpointStore", "damaged_checkpoint"]
 
 STATE_FILE = "state.json"
 _TMP_PREFIX = ".tmp-"
 _TRASH_PREFIX = ".old-"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint cannot be used (missing, incomplete, from another layout): bad input, exit code 2."""
 
 
 def damaged_checkpoint(ckpt: str | os.PathLike, why: str, *, from_load: bool = False) -> CheckpointError:
@@ -55,11 +52,16 @@ def damaged_checkpoint(ckpt: str | os.PathLike, why: str, *, from_load: bool = F
     others = [str(p) for _, p in CheckpointStore(ckpt.parent).usable() if p != ckpt]
     listing = ", ".join(others) if others else "none"
     if from_load:
-        fix = (f"point train.checkpoint.load at a complete checkpoint (complete ones next to it: {listing}), "
-               "or unset it to start fresh")
+        fix = (
+            f"point train.checkpoint.load at a complete checkpoint (complete ones next to it: {listing}), "
+            "or unset it to start fresh"
+        )
     else:
-        after = (f"from the newest complete one left ({others[-1]})" if others else
-                 "fresh (or from train.checkpoint.load if set): no other complete checkpoint is there")
+        after = (
+            f"from the newest complete one left ({others[-1]})"
+            if others
+            else "fresh (or from train.checkpoint.load if set): no other complete checkpoint is there"
+        )
         fix = f"delete or move aside {ckpt}; the run then resumes {after}"
     return CheckpointError(f"cannot resume from checkpoint {ckpt}: it is damaged ({why}). Fix: {fix}")
 
@@ -140,8 +142,10 @@ class CheckpointStore:
         try:
             text = path.read_text()
         except FileNotFoundError:
-            raise CheckpointError(f"{ckpt} is not a complete checkpoint (no {STATE_FILE}); "
-                                  "point train.checkpoint.load at a directory this runtime saved") from None
+            raise CheckpointError(
+                f"{ckpt} is not a complete checkpoint (no {STATE_FILE}); "
+                "point train.checkpoint.load at a directory this runtime saved"
+            ) from None
         except OSError as exc:
             raise CheckpointError(f"cannot read {path}: {exc}") from None
         try:
@@ -150,8 +154,9 @@ class CheckpointStore:
             what = "empty" if not text.strip() else f"not valid JSON: {exc}"
             raise damaged_checkpoint(ckpt, f"cannot read {STATE_FILE}: {what}", from_load=from_load) from None
         if not isinstance(state, dict):
-            raise damaged_checkpoint(ckpt, f"{STATE_FILE} holds {type(state).__name__}, not an object",
-                                     from_load=from_load)
+            raise damaged_checkpoint(
+                ckpt, f"{STATE_FILE} holds {type(state).__name__}, not an object", from_load=from_load
+            )
         return state
 
     # ---------------------------------------------------------------- writing
@@ -164,9 +169,11 @@ class CheckpointStore:
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as exc:
-            raise CheckpointError(f"train.checkpoint.dir {self.root} is not writable ({exc}); set "
-                                  "train.checkpoint.dir to a directory this job can create and write to, "
-                                  "or fix its permissions") from None
+            raise CheckpointError(
+                f"train.checkpoint.dir {self.root} is not writable ({exc}); set "
+                "train.checkpoint.dir to a directory this job can create and write to, "
+                "or fix its permissions"
+            ) from None
 
     def begin(self, rollout_id: int) -> Path:
         """A fresh temp dir to save rollout ``rollout_id`` into (stale temp dirs are removed first)."""

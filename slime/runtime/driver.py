@@ -47,14 +47,19 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from slime.paths import RunPaths
-from slime.runtime.state import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_SPEC, StopFlag, TaskState
+from slime.core.errors import ExitCode
+from slime.core.paths import RunPaths
+from slime.runtime.state import StopFlag, TaskState
 
-__all__ = ["Driver", "run", "load_task_spec"]
+__all__ = ["Driver", "load_task_spec", "run"]
 
-_QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
-              "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false",
-              "RAY_DEDUP_LOGS": "0"}
+_QUIET_ENV = {
+    "TRANSFORMERS_VERBOSITY": "error",
+    "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "RAY_DEDUP_LOGS": "0",
+}
 
 
 class Stopped(Exception):
@@ -70,8 +75,9 @@ def load_task_spec(path: Path):
         doc = json.loads(path.read_text())
         return msgspec.convert(doc["spec"], type=Spec)
     except FileNotFoundError:
-        raise ValueError(f"{path} does not exist: pass a run dir made by slime-submit and a task index "
-                         "that exists in it") from None
+        raise ValueError(
+            f"{path} does not exist: pass a run dir made by slime-submit and a task index that exists in it"
+        ) from None
     except (OSError, ValueError, KeyError, msgspec.ValidationError) as exc:
         raise ValueError(f"cannot read the task's resolved spec {path}: {exc}") from None
 
@@ -86,8 +92,10 @@ class Driver:
         self.tp = self.paths.task(task)
         self.spec = load_task_spec(self.tp.resolved)
         if not self.spec.rollout.num_rollouts:
-            raise ValueError("rollout.num_rollouts is unknown (rollout.epochs needs a prompts file that was "
-                             "readable when the spec was resolved); set rollout.num_rollouts")
+            raise ValueError(
+                "rollout.num_rollouts is unknown (rollout.epochs needs a prompts file that was "
+                "readable when the spec was resolved); set rollout.num_rollouts"
+            )
         self.json_output = json_output
         self.stop = StopFlag()
         self.state = TaskState(self.tp.state, num_rollouts=self.spec.rollout.num_rollouts or 0)
@@ -117,27 +125,34 @@ class Driver:
     def _connect(self) -> None:
         import ray
 
-        env = {k: v for k, v in _QUIET_ENV.items()}
+        env = dict(_QUIET_ENV.items())
         runtime_env = {"env_vars": env}
         log_to_driver = os.environ.get("SLIME_RAY_LOG_TO_DRIVER") == "1"
         address = os.environ.get("RAY_ADDRESS")
         if address:
-            ray.init(address=address, runtime_env=runtime_env, log_to_driver=log_to_driver,
-                     logging_level="WARNING")
+            ray.init(address=address, runtime_env=runtime_env, log_to_driver=log_to_driver, logging_level="WARNING")
             return
         c = self.spec.cluster
         if c.nodes > 1:
-            from slime.errors import InfraError
+            from slime.core.errors import InfraError
 
-            raise InfraError(f"cluster.nodes={c.nodes}: a multi-node task needs the job's Ray cluster; run it with "
-                             "slime-submit (RAY_ADDRESS is not set)")
+            raise InfraError(
+                f"cluster.nodes={c.nodes}: a multi-node task needs the job's Ray cluster; run it with "
+                "slime-submit (RAY_ADDRESS is not set)"
+            )
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         # Ray runs workers at nice 15 by default; on a shared machine that starves the trainer.
         os.environ.setdefault("RAY_worker_niceness", "0")
-        ray.init(num_cpus=max(2, c.cpus_per_node or os.cpu_count() or 1), num_gpus=c.gpus_per_node,
-                 resources={"slime_node_0": 1.0}, include_dashboard=False, runtime_env=runtime_env,
-                 log_to_driver=log_to_driver, logging_level="WARNING")
+        ray.init(
+            num_cpus=max(2, c.cpus_per_node or os.cpu_count() or 1),
+            num_gpus=c.gpus_per_node,
+            resources={"slime_node_0": 1.0},
+            include_dashboard=False,
+            runtime_env=runtime_env,
+            log_to_driver=log_to_driver,
+            logging_level="WARNING",
+        )
         self._own_ray = True
 
     def _model_dir(self) -> Path:
@@ -153,12 +168,12 @@ class Driver:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         from slime.backends.base import ROLLOUT_BACKENDS
-        from slime.layout import plan_layout
         from slime.placement import create_placement
         from slime.runtime.checkpoint import CheckpointStore, damaged_checkpoint
         from slime.runtime.metrics import WandbSink
         from slime.runtime.rollout_manager import RolloutManager
         from slime.runtime.trainer_group import TrainerGroup
+        from slime.spec.layout import plan_layout
 
         spec = self.spec
         ck = spec.train.checkpoint
@@ -170,8 +185,9 @@ class Driver:
             self.resume_state = CheckpointStore.read_state(self.resume_from, from_load=self._resume_from_load)
             missing = sorted({"rollout_id", "step", "weight_version", "manager"} - set(self.resume_state))
             if missing:
-                raise damaged_checkpoint(self.resume_from, f"its state.json lacks {missing}",
-                                         from_load=self._resume_from_load)
+                raise damaged_checkpoint(
+                    self.resume_from, f"its state.json lacks {missing}", from_load=self._resume_from_load
+                )
         self.wandb = WandbSink(spec, self.tp, resume=self.resume_from is not None, task_index=self.task_index)
         shutil.rmtree(self.tp.weights, ignore_errors=True)  # exports of an earlier attempt: derived data
         self.model_dir = self._model_dir()
@@ -187,9 +203,11 @@ class Driver:
         if self.layout.critic:
             self.critic = TrainerGroup(spec, self.layout, self.placement, "critic", self.layout.critic)
         here = ray.get_runtime_context().get_node_id()
-        self.manager = ray.remote(RolloutManager).options(
-            num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)
-        ).remote(spec, [], self.tokenizer_dir)
+        self.manager = (
+            ray.remote(RolloutManager)
+            .options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False))
+            .remote(spec, [], self.tokenizer_dir)
+        )
         manager_ready = self.manager.setup.remote()  # reads and checks the data meanwhile
         self.rollout_backend = ROLLOUT_BACKENDS.get(spec.rollout.backend)()
         # Engines start in a thread while the trainer ranks load their models.
@@ -197,8 +215,9 @@ class Driver:
 
         def start_engines() -> None:
             try:
-                engines["urls"] = self.rollout_backend.start(spec, self.layout, self.placement, self.model_dir,
-                                                              log_dir=self.tp.logs / "engines")
+                engines["urls"] = self.rollout_backend.start(
+                    spec, self.layout, self.placement, self.model_dir, log_dir=self.tp.logs / "engines"
+                )
             except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
                 engines["error"] = exc
 
@@ -219,8 +238,10 @@ class Driver:
         where = ray.get([r.where.remote() for r in self.actor.ranks])
         if self.critic is not None:
             where += ray.get([r.where.remote() for r in self.critic.ranks])
-        self.say(f"{len(where)} trainer rank(s) up: " + ", ".join(f"{w['role']}{w['rank']}@{w['host']}/{w['device']}"
-                                                                 for w in where))
+        self.say(
+            f"{len(where)} trainer rank(s) up: "
+            + ", ".join(f"{w['role']}{w['rank']}@{w['host']}/{w['device']}" for w in where)
+        )
         self.state.update(ranks=where, engines=urls)
 
     # ================================================================ weights
@@ -231,8 +252,9 @@ class Driver:
         if self._engines_released:  # SGLang's order: weights back, reload them, then the KV cache
             self.rollout_backend.resume_memory(["weights"])
         if self.spec.rollout.weight_sync == "nccl":
-            self.actor.call("push_weights", version, list(self.rollout_backend.urls),
-                            self.rollout_backend.weight_sync_ranks())
+            self.actor.call(
+                "push_weights", version, list(self.rollout_backend.urls), self.rollout_backend.weight_sync_ranks()
+            )
         else:
             out = self.tp.weights / f"v{version}"
             if out.exists():
@@ -254,8 +276,10 @@ class Driver:
             replies = self.rollout_backend.release_memory()
             if not self._release_said:  # once, with what was freed
                 self._release_said = True
-                self.say("colocated: engine memory released for training: "
-                         + "; ".join(str(r.get("message", r)) for r in replies or []))
+                self.say(
+                    "colocated: engine memory released for training: "
+                    + "; ".join(str(r.get("message", r)) for r in replies or [])
+                )
             self._engines_released = True
 
     def _init_ref(self, fresh: bool) -> None:
@@ -288,8 +312,10 @@ class Driver:
         ckpt = self.resume_from
         st = self.resume_state
         if st.get("world_size") not in (None, len(self.actor.ranks)):
-            raise ValueError(f"checkpoint {ckpt} was saved by {st['world_size']} trainer ranks, this job has "
-                             f"{len(self.actor.ranks)}; resume with the same train.nodes/gpus_per_node")
+            raise ValueError(
+                f"checkpoint {ckpt} was saved by {st['world_size']} trainer ranks, this job has "
+                f"{len(self.actor.ranks)}; resume with the same train.nodes/gpus_per_node"
+            )
         try:
             self.actor.call("load", str(ckpt))
             if self.critic is not None:
@@ -305,8 +331,10 @@ class Driver:
         self.checkpoint_dir = str(ckpt)
         self._init_ref(fresh=False)
         self.sync_weights()  # the engines get the checkpoint's weights under its version
-        print(f"resumed from {ckpt} (rollout {self.rollout_id}, step {self.step}, "
-              f"weight version {self.weight_version})", flush=True)
+        print(
+            f"resumed from {ckpt} (rollout {self.rollout_id}, step {self.step}, weight version {self.weight_version})",
+            flush=True,
+        )
 
     def warmup(self) -> dict[str, Any]:
         """SFT warm-up, weight sync, eval of the starting policy: the ``rollout_id = -1`` line."""
@@ -327,12 +355,18 @@ class Driver:
                 for i in range(n):
                     if self.stop.requested:
                         raise Stopped()
-                    shards = self.actor.shards(data[i * gbs:(i + 1) * gbs], 1)
+                    shards = self.actor.shards(data[i * gbs : (i + 1) * gbs], 1)
                     m = ray.get(self.actor.submit("sft_step", [(sh, start + i) for sh in shards]))[0]
                     losses.append(m["sft_loss"])
                     self.progress.update(start + i + 1, {"sft/loss": m["sft_loss"]})
-            record.update({"sft/loss": losses[-1], "sft/loss_first": losses[0], "sft/steps": len(losses),
-                           "time/sft_s": time.monotonic() - t})
+            record.update(
+                {
+                    "sft/loss": losses[-1],
+                    "sft/loss_first": losses[0],
+                    "sft/steps": len(losses),
+                    "time/sft_s": time.monotonic() - t,
+                }
+            )
             self.sync_weights()
         self._init_ref(fresh=True)
         record["weight_version"] = self.weight_version
@@ -358,19 +392,32 @@ class Driver:
         t1 = time.monotonic()
         rewards = [float(s.reward or 0.0) for s in samples]
         scores = sequence_scores(rewards, estimator=a.estimator, group_size=n, normalize_std=bool(a.normalize_std))
-        data = [{"tokens": s.tokens, "response_length": s.response_length, "loss_mask": s.loss_mask,
-                 "rollout_log_probs": s.rollout_log_probs} for s in samples]
+        data = [
+            {
+                "tokens": s.tokens,
+                "response_length": s.response_length,
+                "loss_mask": s.loss_mask,
+                "rollout_log_probs": s.rollout_log_probs,
+            }
+            for s in samples
+        ]
         shards, score_shards = self.actor.shards(data, steps), self.actor.shards(scores, steps)
         values = None
         if self.critic is not None:
             values = ray.get(self.critic.submit("values", [(sh,) for sh in shards]))
-        prep = ray.get(self.actor.submit("prepare", [(sh, sc, values[i] if values else None)
-                                                     for i, (sh, sc) in enumerate(zip(shards, score_shards))]))
+        prep = ray.get(
+            self.actor.submit(
+                "prepare",
+                [(sh, sc, values[i] if values else None) for i, (sh, sc) in enumerate(zip(shards, score_shards))],
+            )
+        )
         train_refs = self.actor.submit("train", [(steps, self.step)] * len(shards))
         critic_refs = []
         if self.critic is not None:
-            critic_refs = self.critic.submit("train_critic", [(sh, p["returns"], values[i], steps, self.step)
-                                                              for i, (sh, p) in enumerate(zip(shards, prep))])
+            critic_refs = self.critic.submit(
+                "train_critic",
+                [(sh, p["returns"], values[i], steps, self.step) for i, (sh, p) in enumerate(zip(shards, prep))],
+            )
         train_metrics = ray.get(train_refs)[0]
         critic_metrics = ray.get(critic_refs)[0] if critic_refs else []
         t2 = time.monotonic()
@@ -397,12 +444,18 @@ class Driver:
             if "train/ref_kl" in record:
                 record["check/step0_ref_kl"] = record["train/ref_kl"]
         t3 = time.monotonic()
-        due = [e.name for e in spec.data.eval
-               if (r + 1) % e.interval == 0 or r + 1 == spec.rollout.num_rollouts]
+        due = [e.name for e in spec.data.eval if (r + 1) % e.interval == 0 or r + 1 == spec.rollout.num_rollouts]
         if due:
             record.update(ray.get(self.manager.evaluate.remote(due, tag=r)))
-        record.update({"time/rollout_s": t1 - t0, "time/train_s": t2 - t1, "time/sync_s": sync_s,
-                       "time/eval_s": time.monotonic() - t3 if due else 0.0, "time/step_s": time.monotonic() - t0})
+        record.update(
+            {
+                "time/rollout_s": t1 - t0,
+                "time/train_s": t2 - t1,
+                "time/sync_s": sync_s,
+                "time/eval_s": time.monotonic() - t3 if due else 0.0,
+                "time/step_s": time.monotonic() - t0,
+            }
+        )
         return record
 
     # ================================================================ checkpoints
@@ -417,9 +470,15 @@ class Driver:
             self.actor.call("save", str(tmp))
             if self.critic is not None:
                 self.critic.call("save", str(tmp))
-            state = {"format": 1, "rollout_id": self.rollout_id, "step": self.step,
-                     "weight_version": self.weight_version, "world_size": len(self.actor.ranks),
-                     "manager": ray.get(self.manager.state_dict.remote()), "saved_at": time.time()}
+            state = {
+                "format": 1,
+                "rollout_id": self.rollout_id,
+                "step": self.step,
+                "weight_version": self.weight_version,
+                "world_size": len(self.actor.ranks),
+                "manager": ray.get(self.manager.state_dict.remote()),
+                "saved_at": time.time(),
+            }
             final = self.store.commit(tmp, self.rollout_id, state)
         except BaseException as exc:
             if tmp is not None:
@@ -441,8 +500,7 @@ class Driver:
         self.progress = Progress(total, enabled=spec.logging.progress, label="RL")
         self.setup()
         fresh = self.resume_from is None
-        self.metrics = MetricsLog(self.tp.metrics, keep_through=None if fresh else
-                                  int(self.resume_state["rollout_id"]))
+        self.metrics = MetricsLog(self.tp.metrics, keep_through=None if fresh else int(self.resume_state["rollout_id"]))
         if fresh:
             record = self.warmup()
             self._log(record)
@@ -497,13 +555,22 @@ class Driver:
         that may be on the dead node wait for Ray to notice, and the job's Ray is torn down anyway)."""
         import ray
 
-        remote = () if node_lost else (lambda: self.rollout_backend and self.rollout_backend.stop(),
-                                       lambda: self.actor and self.actor.kill(),
-                                       lambda: self.critic and self.critic.kill(),
-                                       lambda: self.manager and ray.kill(self.manager),
-                                       lambda: self.placement and self.placement.remove())
-        for closer in (lambda: self.progress and self.progress.close(), *remote,
-                       lambda: self.metrics and self.metrics.close()):
+        remote = (
+            ()
+            if node_lost
+            else (
+                lambda: self.rollout_backend and self.rollout_backend.stop(),
+                lambda: self.actor and self.actor.kill(),
+                lambda: self.critic and self.critic.kill(),
+                lambda: self.manager and ray.kill(self.manager),
+                lambda: self.placement and self.placement.remove(),
+            )
+        )
+        for closer in (
+            lambda: self.progress and self.progress.close(),
+            *remote,
+            lambda: self.metrics and self.metrics.close(),
+        ):
             try:
                 closer()
             except Exception:  # noqa: BLE001 - best effort; the job is ending anyway
@@ -519,21 +586,25 @@ def run(run_dir: Path, task: int = 0, *, json_output: bool = False) -> int:
         driver = Driver(run_dir, task, json_output=json_output)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_SPEC
+        return ExitCode.SPEC
     driver.state.update(state="running")
-    code, final, node_lost = EXIT_OK, None, False
+    code, final, node_lost = ExitCode.OK, None, False
     try:
         final = driver.train()
-        driver.state.update(state="succeeded", exit_code=EXIT_OK)
+        driver.state.update(state="succeeded", exit_code=ExitCode.OK)
     except KeyboardInterrupt:
         code = 130
         print("interrupted", file=sys.stderr)
         driver.state.update(state="failed", exit_code=code, error="interrupted (SIGINT)")
     except Stopped:
-        code = EXIT_REQUEUE
+        code = ExitCode.REQUEUE
         reason = driver.stop.reason or "interrupt"
-        print(f"stopped ({reason}) after rollout {driver.rollout_id}; checkpoint: {driver.checkpoint_dir}; "
-              f"exit {code} (requeue to resume)", file=sys.stderr, flush=True)
+        print(
+            f"stopped ({reason}) after rollout {driver.rollout_id}; checkpoint: {driver.checkpoint_dir}; "
+            f"exit {code} (requeue to resume)",
+            file=sys.stderr,
+            flush=True,
+        )
         driver.state.update(state="preempted", exit_code=code, error=f"stopped by {reason}")
     except BaseException as exc:  # noqa: BLE001 - every failure ends in state.json and an exit code
         lost = lost_node_error(exc)  # a dead peer/node: exit 3 naming the node, not "a bug"
@@ -541,7 +612,7 @@ def run(run_dir: Path, task: int = 0, *, json_output: bool = False) -> int:
         code = classify(exc)
         root = root_cause(exc)
         message = str(root).strip() or type(root).__name__
-        if code == EXIT_FAILED:
+        if code == ExitCode.BUG:
             print("slime.train hit an internal error (a bug; please report it with this traceback):", file=sys.stderr)
             traceback.print_exc()
         else:

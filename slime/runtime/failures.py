@@ -1,7 +1,7 @@
 """Map a failure of the run to an exit code and a one-line message.
 
 0 ok · 1 a bug (traceback printed) · 2 bad input (spec, data, plug-in, checkpoint) · 3 infrastructure
-(Ray, placement, engines, timeouts) · 75 stopped after a checkpoint (``state.EXIT_REQUEUE``). Errors
+(Ray, placement, engines, timeouts) · 75 stopped after a checkpoint (``state.ExitCode.REQUEUE``). Errors
 raised inside Ray actors arrive wrapped (``RayTaskError``) with the whole remote traceback as their
 text; :func:`root_cause` unwraps them so the user sees the original message.
 
@@ -27,43 +27,52 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from slime.runtime.state import EXIT_FAILED, EXIT_INFRA, EXIT_SPEC
+from slime.core.errors import ExitCode
 
-__all__ = ["classify", "root_cause", "lost_node_error", "name_lost_nodes", "looks_like_peer_loss",
-           "checkpoint_save_error"]
+__all__ = [
+    "checkpoint_save_error",
+    "classify",
+    "looks_like_peer_loss",
+    "lost_node_error",
+    "name_lost_nodes",
+    "root_cause",
+]
 
 _IP = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})(?![\d.])")
 # What a surviving rank's collective says when its peer's process or node is gone (gloo, NCCL, sockets).
-_PEER_LOSS = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|remote worker crash|"
-                        r"NCCL communicator was aborted|ncclRemoteError|Connection refused|cannot connect", re.I)
+_PEER_LOSS = re.compile(
+    r"Connection closed by peer|Connection reset by peer|Broken pipe|remote worker crash|"
+    r"NCCL communicator was aborted|ncclRemoteError|Connection refused|cannot connect",
+    re.I,
+)
 # What torch.save in a trainer rank raises when the disk fills up (a RuntimeError, not an OSError).
 _TORCH_WRITE = re.compile(r"PytorchStreamWriter failed writing|file write failed")
 _ACTOR_IP = re.compile(r"^\s*ip: \S+\s*$")  # ActorDiedError's line naming the dead actor's node
 
 
 def classify(exc: BaseException) -> int:
-    from slime.errors import InfraError
-    from slime.registry import UnknownPlugin
+    from slime.core.errors import InfraError
+    from slime.core.registry import UnknownPlugin
 
     try:
         from slime.placement import PlacementError
     except ImportError:  # pragma: no cover
         PlacementError = InfraError  # type: ignore[assignment,misc]
     if isinstance(exc, (InfraError, PlacementError, TimeoutError, ConnectionError)):
-        return EXIT_INFRA
+        return ExitCode.INFRA
     if isinstance(exc, (ValueError, UnknownPlugin, FileNotFoundError)):
-        return EXIT_SPEC
+        return ExitCode.SPEC
     try:
         import ray
 
         if isinstance(exc, ray.exceptions.RayTaskError):
             cause = exc.cause if isinstance(exc.cause, BaseException) else None
-            return classify(cause) if cause is not None else EXIT_FAILED
+            return classify(cause) if cause is not None else ExitCode.BUG
         if isinstance(exc, (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError)):
-            return EXIT_INFRA
+            return ExitCode.INFRA
     except ImportError:  # pragma: no cover
         pass
-    return EXIT_FAILED
+    return ExitCode.BUG
 
 
 def root_cause(exc: BaseException) -> BaseException:
@@ -76,16 +85,19 @@ def checkpoint_save_error(exc: BaseException, root: Any, rollout_id: int) -> Bas
     """A ``CheckpointError`` (exit 2) for an ``OSError`` (or torch's failed write) raised while saving
     into ``root`` (here or, wrapped, in a trainer rank), else None. Connection and timeout errors are
     OSErrors too but infrastructure, left to :func:`classify`."""
-    from slime.runtime.checkpoint import CheckpointError
+    from slime.core.errors import CheckpointError
 
     root_exc = root_cause(exc)
-    disk = isinstance(root_exc, OSError) or (isinstance(root_exc, RuntimeError)
-                                             and bool(_TORCH_WRITE.search(str(root_exc))))
+    disk = isinstance(root_exc, OSError) or (
+        isinstance(root_exc, RuntimeError) and bool(_TORCH_WRITE.search(str(root_exc)))
+    )
     if not disk or isinstance(root_exc, (ConnectionError, TimeoutError)):
         return None
-    return CheckpointError(f"cannot save the checkpoint of rollout {rollout_id} in {root} (train.checkpoint.dir): "
-                           f"{root_exc}. Fix: free disk space there or make it writable again, then rerun the task "
-                           "(it resumes from the newest complete checkpoint there, if any)")
+    return CheckpointError(
+        f"cannot save the checkpoint of rollout {rollout_id} in {root} (train.checkpoint.dir): "
+        f"{root_exc}. Fix: free disk space there or make it writable again, then rerun the task "
+        "(it resumes from the newest complete checkpoint there, if any)"
+    )
 
 
 def _ray_death(exc: BaseException) -> bool:
@@ -93,8 +105,9 @@ def _ray_death(exc: BaseException) -> bool:
         import ray.exceptions as rex
     except ImportError:  # pragma: no cover
         return False
-    return isinstance(exc, (rex.RayActorError, rex.NodeDiedError, rex.WorkerCrashedError, rex.ObjectLostError,
-                            rex.OwnerDiedError))
+    return isinstance(
+        exc, (rex.RayActorError, rex.NodeDiedError, rex.WorkerCrashedError, rex.ObjectLostError, rex.OwnerDiedError)
+    )
 
 
 def _loss_lines(text: str) -> str:
@@ -110,6 +123,7 @@ def looks_like_peer_loss(exc: BaseException) -> bool:
 def name_lost_nodes(text: str, nodes: Iterable[dict[str, Any]]) -> tuple[list[str], list[str]]:
     """(dead, named): Ray nodes marked dead, and Ray nodes whose IP the loss lines of ``text`` mention,
     each as ``host (ip)``; IPs that are no node of the cluster (a remote reward server) are not named."""
+
     def label(n: dict[str, Any]) -> str:
         return f"{n.get('NodeManagerHostname') or '?'} ({n.get('NodeManagerAddress') or '?'})"
 
@@ -120,15 +134,20 @@ def name_lost_nodes(text: str, nodes: Iterable[dict[str, Any]]) -> tuple[list[st
     return dead, [h for h in named if h not in dead]
 
 
-def lost_node_error(exc: BaseException, *, wait_s: float = 8.0, named_wait_s: float = 3.0,
-                    nodes: Callable[[], list[dict[str, Any]]] | None = None) -> BaseException | None:
+def lost_node_error(
+    exc: BaseException,
+    *,
+    wait_s: float = 8.0,
+    named_wait_s: float = 3.0,
+    nodes: Callable[[], list[dict[str, Any]]] | None = None,
+) -> BaseException | None:
     """An ``InfraError`` naming the lost node(s) when ``exc`` looks like one was lost, else None.
 
     Waits at most ``wait_s`` (``named_wait_s`` when the error already names a node) for Ray to mark a
     node dead: the launcher stops the driver soon after a node is lost, so the wait is short."""
     if not looks_like_peer_loss(exc):
         return None
-    from slime.errors import InfraError
+    from slime.core.errors import InfraError
 
     if nodes is None:
         try:
@@ -157,11 +176,19 @@ def lost_node_error(exc: BaseException, *, wait_s: float = 8.0, named_wait_s: fl
     # the last loss line: a remote traceback's message comes after its source lines
     symptom = (_loss_lines(text) or text.strip() or type(root).__name__).splitlines()[-1].strip()[:300]
     hosts = ", ".join(h.split(" (")[0] for h in lost)
-    how = ("Ray marks the node dead: its Ray died, or the machine or its network failed" if dead else
-           "a trainer or engine process there died or dropped its connection: the node's Ray died, the machine "
-           "or its network failed, or the process was killed (out of memory?)")
-    fix = (f"if it keeps failing, exclude it (cluster.exclude: [{hosts}]) or see its Ray logs (worker-*.err)"
-           if lost else "see the nodes' Ray logs (worker-*.err) for which process died and why")
-    return InfraError(f"lost {', '.join(lost) or 'a trainer or engine process'} during training ({how}); the "
-                      f"driver saw: {symptom}. Fix: nothing in the spec; the launcher requeues the job within "
-                      f"cluster.max_failures and it resumes from the newest checkpoint; {fix}")
+    how = (
+        "Ray marks the node dead: its Ray died, or the machine or its network failed"
+        if dead
+        else "a trainer or engine process there died or dropped its connection: the node's Ray died, the machine "
+        "or its network failed, or the process was killed (out of memory?)"
+    )
+    fix = (
+        f"if it keeps failing, exclude it (cluster.exclude: [{hosts}]) or see its Ray logs (worker-*.err)"
+        if lost
+        else "see the nodes' Ray logs (worker-*.err) for which process died and why"
+    )
+    return InfraError(
+        f"lost {', '.join(lost) or 'a trainer or engine process'} during training ({how}); the "
+        f"driver saw: {symptom}. Fix: nothing in the spec; the launcher requeues the job within "
+        f"cluster.max_failures and it resumes from the newest checkpoint; {fix}"
+    )

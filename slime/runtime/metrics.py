@@ -28,12 +28,12 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from slime.paths import TaskPaths, atomic_write
+from slime.core.paths import TaskPaths, atomic_write
 
 if TYPE_CHECKING:
     from slime.spec.types import Spec
 
-__all__ = ["MetricsLog", "WandbSink", "read_metrics", "clean"]
+__all__ = ["MetricsLog", "WandbSink", "clean", "read_metrics"]
 
 
 def clean(record: dict[str, Any]) -> dict[str, Any]:
@@ -68,8 +68,11 @@ class MetricsLog:
     def __init__(self, path: Path, *, keep_through: int | None) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        kept = [] if keep_through is None else [r for r in read_metrics(path)
-                                                 if int(r.get("rollout_id", -1)) <= keep_through]
+        kept = (
+            []
+            if keep_through is None
+            else [r for r in read_metrics(path) if int(r.get("rollout_id", -1)) <= keep_through]
+        )
         atomic_write(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
         self.rows = kept
         self._fh = path.open("a", encoding="utf-8")
@@ -107,8 +110,16 @@ class WandbSink:
         self.run_id = run_id
         task.wandb.mkdir(parents=True, exist_ok=True)
         w = spec.logging.wandb
-        kwargs = dict(project=w.project, group=w.group, entity=w.entity, id=run_id, resume="allow",
-                      name=f"{spec.name}-{task.root.name}-t{task_index}", dir=str(task.wandb), mode=self.mode)
+        kwargs = dict(
+            project=w.project,
+            group=w.group,
+            entity=w.entity,
+            id=run_id,
+            resume="allow",
+            name=f"{spec.name}-{task.root.name}-t{task_index}",
+            dir=str(task.wandb),
+            mode=self.mode,
+        )
         self._thread = threading.Thread(target=self._init, args=(spec, kwargs), daemon=True, name="wandb-init")
         self._thread.start()
 
@@ -121,8 +132,7 @@ class WandbSink:
             settings = wandb.Settings(console="off", x_disable_stats=True, disable_git=True)
             self.run = wandb.init(config=msgspec.to_builtins(spec), settings=settings, **kwargs)
         except Exception as exc:  # noqa: BLE001 - W&B is optional; say why and go on
-            print(f"warning: W&B ({self.mode}) did not start, metrics go to metrics.jsonl only: {exc}",
-                  file=sys.stderr)
+            print(f"warning: W&B ({self.mode}) did not start, metrics go to metrics.jsonl only: {exc}", file=sys.stderr)
             self.run = None
 
     def _ready(self) -> bool:

@@ -28,8 +28,9 @@ def _moving_average(values: list[float], window: int) -> list[float]:
 def plot_curve(rows: list[dict[str, Any]], out: Path, *, title: str = "") -> Path | None:
     """Write the curve PNG to ``out``; None when there is nothing to plot."""
     train = [r for r in rows if r.get("rollout_id", -1) >= 0 and r.get("rollout/reward_mean") is not None]
-    evals = sorted({k for r in rows for k in r if k.startswith("eval/") and k.endswith("/accuracy")
-                    and k.count("/") == 2})
+    evals = sorted(
+        {k for r in rows for k in r if k.startswith("eval/") and k.endswith("/accuracy") and k.count("/") == 2}
+    )
     if not train and not evals:
         return None
     import matplotlib
@@ -42,14 +43,25 @@ def plot_curve(rows: list[dict[str, Any]], out: Path, *, title: str = "") -> Pat
         xs = [r["step"] for r in train]
         ys = [float(r["rollout/reward_mean"]) for r in train]
         ax.plot(xs, ys, color="tab:blue", alpha=0.25, linewidth=1, label="rollout reward")
-        ax.plot(xs, _moving_average(ys, max(1, len(ys) // 30)), color="tab:blue", linewidth=2,
-                label="rollout reward (moving avg)")
+        ax.plot(
+            xs,
+            _moving_average(ys, max(1, len(ys) // 30)),
+            color="tab:blue",
+            linewidth=2,
+            label="rollout reward (moving avg)",
+        )
     for i, key in enumerate(evals):
         pts = [(r["step"], float(r[key])) for r in rows if r.get(key) is not None]
         if pts:
             name = key.split("/")[1]
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=f"C{(i + 1) % 10}",
-                    linewidth=2, label=f"{name} accuracy (greedy)")
+            ax.plot(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                marker="o",
+                color=f"C{(i + 1) % 10}",
+                linewidth=2,
+                label=f"{name} accuracy (greedy)",
+            )
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("reward / accuracy")
     ax.set_ylim(-0.02, 1.02)

@@ -29,10 +29,17 @@ class Progress:
             from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
             from rich.progress import Progress as RichProgress
 
-            self._bar = RichProgress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                     TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                                     TextColumn("{task.fields[info]}"), console=Console(stderr=True),
-                                     transient=False)
+            self._bar = RichProgress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("eta"),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[info]}"),
+                console=Console(stderr=True),
+                transient=False,
+            )
             self._bar.start()
             self._task = self._bar.add_task(label, total=total, completed=start, info="")
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from slime.layout import Layout, Slot
+from slime.spec.layout import Layout, Slot
 
-__all__ = ["placement_options", "torch_threads", "normal_priority"]
+__all__ = ["normal_priority", "placement_options", "torch_threads"]
 
 
 def _share(n_roles: int) -> float:

@@ -43,8 +43,7 @@ from slime.runtime.rollout_metrics import FULL_CREDIT
 if TYPE_CHECKING:
     from slime.spec.types import EvalSet, Spec
 
-__all__ = ["RolloutManager", "sampling_seed", "FULL_CREDIT"]
-
+__all__ = ["FULL_CREDIT", "RolloutManager", "sampling_seed"]
 
 
 def sampling_seed(*parts: Any) -> int:
@@ -83,8 +82,7 @@ async def _generate(clients: Sequence[Any], samples: list[Sample], params: list[
     async def one(client, idx: list[int]) -> None:
         if not idx:
             return
-        results = await client.generate([samples[i].tokens for i in idx], [params[i] for i in idx],
-                                        return_logprob=True)
+        results = await client.generate([samples[i].tokens for i in idx], [params[i] for i in idx], return_logprob=True)
         for i, res in zip(idx, results):
             s = samples[i]
             if res.logprobs is None:
@@ -95,8 +93,13 @@ async def _generate(clients: Sequence[Any], samples: list[Sample], params: list[
             s.rollout_log_probs = list(res.logprobs)
             s.loss_mask = [1] * s.response_length
             s.weight_version = _version(res.weight_version)
-            s.status = (SampleStatus.ABORTED if res.aborted else
-                        SampleStatus.TRUNCATED if res.truncated else SampleStatus.COMPLETED)
+            s.status = (
+                SampleStatus.ABORTED
+                if res.aborted
+                else SampleStatus.TRUNCATED
+                if res.truncated
+                else SampleStatus.COMPLETED
+            )
 
     await asyncio.gather(*(one(c, idx) for c, idx in zip(clients, per_engine)))
 
@@ -132,21 +135,32 @@ class RolloutManager:
         spec = self.spec
         r, d = spec.rollout, spec.data
         if (r.over_sampling_batch_size or r.batch_size) != r.batch_size:
-            raise ValueError(f"rollout.over_sampling_batch_size={r.over_sampling_batch_size} > batch_size needs a "
-                             "dynamic filter, which this runtime does not implement yet; remove it")
+            raise ValueError(
+                f"rollout.over_sampling_batch_size={r.over_sampling_batch_size} > batch_size needs a "
+                "dynamic filter, which this runtime does not implement yet; remove it"
+            )
         self.tokenizer = AutoTokenizer.from_pretrained(self._tokenizer_dir)
-        self._dataset_args = dict(input_key=d.input_key, label_key=d.label_key, metadata_key=d.metadata_key,
-                                  tokenizer=self.tokenizer, apply_chat_template=d.apply_chat_template,
-                                  max_prompt_tokens=r.max_prompt_len)
+        self._dataset_args = dict(
+            input_key=d.input_key,
+            label_key=d.label_key,
+            metadata_key=d.metadata_key,
+            tokenizer=self.tokenizer,
+            apply_chat_template=d.apply_chat_template,
+            max_prompt_tokens=r.max_prompt_len,
+        )
         self.dataset = PromptDataset(d.prompts, shuffle=d.shuffle, seed=spec.train.seed, **self._dataset_args)
         if spec.algorithm.sft_warmup_steps > 0:
             self._check_sft_labels()
         self._sft_dataset = None
         self._eval_sets: dict[str, Any] = {}
         rw = spec.reward
-        self.reward_fn = make_reward_fn(rw.type, custom=rw.custom if rw.type == "custom" else None,
-                                        url=rw.url if rw.type == "remote" else None, timeout_s=rw.timeout_s,
-                                        max_retries=rw.max_retries)
+        self.reward_fn = make_reward_fn(
+            rw.type,
+            custom=rw.custom if rw.type == "custom" else None,
+            url=rw.url if rw.type == "remote" else None,
+            timeout_s=rw.timeout_s,
+            max_retries=rw.max_retries,
+        )
         self._loop = asyncio.new_event_loop()
         self.clients = []
         self.set_engines(self._urls)
@@ -173,8 +187,12 @@ class RolloutManager:
 
     def _sampling_params(self, *, temperature: float, seed: int | None) -> dict[str, Any]:
         r = self.spec.rollout
-        params: dict[str, Any] = {"max_new_tokens": r.max_response_len, "temperature": temperature,
-                                  "top_p": r.top_p, "top_k": r.top_k}
+        params: dict[str, Any] = {
+            "max_new_tokens": r.max_response_len,
+            "temperature": temperature,
+            "top_p": r.top_p,
+            "top_k": r.top_k,
+        }
         if r.stop:
             params["stop"] = list(r.stop)
         if seed is not None and temperature > 0:
@@ -206,15 +224,28 @@ class RolloutManager:
             ids = self.encode(row.text)
             for j in range(n):
                 index = g * n + j
-                samples.append(Sample(group_index=g, index=index, prompt=row.text, tokens=list(ids),
-                                      label=row.label, metadata={**row.metadata, "rollout_id": rollout_id}))
-                params.append(self._sampling_params(temperature=r.temperature,
-                                                    seed=sampling_seed(seed, "rollout", rollout_id, index)))
+                samples.append(
+                    Sample(
+                        group_index=g,
+                        index=index,
+                        prompt=row.text,
+                        tokens=list(ids),
+                        label=row.label,
+                        metadata={**row.metadata, "rollout_id": rollout_id},
+                    )
+                )
+                params.append(
+                    self._sampling_params(
+                        temperature=r.temperature, seed=sampling_seed(seed, "rollout", rollout_id, index)
+                    )
+                )
         self._fill(samples, params, n)
         aborted = [s.index for s in samples if s.status == SampleStatus.ABORTED]
         if aborted:
-            raise RuntimeError(f"rollout {rollout_id}: {len(aborted)} request(s) were aborted by the engine "
-                               f"(samples {aborted[:5]}...); check the engine logs")
+            raise RuntimeError(
+                f"rollout {rollout_id}: {len(aborted)} request(s) were aborted by the engine "
+                f"(samples {aborted[:5]}...); check the engine logs"
+            )
         self._score(samples)
         return samples
 
@@ -240,11 +271,15 @@ class RolloutManager:
                 ids = self.encode(row.text)
                 for j in range(e.n_samples_per_prompt):
                     index = g * e.n_samples_per_prompt + j
-                    samples.append(Sample(group_index=g, index=index, prompt=row.text, tokens=list(ids),
-                                          label=row.label))
-                    params.append(self._sampling_params(temperature=e.temperature,
-                                                        seed=sampling_seed(self.spec.train.seed, "eval", e.name,
-                                                                           tag, index)))
+                    samples.append(
+                        Sample(group_index=g, index=index, prompt=row.text, tokens=list(ids), label=row.label)
+                    )
+                    params.append(
+                        self._sampling_params(
+                            temperature=e.temperature,
+                            seed=sampling_seed(self.spec.train.seed, "eval", e.name, tag, index),
+                        )
+                    )
             self._fill(samples, params, e.n_samples_per_prompt)
             self._score(samples)
             rewards = [float(s.reward or 0.0) for s in samples]
@@ -268,9 +303,11 @@ class RolloutManager:
             raise ValueError("algorithm.sft_warmup_steps > 0 needs labels: set data.label_key")
         for row in self.dataset.rows:
             if _sft_label(row) is None:
-                raise DatasetError(f"{self.dataset.path}:{row.line}: {d.label_key!r} is "
-                                   f"{json.dumps(row.label)}, but algorithm.sft_warmup_steps > 0 trains on the "
-                                   "labels; give every row a label, or set algorithm.sft_warmup_steps: 0")
+                raise DatasetError(
+                    f"{self.dataset.path}:{row.line}: {d.label_key!r} is "
+                    f"{json.dumps(row.label)}, but algorithm.sft_warmup_steps > 0 trains on the "
+                    "labels; give every row a label, or set algorithm.sft_warmup_steps: 0"
+                )
 
     def sft_samples(self, n: int) -> list[dict]:
         """``n`` (prompt, label + EOS) pairs for the SFT warm-up, from their own cursor over the prompts."""
@@ -280,8 +317,9 @@ class RolloutManager:
         d = self.spec.data
         if self._sft_dataset is None:
             # Its own order (seed + 1) so the warm-up does not consume the RL prompt order.
-            self._sft_dataset = PromptDataset(d.prompts, shuffle=d.shuffle, seed=self.spec.train.seed + 1,
-                                              **self._dataset_args)
+            self._sft_dataset = PromptDataset(
+                d.prompts, shuffle=d.shuffle, seed=self.spec.train.seed + 1, **self._dataset_args
+            )
         out = []
         for row in self._sft_dataset.next_batch(n):
             label = _sft_label(row)

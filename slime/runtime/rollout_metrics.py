@@ -14,15 +14,16 @@ from typing import Any
 
 from slime.rl.sample import Sample, SampleStatus
 
-__all__ = ["FULL_CREDIT", "sample_metrics", "mean_metrics"]
+__all__ = ["FULL_CREDIT", "mean_metrics", "sample_metrics"]
 
 FULL_CREDIT = 1.0 - 1e-9
 
 
-def sample_metrics(samples: Sequence[Sample], rewards: Sequence[float], group_size: int,
-                   weight_version: int) -> dict[str, Any]:
+def sample_metrics(
+    samples: Sequence[Sample], rewards: Sequence[float], group_size: int, weight_version: int
+) -> dict[str, Any]:
     n = max(1, len(samples))
-    groups = [rewards[i:i + group_size] for i in range(0, len(rewards), group_size)]
+    groups = [rewards[i : i + group_size] for i in range(0, len(rewards), group_size)]
     return {
         "rollout/reward_mean": sum(rewards) / n,
         "rollout/accuracy": sum(x >= FULL_CREDIT for x in rewards) / n,

@@ -8,7 +8,7 @@ requeue decisions) reads it; it is never needed to resume (checkpoints are).
 
 Graceful stop: SIGUSR1 (SLURM's ``--signal`` warning before the time limit) and
 SIGTERM (preemption, ``scancel``) set a flag; the loop finishes the rollout it
-is in, saves a checkpoint and exits with :data:`EXIT_REQUEUE` (75, BSD's
+is in, saves a checkpoint and exits with :data:`ExitCode.REQUEUE` (75, BSD's
 EX_TEMPFAIL: "try again later"), which launchers map to "requeue me". A second
 signal while stopping does not abort the checkpoint being written.
 """
@@ -24,12 +24,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from slime.paths import atomic_write
+from slime.core.paths import atomic_write
 
-__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_SPEC", "EXIT_INFRA", "EXIT_REQUEUE", "StopFlag", "TaskState"]
-
-EXIT_OK, EXIT_FAILED, EXIT_SPEC, EXIT_INFRA = 0, 1, 2, 3
-EXIT_REQUEUE = 75  # stopped on request after a checkpoint: requeue and resume
+__all__ = [
+    "StopFlag",
+    "TaskState",
+]
 
 
 class StopFlag:
@@ -72,9 +72,17 @@ class TaskState:
 
     def __init__(self, path: Path, *, num_rollouts: int) -> None:
         self.path = path
-        self.doc: dict[str, Any] = {"state": "running", "rollout_id": -1, "num_rollouts": num_rollouts,
-                                    "checkpoint": None, "exit_code": None, "error": None,
-                                    "pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+        self.doc: dict[str, Any] = {
+            "state": "running",
+            "rollout_id": -1,
+            "num_rollouts": num_rollouts,
+            "checkpoint": None,
+            "exit_code": None,
+            "error": None,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": time.time(),
+        }
 
     def update(self, **fields: Any) -> None:
         self.doc.update(fields)

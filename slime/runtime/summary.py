@@ -16,10 +16,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from slime.paths import atomic_write
+from slime.core.paths import atomic_write
 from slime.runtime.metrics import clean
 
-__all__ = ["final_metrics", "write_summary", "print_summary"]
+__all__ = ["final_metrics", "print_summary", "write_summary"]
 
 _TIMES = ("time/rollout_s", "time/train_s", "time/sync_s", "time/eval_s")
 

@@ -30,7 +30,7 @@ from slime.backends.base import TrainBatch
 from slime.rl.advantages import discounted_returns, gae, group_normalized_rewards, token_level_rewards
 from slime.rl.masked import masked_moments, whiten, zero_masked
 
-__all__ = ["collate", "sequence_scores", "shard_for_rank", "token_advantages", "GROUP_ESTIMATORS"]
+__all__ = ["GROUP_ESTIMATORS", "collate", "sequence_scores", "shard_for_rank", "token_advantages"]
 
 GROUP_ESTIMATORS = ("grpo", "gspo", "cispo")
 
@@ -52,13 +52,15 @@ def shard_for_rank(items: Sequence[Any], *, dp_rank: int, dp_size: int, steps: i
         raise ValueError(f"{n} samples cannot be split into num_steps_per_rollout={steps} equal steps")
     per_step = n // steps
     if per_step % dp_size:
-        raise ValueError(f"a step of {per_step} samples cannot be split over {dp_size} data-parallel ranks; "
-                         "make train.global_batch_size a multiple of the data-parallel size")
+        raise ValueError(
+            f"a step of {per_step} samples cannot be split over {dp_size} data-parallel ranks; "
+            "make train.global_batch_size a multiple of the data-parallel size"
+        )
     per_rank = per_step // dp_size
     out: list[Any] = []
     for s in range(steps):
         start = s * per_step + dp_rank * per_rank
-        out.extend(items[start:start + per_rank])
+        out.extend(items[start : start + per_rank])
     return out
 
 
@@ -85,11 +87,16 @@ def collate(samples: Sequence[dict], *, kind: str = "rl", pad_id: int = 0) -> Tr
         tokens[i, :L] = torch.tensor(toks, dtype=torch.long)
         attention[i, :L] = 1
         lm = s.get("loss_mask") or [1] * R
-        mask[i, P - 1:L - 1] = torch.tensor(lm, dtype=torch.float32)
+        mask[i, P - 1 : L - 1] = torch.tensor(lm, dtype=torch.float32)
         if have_lp:
-            rollout_lp[i, P - 1:L - 1] = torch.tensor(s["rollout_log_probs"], dtype=torch.float32)
-    return TrainBatch(tokens=tokens, attention_mask=attention, response_mask=mask,
-                      rollout_log_probs=rollout_lp if have_lp else None, kind=kind)  # type: ignore[arg-type]
+            rollout_lp[i, P - 1 : L - 1] = torch.tensor(s["rollout_log_probs"], dtype=torch.float32)
+    return TrainBatch(
+        tokens=tokens,
+        attention_mask=attention,
+        response_mask=mask,
+        rollout_log_probs=rollout_lp if have_lp else None,
+        kind=kind,
+    )  # type: ignore[arg-type]
 
 
 AllReduce = Callable[[torch.Tensor], torch.Tensor]
@@ -104,14 +111,25 @@ def _whiten_global(x: torch.Tensor, mask: torch.Tensor, all_reduce: AllReduce) -
     return whiten(x.float(), mask, mean=mean.float(), var=var.float())
 
 
-def token_advantages(scores: torch.Tensor, mask: torch.Tensor, *, estimator: str, kl: torch.Tensor | None = None,
-                     kl_coef: float = 0.0, values: torch.Tensor | None = None, gamma: float = 1.0,
-                     lambd: float = 1.0, all_reduce: AllReduce = lambda t: t) -> tuple[torch.Tensor, torch.Tensor]:
+def token_advantages(
+    scores: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    estimator: str,
+    kl: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+    values: torch.Tensor | None = None,
+    gamma: float = 1.0,
+    lambd: float = 1.0,
+    all_reduce: AllReduce = lambda t: t,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token ``(advantages, returns)`` ``[B, T-1]`` from this rank's sequence scores."""
     if estimator in GROUP_ESTIMATORS:
         if kl_coef:
-            raise ValueError(f"{estimator} takes no KL penalty in the reward (algorithm.kl_coef={kl_coef}); "
-                             "use algorithm.kl_loss_coef instead")
+            raise ValueError(
+                f"{estimator} takes no KL penalty in the reward (algorithm.kl_coef={kl_coef}); "
+                "use algorithm.kl_loss_coef instead"
+            )
         adv = zero_masked(scores[:, None].expand(mask.shape).float(), mask)
         return adv, adv.clone()
     if kl_coef and kl is None:
@@ -127,7 +145,8 @@ def token_advantages(scores: torch.Tensor, mask: torch.Tensor, *, estimator: str
     if estimator == "ppo":
         if values is None:
             raise ValueError("ppo needs critic values; is the critic group running?")
-        adv, returns = gae(token_level_rewards(scores, mask, kl=kl, kl_coef=kl_coef), values, mask,
-                           gamma=gamma, lambd=lambd)
+        adv, returns = gae(
+            token_level_rewards(scores, mask, kl=kl, kl_coef=kl_coef), values, mask, gamma=gamma, lambd=lambd
+        )
         return _whiten_global(adv, mask, all_reduce), returns
     raise ValueError(f"unknown estimator {estimator!r}")

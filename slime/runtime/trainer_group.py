@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from slime.layout import Layout, Slot
+    from slime.spec.layout import Layout, Slot
     from slime.spec.types import Spec
 
-__all__ = ["TrainerRank", "TrainerGroup"]
+__all__ = ["TrainerGroup", "TrainerRank"]
 
 
 def _free_port(ip: str) -> int:
@@ -75,8 +75,13 @@ class TrainerRank:
     def init(self, master_addr: str, master_port: int, model_dir: str) -> tuple[int, int]:
         from slime.backends.base import RankInfo
 
-        self.rank_info = RankInfo(rank=self.rank, world_size=self.world_size, master_addr=master_addr,
-                                  master_port=master_port, device=self.device)
+        self.rank_info = RankInfo(
+            rank=self.rank,
+            world_size=self.world_size,
+            master_addr=master_addr,
+            master_port=master_port,
+            device=self.device,
+        )
         self.backend.init(self.spec, self.rank_info, Path(model_dir), role=self.role)  # type: ignore[arg-type]
         return self.backend.data_parallel_coords()
 
@@ -129,17 +134,28 @@ class TrainerRank:
             sums[2] = zero_masked(compute_kl(batch.old_log_probs, batch.ref_log_probs, a.kl_loss_type), mask).sum()
             kl = compute_kl(batch.old_log_probs, batch.ref_log_probs, "k1")
             sums[3] = zero_masked(kl, mask).sum()
-        adv, returns = token_advantages(torch.tensor(scores, dtype=torch.float32), mask, estimator=a.estimator,
-                                        kl=kl, kl_coef=a.kl_coef, values=values, gamma=a.gamma, lambd=a.lam,
-                                        all_reduce=self._all_reduce)
+        adv, returns = token_advantages(
+            torch.tensor(scores, dtype=torch.float32),
+            mask,
+            estimator=a.estimator,
+            kl=kl,
+            kl_coef=a.kl_coef,
+            values=values,
+            gamma=a.gamma,
+            lambd=a.lam,
+            all_reduce=self._all_reduce,
+        )
         batch.advantages, batch.returns = adv, returns
         self.batch = batch
         self._all_reduce(sums)
         self._all_reduce(diff_max, "max")
         n = max(1.0, float(sums[1]))
-        metrics = {"train/logprob_diff": float(sums[0]) / n, "train/logprob_diff_max": float(diff_max[0]),
-                   "train/tokens": float(sums[1]),
-                   "train/adv_abs_mean": float(adv.abs().sum() / max(1.0, float(mask.sum())))}
+        metrics = {
+            "train/logprob_diff": float(sums[0]) / n,
+            "train/logprob_diff_max": float(diff_max[0]),
+            "train/tokens": float(sums[1]),
+            "train/adv_abs_mean": float(adv.abs().sum() / max(1.0, float(mask.sum()))),
+        }
         if self.ref is not None:
             metrics["train/ref_kl"] = float(sums[2]) / n
         metrics["time/prepare_s"] = time.perf_counter() - t0
@@ -177,8 +193,10 @@ class TrainerRank:
         backend = self.backend
         if hasattr(backend, "iter_hf_weights"):  # megatron: gathers TP shards (collective on every rank)
             if getattr(backend, "pp", 1) > 1:
-                raise ValueError("rollout.weight_sync: nccl with train.parallel.pipeline > 1 is not implemented "
-                                 "(rank 0 holds only the first stage); use weight_sync: disk")
+                raise ValueError(
+                    "rollout.weight_sync: nccl with train.parallel.pipeline > 1 is not implemented "
+                    "(rank 0 holds only the first stage); use weight_sync: disk"
+                )
             return backend.iter_hf_weights()
         model = backend.model  # the torch backend: a plain HF model, replicated on every rank
         tied = bool(getattr(model.config, "tie_word_embeddings", False))
@@ -201,9 +219,13 @@ class TrainerRank:
 
             ip = ray.util.get_node_ip_address()
             self._loop = asyncio.new_event_loop()
-            sync = NcclWeightSync(clients=[EngineClient(u) for u in urls], engine_gpus=list(engine_ranks),
-                                  master_address=ip, master_port=_free_port(ip),
-                                  backend="nccl" if self.device.startswith("cuda") else "gloo")
+            sync = NcclWeightSync(
+                clients=[EngineClient(u) for u in urls],
+                engine_gpus=list(engine_ranks),
+                master_address=ip,
+                master_port=_free_port(ip),
+                backend="nccl" if self.device.startswith("cuda") else "gloo",
+            )
             self._loop.run_until_complete(sync.init_group())
             self._weight_sync = sync
         return self._loop.run_until_complete(self._weight_sync.update(named, version=version))
@@ -225,9 +247,15 @@ class TrainerRank:
 
         import ray
 
-        return {"rank": self.rank, "role": self.role, "host": socket.gethostname(),
-                "ip": ray.util.get_node_ip_address(), "pid": os.getpid(), "device": self.device,
-                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+        return {
+            "rank": self.rank,
+            "role": self.role,
+            "host": socket.gethostname(),
+            "ip": ray.util.get_node_ip_address(),
+            "pid": os.getpid(),
+            "device": self.device,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        }
 
 
 class TrainerGroup:
@@ -240,9 +268,17 @@ class TrainerGroup:
 
         self.role = role
         cls = ray.remote(TrainerRank)
-        self.ranks = [cls.options(**placement_options(layout, placement, slot)).remote(
-            spec, role, i, len(slots), threads=torch_threads(layout, slot, "train", spec.cluster.cpus_per_node),
-            gpu_slot=slot.gpu is not None) for i, slot in enumerate(slots)]
+        self.ranks = [
+            cls.options(**placement_options(layout, placement, slot)).remote(
+                spec,
+                role,
+                i,
+                len(slots),
+                threads=torch_threads(layout, slot, "train", spec.cluster.cpus_per_node),
+                gpu_slot=slot.gpu is not None,
+            )
+            for i, slot in enumerate(slots)
+        ]
         self.coords: list[tuple[int, int]] = []
 
     def init(self, model_dir: Path) -> None:

@@ -8,5 +8,15 @@ from slime.spec.errors import Origin, Problem, SpecError
 from slime.spec.load import LoadedSpec, Task, load_spec, load_spec_text, parse_path
 from slime.spec.types import API_VERSION, Spec
 
-__all__ = ["API_VERSION", "LoadedSpec", "Origin", "Problem", "Spec", "SpecError", "Task", "load_spec",
-           "load_spec_text", "parse_path"]
+__all__ = [
+    "API_VERSION",
+    "LoadedSpec",
+    "Origin",
+    "Problem",
+    "Spec",
+    "SpecError",
+    "Task",
+    "load_spec",
+    "load_spec_text",
+    "parse_path",
+]

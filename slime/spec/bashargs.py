@@ -21,14 +21,15 @@ import operator
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["Word", "Script", "read_script"]
+__all__ = ["Script", "Word", "read_script"]
 
 _TERMINATORS = " \t\r\n;|&()<>"
 _REDIRECT = re.compile(r"(\d*)(&>>|&>|>>|>&|<&|>|<)(\d+|-)?")
 _ASSIGN = re.compile(r"^([A-Za-z_]\w*)(\+?)=(.*)$", re.S)
 _ARRAY_REF = re.compile(r"^\$\{([A-Za-z_]\w*)\[[@*]\]\}$")
-_EXPANSION = re.compile(r"\$\(\((?P<arith>.*?)\)\)|\$\((?P<cmd>.*?)\)|\$\{(?P<brace>[^}]*)\}|\$(?P<bare>[A-Za-z_]\w*)",
-                        re.S)
+_EXPANSION = re.compile(
+    r"\$\(\((?P<arith>.*?)\)\)|\$\((?P<cmd>.*?)\)|\$\{(?P<brace>[^}]*)\}|\$(?P<bare>[A-Za-z_]\w*)", re.S
+)
 _TRAIN_SCRIPT = re.compile(r"(^|/)train\w*\.py$")
 
 
@@ -92,7 +93,7 @@ def _tokens(text: str) -> list[tuple]:
             j = text.find("\n", i)
             i = n if j < 0 else j
         elif text.startswith(("&&", "||", ";;"), i):
-            out.append(("op", text[i:i + 2], line))
+            out.append(("op", text[i : i + 2], line))
             i += 2
         elif (m := _REDIRECT.match(text, i)) is not None:
             i = m.end()
@@ -131,12 +132,12 @@ def _word(text: str, i: int, line: int) -> tuple[list[tuple[str, bool]], int, in
             if text.startswith("\n", i + 1):
                 i, line = i + 2, line + 1
                 continue
-            segs.append((text[i + 1:i + 2], False))
+            segs.append((text[i + 1 : i + 2], False))
             i += 2
         elif c == "'":
             j = text.find("'", i + 1)
             j = n if j < 0 else j
-            segs.append((text[i + 1:j], False))
+            segs.append((text[i + 1 : j], False))
             line += text.count("\n", i, j)
             i = j + 1
         elif c == '"':
@@ -177,12 +178,20 @@ def _word(text: str, i: int, line: int) -> tuple[list[tuple[str, bool]], int, in
 
 
 # ----------------------------------------------------------------------------- expansion
-_ARITH_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.floordiv,
-              ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_ARITH_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.floordiv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
 
 
 def _arith(expr: str) -> int | None:
     """Integer arithmetic as bash does it, or None for anything else (never eval)."""
+
     def ev(node: ast.AST) -> int:
         if isinstance(node, ast.Expression):
             return ev(node.body)
@@ -197,6 +206,7 @@ def _arith(expr: str) -> int | None:
                 raise ValueError
             return _ARITH_OPS[type(node.op)](left, right)
         raise ValueError
+
     try:
         value = ev(ast.parse(expr.strip(), mode="eval"))
     except (SyntaxError, ValueError, ZeroDivisionError, RecursionError, OverflowError):
@@ -268,8 +278,13 @@ def _statements(tokens: list[tuple]) -> list[list[tuple]]:
             if cur:
                 out.append(cur)
             cur = []
-        elif kind == "op" and value == "(" and cur and cur[-1][0] == "word" and \
-                "".join(s for s, _ in cur[-1][1]).endswith("="):
+        elif (
+            kind == "op"
+            and value == "("
+            and cur
+            and cur[-1][0] == "word"
+            and "".join(s for s, _ in cur[-1][1]).endswith("=")
+        ):
             in_array = True
             cur.append(tok)
         elif kind == "op" and value == ")" and in_array:
@@ -295,7 +310,7 @@ def read_script(text: str) -> Script:
     except RecursionError:
         statements = []
     for stmt in statements:
-        words = [t for t in stmt]
+        words = list(stmt)
         while words and words[0][0] == "word" and "".join(s for s, _ in words[0][1]) in _DECLARE:
             words = words[1:]
             while words and words[0][0] == "word" and "".join(s for s, _ in words[0][1]).startswith("-"):
@@ -332,13 +347,15 @@ def read_script(text: str) -> Script:
         if not cmd:
             continue
         if cmd[0].text in ("source", ".") and len(cmd) > 1:
-            env.note(f"source {cmd[1].text}", "sourced files are not read (arrays defined there, such as "
-                     "MODEL_ARGS, are unknown here)")
+            env.note(
+                f"source {cmd[1].text}",
+                "sourced files are not read (arrays defined there, such as MODEL_ARGS, are unknown here)",
+            )
             continue
         entry = next((i for i, w in enumerate(cmd) if _TRAIN_SCRIPT.search(w.text)), None)
         if entry is not None:
             script.entry, script.entry_line = cmd[entry].text, cmd[entry].line
-            script.words = cmd[entry + 1:]
+            script.words = cmd[entry + 1 :]
         elif cmd[0].text.startswith("--"):
             loose.extend(cmd)
     if script.entry is None:
@@ -346,6 +363,7 @@ def read_script(text: str) -> Script:
     script.unknown_arrays = [Word(w.text[1:], w.line) for w in script.words if w.text.startswith("\0")]
     script.words = [w for w in script.words if not w.text.startswith("\0")]
     used = [w.text for w in script.words] + [w.text for w in script.unknown_arrays]
-    script.notes = [(what, why) for what, why in env.notes
-                    if what.startswith("source ") or any(what in text for text in used)]
+    script.notes = [
+        (what, why) for what, why in env.notes if what.startswith("source ") or any(what in text for text in used)
+    ]
     return script

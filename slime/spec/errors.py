@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["Problem", "SpecError", "Origin"]
+__all__ = ["Origin", "Problem", "SpecError"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -101,5 +101,4 @@ def _printable(p: Problem) -> Problem:
     path, message, hint = _safe(p.path), _safe(p.message), _safe(p.hint)
     if (path, message, hint) == (p.path, p.message, p.hint):
         return p
-    return Problem(path=path or "", message=message or "", hint=hint, origin=p.origin, severity=p.severity,
-                   task=p.task)
+    return Problem(path=path or "", message=message or "", hint=hint, origin=p.origin, severity=p.severity, task=p.task)

@@ -30,7 +30,7 @@ from slime.spec.slime_flags import (
     slime_only_reason,
 )
 
-__all__ = ["IMPLIED", "Flag", "Builder", "Key", "parse_flags", "dedupe", "map_flag", "finish"]
+__all__ = ["IMPLIED", "Builder", "Flag", "Key", "dedupe", "finish", "map_flag", "parse_flags"]
 
 IMPLIED = "implied by model.path config.json"
 _UNRESOLVED = re.compile(r"\$\(|\$\{|\$[A-Za-z_]")
@@ -101,8 +101,9 @@ def dedupe(flags: list[Flag], b: Builder) -> list[Flag]:
     out = []
     for i, f in enumerate(flags):
         if last[f.name] != i and f.name not in _REPEATABLE:
-            b.unmapped.append((f.name, f"given again on line {flags[last[f.name]].line}; the last one wins "
-                                       "(as in slime's argparse)"))
+            b.unmapped.append(
+                (f.name, f"given again on line {flags[last[f.name]].line}; the last one wins (as in slime's argparse)")
+            )
         else:
             out.append(f)
     return out
@@ -142,8 +143,13 @@ def _scalar(v: str) -> Any:
 
 def _pass_through(f: Flag, b: Builder, section: str, key: str, what: str) -> None:
     if len(f.values) > 1:
-        b.unmapped.append((f.name, f"takes several values ({' '.join(f.values)}); {section} holds one value per "
-                                   f"{what} flag: add it by hand if the engine accepts a quoted list"))
+        b.unmapped.append(
+            (
+                f.name,
+                f"takes several values ({' '.join(f.values)}); {section} holds one value per "
+                f"{what} flag: add it by hand if the engine accepts a quoted list",
+            )
+        )
     elif f.values and _UNRESOLVED.search(f.values[0]):
         b.unmapped.append((f.name, f"value {f.values[0]!r} could not be resolved without running the script"))
     else:
@@ -180,14 +186,19 @@ def map_flag(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
     elif name in SLIME_SGLANG_OWN:
         b.unmapped.append((name, SLIME_SGLANG_OWN[name]))
     elif name.startswith("--sglang-"):
-        _pass_through(f, b, "rollout.engine_args", name[len("--sglang-"):], "SGLang")
+        _pass_through(f, b, "rollout.engine_args", name[len("--sglang-") :], "SGLang")
     elif name.startswith("--router-"):
-        _pass_through(f, b, "rollout.router_args", name[len("--router-"):], "router")
+        _pass_through(f, b, "rollout.router_args", name[len("--router-") :], "router")
     elif name in SLIME_ONLY:
         b.unmapped.append((name, slime_only_reason(name)))
     elif name == "--spec":
-        b.unmapped.append((name, "a custom Megatron layer spec: the megatron backend builds the model from "
-                                 "model.path's config.json; check it supports this model"))
+        b.unmapped.append(
+            (
+                name,
+                "a custom Megatron layer spec: the megatron backend builds the model from "
+                "model.path's config.json; check it supports this model",
+            )
+        )
     else:  # a Megatron flag slime passes through
         _pass_through(f, b, "train.backend_args", name[2:], "Megatron")
 
@@ -205,8 +216,12 @@ def _special(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
     elif name == "--rm-type":
         kind = (one or "").removeprefix("boxed_")
         if kind in _RM_TYPES:
-            b.from_flag(f, "reward.type", _RM_TYPES[kind],
-                        "" if kind == _RM_TYPES[kind] else f" -- slime's '{kind}' grader -> math")
+            b.from_flag(
+                f,
+                "reward.type",
+                _RM_TYPES[kind],
+                "" if kind == _RM_TYPES[kind] else f" -- slime's '{kind}' grader -> math",
+            )
         else:
             b.unmapped.append((name, f"no built-in {one!r} reward in slime/v1: port it as reward.type: custom"))
     elif name == "--custom-rm-path" and one is None:
@@ -277,8 +292,12 @@ def finish(b: Builder, seen: dict[str, Flag], name: str | None) -> None:
     ref = seen.get("--ref-load")
     if ref is not None:
         if kl_used:
-            b.from_flag(ref, "model.ref_path", "initial", " -- slime's Megatron copy of the starting weights; "
-                        "'initial' anchors KL to the starting policy")
+            b.from_flag(
+                ref,
+                "model.ref_path",
+                "initial",
+                " -- slime's Megatron copy of the starting weights; 'initial' anchors KL to the starting policy",
+            )
         else:
             b.mapped.append(("--ref-load", "model.path (slime starts the actor from it; the HF checkpoint is used)"))
     elif kl_used:
@@ -347,8 +366,11 @@ def _eval_sets(b: Builder, seen: dict[str, Flag]) -> None:
                 b.unmapped.append((n, "no --eval-prompt-data to apply it to"))
         return
     vals = data.values
-    pairs = [(vals[i], vals[i + 1]) for i in range(0, len(vals) - 1, 2)] if len(vals) > 1 else \
-        [(re.sub(r"\.\w+$", "", vals[0].rsplit("/", 1)[-1]), vals[0])]
+    pairs = (
+        [(vals[i], vals[i + 1]) for i in range(0, len(vals) - 1, 2)]
+        if len(vals) > 1
+        else [(re.sub(r"\.\w+$", "", vals[0].rsplit("/", 1)[-1]), vals[0])]
+    )
     interval = _num(extras["--eval-interval"], "int", b)
     n_samples = _num(extras["--n-samples-per-eval-prompt"], "int", b)
     temperature = _num(extras["--eval-temperature"], "float", b)
@@ -386,8 +408,11 @@ def _wandb(b: Builder, seen: dict[str, Flag]) -> None:
     elif not b.has("logging.wandb.mode"):
         b.set("logging.wandb.mode", "disabled", "slime logs to W&B only with --use-wandb (flag absent)")
     if key is not None:
-        b.set("cluster.secrets.WANDB_API_KEY", {"env": "WANDB_API_KEY"},
-              f"--wandb-key (line {key.line}): the key itself is not copied; export WANDB_API_KEY when submitting")
+        b.set(
+            "cluster.secrets.WANDB_API_KEY",
+            {"env": "WANDB_API_KEY"},
+            f"--wandb-key (line {key.line}): the key itself is not copied; export WANDB_API_KEY when submitting",
+        )
         b.mapped.append((key.name, "cluster.secrets.WANDB_API_KEY (a reference; the value is not copied)"))
 
 
@@ -396,8 +421,11 @@ def _cluster(b: Builder, seen: dict[str, Flag]) -> None:
     actor = nodes * per_node
     colocate = bool(b.get("rollout.colocate"))
     if not colocate and b.get("rollout.gpus") is None:
-        b.placeholder("rollout.gpus", b.get("rollout.gpus_per_engine") or 1,
-                      "a disaggregated run (no --colocate) needs --rollout-num-gpus")
+        b.placeholder(
+            "rollout.gpus",
+            b.get("rollout.gpus_per_engine") or 1,
+            "a disaggregated run (no --colocate) needs --rollout-num-gpus",
+        )
     rollout = b.get("rollout.gpus") or 0
     gpn = b.get("cluster.gpus_per_node")
     if gpn is None:
@@ -405,16 +433,25 @@ def _cluster(b: Builder, seen: dict[str, Flag]) -> None:
         b.set("cluster.gpus_per_node", gpn, "slime's --num-gpus-per-node default; set your nodes' GPU count")
     total = max(actor, rollout) if colocate else actor + rollout
     cluster_nodes = max(1, -(-total // gpn)) if gpn else nodes
-    b.set("cluster.nodes", cluster_nodes,
-          f"derived: {'max(actor, rollout)' if colocate else 'actor + rollout'} = {total} GPUs / {gpn} per node")
-    b.set("cluster.launcher", "local" if cluster_nodes == 1 else "slurm",
-          "slime scripts start Ray by hand: 'local' runs on this machine, 'slurm' submits with sbatch")
+    b.set(
+        "cluster.nodes",
+        cluster_nodes,
+        f"derived: {'max(actor, rollout)' if colocate else 'actor + rollout'} = {total} GPUs / {gpn} per node",
+    )
+    b.set(
+        "cluster.launcher",
+        "local" if cluster_nodes == 1 else "slurm",
+        "slime scripts start Ray by hand: 'local' runs on this machine, 'slurm' submits with sbatch",
+    )
 
 
 def _required(b: Builder) -> None:
     if b.get("model.path") is None:
-        b.placeholder("model.path", "/path/to/hf-checkpoint", "no --hf-checkpoint in the input; the HF-format "
-                      "checkpoint directory")
+        b.placeholder(
+            "model.path",
+            "/path/to/hf-checkpoint",
+            "no --hf-checkpoint in the input; the HF-format checkpoint directory",
+        )
     if b.get("data.prompts") is None:
         b.placeholder("data.prompts", "/path/to/prompts.jsonl", "no --prompt-data in the input; a JSONL file")
     if b.get("rollout.num_rollouts") is None and b.get("rollout.epochs") is None:

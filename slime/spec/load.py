@@ -54,8 +54,9 @@ class LoadedSpec:
 
 
 def _problem(path: str, message: str, hint: str | None, marks: Marks, *, severity="error", task=None) -> Problem:
-    return Problem(path=path, message=message, hint=hint, origin=origin_of(parse_path(path), marks),
-                   severity=severity, task=task)
+    return Problem(
+        path=path, message=message, hint=hint, origin=origin_of(parse_path(path), marks), severity=severity, task=task
+    )
 
 
 def _converts(data: Any) -> bool:
@@ -77,12 +78,18 @@ def _msgspec_problem(text: str, marks: Marks, task: int | None) -> Problem:
     from slime.spec.schema import subschema
 
     sub = subschema("slime/v1", parse_path(where)) or {}
-    return Problem(path=where, message=message, origin=origin_of(parse_path(where), marks), task=task,
-                   hint=f"expected: {sub['description']}" if sub.get("description") else None)
+    return Problem(
+        path=where,
+        message=message,
+        origin=origin_of(parse_path(where), marks),
+        task=task,
+        hint=f"expected: {sub['description']}" if sub.get("description") else None,
+    )
 
 
-def _typed(api_version: str, data: dict, base_dir: FsPath, marks: Marks, *, check_paths: PathCheck,
-           task: int | None) -> tuple[Any, list[Problem]]:
+def _typed(
+    api_version: str, data: dict, base_dir: FsPath, marks: Marks, *, check_paths: PathCheck, task: int | None
+) -> tuple[Any, list[Problem]]:
     import msgspec
 
     from slime.spec.resolve import resolve
@@ -95,37 +102,51 @@ def _typed(api_version: str, data: dict, base_dir: FsPath, marks: Marks, *, chec
         return None, [_msgspec_problem(str(exc), marks, task)]
     problems = [_problem(path, msg, hint, marks, task=task) for path, msg, hint in check_raw(spec)]
     spec = resolve(spec, base_dir)
-    problems += [_problem(path, msg, hint, marks, severity=sev, task=task)
-                 for sev, (path, msg, hint) in check(spec, check_paths=check_paths)]
+    problems += [
+        _problem(path, msg, hint, marks, severity=sev, task=task)
+        for sev, (path, msg, hint) in check(spec, check_paths=check_paths)
+    ]
     return spec, problems
 
 
 def _version(data: Any, marks: Marks, file: str) -> tuple[str | None, list[Problem]]:
     if not isinstance(data, dict):
-        return None, [Problem(path="", message="the spec must be a YAML mapping", origin=Origin(file=file, line=1),
-                              hint="start from specs/quickstart.yaml")]
+        return None, [
+            Problem(
+                path="",
+                message="the spec must be a YAML mapping",
+                origin=Origin(file=file, line=1),
+                hint="start from specs/quickstart.yaml",
+            )
+        ]
     version = data.get("apiVersion")
     if version in SUPPORTED_VERSIONS:
         return version, []
     what = "missing" if version is None else f"unknown apiVersion {version!r}"
-    return None, [Problem(path="apiVersion", message=f"apiVersion is {what}" if version is None else what,
-                          hint=f"supported versions: {', '.join(SUPPORTED_VERSIONS)}",
-                          origin=origin_of(("apiVersion",), marks))]
+    return None, [
+        Problem(
+            path="apiVersion",
+            message=f"apiVersion is {what}" if version is None else what,
+            hint=f"supported versions: {', '.join(SUPPORTED_VERSIONS)}",
+            origin=origin_of(("apiVersion",), marks),
+        )
+    ]
 
 
 def _without_reported(problems: list[Problem], reported: list[Problem]) -> list[Problem]:
     """Drop problems at or under a path that already has one (an invalid YAML value fails the schema too)."""
     paths = {p.path for p in reported}
-    return [p for p in problems
-            if not any(p.path == r or p.path.startswith((r + ".", r + "[")) for r in paths)]
+    return [p for p in problems if not any(p.path == r or p.path.startswith((r + ".", r + "[")) for r in paths)]
 
 
 def _collapse(per_task: list[list[Problem]]) -> list[Problem]:
     """A problem every task has is reported once, without a task index; the rest per task."""
     if len(per_task) < 2:
         return [p for ps in per_task for p in ps]
+
     def key(p: Problem) -> tuple:
         return (p.path, p.message, p.hint, p.severity)
+
     counts: dict[tuple, int] = {}
     for ps in per_task:
         for k in {key(p) for p in ps}:
@@ -138,8 +159,15 @@ def _collapse(per_task: list[list[Problem]]) -> list[Problem]:
             if counts[k] == len(per_task):
                 if k not in emitted:
                     emitted.add(k)
-                    out.append(Problem(path=p.path, message=p.message + f" (in all {len(per_task)} sweep tasks)",
-                                       hint=p.hint, origin=p.origin, severity=p.severity))
+                    out.append(
+                        Problem(
+                            path=p.path,
+                            message=p.message + f" (in all {len(per_task)} sweep tasks)",
+                            hint=p.hint,
+                            origin=p.origin,
+                            severity=p.severity,
+                        )
+                    )
             else:
                 out.append(p)
     return out
@@ -158,15 +186,22 @@ def _apply_overrides(data: Any, marks: Marks, overrides: tuple[str, ...] | list[
         origin = Origin(file=file, override=f"--set {text}")
         created, error = apply_value(data, path, value)
         if error:
-            problems.append(Problem(path=dotted(path), message=error, origin=origin,
-                                    hint="fix the path of the override (see `slime-submit explain FIELD`)"))
+            problems.append(
+                Problem(
+                    path=dotted(path),
+                    message=error,
+                    origin=origin,
+                    hint="fix the path of the override (see `slime-submit explain FIELD`)",
+                )
+            )
             continue
         remark(marks, path, value, created, origin)
     return problems
 
 
-def _sweep_tasks(api_version: str, data: dict, marks: Marks, base_dir: FsPath, check_paths: PathCheck,
-                 points: list[dict[str, Any]]) -> tuple[list[Task], list[Problem]]:
+def _sweep_tasks(
+    api_version: str, data: dict, marks: Marks, base_dir: FsPath, check_paths: PathCheck, points: list[dict[str, Any]]
+) -> tuple[list[Task], list[Problem]]:
     import msgspec
 
     # The data is plain JSON here (normalise ran), so an encode-once/decode-per-task copy is exact
@@ -188,25 +223,41 @@ def _sweep_tasks(api_version: str, data: dict, marks: Marks, base_dir: FsPath, c
                 remark(task_marks, path, value, created, origin)
         spec = None
         if not errors:
-            spec, errors = _typed(api_version, task_data, base_dir, task_marks,
-                                  check_paths=check_paths, task=index)  # a sweep may vary paths too
+            spec, errors = _typed(
+                api_version, task_data, base_dir, task_marks, check_paths=check_paths, task=index
+            )  # a sweep may vary paths too
         per_task.append(errors)
         tasks.append(Task(index=index, overrides=point, spec=spec))
     return tasks, _collapse(per_task)
 
 
-def load_spec_text(text: str, *, file: str = "<spec>", base_dir: FsPath | None = None,
-                   overrides: tuple[str, ...] | list[str] = (), check_paths: PathCheck = False) -> LoadedSpec:
+def load_spec_text(
+    text: str,
+    *,
+    file: str = "<spec>",
+    base_dir: FsPath | None = None,
+    overrides: tuple[str, ...] | list[str] = (),
+    check_paths: PathCheck = False,
+) -> LoadedSpec:
     """Validate and resolve spec text (``file`` names it in messages; relative paths resolve against ``base_dir``)."""
     try:
         return _load_text(text, file, base_dir or FsPath.cwd(), overrides, check_paths)
     except RecursionError:
-        raise SpecError([Problem(path="", message="the spec is nested too deeply", origin=Origin(file=file),
-                                 hint="specs are a few levels deep; check for runaway brackets")]) from None
+        raise SpecError(
+            [
+                Problem(
+                    path="",
+                    message="the spec is nested too deeply",
+                    origin=Origin(file=file),
+                    hint="specs are a few levels deep; check for runaway brackets",
+                )
+            ]
+        ) from None
 
 
-def _load_text(text: str, file: str, base_dir: FsPath, overrides: tuple[str, ...] | list[str],
-               check_paths: PathCheck) -> LoadedSpec:
+def _load_text(
+    text: str, file: str, base_dir: FsPath, overrides: tuple[str, ...] | list[str], check_paths: PathCheck
+) -> LoadedSpec:
     data, marks = load_yaml(text, file)
     problems = _apply_overrides(data, marks, overrides, file)
     api_version, vproblems = _version(data, marks, file)
@@ -238,12 +289,19 @@ def _load_text(text: str, file: str, base_dir: FsPath, overrides: tuple[str, ...
             problems += task_problems
     if any(p.severity == "error" for p in problems):
         raise SpecError(problems)
-    return LoadedSpec(source=FsPath(file), text=text, spec=base, tasks=tuple(tasks),
-                      warnings=tuple(p for p in problems if p.severity == "warning"), overrides=tuple(overrides))
+    return LoadedSpec(
+        source=FsPath(file),
+        text=text,
+        spec=base,
+        tasks=tuple(tasks),
+        warnings=tuple(p for p in problems if p.severity == "warning"),
+        overrides=tuple(overrides),
+    )
 
 
-def load_spec(path: str | FsPath, *, overrides: tuple[str, ...] | list[str] = (),
-              check_paths: PathCheck = False) -> LoadedSpec:
+def load_spec(
+    path: str | FsPath, *, overrides: tuple[str, ...] | list[str] = (), check_paths: PathCheck = False
+) -> LoadedSpec:
     """Load, validate and resolve the spec file at ``path`` (raises SpecError with every problem).
 
     ``check_paths``: local data/model paths must exist (True), a missing one is a warning (``"warn"``:
@@ -253,9 +311,11 @@ def load_spec(path: str | FsPath, *, overrides: tuple[str, ...] | list[str] = ()
     try:
         text = p.read_text()
     except FileNotFoundError:
-        raise SpecError([Problem(path="", message=f"spec file not found: {p}", origin=Origin(file=str(p)),
-                                 hint="check the path")]) from None
+        raise SpecError(
+            [Problem(path="", message=f"spec file not found: {p}", origin=Origin(file=str(p)), hint="check the path")]
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError([Problem(path="", message=f"cannot read spec file: {exc}", origin=Origin(file=str(p)))]) from None
-    return load_spec_text(text, file=str(p), base_dir=p.resolve().parent, overrides=overrides,
-                          check_paths=check_paths)
+        raise SpecError(
+            [Problem(path="", message=f"cannot read spec file: {exc}", origin=Origin(file=str(p)))]
+        ) from None
+    return load_spec_text(text, file=str(p), base_dir=p.resolve().parent, overrides=overrides, check_paths=check_paths)

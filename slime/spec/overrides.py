@@ -16,7 +16,7 @@ from slime.spec.errors import Origin, Problem
 from slime.spec.schema import dotted
 from slime.spec.yamlmarks import Marks, Path, parse_scalar
 
-__all__ = ["parse_path", "parse_override", "apply_value", "remark"]
+__all__ = ["apply_value", "parse_override", "parse_path", "remark"]
 
 _INDEX = re.compile(r"\[([0-9]+)\]")
 
@@ -42,10 +42,12 @@ def parse_override(text: str) -> tuple[Path, Any] | Problem:
     key, sep, value = text.partition("=")
     path = parse_path(key.strip()) if sep else ()
     if not path or not isinstance(path[0], str) or any(isinstance(x, str) and ("[" in x or "]" in x) for x in path):
-        return Problem(path="", message=f"bad override {text!r}: expected dotted.field.path=value "
-                       "(list indexes as [0], [1], ...)",
-                       hint="e.g. --set train.seed=3 or --set 'sweep.grid={\"train.seed\": [1, 2]}'",
-                       origin=Origin(file="<command line>", override=f"--set {text}"))
+        return Problem(
+            path="",
+            message=f"bad override {text!r}: expected dotted.field.path=value (list indexes as [0], [1], ...)",
+            hint="e.g. --set train.seed=3 or --set 'sweep.grid={\"train.seed\": [1, 2]}'",
+            origin=Origin(file="<command line>", override=f"--set {text}"),
+        )
     return path, parse_scalar(value)
 
 
@@ -80,11 +82,13 @@ def apply_value(data: dict, path: Path, value: Any) -> tuple[list[Path], str | N
         # node is a list
         where = dotted(path[:i])
         if not isinstance(part, int):
-            return created, (f"'{where}' is a list, so the next part must be an index, "
-                             f"e.g. {where}[0].{part}, not '{part}'")
+            return created, (
+                f"'{where}' is a list, so the next part must be an index, e.g. {where}[0].{part}, not '{part}'"
+            )
         if part > len(node):
-            return created, (f"index {part} is out of range: '{where}' has {len(node)} item(s) "
-                             f"(use [{len(node)}] to append one)")
+            return created, (
+                f"index {part} is out of range: '{where}' has {len(node)} item(s) (use [{len(node)}] to append one)"
+            )
         if part == len(node):
             node.append(value if last else _container_for(path[i + 1]))
             created.append(here)

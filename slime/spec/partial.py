@@ -71,9 +71,8 @@ def _cut(data: dict, paths: set[Path]) -> dict | None:
     for path in paths:
         node: Any = out
         for part in path[:-1]:
-            if isinstance(node, dict) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            in_dict = isinstance(node, dict) and part in node
+            if in_dict or isinstance(node, list) and isinstance(part, int) and part < len(node):
                 node = node[part]
             else:
                 node = None
@@ -101,8 +100,14 @@ def _tainted(cut: set[Path]) -> set[Path]:
     return out
 
 
-def independent_rule_problems(data: dict, marks: Marks, schema_problems: list[Problem], base_dir: FsPath,
-                              *, check_paths: bool | Literal["warn"] = False) -> list[Problem]:
+def independent_rule_problems(
+    data: dict,
+    marks: Marks,
+    schema_problems: list[Problem],
+    base_dir: FsPath,
+    *,
+    check_paths: bool | Literal["warn"] = False,
+) -> list[Problem]:
     """Rule problems of ``data`` that no field with a schema problem can have caused (see the module doc)."""
     import msgspec
 
@@ -122,8 +127,9 @@ def independent_rule_problems(data: dict, marks: Marks, schema_problems: list[Pr
     except (msgspec.ValidationError, ValueError, TypeError):
         return []
     tainted = _tainted(cut)
-    runs = [("error", fn, raw) for fn in RAW_RULES] + [(sev, fn, resolved) for sev, fn in all_rules(
-        check_paths=check_paths)]
+    runs = [("error", fn, raw) for fn in RAW_RULES] + [
+        (sev, fn, resolved) for sev, fn in all_rules(check_paths=check_paths)
+    ]
     problems: list[Problem] = []
     for severity, fn, spec in runs:
         reads: set[Path] = set()
@@ -132,6 +138,9 @@ def independent_rule_problems(data: dict, marks: Marks, schema_problems: list[Pr
         for path, message, hint in fn(_Tracked(spec, (), reads)):
             if any(_overlaps(r, t) for r in reads for t in tainted):
                 break
-            problems.append(Problem(path=path, message=message, hint=hint, severity=severity,
-                                    origin=origin_of(parse_path(path), marks)))
+            problems.append(
+                Problem(
+                    path=path, message=message, hint=hint, severity=severity, origin=origin_of(parse_path(path), marks)
+                )
+            )
     return problems

@@ -18,7 +18,7 @@ from msgspec.structs import replace
 
 from slime.spec.types import Critic, Spec
 
-__all__ = ["resolve", "BUILTIN_CONTEXT", "DERIVED_FROM", "model_config", "count_jsonl_rows"]
+__all__ = ["BUILTIN_CONTEXT", "DERIVED_FROM", "count_jsonl_rows", "model_config", "resolve"]
 
 # Which written fields each derived value is computed from (besides itself, when written).
 # slime.spec.partial uses it to tell which rules an invalid field can affect; a test checks it
@@ -83,14 +83,22 @@ def resolve(spec: Spec, base_dir: Path) -> Spec:
     c, m, t, r, d, a = spec.cluster, spec.model, spec.train, spec.rollout, spec.data, spec.algorithm
 
     # Paths first: everything after may read files.
-    m = replace(m, path=_abs(m.path, base_dir),
-                ref_path=m.ref_path if m.ref_path == "initial" else _abs(m.ref_path, base_dir),
-                critic_path=_abs(m.critic_path, base_dir), tokenizer=_abs(m.tokenizer, base_dir))
-    d = replace(d, prompts=_abs(d.prompts, base_dir),
-                eval=tuple(replace(e, path=_abs(e.path, base_dir)) for e in d.eval))
+    m = replace(
+        m,
+        path=_abs(m.path, base_dir),
+        ref_path=m.ref_path if m.ref_path == "initial" else _abs(m.ref_path, base_dir),
+        critic_path=_abs(m.critic_path, base_dir),
+        tokenizer=_abs(m.tokenizer, base_dir),
+    )
+    d = replace(
+        d, prompts=_abs(d.prompts, base_dir), eval=tuple(replace(e, path=_abs(e.path, base_dir)) for e in d.eval)
+    )
     ckpt = replace(t.checkpoint, dir=_abs(t.checkpoint.dir, base_dir), load=_abs(t.checkpoint.load, base_dir))
-    logging = replace(spec.logging, dir=_abs(spec.logging.dir, base_dir),
-                      wandb=replace(spec.logging.wandb, group=spec.logging.wandb.group or spec.name))
+    logging = replace(
+        spec.logging,
+        dir=_abs(spec.logging.dir, base_dir),
+        wandb=replace(spec.logging.wandb, group=spec.logging.wandb.group or spec.name),
+    )
 
     if c.cpus_per_node is None and c.launcher == "local":
         c = replace(c, cpus_per_node=os.cpu_count() or 1)
@@ -106,9 +114,12 @@ def resolve(spec: Spec, base_dir: Path) -> Spec:
     if a.estimator == "ppo" and m.critic_path is None:
         m = replace(m, critic_path=m.path)
 
-    t = replace(t, nodes=t.nodes if t.nodes is not None else c.nodes,
-                gpus_per_node=t.gpus_per_node if t.gpus_per_node is not None else c.gpus_per_node,
-                checkpoint=ckpt)
+    t = replace(
+        t,
+        nodes=t.nodes if t.nodes is not None else c.nodes,
+        gpus_per_node=t.gpus_per_node if t.gpus_per_node is not None else c.gpus_per_node,
+        checkpoint=ckpt,
+    )
 
     actor_gpus = t.nodes * t.gpus_per_node
     gpus = r.gpus
@@ -126,8 +137,14 @@ def resolve(spec: Spec, base_dir: Path) -> Spec:
         rows = count_jsonl_rows(d.prompts)
         if rows is not None:
             num_rollouts = max(1, rows // r.batch_size) * r.epochs
-    r = replace(r, gpus=gpus, num_engines=num_engines, weight_sync=weight_sync, num_rollouts=num_rollouts,
-                over_sampling_batch_size=r.over_sampling_batch_size or r.batch_size)
+    r = replace(
+        r,
+        gpus=gpus,
+        num_engines=num_engines,
+        weight_sync=weight_sync,
+        num_rollouts=num_rollouts,
+        over_sampling_batch_size=r.over_sampling_batch_size or r.batch_size,
+    )
 
     samples = r.batch_size * r.n_samples_per_prompt
     gbs, steps = t.global_batch_size, t.num_steps_per_rollout
@@ -139,9 +156,13 @@ def resolve(spec: Spec, base_dir: Path) -> Spec:
         steps = samples // gbs
     t = replace(t, global_batch_size=gbs, num_steps_per_rollout=steps)
 
-    a = replace(a, eps_clip_high=a.eps_clip_high if a.eps_clip_high is not None else a.eps_clip,
-                normalize_std=a.normalize_std if a.normalize_std is not None else
-                (r.n_samples_per_prompt > 1 and a.estimator in _GROUP_ESTIMATORS),
-                critic=a.critic if a.critic is not None or a.estimator != "ppo" else Critic())
+    a = replace(
+        a,
+        eps_clip_high=a.eps_clip_high if a.eps_clip_high is not None else a.eps_clip,
+        normalize_std=a.normalize_std
+        if a.normalize_std is not None
+        else (r.n_samples_per_prompt > 1 and a.estimator in _GROUP_ESTIMATORS),
+        critic=a.critic if a.critic is not None or a.estimator != "ppo" else Critic(),
+    )
 
     return replace(spec, cluster=c, model=m, train=t, rollout=r, data=d, algorithm=a, logging=logging)

@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Literal
 
-from slime.layout import LayoutError, plan_layout
+from slime.spec.layout import LayoutError, plan_layout
 from slime.spec.resolve import model_config
 from slime.spec.types import Spec
 
@@ -22,7 +22,7 @@ RULES: list[Rule] = []
 WARNINGS: list[Rule] = []
 RAW_RULES: list[Rule] = []  # run on the spec as written, before derived values are filled in
 
-__all__ = ["check", "check_raw", "all_rules", "RULES", "WARNINGS", "RAW_RULES"]
+__all__ = ["RAW_RULES", "RULES", "WARNINGS", "all_rules", "check", "check_raw"]
 
 
 def rule(fn: Rule) -> Rule:
@@ -44,8 +44,12 @@ def raw_rule(fn: Rule) -> Rule:
 def rollout_count(s: Spec) -> Iterator[Finding]:
     r = s.rollout
     if r.num_rollouts is not None and r.epochs is not None:
-        yield ("rollout.epochs", f"both rollout.num_rollouts ({r.num_rollouts}) and rollout.epochs ({r.epochs}) "
-               "are given; num_rollouts would silently win", "keep one of them")
+        yield (
+            "rollout.epochs",
+            f"both rollout.num_rollouts ({r.num_rollouts}) and rollout.epochs ({r.epochs}) "
+            "are given; num_rollouts would silently win",
+            "keep one of them",
+        )
 
 
 def _seconds(limit: str) -> int:
@@ -74,8 +78,11 @@ def _world(spec: Spec) -> int:
 @rule
 def model_source(s: Spec) -> Iterator[Finding]:
     if (s.model.path is None) == (s.model.builtin is None):
-        yield ("model", "give exactly one of model.path or model.builtin",
-               "set model.path to an HF checkpoint dir, or model.builtin: tiny for the embedded default")
+        yield (
+            "model",
+            "give exactly one of model.path or model.builtin",
+            "set model.path to an HF checkpoint dir, or model.builtin: tiny for the embedded default",
+        )
 
 
 @rule
@@ -84,18 +91,30 @@ def local_launcher(s: Spec) -> Iterator[Finding]:
     if c.launcher != "local":
         return
     if c.nodes != 1:
-        yield ("cluster.nodes", f"the local launcher runs on this one machine, got cluster.nodes={c.nodes}",
-               "set cluster.nodes: 1, or cluster.launcher: slurm")
+        yield (
+            "cluster.nodes",
+            f"the local launcher runs on this one machine, got cluster.nodes={c.nodes}",
+            "set cluster.nodes: 1, or cluster.launcher: slurm",
+        )
     for name in ("partition", "account", "qos", "constraint", "reservation"):
         if getattr(c, name) is not None:
-            yield (f"cluster.{name}", f"cluster.{name} is SLURM-only but cluster.launcher is 'local'",
-                   f"remove cluster.{name}, or set cluster.launcher: slurm")
+            yield (
+                f"cluster.{name}",
+                f"cluster.{name} is SLURM-only but cluster.launcher is 'local'",
+                f"remove cluster.{name}, or set cluster.launcher: slurm",
+            )
     if c.exclude:
-        yield ("cluster.exclude", "cluster.exclude is SLURM-only but cluster.launcher is 'local'",
-               "remove it, or set cluster.launcher: slurm")
+        yield (
+            "cluster.exclude",
+            "cluster.exclude is SLURM-only but cluster.launcher is 'local'",
+            "remove it, or set cluster.launcher: slurm",
+        )
     if c.container is not None:
-        yield ("cluster.container", "containers are started by the SLURM launcher (pyxis) only",
-               "remove cluster.container, or set cluster.launcher: slurm")
+        yield (
+            "cluster.container",
+            "containers are started by the SLURM launcher (pyxis) only",
+            "remove cluster.container, or set cluster.launcher: slurm",
+        )
 
 
 @rule
@@ -107,9 +126,12 @@ def time_limit(s: Spec) -> Iterator[Finding]:
     if limit == 0:
         yield ("cluster.time_limit", f"time_limit {c.time_limit!r} is zero", "e.g. '04:00:00'")
     elif c.signal_grace_s >= limit:
-        yield ("cluster.signal_grace_s", f"signal_grace_s {c.signal_grace_s} is not below the time limit "
-               f"{c.time_limit!r} ({limit} s): the job would be told to checkpoint before it starts",
-               "raise cluster.time_limit or lower cluster.signal_grace_s")
+        yield (
+            "cluster.signal_grace_s",
+            f"signal_grace_s {c.signal_grace_s} is not below the time limit "
+            f"{c.time_limit!r} ({limit} s): the job would be told to checkpoint before it starts",
+            "raise cluster.time_limit or lower cluster.signal_grace_s",
+        )
 
 
 @rule
@@ -118,15 +140,24 @@ def env_and_secrets(s: Spec) -> Iterator[Finding]:
 
     for key in s.cluster.env:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-            yield (f"cluster.env.{key}", f"'{key}' is not a valid environment variable name",
-                   "use letters, digits and underscores, not starting with a digit")
+            yield (
+                f"cluster.env.{key}",
+                f"'{key}' is not a valid environment variable name",
+                "use letters, digits and underscores, not starting with a digit",
+            )
     for key, ref in s.cluster.secrets.items():
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-            yield (f"cluster.secrets.{key}", f"'{key}' is not a valid environment variable name",
-                   "the secret's name is the variable it is exported as inside the job")
+            yield (
+                f"cluster.secrets.{key}",
+                f"'{key}' is not a valid environment variable name",
+                "the secret's name is the variable it is exported as inside the job",
+            )
         if (ref.env is None) == (ref.file is None):
-            yield (f"cluster.secrets.{key}", "a secret needs exactly one of {env: VAR} or {file: PATH}",
-                   "secrets are references; never put the value in the spec")
+            yield (
+                f"cluster.secrets.{key}",
+                "a secret needs exactly one of {env: VAR} or {file: PATH}",
+                "secrets are references; never put the value in the spec",
+            )
         if key in s.cluster.env:
             yield (f"cluster.secrets.{key}", f"'{key}' is both a plain env var and a secret", "keep only the secret")
 
@@ -135,24 +166,42 @@ def env_and_secrets(s: Spec) -> Iterator[Finding]:
 def devices(s: Spec) -> Iterator[Finding]:
     if not _gpu(s):
         if s.train.backend == "megatron":
-            yield ("train.backend", "the megatron backend needs GPUs but cluster.gpus_per_node is 0",
-                   "set cluster.gpus_per_node, or train.backend: torch")
+            yield (
+                "train.backend",
+                "the megatron backend needs GPUs but cluster.gpus_per_node is 0",
+                "set cluster.gpus_per_node, or train.backend: torch",
+            )
         if s.rollout.backend == "sglang":
-            yield ("rollout.backend", "the sglang backend needs GPUs but cluster.gpus_per_node is 0",
-                   "set cluster.gpus_per_node, or rollout.backend: builtin")
+            yield (
+                "rollout.backend",
+                "the sglang backend needs GPUs but cluster.gpus_per_node is 0",
+                "set cluster.gpus_per_node, or rollout.backend: builtin",
+            )
         if s.train.gpus_per_node:
-            yield ("train.gpus_per_node", f"train.gpus_per_node={s.train.gpus_per_node} on a CPU-only cluster",
-                   "set cluster.gpus_per_node, or train.gpus_per_node: 0")
+            yield (
+                "train.gpus_per_node",
+                f"train.gpus_per_node={s.train.gpus_per_node} on a CPU-only cluster",
+                "set cluster.gpus_per_node, or train.gpus_per_node: 0",
+            )
         if s.rollout.gpus:
-            yield ("rollout.gpus", f"rollout.gpus={s.rollout.gpus} on a CPU-only cluster",
-                   "set cluster.gpus_per_node, or remove rollout.gpus")
+            yield (
+                "rollout.gpus",
+                f"rollout.gpus={s.rollout.gpus} on a CPU-only cluster",
+                "set cluster.gpus_per_node, or remove rollout.gpus",
+            )
         return
     if s.train.gpus_per_node == 0:
-        yield ("train.gpus_per_node", "train.gpus_per_node is 0 on a GPU cluster",
-               "give the actor at least one GPU per train node")
+        yield (
+            "train.gpus_per_node",
+            "train.gpus_per_node is 0 on a GPU cluster",
+            "give the actor at least one GPU per train node",
+        )
     if s.rollout.backend == "sglang" and s.model.path is None:
-        yield ("rollout.backend", "SGLang engines serve an HF checkpoint directory, but the model is "
-               f"model.builtin: {s.model.builtin}", "set model.path, or rollout.backend: builtin")
+        yield (
+            "rollout.backend",
+            f"SGLang engines serve an HF checkpoint directory, but the model is model.builtin: {s.model.builtin}",
+            "set model.path, or rollout.backend: builtin",
+        )
 
 
 @rule
@@ -163,35 +212,57 @@ def parallel_sizes(s: Spec) -> Iterator[Finding]:
     if world % mp:
         # at a field that was set (so the file:line or --set shown is one of the sizes in the product)
         name = next(n for n in ("tensor", "pipeline", "context") if getattr(p, n) > 1)
-        yield (f"train.parallel.{name}", f"tensor {p.tensor} x pipeline {p.pipeline} x context {p.context} = {mp} "
-               f"does not divide the {world} trainer GPUs (train.nodes x train.gpus_per_node)",
-               "choose parallel sizes whose product divides the trainer GPU count")
+        yield (
+            f"train.parallel.{name}",
+            f"tensor {p.tensor} x pipeline {p.pipeline} x context {p.context} = {mp} "
+            f"does not divide the {world} trainer GPUs (train.nodes x train.gpus_per_node)",
+            "choose parallel sizes whose product divides the trainer GPU count",
+        )
         return
     if p.expert > 1 and (world // (p.tensor * p.pipeline)) % p.expert:
-        yield ("train.parallel.expert", f"expert {p.expert} does not divide {world // (p.tensor * p.pipeline)} "
-               "(trainer GPUs / (tensor x pipeline))", "pick an expert-parallel size that divides it")
+        yield (
+            "train.parallel.expert",
+            f"expert {p.expert} does not divide {world // (p.tensor * p.pipeline)} "
+            "(trainer GPUs / (tensor x pipeline))",
+            "pick an expert-parallel size that divides it",
+        )
     if p.sequence_parallel and p.tensor == 1:
-        yield ("train.parallel.sequence_parallel", "sequence parallelism needs tensor > 1",
-               "set train.parallel.tensor > 1 or sequence_parallel: false")
+        yield (
+            "train.parallel.sequence_parallel",
+            "sequence parallelism needs tensor > 1",
+            "set train.parallel.tensor > 1 or sequence_parallel: false",
+        )
     if (mp > 1 or p.expert > 1) and s.train.backend == "torch":
-        yield ("train.parallel", "the torch backend is data-parallel only (tensor/pipeline/context/expert must be 1)",
-               "use train.backend: megatron for model parallelism")
+        yield (
+            "train.parallel",
+            "the torch backend is data-parallel only (tensor/pipeline/context/expert must be 1)",
+            "use train.backend: megatron for model parallelism",
+        )
     cfg = model_config(s.model.path)
     heads, groups = _attention_heads(cfg)
     if heads and p.tensor > 1 and (heads % p.tensor or groups % p.tensor):
-        yield ("train.parallel.tensor", f"tensor {p.tensor} does not divide the model's {heads} attention heads"
-               + (f" and {groups} key/value heads" if groups != heads else "")
-               + " (Megatron splits both across the tensor-parallel ranks)",
-               f"choose a tensor size that divides {heads if groups == heads else f'{heads} and {groups}'}")
+        yield (
+            "train.parallel.tensor",
+            f"tensor {p.tensor} does not divide the model's {heads} attention heads"
+            + (f" and {groups} key/value heads" if groups != heads else "")
+            + " (Megatron splits both across the tensor-parallel ranks)",
+            f"choose a tensor size that divides {heads if groups == heads else f'{heads} and {groups}'}",
+        )
     if cfg and p.pipeline > 1 and isinstance(cfg.get("num_hidden_layers"), int):
         if cfg["num_hidden_layers"] % p.pipeline:
-            yield ("train.parallel.pipeline", f"pipeline {p.pipeline} does not divide the model's "
-                   f"{cfg['num_hidden_layers']} layers", "choose a pipeline size that divides num_hidden_layers")
+            yield (
+                "train.parallel.pipeline",
+                f"pipeline {p.pipeline} does not divide the model's {cfg['num_hidden_layers']} layers",
+                "choose a pipeline size that divides num_hidden_layers",
+            )
     if cfg and p.expert > 1:
         experts = cfg.get("num_experts") or cfg.get("num_local_experts")
         if isinstance(experts, int) and experts % p.expert:
-            yield ("train.parallel.expert", f"expert {p.expert} does not divide the model's {experts} experts",
-                   "choose an expert-parallel size that divides the expert count")
+            yield (
+                "train.parallel.expert",
+                f"expert {p.expert} does not divide the model's {experts} experts",
+                "choose an expert-parallel size that divides the expert count",
+            )
 
 
 def _attention_heads(cfg: dict | None) -> tuple[int | None, int | None]:
@@ -206,14 +277,34 @@ def _attention_heads(cfg: dict | None) -> tuple[int | None, int | None]:
 # TransformerConfig options the spec already decides: a train.backend_args entry for one of them would
 # silently disagree with the rest of the job (the process groups, the weight converter, the rules here).
 _SPEC_OWNED_BACKEND_ARGS = {
-    "tensor_model_parallel_size": "train.parallel.tensor", "pipeline_model_parallel_size": "train.parallel.pipeline",
-    "context_parallel_size": "train.parallel.context", "expert_model_parallel_size": "train.parallel.expert",
-    "sequence_parallel": "train.parallel.sequence_parallel", "bf16": "train.precision", "fp16": "train.precision",
-    "params_dtype": "train.precision", "pipeline_dtype": "train.precision",
-    **{k: "the model's config.json" for k in (
-        "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
-        "layernorm_epsilon", "add_qkv_bias", "add_bias_linear", "normalization", "gated_linear_unit",
-        "activation_func", "num_moe_experts", "moe_router_topk")},
+    "tensor_model_parallel_size": "train.parallel.tensor",
+    "pipeline_model_parallel_size": "train.parallel.pipeline",
+    "context_parallel_size": "train.parallel.context",
+    "expert_model_parallel_size": "train.parallel.expert",
+    "sequence_parallel": "train.parallel.sequence_parallel",
+    "bf16": "train.precision",
+    "fp16": "train.precision",
+    "params_dtype": "train.precision",
+    "pipeline_dtype": "train.precision",
+    **dict.fromkeys(
+        (
+            "num_layers",
+            "hidden_size",
+            "ffn_hidden_size",
+            "num_attention_heads",
+            "num_query_groups",
+            "kv_channels",
+            "layernorm_epsilon",
+            "add_qkv_bias",
+            "add_bias_linear",
+            "normalization",
+            "gated_linear_unit",
+            "activation_func",
+            "num_moe_experts",
+            "moe_router_topk",
+        ),
+        "the model's config.json",
+    ),
 }
 
 
@@ -224,9 +315,11 @@ def backend_args(s: Spec) -> Iterator[Finding]:
     for key in s.train.backend_args:
         owner = _SPEC_OWNED_BACKEND_ARGS.get(key.replace("-", "_"))
         if owner is not None:
-            yield (f"train.backend_args.{key}", f"'{key}' is decided by {owner}; a backend_args value would "
-                   "silently disagree with the rest of the job",
-                   f"remove it and set {owner}" if owner.startswith("train.") else "remove it")
+            yield (
+                f"train.backend_args.{key}",
+                f"'{key}' is decided by {owner}; a backend_args value would silently disagree with the rest of the job",
+                f"remove it and set {owner}" if owner.startswith("train.") else "remove it",
+            )
 
 
 @rule
@@ -234,18 +327,31 @@ def batch_sizes(s: Spec) -> Iterator[Finding]:
     t, r = s.train, s.rollout
     samples = r.batch_size * r.n_samples_per_prompt
     if r.over_sampling_batch_size is not None and r.over_sampling_batch_size < r.batch_size:
-        yield ("rollout.over_sampling_batch_size", f"over_sampling_batch_size {r.over_sampling_batch_size} < "
-               f"batch_size {r.batch_size}", "it must be at least rollout.batch_size")
+        yield (
+            "rollout.over_sampling_batch_size",
+            f"over_sampling_batch_size {r.over_sampling_batch_size} < batch_size {r.batch_size}",
+            "it must be at least rollout.batch_size",
+        )
     if t.global_batch_size is None or t.num_steps_per_rollout is None:
-        by = (f"global_batch_size {t.global_batch_size}" if t.global_batch_size is not None
-              else f"num_steps_per_rollout {t.num_steps_per_rollout}")
-        yield ("train.global_batch_size", f"rollout.batch_size {r.batch_size} x n_samples_per_prompt "
-               f"{r.n_samples_per_prompt} = {samples} samples is not divisible by {by}",
-               "choose a global_batch_size (or num_steps_per_rollout) that divides the samples per rollout")
+        by = (
+            f"global_batch_size {t.global_batch_size}"
+            if t.global_batch_size is not None
+            else f"num_steps_per_rollout {t.num_steps_per_rollout}"
+        )
+        yield (
+            "train.global_batch_size",
+            f"rollout.batch_size {r.batch_size} x n_samples_per_prompt "
+            f"{r.n_samples_per_prompt} = {samples} samples is not divisible by {by}",
+            "choose a global_batch_size (or num_steps_per_rollout) that divides the samples per rollout",
+        )
         return
     if t.global_batch_size * t.num_steps_per_rollout != samples:
-        yield ("train.global_batch_size", f"global_batch_size {t.global_batch_size} x num_steps_per_rollout "
-               f"{t.num_steps_per_rollout} != {samples} samples per rollout", "set only one of the two")
+        yield (
+            "train.global_batch_size",
+            f"global_batch_size {t.global_batch_size} x num_steps_per_rollout "
+            f"{t.num_steps_per_rollout} != {samples} samples per rollout",
+            "set only one of the two",
+        )
     p = t.parallel
     world = _world(s)
     mp = p.tensor * p.pipeline * p.context
@@ -256,18 +362,27 @@ def batch_sizes(s: Spec) -> Iterator[Finding]:
         return  # no trainer GPUs: the devices rule reports it
     unit = dp if t.dynamic_batch.enabled else t.micro_batch_size * dp
     if t.global_batch_size % unit:
-        what = f"data-parallel size {dp}" if t.dynamic_batch.enabled else \
-            f"micro_batch_size {t.micro_batch_size} x data-parallel size {dp} = {unit}"
-        yield ("train.global_batch_size", f"global_batch_size {t.global_batch_size} is not divisible by {what}",
-               f"make global_batch_size a multiple of {unit}")
+        what = (
+            f"data-parallel size {dp}"
+            if t.dynamic_batch.enabled
+            else f"micro_batch_size {t.micro_batch_size} x data-parallel size {dp} = {unit}"
+        )
+        yield (
+            "train.global_batch_size",
+            f"global_batch_size {t.global_batch_size} is not divisible by {what}",
+            f"make global_batch_size a multiple of {unit}",
+        )
 
 
 @rule
 def dynamic_batch(s: Spec) -> Iterator[Finding]:
     db = s.train.dynamic_batch
     if db.enabled and db.max_tokens_per_gpu is None:
-        yield ("train.dynamic_batch.max_tokens_per_gpu", "dynamic batching needs max_tokens_per_gpu",
-               "set train.dynamic_batch.max_tokens_per_gpu (e.g. 2 x (max_prompt_len + max_response_len))")
+        yield (
+            "train.dynamic_batch.max_tokens_per_gpu",
+            "dynamic batching needs max_tokens_per_gpu",
+            "set train.dynamic_batch.max_tokens_per_gpu (e.g. 2 x (max_prompt_len + max_response_len))",
+        )
 
 
 @rule
@@ -276,31 +391,53 @@ def rollout_gpus(s: Spec) -> Iterator[Finding]:
     if not _gpu(s):
         return
     if not r.colocate and not r.gpus:
-        yield ("rollout.gpus", "a disaggregated layout (rollout.colocate: false) needs rollout.gpus",
-               "set rollout.gpus to the GPUs the engines get, or rollout.colocate: true")
+        yield (
+            "rollout.gpus",
+            "a disaggregated layout (rollout.colocate: false) needs rollout.gpus",
+            "set rollout.gpus to the GPUs the engines get, or rollout.colocate: true",
+        )
         return
     if r.gpus == 0:
-        yield ("rollout.gpus", "rollout.gpus is 0 on a GPU cluster: no rollout engine would start",
-               "remove rollout.gpus (colocated engines get the trainer's GPUs) or give the engines GPUs")
+        yield (
+            "rollout.gpus",
+            "rollout.gpus is 0 on a GPU cluster: no rollout engine would start",
+            "remove rollout.gpus (colocated engines get the trainer's GPUs) or give the engines GPUs",
+        )
         return
     heads, groups = _attention_heads(model_config(s.model.path))
-    if heads and r.backend == "sglang" and r.gpus_per_engine > 1 and (
-            heads % r.gpus_per_engine or (groups % r.gpus_per_engine and r.gpus_per_engine % groups)):
-        yield ("rollout.gpus_per_engine", f"an engine's tensor parallelism of {r.gpus_per_engine} (gpus_per_engine) "
-               f"does not fit the model's {heads} attention heads / {groups} key/value heads: SGLang needs the "
-               "heads divisible by it, and the key/value heads divisible by it or it by them",
-               "choose gpus_per_engine accordingly")
+    if (
+        heads
+        and r.backend == "sglang"
+        and r.gpus_per_engine > 1
+        and (heads % r.gpus_per_engine or (groups % r.gpus_per_engine and r.gpus_per_engine % groups))
+    ):
+        yield (
+            "rollout.gpus_per_engine",
+            f"an engine's tensor parallelism of {r.gpus_per_engine} (gpus_per_engine) "
+            f"does not fit the model's {heads} attention heads / {groups} key/value heads: SGLang needs the "
+            "heads divisible by it, and the key/value heads divisible by it or it by them",
+            "choose gpus_per_engine accordingly",
+        )
     if r.gpus and r.gpus % r.gpus_per_engine:
-        yield ("rollout.gpus", f"rollout.gpus {r.gpus} is not divisible by gpus_per_engine {r.gpus_per_engine} "
-               f"({r.gpus % r.gpus_per_engine} GPU(s) would sit idle)",
-               f"use a multiple of {r.gpus_per_engine} rollout GPUs")
+        yield (
+            "rollout.gpus",
+            f"rollout.gpus {r.gpus} is not divisible by gpus_per_engine {r.gpus_per_engine} "
+            f"({r.gpus % r.gpus_per_engine} GPU(s) would sit idle)",
+            f"use a multiple of {r.gpus_per_engine} rollout GPUs",
+        )
     gpn = s.cluster.gpus_per_node
     if r.gpus_per_engine > gpn and r.gpus_per_engine % gpn:
-        yield ("rollout.gpus_per_engine", f"an engine of {r.gpus_per_engine} GPUs is larger than a node "
-               f"({gpn} GPUs) and must span whole nodes", f"use a multiple of {gpn}")
+        yield (
+            "rollout.gpus_per_engine",
+            f"an engine of {r.gpus_per_engine} GPUs is larger than a node ({gpn} GPUs) and must span whole nodes",
+            f"use a multiple of {gpn}",
+        )
     if r.num_engines is not None and r.gpus and r.num_engines != r.gpus // r.gpus_per_engine:
-        yield ("rollout.num_engines", f"num_engines {r.num_engines} != rollout.gpus {r.gpus} / gpus_per_engine "
-               f"{r.gpus_per_engine}", "remove num_engines (it is derived) or make them agree")
+        yield (
+            "rollout.num_engines",
+            f"num_engines {r.num_engines} != rollout.gpus {r.gpus} / gpus_per_engine {r.gpus_per_engine}",
+            "remove num_engines (it is derived) or make them agree",
+        )
 
 
 @rule
@@ -317,22 +454,34 @@ def layout_fits(s: Spec) -> Iterator[Finding]:
 def sampling(s: Spec) -> Iterator[Finding]:
     r = s.rollout
     if r.temperature <= 0:
-        yield ("rollout.temperature", f"temperature must be > 0 for RL sampling, got {r.temperature}",
-               "use e.g. 1.0 (greedy decoding is only for eval sets)")
+        yield (
+            "rollout.temperature",
+            f"temperature must be > 0 for RL sampling, got {r.temperature}",
+            "use e.g. 1.0 (greedy decoding is only for eval sets)",
+        )
     ctx = s.model.max_context_len
     if ctx is not None and r.max_prompt_len >= ctx:
-        yield ("rollout.max_prompt_len", f"max_prompt_len {r.max_prompt_len} must be below the model's context "
-               f"length {ctx}", f"set rollout.max_prompt_len <= {ctx - 1}")
+        yield (
+            "rollout.max_prompt_len",
+            f"max_prompt_len {r.max_prompt_len} must be below the model's context length {ctx}",
+            f"set rollout.max_prompt_len <= {ctx - 1}",
+        )
     if (r.num_rollouts is None) and (r.epochs is None):
         yield ("rollout.num_rollouts", "give rollout.num_rollouts or rollout.epochs", "e.g. num_rollouts: 100")
     if s.rollout.weight_sync == "delta":
         if r.colocate:
-            yield ("rollout.weight_sync", "delta weight sync ships changed tensors over disk; not for colocated runs",
-                   "use weight_sync: disk when colocated")
+            yield (
+                "rollout.weight_sync",
+                "delta weight sync ships changed tensors over disk; not for colocated runs",
+                "use weight_sync: disk when colocated",
+            )
     if r.weight_sync == "nccl":  # on a CPU-only cluster the same collective sync runs over gloo
         if r.colocate:
-            yield ("rollout.weight_sync", "weight_sync nccl broadcasts to engines on their own GPUs; colocated "
-                   "engines share the trainer's GPUs", "remove weight_sync (derived) or use disk when colocated")
+            yield (
+                "rollout.weight_sync",
+                "weight_sync nccl broadcasts to engines on their own GPUs; colocated engines share the trainer's GPUs",
+                "remove weight_sync (derived) or use disk when colocated",
+            )
 
 
 @rule
@@ -340,18 +489,27 @@ def algorithm(s: Spec) -> Iterator[Finding]:
     a, m = s.algorithm, s.model
     if (a.kl_coef > 0 or a.kl_loss_coef > 0) and m.ref_path is None:
         which = "kl_coef" if a.kl_coef > 0 else "kl_loss_coef"
-        yield (f"algorithm.{which}", f"algorithm.{which} > 0 needs a reference model",
-               "set model.ref_path ('initial' anchors to the starting policy), or the coefficient to 0")
+        yield (
+            f"algorithm.{which}",
+            f"algorithm.{which} > 0 needs a reference model",
+            "set model.ref_path ('initial' anchors to the starting policy), or the coefficient to 0",
+        )
     if a.kl_coef > 0 and a.kl_loss_coef > 0:
-        yield ("algorithm.kl_loss_coef", "KL in the reward (kl_coef) and in the loss (kl_loss_coef) are exclusive",
-               "set one of them to 0")
+        yield (
+            "algorithm.kl_loss_coef",
+            "KL in the reward (kl_coef) and in the loss (kl_loss_coef) are exclusive",
+            "set one of them to 0",
+        )
     if a.dual_clip_c is not None and a.dual_clip_c <= 1:
         yield ("algorithm.dual_clip_c", f"dual clip needs c > 1, got {a.dual_clip_c}", "e.g. 3.0, or remove it")
     if a.critic is not None and a.estimator != "ppo":
         yield ("algorithm.critic", f"a critic is only used by ppo, not {a.estimator}", "remove algorithm.critic")
     if s.rollout.n_samples_per_prompt == 1 and a.normalize_std:
-        yield ("algorithm.normalize_std", "std normalisation of group advantages needs n_samples_per_prompt > 1",
-               "set normalize_std: false or sample more per prompt")
+        yield (
+            "algorithm.normalize_std",
+            "std normalisation of group advantages needs n_samples_per_prompt > 1",
+            "set normalize_std: false or sample more per prompt",
+        )
 
 
 @rule
@@ -372,8 +530,12 @@ def data_sets(s: Spec) -> Iterator[Finding]:
     seen: dict[str, int] = {}
     for i, e in enumerate(s.data.eval):
         if e.name in seen:
-            yield (f"data.eval[{i}].name", f"eval set name '{e.name}' is also used by data.eval[{seen[e.name]}]; "
-                   "metric keys eval/<name>/... would collide", "give every eval set a distinct name")
+            yield (
+                f"data.eval[{i}].name",
+                f"eval set name '{e.name}' is also used by data.eval[{seen[e.name]}]; "
+                "metric keys eval/<name>/... would collide",
+                "give every eval set a distinct name",
+            )
         seen.setdefault(e.name, i)
 
 
@@ -392,18 +554,26 @@ def agent(s: Spec) -> Iterator[Finding]:
     sb = ag.sandbox
     if sb.backend == "e2b":
         if not sb.api_key_secret:
-            yield ("agent.sandbox.api_key_secret", "the e2b sandbox needs an API key by secret reference",
-                   "add cluster.secrets.E2B_API_KEY: {env: E2B_API_KEY} and api_key_secret: E2B_API_KEY")
+            yield (
+                "agent.sandbox.api_key_secret",
+                "the e2b sandbox needs an API key by secret reference",
+                "add cluster.secrets.E2B_API_KEY: {env: E2B_API_KEY} and api_key_secret: E2B_API_KEY",
+            )
         elif sb.api_key_secret not in s.cluster.secrets:
-            yield ("agent.sandbox.api_key_secret", f"'{sb.api_key_secret}' is not a cluster.secrets entry",
-                   f"known secrets: {', '.join(s.cluster.secrets) or 'none'}")
+            yield (
+                "agent.sandbox.api_key_secret",
+                f"'{sb.api_key_secret}' is not a cluster.secrets entry",
+                f"known secrets: {', '.join(s.cluster.secrets) or 'none'}",
+            )
 
 
 def _over_context(s: Spec) -> str | None:
     r, ctx = s.rollout, s.model.max_context_len
     if ctx is not None and r.max_prompt_len + r.max_response_len > ctx:
-        return f"max_prompt_len + max_response_len = {r.max_prompt_len + r.max_response_len} exceeds the " \
-               f"model's context length {ctx}"
+        return (
+            f"max_prompt_len + max_response_len = {r.max_prompt_len + r.max_response_len} exceeds the "
+            f"model's context length {ctx}"
+        )
     return None
 
 
@@ -412,8 +582,11 @@ def context_fits_sglang(s: Spec) -> Iterator[Finding]:
     # SGLang refuses a request whose prompt + max_new_tokens exceeds the context (unless started with
     # --allow-auto-truncate); every rollout request asks for max_response_len new tokens.
     if s.rollout.backend == "sglang" and (over := _over_context(s)):
-        yield ("rollout.max_response_len", f"{over}: SGLang would refuse long prompts",
-               "lower max_response_len or max_prompt_len so that they fit the context")
+        yield (
+            "rollout.max_response_len",
+            f"{over}: SGLang would refuse long prompts",
+            "lower max_response_len or max_prompt_len so that they fit the context",
+        )
 
 
 @warning
@@ -428,8 +601,11 @@ def slurm_limits_run_locally(s: Spec) -> Iterator[Finding]:
     if c.launcher == "local":
         for name in ("time_limit", "mem"):
             if getattr(c, name) is not None:
-                yield (f"cluster.{name}", f"cluster.{name} is a SLURM limit; the local launcher does not apply it",
-                       f"remove cluster.{name}, or set cluster.launcher: slurm")
+                yield (
+                    f"cluster.{name}",
+                    f"cluster.{name} is a SLURM limit; the local launcher does not apply it",
+                    f"remove cluster.{name}, or set cluster.launcher: slurm",
+                )
 
 
 def check_raw(spec: Spec) -> list[Finding]:
@@ -447,8 +623,9 @@ def all_rules(*, check_paths: bool | Literal["warn"] = False) -> list[tuple[Lite
     return out
 
 
-def check(spec: Spec, *, check_paths: bool | Literal["warn"] = False
-          ) -> list[tuple[Literal["error", "warning"], Finding]]:
+def check(
+    spec: Spec, *, check_paths: bool | Literal["warn"] = False
+) -> list[tuple[Literal["error", "warning"], Finding]]:
     """Run every rule; with ``check_paths`` also check that local files exist (see :func:`all_rules`)."""
     return [(severity, f) for severity, fn in all_rules(check_paths=check_paths) for f in fn(spec)]
 

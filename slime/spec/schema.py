@@ -22,9 +22,21 @@ from slime.spec.yamlmarks import Marks, Path
 SUPPORTED_VERSIONS = ("slime/v1",)
 SCHEMA_DIR = FsPath(__file__).with_name("schema")
 
-__all__ = ["SUPPORTED_VERSIONS", "schema_for", "schema_problems", "value_problems", "subschema", "origin_of", "dotted",
-           "dump_schema", "field_names", "generate_schema", "did_you_mean", "suggest_field",
-           "suggest_path"]
+__all__ = [
+    "SUPPORTED_VERSIONS",
+    "did_you_mean",
+    "dotted",
+    "dump_schema",
+    "field_names",
+    "generate_schema",
+    "origin_of",
+    "schema_for",
+    "schema_problems",
+    "subschema",
+    "suggest_field",
+    "suggest_path",
+    "value_problems",
+]
 
 
 def generate_schema(api_version: str = "slime/v1") -> dict[str, Any]:
@@ -150,25 +162,42 @@ def _osa_distance(a: str, b: str) -> int:
 # ``--rollout-batch-size``) and common shorthands, with the spec field each one is. Edit distance alone
 # could never find these (``tp`` is nowhere near ``tensor``).
 FLAG_ALIASES = {
-    "tp": "train.parallel.tensor", "tensor_model_parallel_size": "train.parallel.tensor",
+    "tp": "train.parallel.tensor",
+    "tensor_model_parallel_size": "train.parallel.tensor",
     "tensor_parallel_size": "train.parallel.tensor",
-    "pp": "train.parallel.pipeline", "pipeline_model_parallel_size": "train.parallel.pipeline",
+    "pp": "train.parallel.pipeline",
+    "pipeline_model_parallel_size": "train.parallel.pipeline",
     "pipeline_parallel_size": "train.parallel.pipeline",
-    "cp": "train.parallel.context", "context_parallel_size": "train.parallel.context",
-    "ep": "train.parallel.expert", "expert_model_parallel_size": "train.parallel.expert",
-    "expert_parallel_size": "train.parallel.expert", "sp": "train.parallel.sequence_parallel",
-    "actor_num_nodes": "train.nodes", "actor_num_gpus_per_node": "train.gpus_per_node",
-    "lr": "train.optimizer.lr", "rollout_num_gpus": "rollout.gpus",
+    "cp": "train.parallel.context",
+    "context_parallel_size": "train.parallel.context",
+    "ep": "train.parallel.expert",
+    "expert_model_parallel_size": "train.parallel.expert",
+    "expert_parallel_size": "train.parallel.expert",
+    "sp": "train.parallel.sequence_parallel",
+    "actor_num_nodes": "train.nodes",
+    "actor_num_gpus_per_node": "train.gpus_per_node",
+    "lr": "train.optimizer.lr",
+    "rollout_num_gpus": "rollout.gpus",
     "rollout_num_gpus_per_engine": "rollout.gpus_per_engine",
-    "rollout_batch_size": "rollout.batch_size", "num_rollout": "rollout.num_rollouts",
-    "num_rollouts": "rollout.num_rollouts", "n_samples_per_prompt": "rollout.n_samples_per_prompt",
-    "rollout_max_prompt_len": "rollout.max_prompt_len", "rollout_max_response_len": "rollout.max_response_len",
-    "rollout_temperature": "rollout.temperature", "rollout_top_p": "rollout.top_p",
-    "rollout_top_k": "rollout.top_k", "temperature": "rollout.temperature",
-    "global_batch_size": "train.global_batch_size", "micro_batch_size": "train.micro_batch_size",
-    "advantage_estimator": "algorithm.estimator", "estimator": "algorithm.estimator",
-    "kl_loss_coef": "algorithm.kl_loss_coef", "eps_clip": "algorithm.eps_clip",
-    "hf_checkpoint": "model.path", "prompt_data": "data.prompts", "rm_type": "reward.type",
+    "rollout_batch_size": "rollout.batch_size",
+    "num_rollout": "rollout.num_rollouts",
+    "num_rollouts": "rollout.num_rollouts",
+    "n_samples_per_prompt": "rollout.n_samples_per_prompt",
+    "rollout_max_prompt_len": "rollout.max_prompt_len",
+    "rollout_max_response_len": "rollout.max_response_len",
+    "rollout_temperature": "rollout.temperature",
+    "rollout_top_p": "rollout.top_p",
+    "rollout_top_k": "rollout.top_k",
+    "temperature": "rollout.temperature",
+    "global_batch_size": "train.global_batch_size",
+    "micro_batch_size": "train.micro_batch_size",
+    "advantage_estimator": "algorithm.estimator",
+    "estimator": "algorithm.estimator",
+    "kl_loss_coef": "algorithm.kl_loss_coef",
+    "eps_clip": "algorithm.eps_clip",
+    "hf_checkpoint": "model.path",
+    "prompt_data": "data.prompts",
+    "rm_type": "reward.type",
 }
 
 
@@ -199,8 +228,10 @@ def did_you_mean(word: str, options: list[str]) -> str | None:
     if not options:
         return None
     lowered = word.lower()
-    best = min(options, key=lambda o: (_osa_distance(lowered, o.lower()),
-                                       -difflib.SequenceMatcher(None, lowered, o.lower()).ratio()))
+    best = min(
+        options,
+        key=lambda o: (_osa_distance(lowered, o.lower()), -difflib.SequenceMatcher(None, lowered, o.lower()).ratio()),
+    )
     if _osa_distance(lowered, best.lower()) <= max(1, len(word) // 3):
         return best
     close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
@@ -215,8 +246,15 @@ def _describe(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-_TYPE_WORDS = {"integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false",
-               "object": "a mapping", "array": "a list", "null": "null"}
+_TYPE_WORDS = {
+    "integer": "an integer",
+    "number": "a number",
+    "string": "a string",
+    "boolean": "true or false",
+    "object": "a mapping",
+    "array": "a list",
+    "null": "null",
+}
 
 
 def _leaf_error(error):
@@ -245,31 +283,57 @@ def schema_problems(api_version: str, data: Any, marks: Marks, *, task: int | No
             for key in sorted(set(err.instance) - set(allowed)):
                 close = suggest_field(key, path, allowed)
                 hint = (f"did you mean '{close}'? " if close else "") + f"valid keys here: {', '.join(allowed)}"
-                problems.append(Problem(path=dotted(path + (key,)), message=f"unknown field '{key}'", hint=hint,
-                                        origin=origin_of(path + (key,), marks), task=task))
+                problems.append(
+                    Problem(
+                        path=dotted(path + (key,)),
+                        message=f"unknown field '{key}'",
+                        hint=hint,
+                        origin=origin_of(path + (key,), marks),
+                        task=task,
+                    )
+                )
             continue
         if v == "required":
             # jsonschema yields one error per missing key, each naming the whole list: report each key once
-            missing = [k for k in err.validator_value if k not in err.instance
-                       and (path, k) not in reported_missing]
+            missing = [k for k in err.validator_value if k not in err.instance and (path, k) not in reported_missing]
             reported_missing.update((path, k) for k in missing)
             for key in missing:
                 sub = err.schema.get("properties", {}).get(key, {})
                 desc = _deref(sub, schema_for(api_version)).get("description") or sub.get("description")
-                problems.append(Problem(path=dotted(path + (key,)), message=f"required field '{key}' is missing",
-                                        hint=f"add '{key}:' under '{dotted(path) or 'the top level'}'"
-                                        + (f" ({desc})" if desc else ""), origin=origin, task=task))
+                problems.append(
+                    Problem(
+                        path=dotted(path + (key,)),
+                        message=f"required field '{key}' is missing",
+                        hint=f"add '{key}:' under '{dotted(path) or 'the top level'}'" + (f" ({desc})" if desc else ""),
+                        origin=origin,
+                        task=task,
+                    )
+                )
             continue
         if v == "enum":
             options = [str(o) for o in err.validator_value if o is not None]
             close = did_you_mean(str(err.instance), options)
             hint = (f"did you mean '{close}'? " if close else "") + f"valid values: {', '.join(options)}"
-            problems.append(Problem(path=dotted(path), message=f"{_describe(err.instance)} is not a valid value",
-                                    hint=hint, origin=origin, task=task))
+            problems.append(
+                Problem(
+                    path=dotted(path),
+                    message=f"{_describe(err.instance)} is not a valid value",
+                    hint=hint,
+                    origin=origin,
+                    task=task,
+                )
+            )
             continue
         if v == "const":
-            problems.append(Problem(path=dotted(path), message=f"must be {err.validator_value!r}, got {_describe(err.instance)}",
-                                    hint=f"supported: {err.validator_value}", origin=origin, task=task))
+            problems.append(
+                Problem(
+                    path=dotted(path),
+                    message=f"must be {err.validator_value!r}, got {_describe(err.instance)}",
+                    hint=f"supported: {err.validator_value}",
+                    origin=origin,
+                    task=task,
+                )
+            )
             continue
         if v == "type":
             want = err.validator_value
@@ -284,8 +348,15 @@ def schema_problems(api_version: str, data: Any, marks: Marks, *, task: int | No
         else:
             message = err.message
         desc = err.schema.get("description") or description
-        problems.append(Problem(path=dotted(path if path else parent_path), message=message,
-                                hint=f"expected: {desc}" if desc else None, origin=origin, task=task))
+        problems.append(
+            Problem(
+                path=dotted(path if path else parent_path),
+                message=message,
+                hint=f"expected: {desc}" if desc else None,
+                origin=origin,
+                task=task,
+            )
+        )
     return problems
 
 
@@ -301,8 +372,11 @@ def value_problems(api_version: str, path: Path, value: Any, marks: Marks, *, ta
     if not isinstance(doc, dict):
         return []
     prefix = dotted(path)
-    return [p for p in schema_problems(api_version, doc, marks, task=task)
-            if p.path == prefix or p.path.startswith((prefix + ".", prefix + "["))]
+    return [
+        p
+        for p in schema_problems(api_version, doc, marks, task=task)
+        if p.path == prefix or p.path.startswith((prefix + ".", prefix + "["))
+    ]
 
 
 def write_committed_schema() -> FsPath:
@@ -314,5 +388,3 @@ def write_committed_schema() -> FsPath:
 
 def committed_schema_path(api_version: str = "slime/v1") -> FsPath:
     return SCHEMA_DIR / (api_version.split("/", 1)[1] + ".json")
-
-

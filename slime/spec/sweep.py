@@ -17,7 +17,7 @@ from slime.spec.overrides import parse_path
 from slime.spec.schema import dotted, field_names, origin_of, schema_for, subschema, suggest_path, value_problems
 from slime.spec.yamlmarks import Marks, Path
 
-__all__ = ["UNSWEEPABLE", "SWEEPABLE", "expand"]
+__all__ = ["SWEEPABLE", "UNSWEEPABLE", "expand"]
 
 # Array tasks share one allocation and run dir, so nothing that shapes those may vary per task.
 UNSWEEPABLE = ("apiVersion", "kind", "name", "description", "cluster", "sweep", "logging")
@@ -28,12 +28,19 @@ def _key_problem(api_version: str, key: str, path: Path, marks: Marks) -> Proble
     origin = origin_of(("sweep", "grid", key), marks)
     where = f"sweep.grid.{key}"
     if not path or not isinstance(path[0], str):
-        return Problem(path=where, message=f"'{key}' is not a spec field path",
-                       hint="keys are dotted field paths, e.g. train.seed or rollout.temperature", origin=origin)
+        return Problem(
+            path=where,
+            message=f"'{key}' is not a spec field path",
+            hint="keys are dotted field paths, e.g. train.seed or rollout.temperature",
+            origin=origin,
+        )
     if path[0] in UNSWEEPABLE:
-        return Problem(path=where, message=f"'{key}' cannot be swept",
-                       hint=f"array tasks share one allocation and run dir; sweepable sections: {', '.join(SWEEPABLE)}",
-                       origin=origin)
+        return Problem(
+            path=where,
+            message=f"'{key}' cannot be swept",
+            hint=f"array tasks share one allocation and run dir; sweepable sections: {', '.join(SWEEPABLE)}",
+            origin=origin,
+        )
     if subschema(api_version, path) is not None:
         return None
     # The longest prefix that exists tells the user where the typo is.
@@ -43,8 +50,9 @@ def _key_problem(api_version: str, key: str, path: Path, marks: Marks) -> Proble
     parent, wrong = path[: n - 1], path[n - 1]
     names = field_names(api_version, parent) if parent else list(schema_for(api_version)["$defs"]["Spec"]["properties"])
     close = suggest_path(str(wrong), parent, names)
-    hint = (f"did you mean '{dotted(close + path[n:])}'? " if close else "") + \
-        (f"fields of {dotted(parent)}: {', '.join(names)}" if parent and names else f"sections: {', '.join(SWEEPABLE)}")
+    hint = (f"did you mean '{dotted(close + path[n:])}'? " if close else "") + (
+        f"fields of {dotted(parent)}: {', '.join(names)}" if parent and names else f"sections: {', '.join(SWEEPABLE)}"
+    )
     return Problem(path=where, message=f"'{key}' is not a spec field path", hint=hint, origin=origin)
 
 
@@ -53,9 +61,14 @@ def expand(api_version: str, sweep: dict[str, Any], marks: Marks) -> tuple[list[
     grid = sweep.get("grid") or {}
     problems: list[Problem] = []
     if not grid:
-        problems.append(Problem(path="sweep.grid", message="the sweep grid is empty",
-                                hint="add 'dotted.field.path: [values]' entries, or remove sweep",
-                                origin=origin_of(("sweep", "grid"), marks)))
+        problems.append(
+            Problem(
+                path="sweep.grid",
+                message="the sweep grid is empty",
+                hint="add 'dotted.field.path: [values]' entries, or remove sweep",
+                origin=origin_of(("sweep", "grid"), marks),
+            )
+        )
     axes: list[tuple[str, list[Any]]] = []
     seen: dict[Path, str] = {}
     for key, values in grid.items():
@@ -67,20 +80,32 @@ def expand(api_version: str, sweep: dict[str, Any], marks: Marks) -> tuple[list[
             continue
         clash = next((other for p, other in seen.items() if p[: len(path)] == path or path[: len(p)] == p), None)
         if clash is not None:
-            problems.append(Problem(path=f"sweep.grid.{key}", message=f"'{key}' overlaps the grid key '{clash}'",
-                                    hint="sweep each field through one key", origin=origin_of(gpath, marks)))
+            problems.append(
+                Problem(
+                    path=f"sweep.grid.{key}",
+                    message=f"'{key}' overlaps the grid key '{clash}'",
+                    hint="sweep each field through one key",
+                    origin=origin_of(gpath, marks),
+                )
+            )
             continue
         seen[path] = key
         if not values:
-            problems.append(Problem(path=f"sweep.grid.{key}",
-                                    message=f"'{key}' has no values (the grid would be empty)",
-                                    hint="give at least one value, e.g. [1, 2]", origin=origin_of(gpath, marks)))
+            problems.append(
+                Problem(
+                    path=f"sweep.grid.{key}",
+                    message=f"'{key}' has no values (the grid would be empty)",
+                    hint="give at least one value, e.g. [1, 2]",
+                    origin=origin_of(gpath, marks),
+                )
+            )
             continue
         for i, value in enumerate(values):
             for p in value_problems(api_version, path, value, {path: origin_of(gpath + (i,), marks)}):
                 inner = "" if p.path == dotted(path) else f"{p.path}: "
-                problems.append(Problem(path=f"sweep.grid.{key}[{i}]", message=inner + p.message, hint=p.hint,
-                                        origin=p.origin))
+                problems.append(
+                    Problem(path=f"sweep.grid.{key}[{i}]", message=inner + p.message, hint=p.hint, origin=p.origin)
+                )
         axes.append((key, list(values)))
     if problems:
         return [], problems

@@ -47,8 +47,14 @@ Scalar = str | int | float | bool | None
 class SecretRef(_Section, kw_only=True):
     """Where a secret's value comes from at run time (never the value itself)."""
 
-    env: Annotated[Annotated[str, Meta(pattern=ENV_NAME_PATTERN)] | None, D("Read the value from this environment variable of the submitting shell/job.")] = None
-    file: Annotated[Annotated[str, Meta(min_length=1)] | None, D("Read the value from this file (first line, stripped) inside the job.")] = None
+    env: Annotated[
+        Annotated[str, Meta(pattern=ENV_NAME_PATTERN)] | None,
+        D("Read the value from this environment variable of the submitting shell/job."),
+    ] = None
+    file: Annotated[
+        Annotated[str, Meta(min_length=1)] | None,
+        D("Read the value from this file (first line, stripped) inside the job."),
+    ] = None
 
 
 class Container(_Section, kw_only=True):
@@ -62,12 +68,23 @@ class Container(_Section, kw_only=True):
 class Cluster(_Section, kw_only=True):
     """Where the job runs and with what resources."""
 
-    launcher: Annotated[Literal["local", "slurm"], D("'local' runs on this machine without SLURM; 'slurm' submits with sbatch.")] = "local"
+    launcher: Annotated[
+        Literal["local", "slurm"], D("'local' runs on this machine without SLURM; 'slurm' submits with sbatch.")
+    ] = "local"
     nodes: Annotated[int, D("Number of nodes to allocate.", ge=1)] = 1
     gpus_per_node: Annotated[int, D("GPUs per node (0 = CPU-only job).", ge=0)] = 0
-    cpus_per_node: Annotated[Annotated[int, Meta(ge=1)] | None, D("CPUs per node (local: derived from this machine; SLURM: --cpus-per-task).")] = None
-    mem: Annotated[Annotated[str, Meta(pattern=MEM_PATTERN)] | None, D("Memory per node, SLURM style: '64G', '500M', or MB as a number.")] = None
-    time_limit: Annotated[Annotated[str, Meta(pattern=TIME_PATTERN)] | None, D("Wall-clock limit, SLURM style: 'MM', 'HH:MM:SS' or 'D-HH:MM:SS'.")] = None
+    cpus_per_node: Annotated[
+        Annotated[int, Meta(ge=1)] | None,
+        D("CPUs per node (local: derived from this machine; SLURM: --cpus-per-task)."),
+    ] = None
+    mem: Annotated[
+        Annotated[str, Meta(pattern=MEM_PATTERN)] | None,
+        D("Memory per node, SLURM style: '64G', '500M', or MB as a number."),
+    ] = None
+    time_limit: Annotated[
+        Annotated[str, Meta(pattern=TIME_PATTERN)] | None,
+        D("Wall-clock limit, SLURM style: 'MM', 'HH:MM:SS' or 'D-HH:MM:SS'."),
+    ] = None
     partition: Annotated[str | None, D("SLURM partition.")] = None
     account: Annotated[str | None, D("SLURM account to charge.")] = None
     qos: Annotated[str | None, D("SLURM quality of service.")] = None
@@ -76,25 +93,45 @@ class Cluster(_Section, kw_only=True):
     reservation: Annotated[str | None, D("SLURM reservation name.")] = None
     container: Annotated[Container | None, D("Run inside this container image.")] = None
     env: Annotated[dict[str, str], D("Plain environment variables exported to every node (never secrets).")] = {}
-    secrets: Annotated[dict[str, SecretRef], D("Secrets by reference: job env var name -> {env: VAR} or {file: PATH}.")] = {}
-    network_interface: Annotated[str | None, D("Interface whose address Ray and collectives use (default: the one that reaches the head).")] = None
-    bootstrap_timeout_s: Annotated[float, D("Seconds the Ray head waits for all nodes before failing with the missing ones named.", gt=0)] = 300.0
-    on_preflight_failure: Annotated[Literal["fail", "requeue_excluding"], D("On a failed preflight: fail, or requeue excluding the bad node.")] = "fail"
+    secrets: Annotated[
+        dict[str, SecretRef], D("Secrets by reference: job env var name -> {env: VAR} or {file: PATH}.")
+    ] = {}
+    network_interface: Annotated[
+        str | None, D("Interface whose address Ray and collectives use (default: the one that reaches the head).")
+    ] = None
+    bootstrap_timeout_s: Annotated[
+        float, D("Seconds the Ray head waits for all nodes before failing with the missing ones named.", gt=0)
+    ] = 300.0
+    on_preflight_failure: Annotated[
+        Literal["fail", "requeue_excluding"], D("On a failed preflight: fail, or requeue excluding the bad node.")
+    ] = "fail"
     max_requeues: Annotated[int, D("Restarts allowed for preemptions and time-outs.", ge=0)] = 5
     max_failures: Annotated[int, D("Restarts allowed after failures (crashes, node loss).", ge=0)] = 0
-    signal_grace_s: Annotated[int, D("Seconds before the time limit at which the job is warned (USR1) to checkpoint.", ge=10)] = 120
+    signal_grace_s: Annotated[
+        int, D("Seconds before the time limit at which the job is warned (USR1) to checkpoint.", ge=10)
+    ] = 120
 
 
 # --------------------------------------------------------------------------- model
 class Model(_Section, kw_only=True):
     """The policy to train (HF-format checkpoint or a built-in tiny model)."""
 
-    path: Annotated[Annotated[str, Meta(min_length=1)] | None, D("HF-format checkpoint directory (config.json + weights).")] = None
-    builtin: Annotated[Literal["tiny"] | None, D("A built-in model built locally (no download): 'tiny' is a 0.8M-param Qwen2-shaped model.")] = None
-    ref_path: Annotated[str | None, D("Reference model for KL: a checkpoint dir, or 'initial' for the starting policy.")] = None
+    path: Annotated[
+        Annotated[str, Meta(min_length=1)] | None, D("HF-format checkpoint directory (config.json + weights).")
+    ] = None
+    builtin: Annotated[
+        Literal["tiny"] | None,
+        D("A built-in model built locally (no download): 'tiny' is a 0.8M-param Qwen2-shaped model."),
+    ] = None
+    ref_path: Annotated[
+        str | None, D("Reference model for KL: a checkpoint dir, or 'initial' for the starting policy.")
+    ] = None
     critic_path: Annotated[str | None, D("Critic initialisation for PPO (derived: the policy checkpoint).")] = None
     tokenizer: Annotated[str | None, D("Tokenizer directory (derived: the model's).")] = None
-    max_context_len: Annotated[Annotated[int, Meta(ge=2)] | None, D("Longest sequence the model takes (derived: config.json max_position_embeddings).")] = None
+    max_context_len: Annotated[
+        Annotated[int, Meta(ge=2)] | None,
+        D("Longest sequence the model takes (derived: config.json max_position_embeddings)."),
+    ] = None
 
 
 # --------------------------------------------------------------------------- train
@@ -112,16 +149,22 @@ class DynamicBatch(_Section, kw_only=True):
     """Pack micro-batches by token count instead of sample count."""
 
     enabled: Annotated[bool, D("Use dynamic micro-batches.")] = False
-    max_tokens_per_gpu: Annotated[Annotated[int, Meta(ge=1)] | None, D("Token budget of one micro-batch per GPU (required when enabled).")] = None
+    max_tokens_per_gpu: Annotated[
+        Annotated[int, Meta(ge=1)] | None, D("Token budget of one micro-batch per GPU (required when enabled).")
+    ] = None
 
 
 class Optimizer(_Section, kw_only=True):
     """Optimizer and learning-rate schedule."""
 
-    name: Annotated[Literal["adam"], D("Optimizer (AdamW; Megatron's distributed optimizer on the megatron backend).")] = "adam"
+    name: Annotated[
+        Literal["adam"], D("Optimizer (AdamW; Megatron's distributed optimizer on the megatron backend).")
+    ] = "adam"
     lr: Annotated[float, D("Peak learning rate.", gt=0)] = 1e-6
     min_lr: Annotated[float, D("Final learning rate of the decay.", ge=0)] = 0.0
-    lr_schedule: Annotated[Literal["constant", "cosine", "linear"], D("Learning-rate decay after warm-up.")] = "constant"
+    lr_schedule: Annotated[Literal["constant", "cosine", "linear"], D("Learning-rate decay after warm-up.")] = (
+        "constant"
+    )
     warmup_steps: Annotated[int, D("Linear warm-up steps.", ge=0)] = 0
     weight_decay: Annotated[float, D("Decoupled weight decay.", ge=0)] = 0.0
     betas: Annotated[tuple[float, float], D("Adam (beta1, beta2).")] = (0.9, 0.98)
@@ -134,7 +177,9 @@ class Checkpoint(_Section, kw_only=True):
     """Saving and resuming."""
 
     dir: Annotated[str | None, D("Checkpoint directory (derived: <run dir>/checkpoints).")] = None
-    interval: Annotated[Annotated[int, Meta(ge=1)] | None, D("Save every N rollouts (the last rollout is always saved).")] = None
+    interval: Annotated[
+        Annotated[int, Meta(ge=1)] | None, D("Save every N rollouts (the last rollout is always saved).")
+    ] = None
     keep: Annotated[int, D("Keep the newest K checkpoints.", ge=1)] = 2
     load: Annotated[str | None, D("Resume from this checkpoint directory (default: the newest in dir, if any).")] = None
     save_hf: Annotated[bool, D("Also write an HF-format copy of the final policy.")] = True
@@ -143,43 +188,75 @@ class Checkpoint(_Section, kw_only=True):
 class Train(_Section, kw_only=True):
     """The trainer (actor, and critic under PPO)."""
 
-    backend: Annotated[Literal["torch", "megatron"], D("'torch' (embedded, runs on CPU or GPU) or 'megatron' (megatron-core, GPU).")] = "torch"
-    nodes: Annotated[Annotated[int, Meta(ge=1)] | None, D("Nodes holding trainer ranks (derived: cluster.nodes).")] = None
-    gpus_per_node: Annotated[Annotated[int, Meta(ge=0)] | None, D("GPUs per node for the actor (derived: cluster.gpus_per_node; 0 = one CPU rank per node).")] = None
+    backend: Annotated[
+        Literal["torch", "megatron"], D("'torch' (embedded, runs on CPU or GPU) or 'megatron' (megatron-core, GPU).")
+    ] = "torch"
+    nodes: Annotated[Annotated[int, Meta(ge=1)] | None, D("Nodes holding trainer ranks (derived: cluster.nodes).")] = (
+        None
+    )
+    gpus_per_node: Annotated[
+        Annotated[int, Meta(ge=0)] | None,
+        D("GPUs per node for the actor (derived: cluster.gpus_per_node; 0 = one CPU rank per node)."),
+    ] = None
     parallel: Annotated[Parallel, D("Tensor/pipeline/context/expert parallel sizes.")] = field(default_factory=Parallel)
-    global_batch_size: Annotated[Annotated[int, Meta(ge=1)] | None, D("Samples per optimizer step (derived: rollout.batch_size x n_samples_per_prompt / num_steps_per_rollout).")] = None
-    num_steps_per_rollout: Annotated[Annotated[int, Meta(ge=1)] | None, D("Optimizer steps per rollout (derived from global_batch_size, default 1).")] = None
+    global_batch_size: Annotated[
+        Annotated[int, Meta(ge=1)] | None,
+        D("Samples per optimizer step (derived: rollout.batch_size x n_samples_per_prompt / num_steps_per_rollout)."),
+    ] = None
+    num_steps_per_rollout: Annotated[
+        Annotated[int, Meta(ge=1)] | None, D("Optimizer steps per rollout (derived from global_batch_size, default 1).")
+    ] = None
     micro_batch_size: Annotated[int, D("Samples per forward/backward per data-parallel rank.", ge=1)] = 1
     dynamic_batch: Annotated[DynamicBatch, D("Token-count based micro-batching.")] = field(default_factory=DynamicBatch)
     optimizer: Annotated[Optimizer, D("Optimizer and schedule.")] = field(default_factory=Optimizer)
     checkpoint: Annotated[Checkpoint, D("Saving and resuming.")] = field(default_factory=Checkpoint)
     precision: Annotated[Literal["fp32", "bf16", "fp16"], D("Training precision (fp32 on CPU).")] = "fp32"
     seed: Annotated[int, D("Random seed (data order, sampling, init).", ge=0)] = 1234
-    backend_args: Annotated[dict[str, Scalar], D("Extra backend flags passed through verbatim (e.g. Megatron's '--recompute-granularity').")] = {}
+    backend_args: Annotated[
+        dict[str, Scalar], D("Extra backend flags passed through verbatim (e.g. Megatron's '--recompute-granularity').")
+    ] = {}
 
 
 # --------------------------------------------------------------------------- rollout
 class Rollout(_Section, kw_only=True):
     """Generation of samples by inference engines."""
 
-    backend: Annotated[Literal["builtin", "sglang"], D("'builtin' (embedded engine, CPU/GPU) or 'sglang' (SGLang servers, GPU).")] = "builtin"
+    backend: Annotated[
+        Literal["builtin", "sglang"], D("'builtin' (embedded engine, CPU/GPU) or 'sglang' (SGLang servers, GPU).")
+    ] = "builtin"
     colocate: Annotated[bool, D("Engines share the trainer's GPUs (offloaded in turn) instead of their own.")] = False
-    gpus: Annotated[Annotated[int, Meta(ge=0)] | None, D("GPUs for rollout engines (required unless colocated or CPU-only; derived when colocated).")] = None
+    gpus: Annotated[
+        Annotated[int, Meta(ge=0)] | None,
+        D("GPUs for rollout engines (required unless colocated or CPU-only; derived when colocated)."),
+    ] = None
     gpus_per_engine: Annotated[int, D("GPUs per engine (its tensor-parallel size).", ge=1)] = 1
-    num_engines: Annotated[Annotated[int, Meta(ge=1)] | None, D("Engines (derived: gpus / gpus_per_engine; on CPU, default 1).")] = None
+    num_engines: Annotated[
+        Annotated[int, Meta(ge=1)] | None, D("Engines (derived: gpus / gpus_per_engine; on CPU, default 1).")
+    ] = None
     batch_size: Annotated[int, D("Prompts per rollout.", ge=1)] = 16
     n_samples_per_prompt: Annotated[int, D("Responses sampled per prompt (the group size).", ge=1)] = 8
-    over_sampling_batch_size: Annotated[Annotated[int, Meta(ge=1)] | None, D("Prompts drawn per rollout before filtering (derived: batch_size).")] = None
-    num_rollouts: Annotated[Annotated[int, Meta(ge=1)] | None, D("Rollouts to run (derived from epochs when not given).")] = None
-    epochs: Annotated[Annotated[int, Meta(ge=1)] | None, D("Passes over the prompt data (alternative to num_rollouts).")] = None
+    over_sampling_batch_size: Annotated[
+        Annotated[int, Meta(ge=1)] | None, D("Prompts drawn per rollout before filtering (derived: batch_size).")
+    ] = None
+    num_rollouts: Annotated[
+        Annotated[int, Meta(ge=1)] | None, D("Rollouts to run (derived from epochs when not given).")
+    ] = None
+    epochs: Annotated[
+        Annotated[int, Meta(ge=1)] | None, D("Passes over the prompt data (alternative to num_rollouts).")
+    ] = None
     max_prompt_len: Annotated[int, D("Longest prompt in tokens (longer prompts are skipped and counted).", ge=1)] = 512
     max_response_len: Annotated[int, D("Most new tokens per response.", ge=1)] = 1024
     temperature: Annotated[float, D("Sampling temperature (> 0 for RL).", ge=0)] = 1.0
     top_p: Annotated[float, D("Nucleus sampling mass.", gt=0, le=1)] = 1.0
     top_k: Annotated[int, D("Top-k sampling (-1 = off).", ge=-1)] = -1
     stop: Annotated[tuple[str, ...], D("Stop strings.")] = ()
-    weight_sync: Annotated[Literal["disk", "nccl", "delta"] | None, D("How new weights reach engines (derived: nccl for disaggregated sglang, else disk).")] = None
-    engine_args: Annotated[dict[str, Scalar], D("Engine server flags passed through verbatim (e.g. SGLang's 'mem-fraction-static').")] = {}
+    weight_sync: Annotated[
+        Literal["disk", "nccl", "delta"] | None,
+        D("How new weights reach engines (derived: nccl for disaggregated sglang, else disk)."),
+    ] = None
+    engine_args: Annotated[
+        dict[str, Scalar], D("Engine server flags passed through verbatim (e.g. SGLang's 'mem-fraction-static').")
+    ] = {}
     router_args: Annotated[dict[str, Scalar], D("sglang-router flags passed through verbatim.")] = {}
     startup_timeout_s: Annotated[float, D("Seconds an engine may take to become healthy.", gt=0)] = 600.0
 
@@ -213,7 +290,9 @@ class Reward(_Section, kw_only=True):
     """How a response is scored."""
 
     type: Annotated[Literal["exact", "math", "f1", "remote", "custom"], D("Reward function.")] = "exact"
-    custom: Annotated[Annotated[str, Meta(pattern=PLUGIN_PATTERN)] | None, D("'package.module:function' for type custom.")] = None
+    custom: Annotated[
+        Annotated[str, Meta(pattern=PLUGIN_PATTERN)] | None, D("'package.module:function' for type custom.")
+    ] = None
     url: Annotated[Annotated[str, Meta(pattern=r"^https?://")] | None, D("Reward server URL for type remote.")] = None
     timeout_s: Annotated[float, D("Per-request timeout for remote rewards.", gt=0)] = 30.0
     max_retries: Annotated[int, D("Retries of transient remote-reward failures.", ge=0)] = 3
@@ -235,16 +314,22 @@ class Algorithm(_Section, kw_only=True):
 
     estimator: Annotated[Estimator, D("Advantage estimator / policy loss family.")] = "grpo"
     eps_clip: Annotated[float, D("PPO ratio clip (lower side).", gt=0)] = 0.2
-    eps_clip_high: Annotated[Annotated[float, Meta(gt=0)] | None, D("Upper-side ratio clip (derived: eps_clip).")] = None
+    eps_clip_high: Annotated[Annotated[float, Meta(gt=0)] | None, D("Upper-side ratio clip (derived: eps_clip).")] = (
+        None
+    )
     dual_clip_c: Annotated[float | None, D("Dual-clip constant for negative advantages (> 1).")] = None
     kl_coef: Annotated[float, D("KL penalty folded into the reward (needs a reference model).", ge=0)] = 0.0
     kl_loss_coef: Annotated[float, D("KL term added to the loss (needs a reference model).", ge=0)] = 0.0
     kl_loss_type: Annotated[Literal["k1", "k2", "k3", "low_var_kl"], D("KL estimator for the loss.")] = "low_var_kl"
     entropy_coef: Annotated[float, D("Entropy bonus coefficient.", ge=0)] = 0.0
-    normalize_std: Annotated[bool | None, D("Divide group advantages by their std (derived: n_samples_per_prompt > 1).")] = None
+    normalize_std: Annotated[
+        bool | None, D("Divide group advantages by their std (derived: n_samples_per_prompt > 1).")
+    ] = None
     gamma: Annotated[float, D("Discount factor (PPO, REINFORCE++).", ge=0, le=1)] = 1.0
     lam: Annotated[float, D("GAE lambda (PPO).", ge=0, le=1)] = field(default=1.0, name="lambda")
-    loss_agg: Annotated[Literal["token_mean", "seq_mean_token_mean"], D("How per-token losses are averaged.")] = "token_mean"
+    loss_agg: Annotated[Literal["token_mean", "seq_mean_token_mean"], D("How per-token losses are averaged.")] = (
+        "token_mean"
+    )
     critic: Annotated[Critic | None, D("Critic settings (derived for PPO).")] = None
     sft_warmup_steps: Annotated[int, D("Supervised warm-up steps on (prompt, label) before RL.", ge=0)] = 0
     sft_warmup_lr: Annotated[float, D("Learning rate of the SFT warm-up.", gt=0)] = 1e-3
@@ -254,7 +339,9 @@ class Algorithm(_Section, kw_only=True):
 class SandboxSpec(_Section, kw_only=True):
     """Where agent tools execute."""
 
-    backend: Annotated[Literal["local", "e2b"], D("'local' (bubblewrap-isolated subprocess) or 'e2b' (E2B cloud sandbox).")] = "local"
+    backend: Annotated[
+        Literal["local", "e2b"], D("'local' (bubblewrap-isolated subprocess) or 'e2b' (E2B cloud sandbox).")
+    ] = "local"
     image: Annotated[str | None, D("Sandbox template/image (e2b template id).")] = None
     timeout_s: Annotated[float, D("Wall-clock limit of one tool execution.", gt=0)] = 10.0
     network: Annotated[bool, D("Allow network access from the sandbox.")] = False
@@ -272,7 +359,10 @@ class Agent(_Section, kw_only=True):
     sandbox: Annotated[SandboxSpec, D("Tool execution sandbox.")] = field(default_factory=SandboxSpec)
     adapter: Annotated[Literal["openai", "anthropic"], D("API the agent speaks to the policy.")] = "openai"
     max_turns: Annotated[int, D("Turn cap per session.", ge=1)] = 4
-    generate: Annotated[Annotated[str, Meta(pattern=PLUGIN_PATTERN)] | None, D("'package.module:function' agent loop (default: the built-in tool-calling loop).")] = None
+    generate: Annotated[
+        Annotated[str, Meta(pattern=PLUGIN_PATTERN)] | None,
+        D("'package.module:function' agent loop (default: the built-in tool-calling loop)."),
+    ] = None
     tools: Annotated[tuple[str, ...], D("Tools offered to the agent.")] = ("python",)
 
 
@@ -280,14 +370,18 @@ class Agent(_Section, kw_only=True):
 class Sweep(_Section, kw_only=True):
     """A grid of overrides; each point is one task (a SLURM array task)."""
 
-    grid: Annotated[dict[str, tuple[Any, ...]], D("Dotted field path -> list of values; the tasks are the cross product.")]
+    grid: Annotated[
+        dict[str, tuple[Any, ...]], D("Dotted field path -> list of values; the tasks are the cross product.")
+    ]
     max_parallel: Annotated[Annotated[int, Meta(ge=1)] | None, D("Tasks running at once (array %N).")] = None
 
 
 class Wandb(_Section, kw_only=True):
     """Weights & Biases logging."""
 
-    mode: Annotated[Literal["online", "offline", "disabled"], D("'offline' writes locally (default), 'online' syncs.")] = "offline"
+    mode: Annotated[
+        Literal["online", "offline", "disabled"], D("'offline' writes locally (default), 'online' syncs.")
+    ] = "offline"
     project: Annotated[str, D("W&B project.")] = "slime"
     group: Annotated[str | None, D("W&B group (derived: the spec name).")] = None
     entity: Annotated[str | None, D("W&B entity (team or user).")] = None
@@ -296,7 +390,9 @@ class Wandb(_Section, kw_only=True):
 class Logging(_Section, kw_only=True):
     """Where runs and metrics go."""
 
-    dir: Annotated[str, D("Parent directory of run dirs (relative to the spec file's directory unless absolute).", min_length=1)] = "runs"
+    dir: Annotated[
+        str, D("Parent directory of run dirs (relative to the spec file's directory unless absolute).", min_length=1)
+    ] = "runs"
     wandb: Annotated[Wandb, D("Weights & Biases settings.")] = field(default_factory=Wandb)
     progress: Annotated[bool, D("Show a live progress bar on a terminal.")] = True
 

@@ -66,8 +66,9 @@ def normalise(data: Any, marks: Marks, *, task: int | None = None) -> tuple[Any,
     problems: list[Problem] = []
 
     def bad(path: Path, message: str, hint: str) -> _Invalid:
-        problems.append(Problem(path=dotted(path), message=message, hint=hint, origin=origin_of(path, marks),
-                                task=task))
+        problems.append(
+            Problem(path=dotted(path), message=message, hint=hint, origin=origin_of(path, marks), task=task)
+        )
         return INVALID
 
     def walk(value: Any, path: Path) -> Any:
@@ -84,8 +85,11 @@ def normalise(data: Any, marks: Marks, *, task: int | None = None) -> tuple[Any,
         if isinstance(value, str):
             text = _text(value)
             if text is None:
-                return bad(path, "the string has an unpaired UTF-16 surrogate escape (\\uD800-\\uDFFF)",
-                           "write the character itself, or a \\U0001XXXX escape")
+                return bad(
+                    path,
+                    "the string has an unpaired UTF-16 surrogate escape (\\uD800-\\uDFFF)",
+                    "write the character itself, or a \\U0001XXXX escape",
+                )
             if "\x00" in text:
                 return bad(path, "the string contains a NUL character (\\0)", "remove the \\0 escape")
             return text

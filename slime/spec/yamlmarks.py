@@ -16,7 +16,7 @@ from slime.spec.errors import Origin, Problem, SpecError
 Path = tuple[str | int, ...]
 Marks = dict[Path, Origin]
 
-__all__ = ["load_yaml", "parse_scalar", "Marks", "Path"]
+__all__ = ["Marks", "Path", "load_yaml", "parse_scalar"]
 
 
 def _yaml(typ: str):
@@ -85,30 +85,56 @@ def load_yaml(text: str, file: str) -> tuple[Any, Marks]:
         mark = exc.problem_mark or exc.context_mark
         origin = Origin(file=file, line=mark.line + 1, col=mark.column + 1) if mark else Origin(file=file)
         msg = " ".join(str(x) for x in (exc.context, exc.problem) if x)
-        raise SpecError([Problem(path="", message=f"YAML syntax error: {msg}", origin=origin,
-                                 hint="fix the YAML at that position (indentation, quotes, duplicate keys)")]) from None
+        raise SpecError(
+            [
+                Problem(
+                    path="",
+                    message=f"YAML syntax error: {msg}",
+                    origin=origin,
+                    hint="fix the YAML at that position (indentation, quotes, duplicate keys)",
+                )
+            ]
+        ) from None
     except YAMLError as exc:
         raise SpecError([Problem(path="", message=f"YAML error: {exc}", origin=Origin(file=file))]) from None
     except RecursionError:
         raise SpecError([_too_deep(file)]) from None
     except TypeError:  # ruamel hashes complex keys ({? {a: 1}: x}) and fails on nested mappings
-        raise SpecError([Problem(path="", message="YAML error: a mapping key is itself a mapping or list",
-                                 origin=Origin(file=file), hint="spec keys are plain names")]) from None
+        raise SpecError(
+            [
+                Problem(
+                    path="",
+                    message="YAML error: a mapping key is itself a mapping or list",
+                    origin=Origin(file=file),
+                    hint="spec keys are plain names",
+                )
+            ]
+        ) from None
     marks: Marks = {(): Origin(file=file, line=1, col=1)}
     try:
         return _plain(doc, (), marks, file, [0]), marks
     except RecursionError:
         raise SpecError([_too_deep(file)]) from None
     except _TooBig:
-        raise SpecError([Problem(path="", message=f"the YAML expands to more than {MAX_VALUES} values",
-                                 origin=Origin(file=file),
-                                 hint="a spec is far smaller; check for aliases (*name) repeated inside "
-                                      "lists they are aliases of")]) from None
+        raise SpecError(
+            [
+                Problem(
+                    path="",
+                    message=f"the YAML expands to more than {MAX_VALUES} values",
+                    origin=Origin(file=file),
+                    hint="a spec is far smaller; check for aliases (*name) repeated inside lists they are aliases of",
+                )
+            ]
+        ) from None
 
 
 def _too_deep(file: str) -> Problem:
-    return Problem(path="", message="the YAML is nested too deeply to be a spec", origin=Origin(file=file),
-                   hint="specs are a few levels deep; check for runaway brackets")
+    return Problem(
+        path="",
+        message="the YAML is nested too deeply to be a spec",
+        origin=Origin(file=file),
+        hint="specs are a few levels deep; check for runaway brackets",
+    )
 
 
 def parse_scalar(text: str) -> Any:

@@ -58,8 +58,8 @@ def score(model, tok, demos: list[tuple[dict, dict]]) -> dict[str, float]:
             text = tok.decode(tokens)
 
             def span(char_at: int, n: int) -> bool:
-                at = len(tok.encode(text[:char_at], add_special_tokens=False))
-                return all(right[at:at + n])
+                at = len(tok.encode(text[:char_at], add_special_tokens=False))  # noqa: B023
+                return all(right[at : at + n])  # noqa: B023
 
             expression = row["prompt"].strip().rstrip("=")
             hits["expression"] += span(text.index(EXPRESSION) + len(EXPRESSION), len(expression))
@@ -69,25 +69,42 @@ def score(model, tok, demos: list[tuple[dict, dict]]) -> dict[str, float]:
 
 
 def run_seed(seed: int, args, model_dir: Path, tok, table: Table) -> None:
-    spec = load_spec(REPO / "specs/agent-local.yaml", overrides=[f"train.seed={seed}", *args.overrides],
-                     check_paths=True).spec
+    spec = load_spec(
+        REPO / "specs/agent-local.yaml", overrides=[f"train.seed={seed}", *args.overrides], check_paths=True
+    ).spec
     torch.manual_seed(seed)
     actor = TorchTrainBackend()
-    actor.init(spec, RankInfo(rank=0, world_size=1, master_addr="127.0.0.1", master_port=0, device="cpu"),
-               model_dir, role="actor")
+    actor.init(
+        spec,
+        RankInfo(rank=0, world_size=1, master_addr="127.0.0.1", master_port=0, device="cpu"),
+        model_dir,
+        role="actor",
+    )
     held = rows("heldout.jsonl")[:64]
     demos = [(agent_sft_sample(spec, tok, r["prompt"], r["label"]), r) for r in held]
     train, rng, t = rows("train.jsonl"), random.Random(seed), time.monotonic()
     for step in range(1, args.steps + 1):
-        batch = [agent_sft_sample(spec, tok, r["prompt"], r["label"])
-                 for r in rng.sample(train, spec.train.global_batch_size)]
+        batch = [
+            agent_sft_sample(spec, tok, r["prompt"], r["label"])
+            for r in rng.sample(train, spec.train.global_batch_size)
+        ]
         loss = actor.train_step(collate(batch, kind="sft", pad_id=tok.pad_token_id), step=step - 1)["sft_loss"]
         if step % args.every == 0:
             s = score(actor.model, tok, demos)
-            table.add_row(str(seed), str(step), f"{loss:.3f}", f"{s['expression']:.2f}", f"{s['answer']:.2f}",
-                          f"{s['episode']:.2f}", f"{time.monotonic() - t:.0f}")
-            print(f"seed {seed} step {step}: loss {loss:.3f} expression {s['expression']:.2f} "
-                  f"answer {s['answer']:.2f} episode {s['episode']:.2f}", flush=True)
+            table.add_row(
+                str(seed),
+                str(step),
+                f"{loss:.3f}",
+                f"{s['expression']:.2f}",
+                f"{s['answer']:.2f}",
+                f"{s['episode']:.2f}",
+                f"{time.monotonic() - t:.0f}",
+            )
+            print(
+                f"seed {seed} step {step}: loss {loss:.3f} expression {s['expression']:.2f} "
+                f"answer {s['answer']:.2f} episode {s['episode']:.2f}",
+                flush=True,
+            )
 
 
 def main() -> None:
@@ -95,12 +112,26 @@ def main() -> None:
     ap.add_argument("--seeds", default="1,2,3,4")
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--every", type=int, default=50)
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
-                    help="a spec override, e.g. algorithm.sft_warmup_lr=1e-3")
+    ap.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="a spec override, e.g. algorithm.sft_warmup_lr=1e-3",
+    )
     args = ap.parse_args()
     torch.set_num_threads(1)
-    table = Table("seed", "step", "sft loss", "expression", "answer", "episode", "s",
-                  title="agent warm-up: held-out teacher-forced copy accuracy")
+    table = Table(
+        "seed",
+        "step",
+        "sft loss",
+        "expression",
+        "answer",
+        "episode",
+        "s",
+        title="agent warm-up: held-out teacher-forced copy accuracy",
+    )
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = ensure_builtin_model("tiny", Path(tmp))
         tok = transformers.AutoTokenizer.from_pretrained(model_dir)

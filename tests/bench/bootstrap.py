@@ -108,7 +108,9 @@ def run_bare(work: Path) -> tuple[float, float]:
     (work / "bare-node.sh").write_text(BARE_NODE.format(dir=work, ray=ray, python=sys.executable))
     (work / "bare.sbatch").write_text(BARE_JOB.format(dir=work))
     t0 = time.time()
-    out = subprocess.run(["sbatch", "--parsable", str(work / "bare.sbatch")], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["sbatch", "--parsable", str(work / "bare.sbatch")], capture_output=True, text=True, check=True
+    )
     job = out.stdout.strip().split(";")[0]
     done = work / f"done-{job}"
     deadline = time.monotonic() + 300
@@ -139,13 +141,18 @@ def main() -> int:
             bare_t.append(b_start)
             slime_t.append(s_start)
             breakdowns.append(report)
-            print(f"round {r + 1}: slime job start→preflight passed {s_start:5.1f} s (submit→ {s_submit:5.1f} s; "
-                  f"preflight {report['seconds']:.2f} s {report['timings']}) | bare job start→driver sees 2 nodes "
-                  f"{b_start:5.1f} s (submit→ {b_submit:5.1f} s)", flush=True)
+            print(
+                f"round {r + 1}: slime job start→preflight passed {s_start:5.1f} s (submit→ {s_submit:5.1f} s; "
+                f"preflight {report['seconds']:.2f} s {report['timings']}) | bare job start→driver sees 2 nodes "
+                f"{b_start:5.1f} s (submit→ {b_submit:5.1f} s)",
+                flush=True,
+            )
     ms, mb = statistics.median(slime_t), statistics.median(bare_t)
     ratio = ms / mb
-    print(f"\nmedian from job start: slime {ms:.1f} s, bare {mb:.1f} s, ratio {ratio:.2f} (goal <= {GOAL}) "
-          f"-> {'meets' if ratio <= GOAL else 'misses'} the goal")
+    print(
+        f"\nmedian from job start: slime {ms:.1f} s, bare {mb:.1f} s, ratio {ratio:.2f} (goal <= {GOAL}) "
+        f"-> {'meets' if ratio <= GOAL else 'misses'} the goal"
+    )
     pre = statistics.median(r["seconds"] for r in breakdowns)
     print(f"median preflight: {pre:.2f} s; slime without the preflight vs bare: {(ms - pre) / mb:.2f}")
     return 0

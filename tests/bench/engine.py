@@ -44,16 +44,21 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before the torch import: 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", help="HF checkpoint dir (default: build the tiny model in a temp dir)")
-    ap.add_argument("--shape", choices=("decode", "quickstart"), default="decode",
-                    help="decode: --batch x --new (default); quickstart: 16 prompts x 8 samples x 4 tokens")
+    ap.add_argument(
+        "--shape",
+        choices=("decode", "quickstart"),
+        default="decode",
+        help="decode: --batch x --new (default); quickstart: 16 prompts x 8 samples x 4 tokens",
+    )
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ablate", action="store_true", help="also time the engine with oneDNN off")
     ap.add_argument("--http", action="store_true", help="also time the HTTP server + client path")
-    ap.add_argument("--cpu-time", action="store_true",
-                    help="1 thread, compare thread CPU time (robust on a busy machine)")
+    ap.add_argument(
+        "--cpu-time", action="store_true", help="1 thread, compare thread CPU time (robust on a busy machine)"
+    )
     args = ap.parse_args()
 
     import torch
@@ -83,8 +88,9 @@ def main() -> int:
     if len({len(p) for p in prompts}) != 1:
         raise SystemExit("bench prompts must share one length (HF would need padding)")
     if args.shape == "quickstart":
-        params: object = [SamplingParams(max_new_tokens=4, temperature=1.0, ignore_eos=True, sampling_seed=i)
-                          for i in range(batch)]
+        params: object = [
+            SamplingParams(max_new_tokens=4, temperature=1.0, ignore_eos=True, sampling_seed=i) for i in range(batch)
+        ]
     else:
         params = SamplingParams(max_new_tokens=args.new, temperature=1.0, ignore_eos=True)
     hf = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
@@ -102,9 +108,18 @@ def main() -> int:
     def theirs() -> float:
         t = clock()
         with torch.inference_mode():
-            out = hf.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0, top_p=1.0,
-                              top_k=0, max_new_tokens=args.new, min_new_tokens=args.new, eos_token_id=None,
-                              pad_token_id=tok.pad_token_id)
+            out = hf.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=True,
+                temperature=1.0,
+                top_p=1.0,
+                top_k=0,
+                max_new_tokens=args.new,
+                min_new_tokens=args.new,
+                eos_token_id=None,
+                pad_token_id=tok.pad_token_id,
+            )
         dt = clock() - t
         if out.shape != (batch, ids.shape[1] + args.new):
             raise SystemExit(f"HF generate returned shape {tuple(out.shape)}")
@@ -124,17 +139,27 @@ def main() -> int:
     def rate(ts, f):
         return n_tokens / f(ts)
 
-    print(f"model {model_path}  shape {args.shape}: {batch} requests x {args.new} new tokens  "
-          f"repeats {args.repeats}  load average {load_start:.1f} -> {load:.1f} (other work skews both sides)"
-          + ("  [thread CPU time]" if args.cpu_time else "  [wall time]"))
-    print(f"threads: torch intra-op {torch.get_num_threads()}, inter-op {torch.get_num_interop_threads()}, "
-          f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, "
-          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')}; oneDNN linear "
-          f"{'on' if onednn_available() else 'unavailable'} (from {MIN_MACS} multiply-adds a call)")
+    print(
+        f"model {model_path}  shape {args.shape}: {batch} requests x {args.new} new tokens  "
+        f"repeats {args.repeats}  load average {load_start:.1f} -> {load:.1f} (other work skews both sides)"
+        + ("  [thread CPU time]" if args.cpu_time else "  [wall time]")
+    )
+    print(
+        f"threads: torch intra-op {torch.get_num_threads()}, inter-op {torch.get_num_interop_threads()}, "
+        f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, "
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')}; oneDNN linear "
+        f"{'on' if onednn_available() else 'unavailable'} (from {MIN_MACS} multiply-adds a call)"
+    )
     hf_t = times["HF generate"]
     for name, ts in times.items():
-        ratio = "" if ts is hf_t else (f"   ratio vs HF: median {statistics.median(hf_t) / statistics.median(ts):.2f}x"
-                                        f"  best {min(hf_t) / min(ts):.2f}x")
+        ratio = (
+            ""
+            if ts is hf_t
+            else (
+                f"   ratio vs HF: median {statistics.median(hf_t) / statistics.median(ts):.2f}x"
+                f"  best {min(hf_t) / min(ts):.2f}x"
+            )
+        )
         print(f"{name:<20}: best {rate(ts, min):9.0f} tok/s   median {rate(ts, statistics.median):9.0f}{ratio}")
 
     if args.http and not args.cpu_time:
@@ -145,10 +170,27 @@ def main() -> int:
 
         # The server runs in its own process, as in a real rollout; the client here only sends.
         proc = subprocess.Popen(
-            [sys.executable, "-m", "slime.backends.rollout.builtin.server", "--model-path", model_path,
-             "--port", "0", "--seed", "0", "--num-threads", str(args.threads),
-             "--max-running-requests", str(batch), "--log-level", "warning"],
-            stdout=subprocess.PIPE, text=True, cwd=str(Path(__file__).resolve().parents[2]))
+            [
+                sys.executable,
+                "-m",
+                "slime.backends.rollout.builtin.server",
+                "--model-path",
+                model_path,
+                "--port",
+                "0",
+                "--seed",
+                "0",
+                "--num-threads",
+                str(args.threads),
+                "--max-running-requests",
+                str(batch),
+                "--log-level",
+                "warning",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=str(Path(__file__).resolve().parents[2]),
+        )
         try:
             url = re.search(r"at (http://\S+)", proc.stdout.readline()).group(1)
 
@@ -164,8 +206,10 @@ def main() -> int:
         finally:
             proc.terminate()
             proc.wait(30)
-        print(f"HTTP server process, {batch} concurrent requests: best {rate(t_http, min):9.0f} tok/s   "
-              f"median {rate(t_http, statistics.median):9.0f}   ({min(hf_t) / min(t_http):.2f}x HF generate best)")
+        print(
+            f"HTTP server process, {batch} concurrent requests: best {rate(t_http, min):9.0f} tok/s   "
+            f"median {rate(t_http, statistics.median):9.0f}   ({min(hf_t) / min(t_http):.2f}x HF generate best)"
+        )
     tmp.cleanup()
     return 0
 

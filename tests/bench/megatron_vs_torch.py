@@ -42,10 +42,17 @@ def build_model(out: Path, args) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    cfg = Qwen2Config(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.ffn,
-                      num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                      num_key_value_heads=args.kv_heads, max_position_embeddings=max(4096, args.seq),
-                      tie_word_embeddings=False, rms_norm_eps=1e-6)
+    cfg = Qwen2Config(
+        vocab_size=args.vocab,
+        hidden_size=args.hidden,
+        intermediate_size=args.ffn,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads,
+        max_position_embeddings=max(4096, args.seq),
+        tie_word_embeddings=False,
+        rms_norm_eps=1e-6,
+    )
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
     model.save_pretrained(out)
@@ -60,8 +67,9 @@ def make_batch(args):
     g = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, args.vocab, (args.batch, args.seq), generator=g)
     ones = torch.ones(args.batch, args.seq - 1)
-    return TrainBatch(tokens=tokens, attention_mask=torch.ones_like(tokens), response_mask=ones, advantages=ones,
-                      old_log_probs=None)
+    return TrainBatch(
+        tokens=tokens, attention_mask=torch.ones_like(tokens), response_mask=ones, advantages=ones, old_log_probs=None
+    )
 
 
 def timed(step, args, sync) -> list[float]:
@@ -132,15 +140,29 @@ def _megatron_worker(model_dir: str, attention: str, port: int, raw: str) -> Non
     from slime.spec.types import Spec
 
     args = argparse.Namespace(**json.loads(raw))
-    data = {"apiVersion": "slime/v1", "kind": "RLJob", "name": "bench", "model": {"path": model_dir},
-            "data": {"prompts": "unused.jsonl"}, "rollout": {"num_rollouts": 100},
-            "train": {"backend": "megatron", "micro_batch_size": args.batch, "precision": "bf16",
-                      "backend_args": {"attention-backend": attention},
-                      "optimizer": {"lr": 1e-6, "distributed": True, "clip_grad": 1.0}}}
+    data = {
+        "apiVersion": "slime/v1",
+        "kind": "RLJob",
+        "name": "bench",
+        "model": {"path": model_dir},
+        "data": {"prompts": "unused.jsonl"},
+        "rollout": {"num_rollouts": 100},
+        "train": {
+            "backend": "megatron",
+            "micro_batch_size": args.batch,
+            "precision": "bf16",
+            "backend_args": {"attention-backend": attention},
+            "optimizer": {"lr": 1e-6, "distributed": True, "clip_grad": 1.0},
+        },
+    }
     spec = resolve(msgspec.convert(data, Spec), Path(model_dir))
     backend = MegatronTrainBackend()
-    backend.init(spec, RankInfo(rank=0, world_size=1, master_addr="127.0.0.1", master_port=port, device="cuda:0"),
-                 Path(model_dir), role="actor")
+    backend.init(
+        spec,
+        RankInfo(rank=0, world_size=1, master_addr="127.0.0.1", master_port=port, device="cuda:0"),
+        Path(model_dir),
+        role="actor",
+    )
     batch = make_batch(args)
     counter = iter(range(10**9))
     times = timed(lambda: backend.train_step(batch, step=next(counter)), args, torch.cuda.synchronize)
@@ -195,8 +217,10 @@ def main() -> int:
         model_dir = build_model(Path(tmp) / "model", args)
         shape = ModelShape.from_hf_config(json.loads((model_dir / "config.json").read_text()))
         flops = model_flops_per_token(shape, args.seq) * args.batch * args.seq
-        print(f"# model {shape.num_params() / 1e9:.3f}B params, batch {args.batch} x seq {args.seq}, "
-              f"{flops / 1e12:.1f} TFLOP per step")
+        print(
+            f"# model {shape.num_params() / 1e9:.3f}B params, batch {args.batch} x seq {args.seq}, "
+            f"{flops / 1e12:.1f} TFLOP per step"
+        )
         base = report("torch (HF+SDPA)", torch_side(model_dir, args), flops, peak)
         if args.skip_megatron:
             return 0

@@ -48,8 +48,12 @@ def one_round(procs: int, threads: int, steps: int, passive: bool) -> tuple[floa
     if passive:
         env["OMP_WAIT_POLICY"] = "PASSIVE"
     t = time.monotonic()
-    ps = [subprocess.Popen([sys.executable, "-c", WORK, str(threads), str(steps)], env=env, stdout=subprocess.PIPE,
-                           text=True) for _ in range(procs)]
+    ps = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORK, str(threads), str(steps)], env=env, stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(procs)
+    ]
     cpu = 0.0
     for p in ps:
         out, _ = p.communicate()
@@ -66,8 +70,10 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    print(f"{args.procs} processes x {args.threads} threads, {args.steps} steps each, on {os.cpu_count()} CPU(s); "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"{args.procs} processes x {args.threads} threads, {args.steps} steps each, on {os.cpu_count()} CPU(s); "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     res: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
     for r in range(args.rounds):
         for passive in (False, True):  # interleaved, so that load changes hit both alike

@@ -64,16 +64,27 @@ def bare_loop(spec, model_dir: Path, rollouts: int, threads: int, tmp: Path) -> 
         n = r.n_samples_per_prompt
         prompts = [tok.encode(row.text, add_special_tokens=False) for row in rows for _ in range(n)]
         labels = [str(row.label) for row in rows for _ in range(r.n_samples_per_prompt)]
-        params = [SamplingParams(max_new_tokens=r.max_response_len, temperature=r.temperature,
-                                 sampling_seed=step * 100_000 + i) for i in range(len(prompts))]
+        params = [
+            SamplingParams(
+                max_new_tokens=r.max_response_len, temperature=r.temperature, sampling_seed=step * 100_000 + i
+            )
+            for i in range(len(prompts))
+        ]
         done = engine.generate(prompts, params)
         rewards = [float(normalize_text(c.text) == lab) for c, lab in zip(done, labels)]
         t1 = time.perf_counter()
-        batch = collate([{"tokens": p + c.output_ids, "response_length": len(c.output_ids),
-                          "rollout_log_probs": c.logprobs} for p, c in zip(prompts, done)])
+        batch = collate(
+            [
+                {"tokens": p + c.output_ids, "response_length": len(c.output_ids), "rollout_log_probs": c.logprobs}
+                for p, c in zip(prompts, done)
+            ]
+        )
         batch.old_log_probs = backend.log_probs(batch, temperature=r.temperature)
-        scores = torch.tensor(sequence_scores(rewards, estimator=a.estimator, group_size=r.n_samples_per_prompt,
-                                              normalize_std=bool(a.normalize_std)))
+        scores = torch.tensor(
+            sequence_scores(
+                rewards, estimator=a.estimator, group_size=r.n_samples_per_prompt, normalize_std=bool(a.normalize_std)
+            )
+        )
         batch.advantages, _ = token_advantages(scores, batch.response_mask, estimator=a.estimator)
         backend.train_step(batch, step=step)
         t2 = time.perf_counter()
@@ -99,15 +110,19 @@ def runtime_loop(overrides: list[str], logdir: Path) -> tuple[dict[str, list[flo
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["WANDB_MODE"] = "disabled"
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "slime.train", str(run)], cwd=REPO, env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "slime.train", str(run)], cwd=REPO, env=env, capture_output=True, text=True
+    )
     wall = time.perf_counter() - t
     if proc.returncode != 0:
         raise SystemExit(f"slime.train failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     rows = [json.loads(x) for x in (run / "tasks/0/metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if r["rollout_id"] >= 0]
-    times = {"rollout": [r["time/rollout_s"] for r in steps], "train": [r["time/train_s"] for r in steps],
-             "sync": [r["time/sync_s"] for r in steps]}
+    times = {
+        "rollout": [r["time/rollout_s"] for r in steps],
+        "train": [r["time/train_s"] for r in steps],
+        "sync": [r["time/sync_s"] for r in steps],
+    }
     total = json.loads((run / "tasks/0/summary.json").read_text())["time/total_s"]
     return times, wall, total - sum(r["time/step_s"] for r in steps)
 
@@ -118,8 +133,14 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2, help="torch threads of the bare loop")
     ap.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="extra spec override")
     args = ap.parse_args()
-    overrides = [f"rollout.num_rollouts={args.rollouts}", "algorithm.sft_warmup_steps=0", "data.eval=[]",
-                 "logging.progress=false", "train.checkpoint.interval=100000", *args.set]
+    overrides = [
+        f"rollout.num_rollouts={args.rollouts}",
+        "algorithm.sft_warmup_steps=0",
+        "data.eval=[]",
+        "logging.progress=false",
+        "train.checkpoint.interval=100000",
+        *args.set,
+    ]
     load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
@@ -134,9 +155,11 @@ def main() -> int:
     def med(xs: list[float]) -> float:
         return statistics.median(xs[skip:]) * 1000
 
-    print(f"RL step breakdown, quickstart spec, {args.rollouts} rollouts of "
-          f"{spec.rollout.batch_size}x{spec.rollout.n_samples_per_prompt} samples (median ms/step, first {skip} "
-          "skipped)")
+    print(
+        f"RL step breakdown, quickstart spec, {args.rollouts} rollouts of "
+        f"{spec.rollout.batch_size}x{spec.rollout.n_samples_per_prompt} samples (median ms/step, first {skip} "
+        "skipped)"
+    )
     print(f"{'phase':<10}{'bare loop':>12}{'runtime':>12}{'ratio':>8}")
     for phase in ("rollout", "train", "sync"):
         b, r = med(bare[phase]), med(ours[phase])
@@ -144,10 +167,14 @@ def main() -> int:
     b = med([x + y + z for x, y, z in zip(bare["rollout"], bare["train"], bare["sync"])])
     r = med([x + y + z for x, y, z in zip(ours["rollout"], ours["train"], ours["sync"])])
     print(f"{'step':<10}{b:>12.1f}{r:>12.1f}{r / b:>8.2f}")
-    print(f"runtime start-up (driver start to first rollout, incl. local Ray) {startup:.1f} s; "
-          f"slime.train wall {wall:.1f} s")
-    print(f"bare loop torch threads {args.threads}, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}; "
-          f"load average {load_start:.1f} -> {os.getloadavg()[0]:.1f}")
+    print(
+        f"runtime start-up (driver start to first rollout, incl. local Ray) {startup:.1f} s; "
+        f"slime.train wall {wall:.1f} s"
+    )
+    print(
+        f"bare loop torch threads {args.threads}, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}; "
+        f"load average {load_start:.1f} -> {os.getloadavg()[0]:.1f}"
+    )
     return 0
 
 

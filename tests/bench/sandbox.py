@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from slime.agent.sandbox.local import LocalSandbox  # noqa: E402
+from slime.agent.sandbox.local import LocalSandbox
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -101,11 +101,11 @@ async def main(n: int, levels: list[int], unisolated: bool) -> None:
         sem = asyncio.Semaphore(c)
 
         async def one_sandbox() -> None:
-            async with sem:
+            async with sem:  # noqa: B023
                 await sandbox_true(**kw)
 
         async def one_bare() -> None:
-            async with sem:
+            async with sem:  # noqa: B023
                 await bare_true()
 
         t0 = time.perf_counter()

@@ -87,16 +87,20 @@ def main() -> None:
     print(f"cold CLI (median of {args.runs}):")
     print(f"  python -c pass                     {base * 1000:7.1f} ms  (interpreter floor)")
     print(f"  python -c 'import slime.spec'      {imp * 1000:7.1f} ms  (+{(imp - base) * 1000:.1f} ms)")
-    print(f"  slime-submit validate {SPEC.name} {cli * 1000:7.1f} ms  (+{(cli - base) * 1000:.1f} ms over the "
-          f"floor, {cli / base:.1f}x)  goal <= {GOAL_CLI_S * 1000:.0f} ms: {'ok' if cli <= GOAL_CLI_S else 'MISSED'}")
+    print(
+        f"  slime-submit validate {SPEC.name} {cli * 1000:7.1f} ms  (+{(cli - base) * 1000:.1f} ms over the "
+        f"floor, {cli / base:.1f}x)  goal <= {GOAL_CLI_S * 1000:.0f} ms: {'ok' if cli <= GOAL_CLI_S else 'MISSED'}"
+    )
 
     single, _ = _time_load(SPEC.read_text(), args.repeats)  # also warms imports and caches
     sweep, n = _time_load(sweep_text(args.tasks), args.repeats)
     print(f"sweep (in process, median of {args.repeats}):")
     print(f"  one spec, no sweep                 {single * 1000:7.1f} ms")
-    print(f"  {n}-task sweep expand + validate  {sweep * 1000:7.1f} ms  ({sweep / max(n, 1) * 1e6:.0f} us/task, "
-          f"{sweep / single:.0f}x one spec)  goal <= {GOAL_SWEEP_S * 1000:.0f} ms: "
-          f"{'ok' if sweep <= GOAL_SWEEP_S else 'MISSED'}")
+    print(
+        f"  {n}-task sweep expand + validate  {sweep * 1000:7.1f} ms  ({sweep / max(n, 1) * 1e6:.0f} us/task, "
+        f"{sweep / single:.0f}x one spec)  goal <= {GOAL_SWEEP_S * 1000:.0f} ms: "
+        f"{'ok' if sweep <= GOAL_SWEEP_S else 'MISSED'}"
+    )
 
     if args.profile:
         import cProfile

@@ -51,8 +51,14 @@ from slime.spec import load_spec  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 SPEC = REPO / "specs" / "agent-local.yaml"
 # 100 warm-up steps: the policy then emits tool calls in most episodes (the digits come later).
-SHORT = ["algorithm.sft_warmup_steps=100", "rollout.batch_size=4", "rollout.n_samples_per_prompt=4",
-         "train.global_batch_size=16", "train.micro_batch_size=16", "rollout.num_rollouts=1"]
+SHORT = [
+    "algorithm.sft_warmup_steps=100",
+    "rollout.batch_size=4",
+    "rollout.n_samples_per_prompt=4",
+    "train.global_batch_size=16",
+    "train.micro_batch_size=16",
+    "rollout.num_rollouts=1",
+]
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 
 
@@ -65,14 +71,23 @@ def _sum_of(expression: str) -> str | None:
 def test_agent_local_through_cli(tmp_path):
     spec = load_spec(SPEC, check_paths=True).spec
     short = {"algorithm.sft_warmup_steps": 150, "rollout.num_rollouts": 2}
-    args = ["submit", str(SPEC), *[a for k, v in short.items() for a in ("--set", f"{k}={v}")],
-            "--set", f"logging.dir={tmp_path}", "--set", "logging.progress=false", "--json"]
+    args = [
+        "submit",
+        str(SPEC),
+        *[a for k, v in short.items() for a in ("--set", f"{k}={v}")],
+        "--set",
+        f"logging.dir={tmp_path}",
+        "--set",
+        "logging.progress=false",
+        "--json",
+    ]
     t = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "slime.cli.main", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=1440)
+    proc = subprocess.run(
+        [sys.executable, "-m", "slime.cli.main", *args], cwd=REPO, capture_output=True, text=True, timeout=1440
+    )
     elapsed = time.monotonic() - t
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = json.loads(proc.stdout[proc.stdout.index("{"):])
+    out = json.loads(proc.stdout[proc.stdout.index("{") :])
     run_dir = Path(out["run_dir"])
     rows = [json.loads(x) for x in (run_dir / "tasks/0/metrics.jsonl").read_text().splitlines()]
     warm, rollouts = rows[0], rows[1:]
@@ -94,19 +109,30 @@ def test_agent_local_through_cli(tmp_path):
     assert rollouts[0]["check/step0_logprob_diff"] < 1e-3
     assert json.loads((run_dir / "tasks/0/state.json").read_text())["state"] == "succeeded"
     rewards = [r["rollout/reward_mean"] for r in rollouts]
-    print(f"\nagent-local (shortened): {elapsed:.0f} s wall; {episodes} episodes/rollout; tool calls {calls:.0f}, "
-          f"sandboxed {sandboxed:.0f}, ok {ok:.0f}; rewards {rewards}")
+    print(
+        f"\nagent-local (shortened): {elapsed:.0f} s wall; {episodes} episodes/rollout; tool calls {calls:.0f}, "
+        f"sandboxed {sandboxed:.0f}, ok {ok:.0f}; rewards {rewards}"
+    )
 
 
 def _rollout(ctx, rows, spec) -> list[Sample]:
     """What the rollout manager does for an agent spec: one episode per sample, in place."""
     r = spec.rollout
     n = r.n_samples_per_prompt
-    params = [{"temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k,
-               "max_new_tokens": r.max_response_len}] * (len(rows) * n)
-    samples = [Sample(group_index=g, index=g * n + i, prompt=row["prompt"], label=row["label"],
-                      tokens=ctx.tokenizer.encode(row["prompt"], add_special_tokens=False))
-               for g, row in enumerate(rows) for i in range(n)]
+    params = [
+        {"temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k, "max_new_tokens": r.max_response_len}
+    ] * (len(rows) * n)
+    samples = [
+        Sample(
+            group_index=g,
+            index=g * n + i,
+            prompt=row["prompt"],
+            label=row["label"],
+            tokens=ctx.tokenizer.encode(row["prompt"], add_special_tokens=False),
+        )
+        for g, row in enumerate(rows)
+        for i in range(n)
+    ]
     asyncio.run(fill_samples(ctx, samples, params))
     return samples
 
@@ -121,13 +147,18 @@ def test_agent_local_parts(tmp_path):
     rng = random.Random(spec.train.seed)
 
     actor = TorchTrainBackend()
-    actor.init(spec, RankInfo(rank=0, world_size=1, master_addr="127.0.0.1", master_port=0, device="cpu"),
-               model_dir, role="actor")
+    actor.init(
+        spec,
+        RankInfo(rank=0, world_size=1, master_addr="127.0.0.1", master_port=0, device="cpu"),
+        model_dir,
+        role="actor",
+    )
     # SFT warm-up on demonstrations that call the calculator, so the policy emits tool calls.
     sft = []
     for step in range(spec.algorithm.sft_warmup_steps):
-        demos = [agent_sft_sample(spec, tok, r["prompt"], r["label"])
-                 for r in rng.sample(rows, spec.train.global_batch_size)]
+        demos = [
+            agent_sft_sample(spec, tok, r["prompt"], r["label"]) for r in rng.sample(rows, spec.train.global_batch_size)
+        ]
         sft.append(actor.train_step(collate(demos, kind="sft", pad_id=tok.pad_token_id), step=step)["sft_loss"])
     assert sft[-1] < sft[0] / 4, f"SFT warm-up did not learn: {sft[0]:.3f} -> {sft[-1]:.3f}"
 
@@ -163,7 +194,7 @@ def test_agent_local_parts(tmp_path):
             assert (s.loss_mask, s.reward) == ([0], 0.0)
             continue
         assert s.reward in (0.0, 1.0) and s.response_length == len(s.loss_mask) > 0
-        resp = s.tokens[-s.response_length:]
+        resp = s.tokens[-s.response_length :]
         model_text = tok.decode([t for t, m in zip(resp, s.loss_mask) if m])
         env_text = tok.decode([t for t, m in zip(resp, s.loss_mask) if not m])
         agent = s.metadata["agent"]
@@ -179,8 +210,9 @@ def test_agent_local_parts(tmp_path):
     old = actor.log_probs(batch, temperature=spec.rollout.temperature)
     mask = batch.response_mask
     assert float(((old - batch.rollout_log_probs).abs() * mask).max()) < 1e-3
-    scores = sequence_scores([s.reward for s in samples], estimator="grpo",
-                             group_size=spec.rollout.n_samples_per_prompt, normalize_std=True)
+    scores = sequence_scores(
+        [s.reward for s in samples], estimator="grpo", group_size=spec.rollout.n_samples_per_prompt, normalize_std=True
+    )
     adv, _ = token_advantages(torch.tensor(scores), mask, estimator="grpo")
     batch.advantages, batch.old_log_probs = adv, old
     before = [p.detach().clone() for p in actor.model.parameters()]
@@ -189,6 +221,8 @@ def test_agent_local_parts(tmp_path):
     changed = any(not torch.equal(a, p) for a, p in zip(before, actor.model.parameters()))
     assert changed == bool(adv.abs().sum() > 0)
     rewards = [s.reward for s in samples]
-    print(f"\nsft {sft[0]:.3f}->{sft[-1]:.3f}; episodes {n_eps}, with tool calls "
-          f"{sum(1 for e in episodes.values() if e['tool_calls'])}, reward mean {sum(rewards) / n_eps:.3f}, "
-          f"metrics {metrics}")
+    print(
+        f"\nsft {sft[0]:.3f}->{sft[-1]:.3f}; episodes {n_eps}, with tool calls "
+        f"{sum(1 for e in episodes.values() if e['tool_calls'])}, reward mean {sum(rewards) / n_eps:.3f}, "
+        f"metrics {metrics}"
+    )

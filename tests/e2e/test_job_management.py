@@ -104,25 +104,48 @@ def work(tmp_path_factory) -> Path:
     (d / "secret.txt").write_text(FILE_CANARY + "\n")
     for launcher in ("slurm", "local"):
         gpus = 2 if launcher == "slurm" else 0
-        (d / f"{launcher}.yaml").write_text(SPEC.format(
-            name=f"jm-{launcher}", launcher=launcher, gpus=gpus, slurm=SLURM_LINES if launcher == "slurm" else "",
-            secret_file=d / "secret.txt", colocate="true" if gpus else "false", prompts=PROMPTS,
-            logdir=d / f"runs-{launcher}"))
+        (d / f"{launcher}.yaml").write_text(
+            SPEC.format(
+                name=f"jm-{launcher}",
+                launcher=launcher,
+                gpus=gpus,
+                slurm=SLURM_LINES if launcher == "slurm" else "",
+                secret_file=d / "secret.txt",
+                colocate="true" if gpus else "false",
+                prompts=PROMPTS,
+                logdir=d / f"runs-{launcher}",
+            )
+        )
     return d
 
 
 def job_env(work: Path, **extra: str) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(work), "SLIME_DRIVER": "jm_driver", "JM_CANARY_SOURCE": ENV_CANARY,
-            "JM_HOLD_S": "150", "COLUMNS": "200", **extra}
+    return {
+        **os.environ,
+        "PYTHONPATH": str(work),
+        "SLIME_DRIVER": "jm_driver",
+        "JM_CANARY_SOURCE": ENV_CANARY,
+        "JM_HOLD_S": "150",
+        "COLUMNS": "200",
+        **extra,
+    }
 
 
 def cli(*args: str, env: dict[str, str], timeout: float = 120) -> tuple[int, object]:
     t = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "slime.cli.main", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "slime.cli.main", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
     OUTPUTS.extend([proc.stdout, proc.stderr])
-    print(f"slime-submit {' '.join(a if len(a) < 40 else '...' + a[-30:] for a in args)} -> {proc.returncode} "
-          f"({time.monotonic() - t:.1f} s)")
+    print(
+        f"slime-submit {' '.join(a if len(a) < 40 else '...' + a[-30:] for a in args)} -> {proc.returncode} "
+        f"({time.monotonic() - t:.1f} s)"
+    )
     try:
         return proc.returncode, json.loads(proc.stdout)
     except ValueError:
@@ -155,8 +178,12 @@ def test_slurm_sweep_status_reasons_duplicate_cancel_logs_follow_and_jobcomp(slu
     STATE["slurm_run"] = run_dir
 
     # task 0 runs (and reaches step 3), task 1 waits behind sweep.max_parallel, with the reason said
-    st = wait_status(str(run_dir), env, lambda s: task(s, 0)["state"] == "running" and task(s, 0)["step"] == 3,
-                     "task 0 to run to step 3")
+    st = wait_status(
+        str(run_dir),
+        env,
+        lambda s: task(s, 0)["state"] == "running" and task(s, 0)["step"] == 3,
+        "task 0 to run to step 3",
+    )
     print(f"task 0 at step 3 {time.monotonic() - t0:.1f} s after submit")
     t0s, t1s = task(st, 0), task(st, 1)
     assert (t0s["job_id"], t0s["source"], t0s["nodes"] in slurm_cluster.nodes) == (f"{job}_0", "scontrol", True)
@@ -166,7 +193,8 @@ def test_slurm_sweep_status_reasons_duplicate_cancel_logs_follow_and_jobcomp(slu
 
     rc, listed = cli("list", "--dir", str(run_dir.parent), "--json", env=env)
     assert rc == 0 and [(r["run_dir"], r["state"], r["job_ids"], r["last_step"]) for r in listed["runs"]] == [
-        (str(run_dir), "running", [job], 3)]
+        (str(run_dir), "running", [job], 3)
+    ]
 
     # the same spec again while it runs: refused (exit 2), nothing created; a job id finds the run
     rc, dup = cli(spec, *sweep, "--json", env=env)
@@ -188,8 +216,14 @@ def test_slurm_sweep_status_reasons_duplicate_cancel_logs_follow_and_jobcomp(slu
     assert f["path"] == str(run_dir / "logs" / f"{job}_0".join(("slurm-", ".out")))
     assert "jm-driver: secret CANARY_ENV has length 35" in f["text"]  # the job saw the secret...
     assert "jm-driver: secret CANARY_FILE has length 36" in f["text"]
-    follow = subprocess.Popen([sys.executable, "-m", "slime.cli.main", "logs", "-f", str(run_dir), "--task", "0",
-                               "--json"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "slime.cli.main", "logs", "-f", str(run_dir), "--task", "0", "--json"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(1.0)
     (run_dir / "tasks" / "0" / "release").touch()
     t1 = time.monotonic()
@@ -197,8 +231,12 @@ def test_slurm_sweep_status_reasons_duplicate_cancel_logs_follow_and_jobcomp(slu
     OUTPUTS.extend([fout, ferr])
     print(f"logs -f stopped {time.monotonic() - t1:.1f} s after the release")
     chunks = [json.loads(x) for x in fout.splitlines()]
-    assert follow.returncode == 0 and chunks[-1] == {"run_dir": str(run_dir), "task": 0, "state": "succeeded",
-                                                     "done": True}
+    assert follow.returncode == 0 and chunks[-1] == {
+        "run_dir": str(run_dir),
+        "task": 0,
+        "state": "succeeded",
+        "done": True,
+    }
     followed = "".join(c.get("text", "") for c in chunks)
     assert "jm-driver: done" in followed and "slime: task 0 finished with exit code 0" in followed
 
@@ -208,16 +246,20 @@ def test_slurm_sweep_status_reasons_duplicate_cancel_logs_follow_and_jobcomp(slu
     plain = re.search(r"^slime: job (\d+) task 0 ", (run_dir / "logs" / f"slurm-{job}_0.out").read_text(), re.M)[1]
     rc, by_plain = cli("status", plain, "--json", env=env)
     assert rc == 0 and by_plain["run_dir"] == str(run_dir) and [t["task"] for t in by_plain["tasks"]] == [0]
-    assert [(t["state"], t["step"], t["source"]) for t in st["tasks"]] == [("succeeded", 3, "scontrol"),
-                                                                           ("cancelled", None, "scontrol")]
+    assert [(t["state"], t["step"], t["source"]) for t in st["tasks"]] == [
+        ("succeeded", 3, "scontrol"),
+        ("cancelled", None, "scontrol"),
+    ]
 
     # once slurmctld is not asked: the job completion log and the run dir give the same answer
     from launchers.slurm.jobs import run_status
-    from slime.paths import RunPaths
+    from slime.core.paths import RunPaths
 
     late = run_status(RunPaths(run_dir), sources=("jobcomp", "rundir"))
-    assert [(t.state, t.job_id, t.source) for t in late.tasks] == [("succeeded", f"{job}_0", "jobcomp"),
-                                                                   ("cancelled", f"{job}_1", "jobcomp")]
+    assert [(t.state, t.job_id, t.source) for t in late.tasks] == [
+        ("succeeded", f"{job}_0", "jobcomp"),
+        ("cancelled", f"{job}_1", "jobcomp"),
+    ]
     assert late.tasks[0].exit_code == "0:0" and late.tasks[0].step == 3
 
     # provenance: the lock got the hosts from the preflight
@@ -257,8 +299,14 @@ def test_rerun_submits_the_recorded_spec_as_a_new_run_and_cancel_stops_it(slurm_
 def test_local_run_status_list_duplicate_and_cancel(work):
     env = job_env(work)
     spec = str(work / "local.yaml")
-    submit = subprocess.Popen([sys.executable, "-m", "slime.cli.main", spec, "--json"], cwd=REPO, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    submit = subprocess.Popen(
+        [sys.executable, "-m", "slime.cli.main", spec, "--json"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         runs = work / "runs-local"
         deadline = time.monotonic() + 60
@@ -294,8 +342,10 @@ def test_the_canary_secret_was_seen_by_the_jobs_and_appears_nowhere(work):
     runs = [STATE[k] for k in ("slurm_run", "rerun", "local_run") if k in STATE]
     if "slurm_run" not in STATE or "local_run" not in STATE:
         pytest.skip("needs the runs of the previous tests")
-    want = {"CANARY_ENV": hashlib.sha256(ENV_CANARY.encode()).hexdigest(),
-            "CANARY_FILE": hashlib.sha256(FILE_CANARY.encode()).hexdigest()}
+    want = {
+        "CANARY_ENV": hashlib.sha256(ENV_CANARY.encode()).hexdigest(),
+        "CANARY_FILE": hashlib.sha256(FILE_CANARY.encode()).hexdigest(),
+    }
     for run_dir in (STATE["slurm_run"], STATE["local_run"]):  # the jobs did read both secrets
         assert json.loads((run_dir / "tasks" / "0" / "secret-probe.json").read_text()) == want
     scanned = 0

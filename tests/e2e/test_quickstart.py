@@ -26,16 +26,27 @@ ROLLOUTS = 30
 
 
 def test_shortened_quickstart_increases_reward_and_writes_its_outputs(tmp_path):
-    sets = {"logging.dir": str(tmp_path / "runs"), "rollout.num_rollouts": ROLLOUTS,
-            "data.eval[0].interval": ROLLOUTS, "data.eval[0].max_prompts": 200, "train.checkpoint.interval": 15}
+    sets = {
+        "logging.dir": str(tmp_path / "runs"),
+        "rollout.num_rollouts": ROLLOUTS,
+        "data.eval[0].interval": ROLLOUTS,
+        "data.eval[0].max_prompts": 200,
+        "train.checkpoint.interval": 15,
+    }
     args = [a for k, v in sets.items() for a in ("--set", f"{k}={json.dumps(v)}")]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     t = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "slime.cli.main", str(REPO / "specs" / "quickstart.yaml"), *args,
-                           "--json"], cwd=REPO, capture_output=True, text=True, timeout=360, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "slime.cli.main", str(REPO / "specs" / "quickstart.yaml"), *args, "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=360,
+        env=env,
+    )
     elapsed = time.monotonic() - t
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = json.loads(proc.stdout[proc.stdout.rindex('{\n  "run_dir"'):])
+    out = json.loads(proc.stdout[proc.stdout.rindex('{\n  "run_dir"') :])
     final = out["final_metrics"]
     task = Path(out["run_dir"]) / "tasks" / "0"
 
@@ -47,8 +58,19 @@ def test_shortened_quickstart_increases_reward_and_writes_its_outputs(tmp_path):
     assert final["eval/accuracy"] > final["eval/accuracy_initial"]
     assert final["eval/accuracy"] == final["eval/heldout/accuracy"]
     assert final["check/step0_logprob_diff"] <= 1e-3 and abs(final["check/step0_kl"]) < 1e-6
-    for key in ("rollout_id", "step", "rollout/reward_mean", "train/loss", "train/clipfrac", "train/logprob_diff",
-                "time/rollout_s", "time/train_s", "time/sync_s", "weight_version", "train/lr"):
+    for key in (
+        "rollout_id",
+        "step",
+        "rollout/reward_mean",
+        "train/loss",
+        "train/clipfrac",
+        "train/logprob_diff",
+        "time/rollout_s",
+        "time/train_s",
+        "time/sync_s",
+        "weight_version",
+        "train/lr",
+    ):
         assert key in rows[-1], key
     assert json.loads((task / "summary.json").read_text()) == final
     assert (task / "plots" / "curve.png").read_bytes()[:4] == b"\x89PNG"
@@ -56,5 +78,7 @@ def test_shortened_quickstart_increases_reward_and_writes_its_outputs(tmp_path):
     assert json.loads((task / "state.json").read_text())["state"] == "succeeded"
     wandb_runs = list((task / "wandb" / "wandb").glob("offline-run-*"))
     assert len(wandb_runs) == 1 and wandb_runs[0].name.endswith((task / "wandb_run_id").read_text().strip())
-    print(f"shortened quickstart: {elapsed:.1f} s wall; reward {first:.3f} -> {last:.3f}; held-out accuracy "
-          f"{final['eval/accuracy_initial']:.3f} -> {final['eval/accuracy']:.3f}")
+    print(
+        f"shortened quickstart: {elapsed:.1f} s wall; reward {first:.3f} -> {last:.3f}; held-out accuracy "
+        f"{final['eval/accuracy_initial']:.3f} -> {final['eval/accuracy']:.3f}"
+    )

@@ -31,13 +31,21 @@ SWEEP = REPO / "specs" / "sweep.yaml"
 RAY = Path(sys.executable).parent / "ray"
 
 
-def submit(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> tuple[subprocess.CompletedProcess, dict]:
+def submit(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> tuple[subprocess.CompletedProcess, dict]:
     t = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "slime.cli.main", *args, "--json"], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    proc = subprocess.run(
+        [sys.executable, "-m", "slime.cli.main", *args, "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
     print(f"slime-submit {' '.join(args[:2])}... -> {proc.returncode} in {time.monotonic() - t:.1f} s")
     try:
-        out = json.loads(proc.stdout[proc.stdout.index("{"):])
+        out = json.loads(proc.stdout[proc.stdout.index("{") :])
     except ValueError:
         out = {}
     return proc, out
@@ -50,9 +58,11 @@ def setting(path: str, value) -> tuple[str, str]:
 def ray_wrapper(tmp_path: Path, condition: str) -> Path:
     """A ``ray`` that fails (like a broken node would) when the shell ``condition`` holds."""
     path = tmp_path / "ray-wrapper"
-    path.write_text(f"#!/bin/sh\nif {condition}; then\n"
-                    f"  echo \"injected failure: ray cannot start on $(hostname)\" >&2\n  exit 1\nfi\n"
-                    f"exec {RAY} \"$@\"\n")
+    path.write_text(
+        f"#!/bin/sh\nif {condition}; then\n"
+        f'  echo "injected failure: ray cannot start on $(hostname)" >&2\n  exit 1\nfi\n'
+        f'exec {RAY} "$@"\n'
+    )
     path.chmod(0o755)
     return path
 
@@ -73,8 +83,9 @@ def test_preflight_only_bootstraps_both_nodes_and_maps_four_distinct_gpu_slots(s
     logdir = tmp_path / f"runs 'q' \"d\" $(touch {canary}) ;x `touch {canary}` %p"
     account = f"acct 'q' \"d\" $(touch {canary}) #1"
     t = time.monotonic()
-    proc, out = submit(str(SMOKE), "--preflight-only", *setting("logging.dir", str(logdir)),
-                       *setting("cluster.account", account))
+    proc, out = submit(
+        str(SMOKE), "--preflight-only", *setting("logging.dir", str(logdir)), *setting("cluster.account", account)
+    )
     elapsed = time.monotonic() - t
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir, (job,) = Path(out["run_dir"]), out["job_ids"]
@@ -84,8 +95,12 @@ def test_preflight_only_bootstraps_both_nodes_and_maps_four_distinct_gpu_slots(s
     assert [n["ip"] for n in pre["nodes"]] == [slurm_cluster.node_ips["sn1"], slurm_cluster.node_ips["sn2"]]
     slots = pre["slots"]
     assert len(slots) == 4 and len({(s["host"], s["gpu"]) for s in slots}) == 4
-    assert [(s["node"], s["host"], s["gpu"]) for s in slots] == [(0, "sn1", "0"), (0, "sn1", "1"),
-                                                                  (1, "sn2", "0"), (1, "sn2", "1")]
+    assert [(s["node"], s["host"], s["gpu"]) for s in slots] == [
+        (0, "sn1", "0"),
+        (0, "sn1", "1"),
+        (1, "sn2", "0"),
+        (1, "sn2", "1"),
+    ]
     assert all("actor" in s["roles"] for s in slots)  # trainer ranks on both nodes
     assert pre["collective"]["world"] == 2 and {r["host"] for r in pre["collective"]["results"]} == {"sn1", "sn2"}
     assert "preflight PASSED" in proc.stderr
@@ -93,15 +108,23 @@ def test_preflight_only_bootstraps_both_nodes_and_maps_four_distinct_gpu_slots(s
     assert rec["JobState"] == "COMPLETED" and rec["Account"] == account
     assert (run_dir / "logs" / f"slurm-{job}.out").exists()  # the literal % of the dir survived SLURM's patterns
     assert not list(tmp_path.rglob(canary)) and not (REPO / canary).exists()
-    print(f"preflight-only: {elapsed:.1f} s end to end; bootstrap→preflight passed {pre['bootstrap_seconds']:.1f} s; "
-          f"preflight {pre['seconds']:.1f} s {pre['timings']}")
+    print(
+        f"preflight-only: {elapsed:.1f} s end to end; bootstrap→preflight passed {pre['bootstrap_seconds']:.1f} s; "
+        f"preflight {pre['seconds']:.1f} s {pre['timings']}"
+    )
 
 
 def test_two_task_sweep_is_one_array_of_two_private_ray_clusters_on_the_same_nodes(slurm_cluster, tmp_path):
     env = {"SLIME_DRIVER": "launchers.tinydriver", "SLIME_TINYDRIVER_WAIT_TASKS": "2", "SLIME_TINYDRIVER_WAIT_S": "150"}
     t = time.monotonic()
-    proc, out = submit(str(SWEEP), *setting("cluster.nodes", 2), *setting("cluster.gpus_per_node", 1),
-                       *setting("sweep.grid", {"train.seed": [1, 2]}), *setting("logging.dir", str(tmp_path)), env=env)
+    proc, out = submit(
+        str(SWEEP),
+        *setting("cluster.nodes", 2),
+        *setting("cluster.gpus_per_node", 1),
+        *setting("sweep.grid", {"train.seed": [1, 2]}),
+        *setting("logging.dir", str(tmp_path)),
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir, (job,) = Path(out["run_dir"]), out["job_ids"]  # one array job
     jobs = json.loads((run_dir / "jobs.json").read_text())
@@ -125,9 +148,13 @@ def test_two_task_sweep_is_one_array_of_two_private_ray_clusters_on_the_same_nod
 
 def test_more_gpus_per_node_than_the_nodes_have_fails_at_submit_naming_gres(slurm_cluster, tmp_path):
     t = time.monotonic()
-    proc, out = submit(str(SMOKE), *setting("cluster.gpus_per_node", 3), *setting("train.gpus_per_node", 3),
-                       *setting("rollout.batch_size", 6),  # a valid spec: 12 samples over 6 trainer ranks
-                       *setting("logging.dir", str(tmp_path / "runs")))
+    proc, out = submit(
+        str(SMOKE),
+        *setting("cluster.gpus_per_node", 3),
+        *setting("train.gpus_per_node", 3),
+        *setting("rollout.batch_size", 6),  # a valid spec: 12 samples over 6 trainer ranks
+        *setting("logging.dir", str(tmp_path / "runs")),
+    )
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert out["error"] == "infrastructure"
     assert "cluster.gpus_per_node=3" in out["message"] and "gres gpu:3" in out["message"]
@@ -140,8 +167,13 @@ def test_a_node_whose_ray_cannot_start_fails_the_job_within_the_timeout_naming_i
     timeout = 20
     wrapper = ray_wrapper(tmp_path, '[ "$(hostname)" = sn2 ]')
     t = time.monotonic()
-    proc, out = submit(str(SMOKE), "--preflight-only", *setting("cluster.bootstrap_timeout_s", timeout),
-                       *setting("logging.dir", str(tmp_path / "runs")), env={"SLIME_RAY": str(wrapper)})
+    proc, out = submit(
+        str(SMOKE),
+        "--preflight-only",
+        *setting("cluster.bootstrap_timeout_s", timeout),
+        *setting("logging.dir", str(tmp_path / "runs")),
+        env={"SLIME_RAY": str(wrapper)},
+    )
     elapsed = time.monotonic() - t
     assert proc.returncode == 3, proc.stdout + proc.stderr
     run_dir, (job,) = Path(out["run_dir"]), out["job_ids"]
@@ -162,10 +194,16 @@ def test_requeue_excluding_moves_the_job_off_a_node_that_fails(slurm_cluster, tm
     with that node excluded and passes on the other one."""
     wrapper = ray_wrapper(tmp_path, '[ "${SLURM_RESTART_COUNT:-0}" = 0 ]')
     t = time.monotonic()
-    proc, out = submit(str(SMOKE), "--preflight-only", *setting("cluster.nodes", 1), *setting("train.nodes", 1),
-                       *setting("cluster.on_preflight_failure", "requeue_excluding"),
-                       *setting("cluster.bootstrap_timeout_s", 30), *setting("logging.dir", str(tmp_path / "runs")),
-                       env={"SLIME_RAY": str(wrapper)})
+    proc, out = submit(
+        str(SMOKE),
+        "--preflight-only",
+        *setting("cluster.nodes", 1),
+        *setting("train.nodes", 1),
+        *setting("cluster.on_preflight_failure", "requeue_excluding"),
+        *setting("cluster.bootstrap_timeout_s", 30),
+        *setting("logging.dir", str(tmp_path / "runs")),
+        env={"SLIME_RAY": str(wrapper)},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir, (job,) = Path(out["run_dir"]), out["job_ids"]
     forget_kept_ray_dirs(job)

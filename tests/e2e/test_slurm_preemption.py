@@ -11,7 +11,8 @@ writing the temp dir and renaming it, so that SIGKILL lands inside the save wind
 Steps are chosen at random from a seed printed by the test (``SLIME_PREEMPT_SEED`` reproduces a
 run); every wait is bounded. Node loss is tested twice: under ``launchers.tinydriver`` (the launcher's
 promise alone) and under the real runtime (``slime.runtime.failures.lost_node_error`` names the node,
-exit 3, then the job is requeued within ``cluster.max_failures`` and resumes exactly). Two jobs on the same nodes never share a Ray cluster: asserted by
+exit 3, then the job is requeued within ``cluster.max_failures`` and resumes exactly). Two jobs on the
+same nodes never share a Ray cluster: asserted by
 ``test_two_task_sweep_is_one_array_of_two_private_ray_clusters_on_the_same_nodes`` in
 tests/e2e/test_slurm_e2e.py (two array tasks = two SLURM jobs on sn1 + sn2 at the same time).
 """
@@ -42,13 +43,20 @@ CHECKPOINT_INTERVAL = 2
 def smoke_copy(tmp_path: Path, name: str, *, num_rollouts: int = ROLLOUTS, **cluster: object) -> Path:
     """specs/smoke-slurm.yaml, shortened, with frequent checkpoints and W&B offline."""
     text = (REPO / "specs" / "smoke-slurm.yaml").read_text()
-    swaps = [("name: smoke-slurm", f"name: {name}"), ("  gpus_per_node: 2\n", "  gpus_per_node: 1\n"),
-             ("  cpus_per_node: 2 ", "  cpus_per_node: 1 "), ("num_rollouts: 2", f"num_rollouts: {num_rollouts}"),
-             ("  seed: 1\n", f"  seed: 1\n  checkpoint: {{interval: {CHECKPOINT_INTERVAL}, keep: 2, save_hf: false}}\n"),
-             ("data/arith/train.jsonl", str(REPO / "specs" / "data" / "arith" / "train.jsonl")),
-             ("dir: ../runs", f"dir: {tmp_path / 'runs'}"), ("mode: disabled", "mode: offline"),
-             ("  signal_grace_s: 60\n", "  signal_grace_s: 60\n"
-              + "".join(f"  {k}: {json.dumps(v)}\n" for k, v in cluster.items()))]
+    swaps = [
+        ("name: smoke-slurm", f"name: {name}"),
+        ("  gpus_per_node: 2\n", "  gpus_per_node: 1\n"),
+        ("  cpus_per_node: 2 ", "  cpus_per_node: 1 "),
+        ("num_rollouts: 2", f"num_rollouts: {num_rollouts}"),
+        ("  seed: 1\n", f"  seed: 1\n  checkpoint: {{interval: {CHECKPOINT_INTERVAL}, keep: 2, save_hf: false}}\n"),
+        ("data/arith/train.jsonl", str(REPO / "specs" / "data" / "arith" / "train.jsonl")),
+        ("dir: ../runs", f"dir: {tmp_path / 'runs'}"),
+        ("mode: disabled", "mode: offline"),
+        (
+            "  signal_grace_s: 60\n",
+            "  signal_grace_s: 60\n" + "".join(f"  {k}: {json.dumps(v)}\n" for k, v in cluster.items()),
+        ),
+    ]
     for old, new in swaps:
         assert old in text, f"specs/smoke-slurm.yaml changed: {old!r} not found"
         text = text.replace(old, new)
@@ -58,8 +66,14 @@ def smoke_copy(tmp_path: Path, name: str, *, num_rollouts: int = ROLLOUTS, **clu
 
 
 def submit(spec: Path, env: dict[str, str] | None = None) -> tuple[Path, str]:
-    proc = subprocess.run([sys.executable, "-m", "slime.cli.main", str(spec), "--json"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
+    proc = subprocess.run(
+        [sys.executable, "-m", "slime.cli.main", str(spec), "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = json.loads(proc.stdout)
     return Path(out["run_dir"]), out["job_ids"][0]
@@ -121,8 +135,13 @@ def host_pids(pred) -> list[int]:
 
 
 def status(run_dir: Path) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "slime.cli.main", "status", str(run_dir), "--json"], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "slime.cli.main", "status", str(run_dir), "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads(proc.stdout)
 
@@ -133,8 +152,10 @@ def test_preempted_requeued_and_killed_in_a_save_the_run_still_has_every_step_on
     k1 = rng.randint(2, 5)  # preempted by an urgent job once rollout k1 was logged
     d2 = rng.randint(2, 4)  # scontrol requeue d2 rollouts after the second run resumed
     k3 = rng.choice([19, 21, 23])  # kill -9 inside the save of rollout k3 (odd: saved by interval 2)
-    print(f"SLIME_PREEMPT_SEED={seed}: preempt after rollout {k1}, requeue {d2} rollouts after the resume, "
-          f"kill -9 in the save of rollout {k3}")
+    print(
+        f"SLIME_PREEMPT_SEED={seed}: preempt after rollout {k1}, requeue {d2} rollouts after the resume, "
+        f"kill -9 in the save of rollout {k3}"
+    )
     spec = smoke_copy(tmp_path, "preempt", max_requeues=2, max_failures=1)
     t0 = time.monotonic()
     run_dir, job = submit(spec, env={"SLIME_TEST_CHECKPOINT_PAUSE": f"{k3}:90"})
@@ -186,18 +207,30 @@ def test_preempted_requeued_and_killed_in_a_save_the_run_still_has_every_step_on
 
     recs = [json.loads(line) for line in (task / "restarts.jsonl").read_text().splitlines()]
     assert [(r["restart"], r["cause"], r["budget"]) for r in recs] == [
-        (1, "preempted", "requeues"), (2, "requeued", "requeues"), (3, "failure", "failures")]
-    assert recs[0]["by"] == "slime" and recs[0]["rollout_id"] >= k1 and recs[0]["checkpoint"].endswith(
-        f"/checkpoints/{recs[0]['rollout_id']}")  # graceful: saved where it stopped
+        (1, "preempted", "requeues"),
+        (2, "requeued", "requeues"),
+        (3, "failure", "failures"),
+    ]
+    assert (
+        recs[0]["by"] == "slime"
+        and recs[0]["rollout_id"] >= k1
+        and recs[0]["checkpoint"].endswith(f"/checkpoints/{recs[0]['rollout_id']}")
+    )  # graceful: saved where it stopped
     assert recs[1]["by"] == "slurm" and "DUE TO JOB REQUEUE" in recs[1]["detail"] and recs[1]["rollout_id"] >= k2
     assert recs[1]["rollout_id"] < k3 and recs[2]["rollout_id"] >= k3  # each event hit the run it was meant for
     assert recs[2]["detail"] == "exit code 137" and recs[2]["checkpoint"] == str(previous)
     st = status(run_dir)
     (t,) = st["tasks"]
     assert (st["state"], t["restarts"], t["restart_causes"], t["step"]) == (
-        "succeeded", 3, ["preempted", "requeued", "failure"], ROLLOUTS)
-    print(f"preemption e2e: {elapsed:.1f} s for 4 runs of the job; events at "
-          + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()))
+        "succeeded",
+        3,
+        ["preempted", "requeued", "failure"],
+        ROLLOUTS,
+    )
+    print(
+        f"preemption e2e: {elapsed:.1f} s for 4 runs of the job; events at "
+        + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
+    )
 
 
 def test_a_node_lost_while_the_job_runs_fails_it_in_bounded_time_naming_the_node(slurm_cluster, tmp_path):
@@ -227,8 +260,10 @@ def test_a_node_lost_while_the_job_runs_fails_it_in_bounded_time_naming_the_node
     assert not (task / "restarts.jsonl").exists()  # max_failures: 0 → no restart
     (t0,) = status(run_dir)["tasks"]
     assert t0["state"] == "failed" and "node failure on sn2" in t0["reason"], t0
-    nodes = {json.loads(p.read_text())["host"]: json.loads(p.read_text())
-             for p in (task / "rendezvous").glob(f"node-{job}.0-*.json")}
+    nodes = {
+        json.loads(p.read_text())["host"]: json.loads(p.read_text())
+        for p in (task / "rendezvous").glob(f"node-{job}.0-*.json")
+    }
     assert nodes["sn2"]["state"] == "failed" and "Ray on sn2 exited unexpectedly" in nodes["sn2"]["error"]
     for d in Path("/tmp/slime-ray").glob(f"{job}-*"):  # kept for debugging a failure; this one was on purpose
         subprocess.run(["rm", "-rf", str(d)], check=False)
@@ -236,7 +271,8 @@ def test_a_node_lost_while_the_job_runs_fails_it_in_bounded_time_naming_the_node
 
 
 def test_a_node_lost_during_real_training_is_recorded_in_bounded_time_and_the_requeued_run_finishes(
-        slurm_cluster, tmp_path):
+    slurm_cluster, tmp_path
+):
     """The real runtime (``slime.train``: a trainer rank and an engine on each node) loses sn2 mid-training:
     every process of this job's Ray node on sn2 (found through the temp dir sn2's bootstrap recorded in the
     rendezvous dir, never by name) is SIGKILLed once rollout k was logged. With cluster.max_failures: 1 the
@@ -266,21 +302,27 @@ def test_a_node_lost_during_real_training_is_recorded_in_bounded_time_and_the_re
     at_kill = max(rollouts(task))
 
     def recorded():
-        return [r for r in (json.loads(x) for x in (task / "restarts.jsonl").read_text().splitlines())] \
-            if (task / "restarts.jsonl").exists() else None
+        return (
+            [json.loads(x) for x in (task / "restarts.jsonl").read_text().splitlines()]
+            if (task / "restarts.jsonl").exists()
+            else None
+        )
 
     (rec,) = wait_for("the failure's restart record", recorded, log, timeout=90)
     recorded_s = time.monotonic() - t
     text = log.read_text()
     assert recorded_s < 60, f"the failure was recorded {recorded_s:.0f} s after sn2 was lost"
     assert (rec["cause"], rec["budget"], rec["bad_nodes"], rec["restart"]) == (
-        "node_failure", "failures", ["sn2"], 1), (rec, text[-4000:])
+        "node_failure",
+        "failures",
+        ["sn2"],
+        1,
+    ), (rec, text[-4000:])
     assert at_kill <= rec["rollout_id"] <= at_kill + 1, rec  # the rollout in flight may have been logged
     first_run = text.partition("slime: restart 1 of task 0 ")[0]
     assert "Traceback" not in first_run and "internal error" not in first_run, first_run[-6000:]
     # the runtime itself names the node (exit 3, so the failure budget applies), not a gloo error as "a bug"
-    assert re.search(r"^error: lost sn2 \(10\.[\d.]+\) during training \(", first_run, re.M), \
-        first_run[-6000:]
+    assert re.search(r"^error: lost sn2 \(10\.[\d.]+\) during training \(", first_run, re.M), first_run[-6000:]
     assert "driver exited with code 3" in first_run, first_run[-6000:]
 
     (job_rec,) = wait_job(job, timeout=300)
@@ -298,10 +340,16 @@ def test_a_node_lost_during_real_training_is_recorded_in_bounded_time_and_the_re
     assert rollouts(task) == list(range(-1, total)), text[-4000:]  # every rollout once, in order
     st = status(run_dir)
     (t0,) = st["tasks"]
-    assert (st["state"], t0["restarts"], t0["restart_causes"], t0["step"]) == ("succeeded", 1,
-                                                                                 ["node_failure: sn2"], total)
+    assert (st["state"], t0["restarts"], t0["restart_causes"], t0["step"]) == (
+        "succeeded",
+        1,
+        ["node_failure: sn2"],
+        total,
+    )
     for d in Path("/tmp/slime-ray").glob(f"{job}-*"):  # Ray dirs kept for debugging the first run's failure
         subprocess.run(["rm", "-rf", str(d)], check=False)
     print(re.search(r"^error: lost .*$", text, re.M).group(0)[:400])
-    print(f"node loss in training: restart recorded {recorded_s:.1f} s after sn2's Ray was killed "
-          f"(at rollout {at_kill}); job COMPLETED {elapsed:.1f} s after the kill")
+    print(
+        f"node loss in training: restart recorded {recorded_s:.1f} s after sn2's Ray was killed "
+        f"(at rollout {at_kill}); job COMPLETED {elapsed:.1f} s after the kill"
+    )

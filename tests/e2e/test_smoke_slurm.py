@@ -25,11 +25,24 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_smoke_slurm_trains_to_completion_with_ranks_on_both_nodes(slurm_cluster, tmp_path):
     t = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "slime.cli.main", str(REPO / "specs" / "smoke-slurm.yaml"),
-                           "--set", f"logging.dir={json.dumps(str(tmp_path / 'runs'))}", "--json"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "slime.cli.main",
+            str(REPO / "specs" / "smoke-slurm.yaml"),
+            "--set",
+            f"logging.dir={json.dumps(str(tmp_path / 'runs'))}",
+            "--json",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = json.loads(proc.stdout[proc.stdout.index("{"):])
+    out = json.loads(proc.stdout[proc.stdout.index("{") :])
     run_dir, (job,) = Path(out["run_dir"]), out["job_ids"]
     records = wait_job(job, timeout=300)
     elapsed = time.monotonic() - t
@@ -43,7 +56,9 @@ def test_smoke_slurm_trains_to_completion_with_ranks_on_both_nodes(slurm_cluster
     assert [r["host"] for r in ranks] == ["sn1", "sn1", "sn2", "sn2"]  # trainer ranks on both nodes
     assert len({(r["host"], r["cuda_visible_devices"]) for r in ranks}) == 4  # one (fake) GPU each
     assert {e.split("//")[1].split(":")[0] for e in state["engines"]} == {
-        slurm_cluster.node_ips["sn1"], slurm_cluster.node_ips["sn2"]}
+        slurm_cluster.node_ips["sn1"],
+        slurm_cluster.node_ips["sn2"],
+    }
     rows = [json.loads(line) for line in (task / "metrics.jsonl").read_text().splitlines()]
     assert [r["rollout_id"] for r in rows] == [-1, 0, 1]
     final = json.loads((task / "summary.json").read_text())

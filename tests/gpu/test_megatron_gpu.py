@@ -29,8 +29,10 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (megatron backend is GPU-only)"),
-    pytest.mark.skipif(importlib.util.find_spec("megatron.core") is None,
-                       reason="megatron-core is not installed (pip install --no-deps megatron-core==0.16.1)"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("megatron.core") is None,
+        reason="megatron-core is not installed (pip install --no-deps megatron-core==0.16.1)",
+    ),
 ]
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "H800": 989.0, "A100": 312.0, "L40S": 362.0, "B200": 2250.0}
 
@@ -52,8 +54,17 @@ def _free_port() -> int:
 def model_dir(tmp_path_factory) -> Path:
     from slime.models.tiny import build_tiny_model
 
-    return build_tiny_model(tmp_path_factory.mktemp("gpu") / "qwen2", arch="qwen2", hidden=512, layers=4, heads=8,
-                            kv_heads=2, intermediate=1536, max_position=1024, seed=0)
+    return build_tiny_model(
+        tmp_path_factory.mktemp("gpu") / "qwen2",
+        arch="qwen2",
+        hidden=512,
+        layers=4,
+        heads=8,
+        kv_heads=2,
+        intermediate=1536,
+        max_position=1024,
+        seed=0,
+    )
 
 
 def _run(model_dir: Path, out: Path, *, attention: str, tp: int = 1) -> list[dict]:
@@ -61,9 +72,15 @@ def _run(model_dir: Path, out: Path, *, attention: str, tp: int = 1) -> list[dic
     procs = []
     for rank in range(tp):
         env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": str(rank)}
-        procs.append(subprocess.Popen([sys.executable, __file__, str(model_dir), str(out), attention, str(rank),
-                                       str(tp), str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, __file__, str(model_dir), str(out), attention, str(rank), str(tp), str(port)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     results = []
     for p in procs:
         stdout, stderr = p.communicate(timeout=600)
@@ -111,15 +128,30 @@ def _worker(model_dir: str, out: str, attention: str, rank: int, tp: int, port: 
     from slime.spec.resolve import resolve
     from slime.spec.types import Spec
 
-    data = {"apiVersion": "slime/v1", "kind": "RLJob", "name": "gpu", "model": {"path": model_dir},
-            "data": {"prompts": "unused.jsonl"}, "rollout": {"num_rollouts": 10},
-            "train": {"backend": "megatron", "parallel": {"tensor": tp}, "micro_batch_size": 4, "precision": "bf16",
-                      "backend_args": {"attention-backend": attention},
-                      "optimizer": {"lr": 1e-4, "distributed": True, "clip_grad": 1.0}}}
+    data = {
+        "apiVersion": "slime/v1",
+        "kind": "RLJob",
+        "name": "gpu",
+        "model": {"path": model_dir},
+        "data": {"prompts": "unused.jsonl"},
+        "rollout": {"num_rollouts": 10},
+        "train": {
+            "backend": "megatron",
+            "parallel": {"tensor": tp},
+            "micro_batch_size": 4,
+            "precision": "bf16",
+            "backend_args": {"attention-backend": attention},
+            "optimizer": {"lr": 1e-4, "distributed": True, "clip_grad": 1.0},
+        },
+    }
     spec = resolve(msgspec.convert(data, Spec), Path(out))
     b = MegatronTrainBackend()
-    b.init(spec, RankInfo(rank=rank, world_size=tp, master_addr="127.0.0.1", master_port=port, device="cuda:0"),
-           Path(model_dir), role="actor")
+    b.init(
+        spec,
+        RankInfo(rank=rank, world_size=tp, master_addr="127.0.0.1", master_port=port, device="cuda:0"),
+        Path(model_dir),
+        role="actor",
+    )
     g = torch.Generator().manual_seed(0)
     B, T = 8, 512
     tokens = torch.randint(5, 250, (B, T), generator=g)
@@ -150,18 +182,25 @@ def _worker(model_dir: str, out: str, attention: str, rank: int, tp: int, port: 
     peak = peak_flops()
     tokens_per_step = B * T // tp  # each TP rank shares the same tokens; per-GPU work is 1/tp
     result = {
-        "attention": b.attention, "tp": tp,
+        "attention": b.attention,
+        "tp": tp,
         "logp_mean_abs_diff_vs_hf": float((before - ref)[m].abs().mean()),
         "logp_max_abs_diff_vs_hf": float((before - ref)[m].abs().max()),
-        "mean_logp_before": float(before[m].mean()), "mean_logp_after": float(after[m].mean()),
-        "pg_loss_before": m0["pg_loss"], "pg_loss_after": m1["pg_loss"],
-        "grad_norm": m0["grad_norm"], "step_time_s": step_s, "export_loads": loads,
+        "mean_logp_before": float(before[m].mean()),
+        "mean_logp_after": float(after[m].mean()),
+        "pg_loss_before": m0["pg_loss"],
+        "pg_loss_after": m1["pg_loss"],
+        "grad_norm": m0["grad_norm"],
+        "step_time_s": step_s,
+        "export_loads": loads,
         "logp_before_sample": before[:2, 60:80].tolist(),
         "model_tflop_per_step": model_flops_per_token(b.shape, T) * B * T / 1e12,
         "mfu": mfu(b.shape, tokens_per_step, T, step_s, peak) if peak else None,
     }
-    print(f"# {result['attention']} tp{tp}: step {step_s * 1e3:.1f} ms, "
-          f"{result['model_tflop_per_step'] / step_s / tp:.1f} TFLOP/s per GPU, MFU {result['mfu']}")
+    print(
+        f"# {result['attention']} tp{tp}: step {step_s * 1e3:.1f} ms, "
+        f"{result['model_tflop_per_step'] / step_s / tp:.1f} TFLOP/s per GPU, MFU {result['mfu']}"
+    )
     torch.distributed.destroy_process_group()
     print(json.dumps(result))
 

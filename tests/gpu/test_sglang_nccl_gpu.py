@@ -15,8 +15,10 @@ torch = pytest.importorskip("torch")
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (NCCL)"),
-    pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.device_count() < 3,
-                       reason="needs 3 GPUs: NCCL cannot put two ranks on one GPU"),
+    pytest.mark.skipif(
+        torch.cuda.is_available() and torch.cuda.device_count() < 3,
+        reason="needs 3 GPUs: NCCL cannot put two ranks on one GPU",
+    ),
 ]
 
 

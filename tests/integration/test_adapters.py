@@ -34,12 +34,22 @@ TOOLS = get_tools(["calculator"])
 CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "07+12"}}\n</tool_call>'
 BAD = '<tool_call>\n{"name": "calculator", "arguments": {"expression": 07+}}\n</tool_call>'
 SCRIPTS = [
-    [{"role": "user", "content": "call"},
-     {"role": "assistant", "content": "", "tool_calls": [
-         {"id": "c0", "type": "function",
-          "function": {"name": "calculator", "arguments": '{"expression": "07+12"}'}}]},
-     {"role": "tool", "tool_call_id": "c0", "content": "19"},
-     {"role": "assistant", "content": "19"}],
+    [
+        {"role": "user", "content": "call"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "c0",
+                    "type": "function",
+                    "function": {"name": "calculator", "arguments": '{"expression": "07+12"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c0", "content": "19"},
+        {"role": "assistant", "content": "19"},
+    ],
     [{"role": "user", "content": "bad"}, {"role": "assistant", "content": BAD}],
     [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}],
 ]
@@ -56,7 +66,7 @@ def _fine_tune(model_dir: Path, out_dir: Path) -> Path:
     for i, d in enumerate(demos):
         L, P = len(d["tokens"]), len(d["tokens"]) - d["response_length"]
         tokens[i, :L] = torch.tensor(d["tokens"])
-        mask[i, P - 1:L - 1] = torch.tensor(d["loss_mask"], dtype=torch.float32)
+        mask[i, P - 1 : L - 1] = torch.tensor(d["loss_mask"], dtype=torch.float32)
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
@@ -122,23 +132,38 @@ def headers(proto: str, token: str | None, style: str = "native") -> dict[str, s
 def body(proto: str, messages: list[dict], **extra) -> dict:
     """A request in the protocol's shape; ``messages`` in OpenAI form (user/assistant/tool)."""
     if proto == "openai":
-        return {"model": "m", "messages": messages, "tools": [t.openai_schema() for t in TOOLS],
-                "temperature": 0, **extra}
+        return {
+            "model": "m",
+            "messages": messages,
+            "tools": [t.openai_schema() for t in TOOLS],
+            "temperature": 0,
+            **extra,
+        }
     out = []
     for m in messages:
         if m["role"] == "tool":
-            out.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": m["tool_call_id"],
-                                                     "content": m["content"]}]})
+            out.append(
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}],
+                }
+            )
         elif m["role"] == "assistant" and m.get("tool_calls"):
             blocks = [{"type": "text", "text": m["content"]}] if m.get("content") else []
-            blocks += [{"type": "tool_use", "id": c["id"], "name": c["function"]["name"],
-                        "input": json.loads(c["function"]["arguments"])} for c in m["tool_calls"]]
+            blocks += [
+                {
+                    "type": "tool_use",
+                    "id": c["id"],
+                    "name": c["function"]["name"],
+                    "input": json.loads(c["function"]["arguments"]),
+                }
+                for c in m["tool_calls"]
+            ]
             out.append({"role": "assistant", "content": blocks})
         else:
             out.append({"role": m["role"], "content": m["content"]})
     extra.setdefault("max_tokens", 128)
-    return {"model": "m", "messages": out, "tools": [t.anthropic_schema() for t in TOOLS], "temperature": 0,
-            **extra}
+    return {"model": "m", "messages": out, "tools": [t.anthropic_schema() for t in TOOLS], "temperature": 0, **extra}
 
 
 async def post(adapter, token, payload, *, style="native", raw: bytes | None = None):
@@ -155,13 +180,23 @@ def reply_view(proto: str, data: dict) -> tuple[str, list[dict], list[dict], str
     """(text, tool calls as {id, name, arguments}, invalid calls, finish) of a non-streamed reply."""
     if proto == "openai":
         msg = data["choices"][0]["message"]
-        calls = [{"id": c["id"], "name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"]),
-                  "raw": c["function"]["arguments"]} for c in msg.get("tool_calls") or []]
+        calls = [
+            {
+                "id": c["id"],
+                "name": c["function"]["name"],
+                "arguments": json.loads(c["function"]["arguments"]),
+                "raw": c["function"]["arguments"],
+            }
+            for c in msg.get("tool_calls") or []
+        ]
         return msg["content"] or "", calls, msg.get("invalid_tool_calls", []), data["choices"][0]["finish_reason"]
     blocks = data["content"]
     text = "".join(b["text"] for b in blocks if b["type"] == "text")
-    calls = [{"id": b["id"], "name": b["name"], "arguments": b["input"], "raw": json.dumps(b["input"])}
-             for b in blocks if b["type"] == "tool_use"]
+    calls = [
+        {"id": b["id"], "name": b["name"], "arguments": b["input"], "raw": json.dumps(b["input"])}
+        for b in blocks
+        if b["type"] == "tool_use"
+    ]
     return text, calls, data.get("invalid_tool_calls", []), data["stop_reason"]
 
 
@@ -182,10 +217,20 @@ def test_tool_call_round_trip_is_recorded_as_one_trajectory(adapter, tok):
     assert text == "" and invalid == []
     if proto == "openai":  # arguments are the model's exact text, so the echo re-renders identically
         assert calls[0]["raw"] == '{"expression": "07+12"}'
-    msgs += [{"role": "assistant", "content": "", "tool_calls": [
-        {"id": calls[0]["id"], "type": "function",
-         "function": {"name": "calculator", "arguments": calls[0]["raw"]}}]},
-             {"role": "tool", "tool_call_id": calls[0]["id"], "content": "19"}]
+    msgs += [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": calls[0]["id"],
+                    "type": "function",
+                    "function": {"name": "calculator", "arguments": calls[0]["raw"]},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": calls[0]["id"], "content": "19"},
+    ]
     status, data = run(post(adapter, token, body(proto, msgs)))
     assert status == 200, data
     text, calls, _, finish = reply_view(proto, data)
@@ -197,9 +242,9 @@ def test_tool_call_round_trip_is_recorded_as_one_trajectory(adapter, tok):
     assert [r.weight_version for r in result.records] == ["default", "default"]
     [s] = result.samples(reward=1.0)
     assert len(s.loss_mask) == len(s.rollout_log_probs) == len(s.tokens) - s.prompt_length
-    trained = [t for t, m in zip(s.tokens[s.prompt_length:], s.loss_mask) if m]
+    trained = [t for t, m in zip(s.tokens[s.prompt_length :], s.loss_mask) if m]
     assert tok.decode(trained) == CALL + "<|im_end|>" + "19<|im_end|>"
-    untrained = tok.decode([t for t, m in zip(s.tokens[s.prompt_length:], s.loss_mask) if not m])
+    untrained = tok.decode([t for t, m in zip(s.tokens[s.prompt_length :], s.loss_mask) if not m])
     assert "<tool_response>\n19\n</tool_response>" in untrained and "calculator" not in untrained
     assert all(lp <= 0 for lp in s.rollout_log_probs) and any(lp < 0 for lp in s.rollout_log_probs)
     assert s.weight_versions == [-1, -1] and s.reward == 1.0 and s.status == "completed"
@@ -247,10 +292,19 @@ def test_streaming_gives_the_same_reply_as_events(adapter):
         assert events[-1] == (None, "[DONE]")
         chunks = [json.loads(d) for _, d in events[:-1]]
         assert all(c["object"] == "chat.completion.chunk" for c in chunks)
-        args = "".join(tc["function"].get("arguments", "") for c in chunks for ch in c["choices"]
-                       for tc in ch["delta"].get("tool_calls", []))
-        names = [tc["function"]["name"] for c in chunks for ch in c["choices"]
-                 for tc in ch["delta"].get("tool_calls", []) if "name" in tc.get("function", {})]
+        args = "".join(
+            tc["function"].get("arguments", "")
+            for c in chunks
+            for ch in c["choices"]
+            for tc in ch["delta"].get("tool_calls", [])
+        )
+        names = [
+            tc["function"]["name"]
+            for c in chunks
+            for ch in c["choices"]
+            for tc in ch["delta"].get("tool_calls", [])
+            if "name" in tc.get("function", {})
+        ]
         finishes = [ch["finish_reason"] for c in chunks for ch in c["choices"] if ch["finish_reason"]]
         assert (names, json.loads(args), finishes) == (["calculator"], {"expression": "07+12"}, ["tool_calls"])
         assert chunks[-1]["usage"]["completion_tokens"] > 0 and chunks[-1]["choices"] == []
@@ -259,8 +313,11 @@ def test_streaming_gives_the_same_reply_as_events(adapter):
         assert names[0] == "message_start" and names[-2:] == ["message_delta", "message_stop"]
         datas = [json.loads(d) for _, d in events]
         start = [d["content_block"] for d in datas if d["type"] == "content_block_start"]
-        partial = "".join(d["delta"]["partial_json"] for d in datas if d["type"] == "content_block_delta"
-                          and d["delta"]["type"] == "input_json_delta")
+        partial = "".join(
+            d["delta"]["partial_json"]
+            for d in datas
+            if d["type"] == "content_block_delta" and d["delta"]["type"] == "input_json_delta"
+        )
         assert [(b["type"], b["name"]) for b in start] == [("tool_use", "calculator")]
         assert json.loads(partial) == {"expression": "07+12"}
         assert datas[-2]["delta"]["stop_reason"] == "tool_use"
@@ -366,24 +423,40 @@ def test_lone_surrogates_and_too_deep_json_are_400s_naming_the_field(adapter):
     hi = [{"role": "user", "content": "hi"}]
     stop_key = "stop" if proto == "openai" else "stop_sequences"
     if proto == "openai":
-        call = {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c0", "type": "function", "function": {"name": "calculator",
-                                                          "arguments": {"expression": "1", "note": "\ud800"}}}]}
+        call = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c0",
+                    "type": "function",
+                    "function": {"name": "calculator", "arguments": {"expression": "1", "note": "\ud800"}},
+                }
+            ],
+        }
         answer = {"role": "tool", "tool_call_id": "c0", "content": "1"}
         bad_call = ("messages[1].tool_calls[0].function.arguments.note", [hi[0], call, answer])
     else:
-        call = {"role": "assistant", "content": [{"type": "tool_use", "id": "c0", "name": "calculator",
-                                                  "input": {"expression": "1", "note": "\ud800"}}]}
+        call = {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "c0", "name": "calculator", "input": {"expression": "1", "note": "\ud800"}}
+            ],
+        }
         answer = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c0", "content": "1"}]}
         bad_call = ("messages[1].content[0].input.note", [hi[0], call, answer])
-    cases = [("messages[0].content", {"messages": [{"role": "user", "content": "hi \ud800"}]}),
-             (f"{stop_key}[0]", {"messages": hi, stop_key: ["\udcff"]}),
-             (bad_call[0], {"messages": bad_call[1]})]
+    cases = [
+        ("messages[0].content", {"messages": [{"role": "user", "content": "hi \ud800"}]}),
+        (f"{stop_key}[0]", {"messages": hi, stop_key: ["\udcff"]}),
+        (bad_call[0], {"messages": bad_call[1]}),
+    ]
     for field, payload in cases:
         status, data = run(post(adapter, token, {"model": "m", "max_tokens": 8, **payload}))
         assert status == 400 and error_code(proto, data) == "invalid_request", (field, data)
-        assert data["error"]["message"].startswith(f"{field}: contains '\\u") and "lone surrogate" in \
-            data["error"]["message"]
+        assert (
+            data["error"]["message"].startswith(f"{field}: contains '\\u")
+            and "lone surrogate" in data["error"]["message"]
+        )
     status, data = run(post(adapter, token, None, raw=b"[" * 100000 + b"]" * 100000))
     assert status == 400 and "nests too deeply" in data["error"]["message"]
     # none of them consumed a turn; the session still works
@@ -397,16 +470,22 @@ def test_out_of_range_seed_is_refused_before_it_reaches_a_batch(engine, tok):
     srv = start_adapter("openai", engine.url, tok)
     hi = [{"role": "user", "content": "hi"}]
     try:
+
         async def scenario():
             others = [srv.open_session()[1] for _ in range(3)]
-            busy = [asyncio.create_task(post(srv, t, body("openai", [{"role": "user", "content": "zz"}],
-                                                            temperature=1.0, max_tokens=40))) for t in others]
+            busy = [
+                asyncio.create_task(
+                    post(srv, t, body("openai", [{"role": "user", "content": "zz"}], temperature=1.0, max_tokens=40))
+                )
+                for t in others
+            ]
             token = srv.open_session()[1]
             # sampled (temperature 1), so the engine would seed a generator with it
-            bad = [await post(srv, token, body("openai", hi, seed=s, temperature=1.0))
-                   for s in (2**64, -2**63 - 1)]
-            edges = [await post(srv, token, body("openai", hi, seed=s, temperature=1.0, max_tokens=4))
-                     for s in (2**64 - 1, -2**63)]
+            bad = [await post(srv, token, body("openai", hi, seed=s, temperature=1.0)) for s in (2**64, -(2**63) - 1)]
+            edges = [
+                await post(srv, token, body("openai", hi, seed=s, temperature=1.0, max_tokens=4))
+                for s in (2**64 - 1, -(2**63))
+            ]
             return bad, edges, await asyncio.gather(*busy)
 
         bad, edges, busy = run(scenario())
@@ -420,8 +499,9 @@ def test_out_of_range_seed_is_refused_before_it_reaches_a_batch(engine, tok):
 
     async def direct(params):  # the engine refuses it too, so /generate cannot poison a batch
         async with aiohttp.ClientSession() as s:
-            async with s.post(engine.url + "/generate", json={"input_ids": tok.encode("hi"),
-                                                             "sampling_params": params}) as r:
+            async with s.post(
+                engine.url + "/generate", json={"input_ids": tok.encode("hi"), "sampling_params": params}
+            ) as r:
                 return r.status, await r.text()
 
     status, text = run(direct({"max_new_tokens": 2, "temperature": 1.0, "sampling_seed": 2**64}))
@@ -492,30 +572,43 @@ def test_generate_plugin_runs_the_tool_in_a_sandbox_and_scores(proto, engine, to
     from slime.backends.rollout.client import EngineClient
     from slime.rl.sample import Sample, SampleStatus
 
-    cfg = AgentConfig(protocol=proto, max_turns=3, tools=("calculator",), sandbox_kwargs={"wall_timeout_s": 10},
-                      max_length=256)
+    cfg = AgentConfig(
+        protocol=proto, max_turns=3, tools=("calculator",), sandbox_kwargs={"wall_timeout_s": 10}, max_length=256
+    )
     runner = AgentRunner(cfg, EngineClient(engine.url).base_url, tok)
     sample = Sample(group_index=3, index=7, prompt="call", label="19", metadata={"src": "t"})
     try:
         [out] = run(runner.run(sample, {"temperature": 0.0, "max_new_tokens": 96}))
-        [wrong] = run(runner.run(Sample(group_index=3, index=8, prompt="call", label="20"),
-                                 {"temperature": 0.0, "max_new_tokens": 96}))
+        [wrong] = run(
+            runner.run(
+                Sample(group_index=3, index=8, prompt="call", label="20"), {"temperature": 0.0, "max_new_tokens": 96}
+            )
+        )
     finally:
         shutdown_adapters()
     agent = out.metadata["agent"]
     assert agent["stop"] == "answer" and agent["turns"] == 2 and agent["placements"] == ["root", "extend"]
     # the calculator really ran in a bubblewrap sandbox (the model never saw "19" before the tool said so)
-    assert agent["tool_calls"] == [{"name": "calculator", "arguments": {"expression": "07+12"}, "ok": True,
-                                    "timed_out": False, "sandbox_id": agent["sandbox_id"], "output": "19"}]
+    assert agent["tool_calls"] == [
+        {
+            "name": "calculator",
+            "arguments": {"expression": "07+12"},
+            "ok": True,
+            "timed_out": False,
+            "sandbox_id": agent["sandbox_id"],
+            "output": "19",
+        }
+    ]
     assert agent["sandbox_id"].startswith("local-")
     assert (out.response, out.reward, wrong.reward) == ("19", 1.0, 0.0)
     assert (out.group_index, out.index, out.label, out.metadata["src"]) == (3, 7, "19", "t")
     assert out.status == SampleStatus.COMPLETED and out.weight_version == -1
     out.check_lengths()
-    resp = out.tokens[-out.response_length:]
+    resp = out.tokens[-out.response_length :]
     assert tok.decode([t for t, m in zip(resp, out.loss_mask) if m]) == CALL + "<|im_end|>19<|im_end|>"
-    assert tok.decode(out.tokens[:out.prompt_length]).endswith("<|im_start|>user\ncall<|im_end|>\n"
-                                                               "<|im_start|>assistant\n")
+    assert tok.decode(out.tokens[: out.prompt_length]).endswith(
+        "<|im_start|>user\ncall<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 # ------------------------------------------------- parsing and tools (no engine needed)
@@ -525,17 +618,23 @@ def _ids():
 
 
 def test_parse_tool_calls_text_valid_invalid_and_unclosed():
-    text = ('pre ' + CALL + ' mid <tool_call>{"name": "python", "arguments": "{\\"code\\": \\"print(1)\\"}"}'
-            '</tool_call>' + BAD + '<tool_call>{"arguments": {}}</tool_call> tail <tool_call>{"name": "x"')
+    text = (
+        "pre " + CALL + ' mid <tool_call>{"name": "python", "arguments": "{\\"code\\": \\"print(1)\\"}"}'
+        "</tool_call>" + BAD + '<tool_call>{"arguments": {}}</tool_call> tail <tool_call>{"name": "x"'
+    )
     p = parse_tool_calls(text, _ids())
     assert [(c.id, c.name, c.arguments) for c in p.tool_calls] == [
-        ("c0", "calculator", {"expression": "07+12"}), ("c1", "python", {"code": "print(1)"})]
+        ("c0", "calculator", {"expression": "07+12"}),
+        ("c1", "python", {"code": "print(1)"}),
+    ]
     assert p.tool_calls[0].raw_arguments == '{"expression": "07+12"}'  # as generated
     assert p.tool_calls[1].raw_arguments == '{"code": "print(1)"}'  # double-encoded: normalised
     bad = p.invalid_tool_calls
     assert [(b.name, b.error.split(":")[0]) for b in bad] == [
-        ("calculator", "tool call is not valid JSON"), (None, 'tool call has no "name" (a non-empty string)'),
-        ("x", "<tool_call> is never closed with </tool_call>")]
+        ("calculator", "tool call is not valid JSON"),
+        (None, 'tool call has no "name" (a non-empty string)'),
+        ("x", "<tool_call> is never closed with </tool_call>"),
+    ]
     # content keeps every character except the valid calls
     assert p.content == "pre  mid " + BAD + '<tool_call>{"arguments": {}}</tool_call> tail <tool_call>{"name": "x"'
     assert isinstance(p.parts[1], ToolCall) and isinstance(p.parts[-1], InvalidToolCall)
@@ -551,19 +650,26 @@ def test_tools_run_in_the_sandbox_and_never_raise():
 
     async def go():
         async with make_sandbox("local", cpu_time_s=5, memory_mb=512, wall_timeout_s=10) as sb:
-            calc = [await calculator.run(sb, {"expression": e}, timeout=5)
-                    for e in ("07+12", "7/2", "-(3+4)*2", "1/0", "__import__('os')", "9**9**9")]
-            py = [await python.run(sb, {"code": c}, timeout=2)
-                  for c in ("import os; print(os.getcwd(), os.getuid())", "raise SystemExit(3)",
-                            "while True: pass")]
+            calc = [
+                await calculator.run(sb, {"expression": e}, timeout=5)
+                for e in ("07+12", "7/2", "-(3+4)*2", "1/0", "__import__('os')", "9**9**9")
+            ]
+            py = [
+                await python.run(sb, {"code": c}, timeout=2)
+                for c in ("import os; print(os.getcwd(), os.getuid())", "raise SystemExit(3)", "while True: pass")
+            ]
             missing = await python.run(sb, {"src": "1"}, timeout=2)
             return calc, py, missing
 
     calc, py, missing = run(go())
     assert [(r.ok, r.output) for r in calc] == [
-        (True, "19"), (True, "3.5"), (True, "-14"), (False, "error: division by zero"),
+        (True, "19"),
+        (True, "3.5"),
+        (True, "-14"),
+        (False, "error: division by zero"),
         (False, "error: not an arithmetic expression (numbers, + - * / // % ** and parentheses only)"),
-        (False, "error: number too large")]
+        (False, "error: number too large"),
+    ]
     assert py[0].ok and py[0].output == "/work 1000\n"  # inside the sandbox: its workdir, its uid
     assert (py[1].ok, py[1].output) == (False, "exit code 3")
     assert py[2].timed_out and py[2].output.startswith("error: timed out")
@@ -578,17 +684,22 @@ def test_tools_refuse_nul_and_lone_surrogate_arguments_without_raising():
 
     async def go():
         async with make_sandbox("local", allow_unisolated=True, wall_timeout_s=10) as sb:
-            results = [await python.run(sb, {"code": "print(1)\x00"}, timeout=5),
-                       await python.run(sb, {"code": "print('\ud800')"}, timeout=5),
-                       await calculator.run(sb, {"expression": "1+\x00"}, timeout=5)]
+            results = [
+                await python.run(sb, {"code": "print(1)\x00"}, timeout=5),
+                await python.run(sb, {"code": "print('\ud800')"}, timeout=5),
+                await calculator.run(sb, {"expression": "1+\x00"}, timeout=5),
+            ]
             return results, await python.run(sb, {"code": "print(1)"}, timeout=5)
 
     results, after = run(go())
     assert [(r.ok, r.output) for r in results] == [
         (False, "error: python 'code' contains a NUL byte (\\x00) at position 8"),
-        (False, "error: python 'code' contains '\\ud800' at position 7, a lone surrogate that is not valid "
-                "Unicode text"),
-        (False, "error: calculator 'expression' contains a NUL byte (\\x00) at position 2")]
+        (
+            False,
+            "error: python 'code' contains '\\ud800' at position 7, a lone surrogate that is not valid Unicode text",
+        ),
+        (False, "error: calculator 'expression' contains a NUL byte (\\x00) at position 2"),
+    ]
     assert (after.ok, after.output) == (True, "1\n")  # the sandbox is unharmed
 
 
@@ -596,9 +707,11 @@ def test_anthropic_text_block_without_string_text_names_the_field():
     from slime.agent.adapters.anthropic import AnthropicProtocol
     from slime.agent.adapters.sessions import AdapterError
 
-    for role, block, got in (("user", {"type": "text", "text": 5}, "got int"),
-                             ("user", {"type": "text"}, "it is missing"),
-                             ("assistant", {"type": "text", "text": None}, "got NoneType")):
+    for role, block, got in (
+        ("user", {"type": "text", "text": 5}, "got int"),
+        ("user", {"type": "text"}, "it is missing"),
+        ("assistant", {"type": "text", "text": None}, "got NoneType"),
+    ):
         msgs = [{"role": "user", "content": "q"}] if role == "assistant" else []
         msgs.append({"role": role, "content": [{"type": "text", "text": "ok"}, block]})
         with pytest.raises(AdapterError) as info:

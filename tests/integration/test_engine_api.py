@@ -72,8 +72,14 @@ def gen(server, ids, params, **kw):
 # ------------------------------------------------------------------ endpoints
 def test_health_info_and_cache(server, models):
     async def go(c):
-        return (await c.health(), await c.health_generate(), await c.get_model_info(),
-                await c.flush_cache(), await c.get("/get_server_info"), await c.get("/get_weight_version"))
+        return (
+            await c.health(),
+            await c.health_generate(),
+            await c.get_model_info(),
+            await c.flush_cache(),
+            await c.get("/get_server_info"),
+            await c.get("/get_weight_version"),
+        )
 
     healthy, gen_ok, info, flushed, server_info, version = run(_call(server.url, go))
     assert healthy and gen_ok and flushed is None
@@ -83,11 +89,16 @@ def test_health_info_and_cache(server, models):
 
 
 def test_generate_response_shape_matches_sglang(server, tok):
-    payload = {"input_ids": tok.encode("07+12="), "return_logprob": True, "rid": "shape-1",
-               "sampling_params": {"temperature": 0.0, "max_new_tokens": 4, "ignore_eos": True}}
+    payload = {
+        "input_ids": tok.encode("07+12="),
+        "return_logprob": True,
+        "rid": "shape-1",
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": 4, "ignore_eos": True},
+    }
     status, body = run(_raw(server.url, "POST", "/generate", payload))
     assert status == 200
     import json
+
     out = json.loads(body)
     assert set(out) == {"text", "output_ids", "meta_info"}
     meta = out["meta_info"]
@@ -116,8 +127,15 @@ def test_batched_generate_with_per_item_params(server, tok):
 
 
 def test_text_input(server, tok):
-    by_text = run(_call(server.url, lambda c: c.post("/generate", {
-        "text": "07+12=", "sampling_params": {"temperature": 0, "max_new_tokens": 3, "ignore_eos": True}})))
+    by_text = run(
+        _call(
+            server.url,
+            lambda c: c.post(
+                "/generate",
+                {"text": "07+12=", "sampling_params": {"temperature": 0, "max_new_tokens": 3, "ignore_eos": True}},
+            ),
+        )
+    )
     by_ids = gen(server, tok.encode("07+12="), {"temperature": 0, "max_new_tokens": 3, "ignore_eos": True})
     assert by_text["output_ids"] == by_ids.output_ids
 
@@ -127,8 +145,9 @@ def test_greedy_is_deterministic_under_concurrency(server, tok):
     params = {"temperature": 0.0, "max_new_tokens": 12, "ignore_eos": True}
 
     async def go(c):
-        others = [c.generate(tok.encode(f"{i:02d}+{i:02d}="), {"temperature": 1.0, "max_new_tokens": 20})
-                  for i in range(16)]
+        others = [
+            c.generate(tok.encode(f"{i:02d}+{i:02d}="), {"temperature": 1.0, "max_new_tokens": 20}) for i in range(16)
+        ]
         return await asyncio.gather(c.generate(ids, params), *others, c.generate(ids, params))
 
     results = run(_call(server.url, go))
@@ -161,8 +180,11 @@ def test_max_new_tokens_gives_length_and_eos_gives_stop(server, tok):
     sample = gen(server, tok.encode("07+12="), {"max_new_tokens": 40, "ignore_eos": True, "sampling_seed": 5})
     stop_id = sample.output_ids[10]
     k = sample.output_ids.index(stop_id)
-    r = gen(server, tok.encode("07+12="), {"max_new_tokens": 40, "ignore_eos": True, "sampling_seed": 5,
-                                           "stop_token_ids": [stop_id]})
+    r = gen(
+        server,
+        tok.encode("07+12="),
+        {"max_new_tokens": 40, "ignore_eos": True, "sampling_seed": 5, "stop_token_ids": [stop_id]},
+    )
     assert (r.finish_reason, r.matched) == ("stop", stop_id)
     assert r.output_ids == sample.output_ids[: k + 1]
     assert r.text == tok.decode(sample.output_ids[:k], skip_special_tokens=True)
@@ -173,8 +195,11 @@ def test_stop_strings(server, tok):
     sample = gen(server, tok.encode("07+12="), params)
     pieces = [tok.decode([t]) for t in sample.output_ids]
     # a two-character stop string taken from the sampled output (printable ASCII only)
-    k = next(i for i in range(2, len(pieces)) if all(len(p) == 1 and p.isprintable() and p.isascii()
-                                                      for p in pieces[i - 1: i + 1]))
+    k = next(
+        i
+        for i in range(2, len(pieces))
+        if all(len(p) == 1 and p.isprintable() and p.isascii() for p in pieces[i - 1 : i + 1])
+    )
     stop = pieces[k - 1] + pieces[k]
     first = next(i for i in range(1, len(pieces)) if pieces[i - 1] + pieces[i] == stop)
     r = gen(server, tok.encode("07+12="), {**params, "stop": [stop, "@@never@@"]})
@@ -195,7 +220,7 @@ def test_logprobs_match_a_trainer_forward(server, models, tok):
         for prompt, res in zip(prompts, gen(server, prompts, [params] * len(prompts))):
             seq = torch.tensor([prompt + res.output_ids])
             with torch.no_grad():
-                logits = model(seq).logits[0, len(prompt) - 1: -1].float()
+                logits = model(seq).logits[0, len(prompt) - 1 : -1].float()
             if temperature > 0:
                 logits = logits / temperature
             ref = torch.log_softmax(logits, -1).gather(1, torch.tensor(res.output_ids)[:, None]).squeeze(1)
@@ -230,32 +255,36 @@ def test_update_weights_from_disk_changes_outputs_and_version(server, models, to
     assert back.logprobs == pytest.approx(before.logprobs, abs=1e-5)
 
 
-@pytest.mark.parametrize("payload, fragment", [
-    (None, "not valid JSON"),
-    ([1, 2], "must be a JSON object"),
-    ({"sampling_params": {}}, "exactly one of 'input_ids' or 'text'"),
-    ({"input_ids": []}, "non-empty list"),
-    ({"input_ids": [1, "a"]}, "non-empty list of integers"),
-    ({"input_ids": [[1], []]}, "input_ids[1]"),
-    ({"input_ids": [1, 99999]}, "token ids must be integers in [0, 261)"),
-    ({"input_ids": [1] * 256}, "context length is 256"),
-    ({"input_ids": [1], "sampling_params": {"max_new_tokens": -1}}, "max_new_tokens must be >= 0"),
-    ({"input_ids": [1], "sampling_params": {"temperature": -0.5}}, "temperature must be >= 0"),
-    ({"input_ids": [1], "sampling_params": {"top_p": 0}}, "top_p must be in (0, 1]"),
-    ({"input_ids": [1], "sampling_params": {"top_k": 0}}, "top_k must be -1"),
-    ({"input_ids": [1], "sampling_params": {"temprature": 1}}, "unknown sampling_params key 'temprature'"),
-    ({"input_ids": [1], "sampling_params": {"frequency_penalty": 0.5}}, "frequency_penalty=0.5 is not supported"),
-    ({"input_ids": [1], "sampling_params": {"stop": [""]}}, "sampling_params.stop"),
-    ({"input_ids": [[1], [2]], "sampling_params": [{}]}, "sampling_params has 1 entries but the batch has 2"),
-    ({"input_ids": [1], "stream": True}, "stream=true is not supported"),
-    ({"input_ids": [1], "rid": 5}, "rid must be a string"),
-    ({"input_ids": [1], "return_logprob": "yes"}, "return_logprob must be true/false"),
-    ({"input_ids": [1], "bogus": 1}, "unknown /generate field(s) ['bogus']"),
-])
+@pytest.mark.parametrize(
+    "payload, fragment",
+    [
+        (None, "not valid JSON"),
+        ([1, 2], "must be a JSON object"),
+        ({"sampling_params": {}}, "exactly one of 'input_ids' or 'text'"),
+        ({"input_ids": []}, "non-empty list"),
+        ({"input_ids": [1, "a"]}, "non-empty list of integers"),
+        ({"input_ids": [[1], []]}, "input_ids[1]"),
+        ({"input_ids": [1, 99999]}, "token ids must be integers in [0, 261)"),
+        ({"input_ids": [1] * 256}, "context length is 256"),
+        ({"input_ids": [1], "sampling_params": {"max_new_tokens": -1}}, "max_new_tokens must be >= 0"),
+        ({"input_ids": [1], "sampling_params": {"temperature": -0.5}}, "temperature must be >= 0"),
+        ({"input_ids": [1], "sampling_params": {"top_p": 0}}, "top_p must be in (0, 1]"),
+        ({"input_ids": [1], "sampling_params": {"top_k": 0}}, "top_k must be -1"),
+        ({"input_ids": [1], "sampling_params": {"temprature": 1}}, "unknown sampling_params key 'temprature'"),
+        ({"input_ids": [1], "sampling_params": {"frequency_penalty": 0.5}}, "frequency_penalty=0.5 is not supported"),
+        ({"input_ids": [1], "sampling_params": {"stop": [""]}}, "sampling_params.stop"),
+        ({"input_ids": [[1], [2]], "sampling_params": [{}]}, "sampling_params has 1 entries but the batch has 2"),
+        ({"input_ids": [1], "stream": True}, "stream=true is not supported"),
+        ({"input_ids": [1], "rid": 5}, "rid must be a string"),
+        ({"input_ids": [1], "return_logprob": "yes"}, "return_logprob must be true/false"),
+        ({"input_ids": [1], "bogus": 1}, "unknown /generate field(s) ['bogus']"),
+    ],
+)
 def test_bad_generate_requests_get_400(server, payload, fragment):
     data = b"{nope" if payload is None else None
     status, body = run(_raw(server.url, "POST", "/generate", payload if data is None else None, data))
     import json
+
     assert status == 400, body
     assert fragment in json.loads(body)["error"]["message"]
 
@@ -273,9 +302,14 @@ def test_bad_admin_requests_get_400_and_server_survives(server):
 
 
 def test_duplicate_rid_in_batch_rejected(server):
-    status, body = run(_raw(server.url, "POST", "/generate",
-                            {"input_ids": [[1], [2]], "rid": ["same", "same"],
-                             "sampling_params": {"max_new_tokens": 2}}))
+    status, body = run(
+        _raw(
+            server.url,
+            "POST",
+            "/generate",
+            {"input_ids": [[1], [2]], "rid": ["same", "same"], "sampling_params": {"max_new_tokens": 2}},
+        )
+    )
     assert status == 400 and "already in flight" in body
 
 
@@ -320,9 +354,25 @@ def test_client_errors_name_the_url():
 
 
 def test_cli_serves_and_stops_on_sigterm(models, capsys):
-    proc = subprocess.Popen([sys.executable, "-m", "slime.backends.rollout.builtin.server", "--model-path",
-                             str(models[0]), "--host", "127.0.0.1", "--port", "0", "--seed", "1"],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "slime.backends.rollout.builtin.server",
+            "--model-path",
+            str(models[0]),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--seed",
+            "1",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         match = re.search(r"at (http://127\.0\.0\.1:\d+)", line)
@@ -370,12 +420,20 @@ def test_decoder_matches_hf_forward_for_each_architecture(tmp_path, arch):
     from slime.backends.rollout.builtin.decoder import LeanDecoder
 
     # 4 KV heads (mistral) take the per-head cache layout, 2 KV heads the row-wise one
-    kinds = {"llama": lambda **kw: transformers.LlamaConfig(num_key_value_heads=2, **kw),
-             "qwen3": lambda **kw: transformers.Qwen3Config(head_dim=48, num_key_value_heads=2, **kw),
-             "mistral": lambda **kw: transformers.MistralConfig(sliding_window=None, num_key_value_heads=4, **kw)}
-    cfg = kinds[arch](vocab_size=64, hidden_size=96, intermediate_size=160, num_hidden_layers=2,
-                      num_attention_heads=8 if arch == "mistral" else 4, max_position_embeddings=64,
-                      tie_word_embeddings=False)
+    kinds = {
+        "llama": lambda **kw: transformers.LlamaConfig(num_key_value_heads=2, **kw),
+        "qwen3": lambda **kw: transformers.Qwen3Config(head_dim=48, num_key_value_heads=2, **kw),
+        "mistral": lambda **kw: transformers.MistralConfig(sliding_window=None, num_key_value_heads=4, **kw),
+    }
+    cfg = kinds[arch](
+        vocab_size=64,
+        hidden_size=96,
+        intermediate_size=160,
+        num_hidden_layers=2,
+        num_attention_heads=8 if arch == "mistral" else 4,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
     dec = LeanDecoder(model, max_slots=6, max_len=64)

@@ -15,7 +15,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -58,7 +57,7 @@ def _hf_logprobs(model, ids: list[int], out: list[int]) -> torch.Tensor:
     seq = torch.tensor([ids + out])
     with torch.no_grad():
         lp = logprobs_from_logits(model(seq).logits[:, :-1], seq[:, 1:], 1.0)[0]
-    return lp[len(ids) - 1:]
+    return lp[len(ids) - 1 :]
 
 
 async def _generate(client: EngineClient):
@@ -73,9 +72,25 @@ def _named(model):
 def test_distributed_weight_sync_reaches_the_engine_bit_exactly(models):
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "slime.backends.rollout.builtin.server", "--model-path",
-                             str(models[0]), "--port", str(port), "--seed", "0", "--num-threads", "1"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "slime.backends.rollout.builtin.server",
+            "--model-path",
+            str(models[0]),
+            "--port",
+            str(port),
+            "--seed",
+            "0",
+            "--num-threads",
+            "1",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}"
     trainer = _hf(models[1])  # the "trained" policy: different weights than the engine's
 
@@ -84,16 +99,36 @@ def test_distributed_weight_sync_reaches_the_engine_bit_exactly(models):
         await client.wait_healthy(timeout_s=60)
         # On CPU the engine refuses NCCL with a clear message instead of hanging in a rendezvous.
         with pytest.raises(EngineError, match="needs a CUDA engine"):
-            await client.post("/init_weights_update_group", {
-                "master_address": "127.0.0.1", "master_port": _free_port(), "rank_offset": 1, "world_size": 2,
-                "group_name": "g", "backend": "nccl"})
+            await client.post(
+                "/init_weights_update_group",
+                {
+                    "master_address": "127.0.0.1",
+                    "master_port": _free_port(),
+                    "rank_offset": 1,
+                    "world_size": 2,
+                    "group_name": "g",
+                    "backend": "nccl",
+                },
+            )
         with pytest.raises(EngineError, match="no weight-update group named 'slime_weight_sync'"):
-            await client.post("/update_weights_from_distributed", {
-                "names": ["model.norm.weight"], "dtypes": ["float32"], "shapes": [[64]],
-                "group_name": "slime_weight_sync"})
+            await client.post(
+                "/update_weights_from_distributed",
+                {
+                    "names": ["model.norm.weight"],
+                    "dtypes": ["float32"],
+                    "shapes": [[64]],
+                    "group_name": "slime_weight_sync",
+                },
+            )
         before = await client.post("/weights_checker", {"action": "checksum"})
-        sync = NcclWeightSync(clients=[client], engine_gpus=[1], master_address="127.0.0.1",
-                              master_port=_free_port(), backend="gloo", bucket_bytes=64 << 10)
+        sync = NcclWeightSync(
+            clients=[client],
+            engine_gpus=[1],
+            master_address="127.0.0.1",
+            master_port=_free_port(),
+            backend="gloo",
+            bucket_bytes=64 << 10,
+        )
         await sync.init_group()
         sent = await sync.update(_named(trainer), version=5)
         after = await client.post("/weights_checker", {"action": "checksum"})
@@ -127,8 +162,9 @@ def test_pause_aborts_running_and_holds_new_requests_until_continue(models):
 
     async def scenario():
         client = EngineClient(srv.url, timeout_s=60)
-        long = asyncio.create_task(client.generate([PROMPT], [{"max_new_tokens": 400, "temperature": 0.0,
-                                                               "ignore_eos": True}]))
+        long = asyncio.create_task(
+            client.generate([PROMPT], [{"max_new_tokens": 400, "temperature": 0.0, "ignore_eos": True}])
+        )
         while srv.engine.num_running == 0:
             await asyncio.sleep(0.01)
         await client.pause_generation()
@@ -162,8 +198,9 @@ def test_release_and_resume_memory_like_a_colocated_run(models):
         client = EngineClient(srv.url, timeout_s=60)
         steps = {"first": await _generate(client), "resident": await info(client)}
         # busy engine: release is refused rather than pulling memory from under a running request
-        long = asyncio.create_task(client.generate([PROMPT], [{"max_new_tokens": 300, "temperature": 0.0,
-                                                               "ignore_eos": True}]))
+        long = asyncio.create_task(
+            client.generate([PROMPT], [{"max_new_tokens": 300, "temperature": 0.0, "ignore_eos": True}])
+        )
         while srv.engine.num_running == 0:
             await asyncio.sleep(0.01)
         with pytest.raises(EngineError, match="request\\(s\\) are running"):

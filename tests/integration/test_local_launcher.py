@@ -19,8 +19,8 @@ import pytest
 
 from launchers.base import SubmitOptions, create_run_dir
 from launchers.local import LocalLauncher
-from launchers.ports import port_range
 from launchers.rayproc import pids_using
+from slime.core.ports import port_range
 from slime.spec import load_spec
 
 pytestmark = pytest.mark.timeout(240)
@@ -64,15 +64,27 @@ def _assert_no_leftovers(run_dir: Path) -> None:
 
 def test_local_run_bootstraps_ray_passes_the_preflight_and_runs_the_driver(spec_file, tmp_path):
     env = {**os.environ, "SLIME_DRIVER": "launchers.tinydriver"}
-    proc = subprocess.run([sys.executable, "-m", "slime.cli.main", str(spec_file), "--json"], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=200)
+    proc = subprocess.run(
+        [sys.executable, "-m", "slime.cli.main", str(spec_file), "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = json.loads(proc.stdout)  # --json: stdout is the JSON document and nothing else
     run_dir = Path(out["run_dir"])
     pre = json.loads((run_dir / "tasks/0/preflight.json").read_text())
     assert pre["ok"] and pre["ray_nodes"] == 1 and len(pre["slots"]) == 1
-    assert {c["name"] for c in pre["checks"]} >= {"ray_nodes", "bundles", "placement", "gpu_count",
-                                                  "ray_resources", "collective"}
+    assert {c["name"] for c in pre["checks"]} >= {
+        "ray_nodes",
+        "bundles",
+        "placement",
+        "gpu_count",
+        "ray_resources",
+        "collective",
+    }
     assert pre["collective"]["backend"] == "gloo" and pre["collective"]["results"][0]["value"] == 1.0
     assert "preflight PASSED" in (run_dir / "tasks/0/preflight.txt").read_text()
     probe = json.loads((run_dir / "tasks/0/driver-probe.json").read_text())
@@ -85,8 +97,10 @@ def test_local_run_bootstraps_ray_passes_the_preflight_and_runs_the_driver(spec_
     assert jobs["local"]["tasks"]["0"]["exit_code"] == 0 and jobs["local"]["tasks"]["0"]["pid"] > 0
     assert not Path(_node_record(run_dir)["temp_dir"]).exists()  # removed after a clean run
     _assert_no_leftovers(run_dir)
-    assert "driver exited with code 0" in (run_dir / "tasks/0/logs").joinpath(
-        f"{os.uname().nodename.split('.')[0]}.out").read_text()
+    assert (
+        "driver exited with code 0"
+        in (run_dir / "tasks/0/logs").joinpath(f"{os.uname().nodename.split('.')[0]}.out").read_text()
+    )
 
 
 def test_term_stops_the_driver_then_this_jobs_ray_and_nothing_else(spec_file, tmp_path):
@@ -96,8 +110,7 @@ def test_term_stops_the_driver_then_this_jobs_ray_and_nothing_else(spec_file, tm
     paths = create_run_dir(request)
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     env = {**os.environ, "SLIME_TINYDRIVER_SLEEP": "300"}
-    boot = subprocess.Popen(list(request.command), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    boot = subprocess.Popen(list(request.command), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         probe_file = paths.task(0).driver_probe
         end = time.monotonic() + 150

@@ -49,8 +49,9 @@ def _patch_dir(tmp_path: Path, original: str, *, applies: bool) -> Path:
     # A patch made against a different upstream text (MINOR changed) must not apply.
     base = original if applies else original.replace("MINOR = 16", "MINOR = 99")
     changed = base.replace("MAJOR = ", "# slime: test patch\nMAJOR = ", 1)
-    diff = "".join(difflib.unified_diff(base.splitlines(True), changed.splitlines(True),
-                                        f"a/{TARGET_FILE}", f"b/{TARGET_FILE}"))
+    diff = "".join(
+        difflib.unified_diff(base.splitlines(True), changed.splitlines(True), f"a/{TARGET_FILE}", f"b/{TARGET_FILE}")
+    )
     assert diff
     (root / "megatron-core" / "0.16.1" / "0001-test.patch").write_text(diff)
     return root
@@ -104,13 +105,15 @@ def test_a_tampered_pin_is_refused(tmp_path):
 
 def test_cli_check_and_usage_errors():
     cli = [sys.executable, "-m", "slime.cli.main", "patches"]
-    proc = subprocess.run([*cli, "check", "--engine", "megatron-core", "--json"], capture_output=True, text=True,
-                          cwd=ROOT)
+    proc = subprocess.run(
+        [*cli, "check", "--engine", "megatron-core", "--json"], capture_output=True, text=True, cwd=ROOT
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out[0]["engine"] == "megatron-core" and out[0]["ok"] is True and out[0]["patches"] == []
-    proc = subprocess.run([*cli, "check", "--engine", "megatron-core", "--version", "0.15.0"], capture_output=True,
-                          text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [*cli, "check", "--engine", "megatron-core", "--version", "0.15.0"], capture_output=True, text=True, cwd=ROOT
+    )
     assert proc.returncode == 2 and "pinned to 0.16.1, not 0.15.0" in proc.stderr
 
 
@@ -120,7 +123,11 @@ def test_cli_apply_without_the_engine_installed_says_what_to_install():
 
     if importlib.util.find_spec("sglang") is not None:
         pytest.skip("sglang is installed here")
-    proc = subprocess.run([sys.executable, "-m", "slime.cli.main", "patches", "apply", "--engine", "sglang"],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "slime.cli.main", "patches", "apply", "--engine", "sglang"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "sglang is not installed here; install sglang==" in proc.stderr

@@ -13,9 +13,9 @@ import pytest
 
 pytest.importorskip("ray")
 
-from launchers.base import SubmitOptions, create_run_dir  # noqa: E402
-from launchers.local import LocalLauncher  # noqa: E402
-from slime.spec import load_spec  # noqa: E402
+from launchers.base import SubmitOptions, create_run_dir
+from launchers.local import LocalLauncher
+from slime.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(180)
@@ -24,8 +24,9 @@ pytestmark = pytest.mark.timeout(180)
 def train(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["WANDB_MODE"] = "disabled"
-    return subprocess.run([sys.executable, "-m", "slime.train", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=150)
+    return subprocess.run(
+        [sys.executable, "-m", "slime.train", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=150
+    )
 
 
 def test_missing_run_dir_or_task_is_a_usage_error(tmp_path):
@@ -39,9 +40,15 @@ def test_missing_run_dir_or_task_is_a_usage_error(tmp_path):
 def test_a_prompt_file_gone_bad_after_submit_fails_with_file_line_and_exit_2(tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     shutil.copy(REPO / "specs/data/arith/train.jsonl", prompts)
-    loaded = load_spec(REPO / "specs" / "quickstart.yaml",
-                       overrides=[f"data.prompts={prompts}", f"logging.dir={tmp_path / 'runs'}",
-                                  "algorithm.sft_warmup_steps=0", "logging.progress=false"])
+    loaded = load_spec(
+        REPO / "specs" / "quickstart.yaml",
+        overrides=[
+            f"data.prompts={prompts}",
+            f"logging.dir={tmp_path / 'runs'}",
+            "algorithm.sft_warmup_steps=0",
+            "logging.progress=false",
+        ],
+    )
     run = create_run_dir(LocalLauncher().compile(loaded, SubmitOptions(run_name="bad"))).root
     with prompts.open("a") as fh:
         fh.write('{"prompt": "01+01=", "label": "2"\n')  # broken JSON on line 2001
@@ -54,13 +61,25 @@ def test_a_prompt_file_gone_bad_after_submit_fails_with_file_line_and_exit_2(tmp
 
 
 def test_resuming_from_a_truncated_checkpoint_names_it_and_the_usable_one_with_exit_2(tmp_path):
-    loaded = load_spec(REPO / "specs" / "quickstart.yaml",
-                       overrides=[f"logging.dir={tmp_path / 'runs'}", "rollout.num_rollouts=2",
-                                  "algorithm.sft_warmup_steps=2", "logging.progress=false"])
+    loaded = load_spec(
+        REPO / "specs" / "quickstart.yaml",
+        overrides=[
+            f"logging.dir={tmp_path / 'runs'}",
+            "rollout.num_rollouts=2",
+            "algorithm.sft_warmup_steps=2",
+            "logging.progress=false",
+        ],
+    )
     run = create_run_dir(LocalLauncher().compile(loaded, SubmitOptions(run_name="damaged"))).root
     ck = run / "tasks/0/checkpoints"
-    state = {"format": 1, "rollout_id": 0, "step": 1, "weight_version": 2, "world_size": 1,
-             "manager": {"data": {"epoch": 0, "index": 16}}}
+    state = {
+        "format": 1,
+        "rollout_id": 0,
+        "step": 1,
+        "weight_version": 2,
+        "world_size": 1,
+        "manager": {"data": {"epoch": 0, "index": 16}},
+    }
     for rid in (0, 1):  # 1, the newest, has a truncated rank file (a copy cut short, a full disk)
         (ck / str(rid)).mkdir(parents=True)
         (ck / str(rid) / "state.json").write_text(json.dumps({**state, "rollout_id": rid}))
@@ -68,9 +87,13 @@ def test_resuming_from_a_truncated_checkpoint_names_it_and_the_usable_one_with_e
     done = train(str(run))
     assert done.returncode == 2, done.stderr[-3000:]
     assert "Traceback" not in done.stderr and "a bug" not in done.stderr
-    assert (f"cannot resume from checkpoint {ck / '1'}: it is damaged (cannot load {ck / '1' / 'actor-rank0.pt'}: "
-            "truncated, corrupted or unreadable") in done.stderr
-    assert f"delete or move aside {ck / '1'}; the run then resumes from the newest complete one left ({ck / '0'})" \
+    assert (
+        f"cannot resume from checkpoint {ck / '1'}: it is damaged (cannot load {ck / '1' / 'actor-rank0.pt'}: "
+        "truncated, corrupted or unreadable"
+    ) in done.stderr
+    assert (
+        f"delete or move aside {ck / '1'}; the run then resumes from the newest complete one left ({ck / '0'})"
         in done.stderr
+    )
     state = json.loads((run / "tasks/0/state.json").read_text())
     assert state["state"] == "failed" and state["exit_code"] == 2 and "it is damaged" in state["error"]

@@ -18,9 +18,9 @@ import pytest
 pytest.importorskip("ray")
 pytest.importorskip("torch")
 
-from launchers.base import SubmitOptions, create_run_dir  # noqa: E402
-from launchers.local import LocalLauncher  # noqa: E402
-from slime.spec import load_spec  # noqa: E402
+from launchers.base import SubmitOptions, create_run_dir
+from launchers.local import LocalLauncher
+from slime.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(400)
@@ -28,19 +28,35 @@ ROLLOUTS = 4
 
 
 def test_ppo_with_critic_reference_and_kl_penalty(tmp_path):
-    overrides = [f"rollout.num_rollouts={ROLLOUTS}", "rollout.batch_size=8", "train.global_batch_size=64",
-                 "train.micro_batch_size=64", "algorithm.sft_warmup_steps=60", "algorithm.estimator=ppo",
-                 "model.ref_path=initial", "algorithm.kl_coef=0.05", "algorithm.lambda=0.95",
-                 "algorithm.critic.lr=1e-4", "data.eval=[]", "logging.progress=false",
-                 f"logging.dir={tmp_path}"]
+    overrides = [
+        f"rollout.num_rollouts={ROLLOUTS}",
+        "rollout.batch_size=8",
+        "train.global_batch_size=64",
+        "train.micro_batch_size=64",
+        "algorithm.sft_warmup_steps=60",
+        "algorithm.estimator=ppo",
+        "model.ref_path=initial",
+        "algorithm.kl_coef=0.05",
+        "algorithm.lambda=0.95",
+        "algorithm.critic.lr=1e-4",
+        "data.eval=[]",
+        "logging.progress=false",
+        f"logging.dir={tmp_path}",
+    ]
     loaded = load_spec(REPO / "specs" / "quickstart.yaml", overrides=overrides)
     run = create_run_dir(LocalLauncher().compile(loaded, SubmitOptions(run_name="ppo"))).root
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["WANDB_MODE"] = "disabled"
-    done = subprocess.run([sys.executable, "-m", "slime.train", str(run), "--json"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=360)
+    done = subprocess.run(
+        [sys.executable, "-m", "slime.train", str(run), "--json"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=360,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
-    final = json.loads(done.stdout[done.stdout.index("{"):])["final_metrics"]
+    final = json.loads(done.stdout[done.stdout.index("{") :])["final_metrics"]
     assert final["check/step0_ref_kl"] == 0.0 and abs(final["check/step0_kl"]) < 1e-6
     rows = [json.loads(line) for line in (run / "tasks/0/metrics.jsonl").read_text().splitlines()]
     steps = rows[1:]
@@ -52,4 +68,7 @@ def test_ppo_with_critic_reference_and_kl_penalty(tmp_path):
     assert [w["role"] for w in state["ranks"]] == ["actor", "critic"]
     assert (run / "tasks/0/ref_model/model.safetensors").is_file()
     assert {p.name for p in (run / "tasks/0/checkpoints" / str(ROLLOUTS - 1)).iterdir()} == {
-        "actor-rank0.pt", "critic-rank0.pt", "state.json"}
+        "actor-rank0.pt",
+        "critic-rank0.pt",
+        "state.json",
+    }

@@ -20,16 +20,24 @@ import pytest
 pytest.importorskip("ray")
 pytest.importorskip("torch")
 
-from launchers.base import SubmitOptions, create_run_dir  # noqa: E402
-from launchers.local import LocalLauncher  # noqa: E402
-from slime.spec import load_spec  # noqa: E402
+from launchers.base import SubmitOptions, create_run_dir
+from launchers.local import LocalLauncher
+from slime.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(600)
 ROLLOUTS = 6
-OVERRIDES = [f"rollout.num_rollouts={ROLLOUTS}", "rollout.batch_size=8", "train.global_batch_size=64",
-             "train.micro_batch_size=32", "algorithm.sft_warmup_steps=100", "train.checkpoint.interval=100",
-             "data.eval[0].interval=3", "data.eval[0].max_prompts=64", "logging.progress=false"]
+OVERRIDES = [
+    f"rollout.num_rollouts={ROLLOUTS}",
+    "rollout.batch_size=8",
+    "train.global_batch_size=64",
+    "train.micro_batch_size=32",
+    "algorithm.sft_warmup_steps=100",
+    "train.checkpoint.interval=100",
+    "data.eval[0].interval=3",
+    "data.eval[0].max_prompts=64",
+    "logging.progress=false",
+]
 
 
 def make_run(parent: Path, name: str) -> Path:
@@ -45,8 +53,14 @@ def env() -> dict[str, str]:
 
 
 def train(run: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "slime.train", str(run), *args], cwd=REPO, env=env(),
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "slime.train", str(run), *args],
+        cwd=REPO,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def metrics(run: Path) -> list[dict]:
@@ -63,7 +77,7 @@ def uninterrupted(tmp_path_factory):
     run = make_run(tmp_path_factory.mktemp("runs"), "straight")
     done = train(run, "--json")
     assert done.returncode == 0, done.stderr[-4000:]
-    return run, json.loads(done.stdout[done.stdout.index("{"):])
+    return run, json.loads(done.stdout[done.stdout.index("{") :])
 
 
 def test_a_run_reports_correctness_signals_and_learns_something(uninterrupted):
@@ -92,8 +106,14 @@ def test_a_run_reports_correctness_signals_and_learns_something(uninterrupted):
 def test_stop_then_resume_continues_exactly(uninterrupted, tmp_path):
     straight, _ = uninterrupted
     run = make_run(tmp_path, "stopped")
-    proc = subprocess.Popen([sys.executable, "-m", "slime.train", str(run)], cwd=REPO, env=env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "slime.train", str(run)],
+        cwd=REPO,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     mfile = run / "tasks/0/metrics.jsonl"
     deadline = time.monotonic() + 300
     while True:

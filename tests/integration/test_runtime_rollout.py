@@ -10,13 +10,13 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from msgspec.structs import replace  # noqa: E402
+from msgspec.structs import replace
 
-from slime.backends.rollout.builtin.server import start_server  # noqa: E402
-from slime.models.tiny import build_tiny_model  # noqa: E402
-from slime.rl.sample import SampleStatus  # noqa: E402
-from slime.runtime.rollout_manager import RolloutManager  # noqa: E402
-from slime.spec import load_spec  # noqa: E402
+from slime.backends.rollout.builtin.server import start_server
+from slime.models.tiny import build_tiny_model
+from slime.rl.sample import SampleStatus
+from slime.runtime.rollout_manager import RolloutManager
+from slime.spec import load_spec
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[2]
@@ -42,8 +42,11 @@ def servers(model_dir):
 def spec():
     s = load_spec(REPO / "specs" / "quickstart.yaml").spec
     ev = replace(s.data.eval[0], max_prompts=24)
-    return replace(s, rollout=replace(s.rollout, batch_size=4, n_samples_per_prompt=4, over_sampling_batch_size=4),
-                   data=replace(s.data, eval=(ev,)))
+    return replace(
+        s,
+        rollout=replace(s.rollout, batch_size=4, n_samples_per_prompt=4, over_sampling_batch_size=4),
+        data=replace(s.data, eval=(ev,)),
+    )
 
 
 def snapshot(samples):
@@ -92,16 +95,21 @@ def test_rollouts_are_reproducible_across_managers_engines_and_resume(spec, serv
 def test_eval_metrics_and_sft_pairs(spec, servers, model_dir):
     mgr = RolloutManager(spec, [servers[0].url], str(model_dir))
     metrics = mgr.evaluate()
-    assert set(metrics) == {"eval/heldout/reward", "eval/heldout/accuracy", "eval/heldout/response_len",
-                            "eval/reward", "eval/accuracy"}
+    assert set(metrics) == {
+        "eval/heldout/reward",
+        "eval/heldout/accuracy",
+        "eval/heldout/response_len",
+        "eval/reward",
+        "eval/accuracy",
+    }
     assert 0.0 <= metrics["eval/accuracy"] <= 1.0 and metrics["eval/accuracy"] == metrics["eval/heldout/accuracy"]
     assert mgr.evaluate() == metrics  # greedy: deterministic
     pairs = mgr.sft_samples(5)
     eos = mgr.tokenizer.eos_token_id
     for p in pairs:
         assert p["tokens"][-1] == eos
-        answer = mgr.tokenizer.decode(p["tokens"][-p["response_length"]:-1])
-        prompt = mgr.tokenizer.decode(p["tokens"][:-p["response_length"]])
+        answer = mgr.tokenizer.decode(p["tokens"][-p["response_length"] : -1])
+        prompt = mgr.tokenizer.decode(p["tokens"][: -p["response_length"]])
         a, b = prompt.rstrip("=").split("+")
         assert int(answer) == int(a) + int(b)
     assert mgr.engine_health() == {servers[0].url: True}

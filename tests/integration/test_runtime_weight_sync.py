@@ -22,16 +22,24 @@ import pytest
 pytest.importorskip("ray")
 pytest.importorskip("torch")
 
-from launchers.base import SubmitOptions, create_run_dir  # noqa: E402
-from launchers.local import LocalLauncher  # noqa: E402
-from slime.spec import load_spec  # noqa: E402
+from launchers.base import SubmitOptions, create_run_dir
+from launchers.local import LocalLauncher
+from slime.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(600)
 ROLLOUTS = 3
-OVERRIDES = [f"rollout.num_rollouts={ROLLOUTS}", "rollout.batch_size=8", "train.global_batch_size=64",
-             "train.micro_batch_size=32", "algorithm.sft_warmup_steps=40", "train.checkpoint.interval=100",
-             "data.eval[0].interval=3", "data.eval[0].max_prompts=32", "logging.progress=false"]
+OVERRIDES = [
+    f"rollout.num_rollouts={ROLLOUTS}",
+    "rollout.batch_size=8",
+    "train.global_batch_size=64",
+    "train.micro_batch_size=32",
+    "algorithm.sft_warmup_steps=40",
+    "train.checkpoint.interval=100",
+    "data.eval[0].interval=3",
+    "data.eval[0].max_prompts=32",
+    "logging.progress=false",
+]
 
 
 def _run(parent: Path, name: str, extra: list[str]) -> tuple[list[dict], str, Path]:
@@ -39,8 +47,9 @@ def _run(parent: Path, name: str, extra: list[str]) -> tuple[list[dict], str, Pa
     run = create_run_dir(LocalLauncher().compile(loaded, SubmitOptions(run_name=name))).root
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(WANDB_MODE="offline", HF_HUB_OFFLINE="1")
-    done = subprocess.run([sys.executable, "-m", "slime.train", str(run)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=400)
+    done = subprocess.run(
+        [sys.executable, "-m", "slime.train", str(run)], cwd=REPO, env=env, capture_output=True, text=True, timeout=400
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     rows = [json.loads(line) for line in (run / "tasks/0/metrics.jsonl").read_text().splitlines() if line]
     return rows, done.stderr, run
@@ -66,8 +75,9 @@ def disk(tmp_path_factory):
 def test_collective_sync_matches_disk(disk, tmp_path):
     rows, stderr, run = _run(tmp_path, "nccl", ["rollout.weight_sync=nccl"])
     _same(disk[0], rows, "nccl")
-    assert not (run / "tasks/0/weights").exists() or not any((run / "tasks/0/weights").iterdir()), \
+    assert not (run / "tasks/0/weights").exists() or not any((run / "tasks/0/weights").iterdir()), (
         "the collective sync must not write checkpoints for the engines"
+    )
     for r in rows[1:]:
         assert r["check/stale_samples"] == 0 and r["rollout/weight_version"] == r["weight_version"] - 1
         assert r["train/logprob_diff"] <= 1e-3
@@ -77,6 +87,5 @@ def test_collective_sync_matches_disk(disk, tmp_path):
 
 def test_colocated_release_and_resume_matches_disk(disk, tmp_path):
     rows, stderr, _ = _run(tmp_path, "colocated", ["rollout.colocate=true"])
-    assert "colocated: engine memory released for training: Released ['cuda_graph', 'kv_cache', 'weights']" \
-        in stderr
+    assert "colocated: engine memory released for training: Released ['cuda_graph', 'kv_cache', 'weights']" in stderr
     _same(disk[0], rows, "colocated")

@@ -102,9 +102,7 @@ def test_host_loopback_reachable_only_with_network(network):
 
         async def go():
             async with LocalSandbox(network=network) as sb:
-                return await sb.exec(
-                    ["python3", "-c", CONNECT.format(port=listener.port)], timeout=10
-                )
+                return await sb.exec(["python3", "-c", CONNECT.format(port=listener.port)], timeout=10)
 
         res = run(go())
     finally:
@@ -210,9 +208,7 @@ def test_memory_limit_fails_inside():
     async def go():
         async with LocalSandbox(memory_mb=256) as sb:
             big = await sb.exec(["python3", "-c", "b = bytearray(1 << 30)"], timeout=20)
-            small = await sb.exec(
-                ["python3", "-c", "b = bytearray(16 << 20); print('ok')"], timeout=20
-            )
+            small = await sb.exec(["python3", "-c", "b = bytearray(16 << 20); print('ok')"], timeout=20)
             return big, small
 
     big, small = run(go())
@@ -295,9 +291,7 @@ def test_files_roundtrip_env_and_workdir(monkeypatch):
         async with make_sandbox("local") as sb:
             await sb.write_file("sub/dir/data.bin", b"\x00\xffbinary")
             await sb.write_file("/work/text.txt", "héllo")
-            cat = await sb.exec(
-                "od -An -tx1 data.bin; cat ../../text.txt", timeout=10, workdir="sub/dir"
-            )
+            cat = await sb.exec("od -An -tx1 data.bin; cat ../../text.txt", timeout=10, workdir="sub/dir")
             env = await sb.exec("env; pwd", timeout=10, env={"AGENT_VAR": "42"})
             await sb.exec("echo made inside > made.txt", timeout=10)
             made = await sb.read_file("made.txt")
@@ -394,9 +388,7 @@ def test_workdir_is_removed_on_close_even_if_locked_down():
         run(sb.exec("true", timeout=1))
 
 
-@pytest.mark.parametrize(
-    "bwrap, why", [("/nonexistent/bwrap", "was not found"), ("/bin/false", "self-check")]
-)
+@pytest.mark.parametrize("bwrap, why", [("/nonexistent/bwrap", "was not found"), ("/bin/false", "self-check")])
 def test_refuses_when_bubblewrap_is_missing_or_broken(bwrap, why):
     async def go():
         async with LocalSandbox(bwrap_path=bwrap):
@@ -412,9 +404,7 @@ def test_unisolated_fallback_keeps_limits_and_timeout(caplog):
     caplog.set_level(logging.WARNING)
 
     async def go():
-        async with LocalSandbox(
-            bwrap_path="/nonexistent/bwrap", allow_unisolated=True, memory_mb=512
-        ) as sb:
+        async with LocalSandbox(bwrap_path="/nonexistent/bwrap", allow_unisolated=True, memory_mb=512) as sb:
             limits = await sb.exec("ulimit -v; pwd", timeout=10)
             t0 = time.monotonic()
             slow = await sb.exec("sleep 30", timeout=0.5)
@@ -460,10 +450,12 @@ def test_exec_refuses_nul_bytes_and_lone_surrogates_before_running():
     # Checked before the sandbox is needed: the same ValueError from every backend.
     from slime.agent.sandbox.base import check_exec_args
 
-    for cmd, where in ((["python3", "-c", "print(1)\0"], r"cmd\[2\] contains a NUL byte"),
-                       (["echo", "\ud800"], r"cmd\[1\] contains '\\ud800'.*lone surrogate"),
-                       ("echo \udcff", r"cmd contains '\\udcff'.*lone surrogate"),
-                       ("echo a\0b", r"cmd contains a NUL byte")):
+    for cmd, where in (
+        (["python3", "-c", "print(1)\0"], r"cmd\[2\] contains a NUL byte"),
+        (["echo", "\ud800"], r"cmd\[1\] contains '\\ud800'.*lone surrogate"),
+        ("echo \udcff", r"cmd contains '\\udcff'.*lone surrogate"),
+        ("echo a\0b", r"cmd contains a NUL byte"),
+    ):
         with pytest.raises(ValueError, match=where):
             check_exec_args(cmd, 1, None)
     with pytest.raises(ValueError, match="value of X must be a string without NUL bytes or lone"):

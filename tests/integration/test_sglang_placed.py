@@ -24,16 +24,23 @@ pytest.importorskip("torch")
 
 from slime.backends.sglang import launch  # noqa: E402
 from slime.backends.sglang.backend import SGLangRolloutBackend  # noqa: E402
-from slime.layout import Layout, Slot  # noqa: E402
 from slime.placement import map_bundles, reserve  # noqa: E402
+from slime.spec.layout import Layout, Slot  # noqa: E402
 from slime.spec.load import load_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(300)
 
-LAYOUT = Layout(nodes=2, gpus_per_node=2, colocate=False, actor=(Slot(node=0, gpu=0),), critic=(),
-                engines=((Slot(node=0, gpu=1),), (Slot(node=1, gpu=0),), (Slot(node=1, gpu=1),)),
-                total_slots=4, rollout_offset=1)
+LAYOUT = Layout(
+    nodes=2,
+    gpus_per_node=2,
+    colocate=False,
+    actor=(Slot(node=0, gpu=0),),
+    critic=(),
+    engines=((Slot(node=0, gpu=1),), (Slot(node=1, gpu=0),), (Slot(node=1, gpu=1),)),
+    total_slots=4,
+    rollout_offset=1,
+)
 
 
 def _alive(pid: int) -> bool:
@@ -47,8 +54,14 @@ def _alive(pid: int) -> bool:
 @pytest.fixture(scope="module")
 def local_ray():
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=4, num_gpus=4, resources={"slime_node_0": 1.0, "slime_node_1": 1.0},
-             include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    ray.init(
+        num_cpus=4,
+        num_gpus=4,
+        resources={"slime_node_0": 1.0, "slime_node_1": 1.0},
+        include_dashboard=False,
+        logging_level="WARNING",
+        log_to_driver=False,
+    )
     yield
     ray.shutdown()
 
@@ -73,12 +86,24 @@ def test_engines_start_through_node_actors_with_node_ips_gpus_ports_and_logs(loc
         for i, slots in enumerate(layout.engines):
             node = slots[0].node
             port = port_base + launch.PORT_STRIDE * i
-            script = ('echo "CVD=$CUDA_VISIBLE_DEVICES BASE=$2"; exec "$3" -m slime.backends.rollout.builtin.server '
-                      f'--model-path {tiny} --host {hosts[node]} --port {port} --num-threads 1 --seed 0')
+            script = (
+                'echo "CVD=$CUDA_VISIBLE_DEVICES BASE=$2"; exec "$3" -m slime.backends.rollout.builtin.server '
+                f"--model-path {tiny} --host {hosts[node]} --port {port} --num-threads 1 --seed 0"
+            )
             argv = ("sh", "-c", script, "sh", "--base-gpu-id", str(slots[0].gpu), sys.executable)
-            cmds.append(launch.EngineCommand(engine=i, node_rank=0, nnodes=1, node=node, host=hosts[node],
-                                             gpus=tuple(s.gpu for s in slots), port=port, ports=(port, port + 1),
-                                             argv=argv))
+            cmds.append(
+                launch.EngineCommand(
+                    engine=i,
+                    node_rank=0,
+                    nnodes=1,
+                    node=node,
+                    host=hosts[node],
+                    gpus=tuple(s.gpu for s in slots),
+                    port=port,
+                    ports=(port, port + 1),
+                    argv=argv,
+                )
+            )
         built.update(hosts=hosts, port_base=port_base)
         return cmds
 
@@ -92,7 +117,7 @@ def test_engines_start_through_node_actors_with_node_ips_gpus_ports_and_logs(loc
         base = built["port_base"] - launch.PORT_STRIDE  # the router's port: the job's block base
         assert base == next(launch.port_blocks(str(log_dir)))
         assert urls == [f"http://{ip[0]}:{base + 10}", f"http://{ip[1]}:{base + 20}", f"http://{ip[1]}:{base + 30}"]
-        assert backend.health() == {u: True for u in urls}
+        assert backend.health() == dict.fromkeys(urls, True)
         assert sorted(backend.nodes) == [0, 1] and backend.processes == []  # nothing started by the driver
         pids = [pid for a in backend.nodes.values() for pid in ray.get(a.start.remote([], str(log_dir), 1))]
         assert len(pids) == 3

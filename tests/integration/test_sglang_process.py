@@ -42,8 +42,21 @@ def _gone(pid: int) -> bool:
 
 
 def _builtin_argv(model_dir: Path, port: int) -> list[str]:
-    return [sys.executable, "-m", "slime.backends.rollout.builtin.server", "--model-path", str(model_dir),
-            "--host", "127.0.0.1", "--port", str(port), "--num-threads", "1", "--seed", "0"]
+    return [
+        sys.executable,
+        "-m",
+        "slime.backends.rollout.builtin.server",
+        "--model-path",
+        str(model_dir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--num-threads",
+        "1",
+        "--seed",
+        "0",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +83,12 @@ def test_early_exit_names_the_engine_its_url_and_log(tmp_path):
     port = _free_port()
     argv = [sys.executable, "-c", "import sys; print('error: unrecognized argument --bogus', flush=True); sys.exit(3)"]
     ok_port = _free_port()
-    sleeper = ProcessSpec(name="engine0", argv=[sys.executable, "-c", "import time; time.sleep(600)"],
-                          url=f"http://127.0.0.1:{ok_port}", ports=(ok_port,))
+    sleeper = ProcessSpec(
+        name="engine0",
+        argv=[sys.executable, "-c", "import time; time.sleep(600)"],
+        url=f"http://127.0.0.1:{ok_port}",
+        ports=(ok_port,),
+    )
     bad = ProcessSpec(name="engine1", argv=argv, url=f"http://127.0.0.1:{port}", ports=(port,))
     t0 = time.monotonic()
     with pytest.raises(EngineStartError) as err:
@@ -86,10 +103,11 @@ def test_early_exit_names_the_engine_its_url_and_log(tmp_path):
 def test_never_healthy_times_out_and_everything_is_stopped(tmp_path):
     port = _free_port()
     pid_file = tmp_path / "pid"
-    code = (f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
-            "print('loading weights ...', flush=True); time.sleep(600)")
-    spec = ProcessSpec(name="engine3", argv=[sys.executable, "-c", code], url=f"http://127.0.0.1:{port}",
-                       ports=(port,))
+    code = (
+        f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+        "print('loading weights ...', flush=True); time.sleep(600)"
+    )
+    spec = ProcessSpec(name="engine3", argv=[sys.executable, "-c", code], url=f"http://127.0.0.1:{port}", ports=(port,))
     with pytest.raises(EngineStartError, match=r"engine3 \(http://127\.0\.0\.1:\d+\): not healthy after 2 s") as err:
         start_processes([spec], tmp_path, timeout_s=2, interval_s=0.2)
     assert "loading weights ..." in err.value.tail
@@ -101,8 +119,9 @@ def test_busy_port_is_refused_before_anything_starts(tmp_path):
         s.bind(("0.0.0.0", 0))
         s.listen()
         port = s.getsockname()[1]
-        spec = ProcessSpec(name="engine0", argv=[sys.executable, "-c", "pass"], url=f"http://127.0.0.1:{port}",
-                           ports=(port,))
+        spec = ProcessSpec(
+            name="engine0", argv=[sys.executable, "-c", "pass"], url=f"http://127.0.0.1:{port}", ports=(port,)
+        )
         with pytest.raises(EngineStartError, match=rf"port\(s\) \[{port}\] already in use"):
             start_processes([spec], tmp_path)
     assert not (tmp_path / "engine0.log").exists()
@@ -141,28 +160,42 @@ def _hf_logprobs(model_dir: Path, prompt: list[int], out: list[int]) -> torch.Te
     ids = torch.tensor([prompt + out])
     with torch.no_grad():
         lp = logprobs_from_logits(model(ids).logits[:, :-1], ids[:, 1:])[0]
-    return lp[len(prompt) - 1:]
+    return lp[len(prompt) - 1 :]
 
 
 @pytest.mark.parametrize("weight_sync", ["disk", "delta"])
 def test_backend_starts_engines_and_syncs_weights(tiny, tmp_path, weight_sync):
-    spec = load_spec(ROOT / "specs" / "grpo-disaggregated.yaml",
-                     overrides=[f"rollout.weight_sync={weight_sync}"]).tasks[0].spec
+    spec = (
+        load_spec(ROOT / "specs" / "grpo-disaggregated.yaml", overrides=[f"rollout.weight_sync={weight_sync}"])
+        .tasks[0]
+        .spec
+    )
 
     def builtin_builder(spec, layout, hosts=None):
         cmds = []
         for i, _ in enumerate(layout.engines):
             port = _free_port()
-            cmds.append(EngineCommand(engine=i, node_rank=0, nnodes=1, node=0, host="127.0.0.1", gpus=(),
-                                      port=port, ports=(port,), argv=tuple(_builtin_argv(tiny, port))))
+            cmds.append(
+                EngineCommand(
+                    engine=i,
+                    node_rank=0,
+                    nnodes=1,
+                    node=0,
+                    host="127.0.0.1",
+                    gpus=(),
+                    port=port,
+                    ports=(port,),
+                    argv=tuple(_builtin_argv(tiny, port)),
+                )
+            )
         return cmds
 
     backend = SGLangRolloutBackend(command_builder=builtin_builder, router=False)
-    from slime.layout import plan_layout
+    from slime.spec.layout import plan_layout
 
     urls = backend.start(spec, plan_layout(spec), {"log_dir": str(tmp_path / "engines")}, tiny)
     try:
-        assert len(urls) == 2 and backend.health() == {u: True for u in urls}
+        assert len(urls) == 2 and backend.health() == dict.fromkeys(urls, True)
         prompt = [5, 6, 7, 8]
         v1 = _perturbed_copy(tiny, tmp_path / "v1", seed=1)
         backend.update_weights(v1, 1)
@@ -189,14 +222,26 @@ def test_backend_memory_release_resume_and_collective_sync(tiny, tmp_path):
     from slime.backends.rollout.builtin.rl_control import weights_checksum
     from slime.backends.rollout.client import EngineClient, EngineError
     from slime.backends.sglang.weights import NcclWeightSync
-    from slime.layout import plan_layout
+    from slime.spec.layout import plan_layout
 
     spec = load_spec(ROOT / "specs" / "grpo-disaggregated.yaml").tasks[0].spec
 
     def builtin_builder(spec, layout, hosts=None):
         ports = [_free_port() for _ in layout.engines]
-        return [EngineCommand(engine=i, node_rank=0, nnodes=1, node=0, host="127.0.0.1", gpus=(), port=p,
-                              ports=(p,), argv=tuple(_builtin_argv(tiny, p))) for i, p in enumerate(ports)]
+        return [
+            EngineCommand(
+                engine=i,
+                node_rank=0,
+                nnodes=1,
+                node=0,
+                host="127.0.0.1",
+                gpus=(),
+                port=p,
+                ports=(p,),
+                argv=tuple(_builtin_argv(tiny, p)),
+            )
+            for i, p in enumerate(ports)
+        ]
 
     backend = SGLangRolloutBackend(command_builder=builtin_builder, router=False)
     urls = backend.start(spec, plan_layout(spec), {"log_dir": str(tmp_path / "engines")}, tiny)
@@ -221,13 +266,21 @@ def test_backend_memory_release_resume_and_collective_sync(tiny, tmp_path):
 
         v2 = _perturbed_copy(v1, tmp_path / "v2", seed=2)
         model = AutoModelForCausalLM.from_pretrained(v2, dtype=torch.float32)
-        named = [(n, t) for n, t in model.state_dict().items() if n != "lm_head.weight"
-                 or not model.config.tie_word_embeddings]
+        named = [
+            (n, t)
+            for n, t in model.state_dict().items()
+            if n != "lm_head.weight" or not model.config.tie_word_embeddings
+        ]
 
         async def push():
             clients = [EngineClient(u) for u in urls]
-            sync = NcclWeightSync(clients=clients, engine_gpus=[1, 1], master_address="127.0.0.1",
-                                  master_port=_free_port(), backend="gloo")
+            sync = NcclWeightSync(
+                clients=clients,
+                engine_gpus=[1, 1],
+                master_address="127.0.0.1",
+                master_port=_free_port(),
+                backend="gloo",
+            )
             await sync.init_group()
             await sync.update(named, version=2)
             sums = [(await c.post("/weights_checker", {"action": "checksum"}))["checksum"] for c in clients]

@@ -45,9 +45,9 @@ srun bash -c 'echo "host=$(hostname)" \
     assert len(rows) == 2, rows
     assert {r["host"] for r in rows} == set(slurm_cluster.nodes[:2])
     for r in rows:
-        assert r["ip"] == slurm_cluster.node_ips[r["host"]]      # own namespace, own address
+        assert r["ip"] == slurm_cluster.node_ips[r["host"]]  # own namespace, own address
         assert r["cvd"] == "0,1" and r["gon"] == "2"
-        assert r["default_route"] == "0"                         # nothing leaves the machine
+        assert r["default_route"] == "0"  # nothing leaves the machine
         assert r["lo"] == "1"
     assert socket.gethostname() not in {r["host"] for r in rows}
     # the login node (this process) reaches services on every node: slurmd's port
@@ -92,11 +92,20 @@ if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then
 fi
 echo done
 """
-    victim = run_sbatch(victim_script, "-p", "batch", "-w", node, "--exclusive", "--requeue",
-                        "--signal=B:USR1@30", "--open-mode=append", f"--output={out}")
+    victim = run_sbatch(
+        victim_script,
+        "-p",
+        "batch",
+        "-w",
+        node,
+        "--exclusive",
+        "--requeue",
+        "--signal=B:USR1@30",
+        "--open-mode=append",
+        f"--output={out}",
+    )
     wait_job(victim, "RUNNING", timeout=60)
-    urgent = run_sbatch(["-p", "urgent", "-w", node, "--wrap", "sleep 1"],
-                        f"--output={tmp_path}/urgent.out")
+    urgent = run_sbatch(["-p", "urgent", "-w", node, "--wrap", "sleep 1"], f"--output={tmp_path}/urgent.out")
     wait_job(urgent, timeout=60)  # well inside the 60 s grace: the victim's handler ended it early
     rec = wait_job(victim, timeout=90)[0]
     assert rec["Restarts"] == "1"
@@ -108,13 +117,17 @@ def test_job_completion_log_records_finished_jobs(slurm_cluster, tmp_path):
     ok = run_sbatch(["--wrap", "true"], f"--output={tmp_path}/ok.out")
     bad = run_sbatch(["--wrap", "exit 3"], f"--output={tmp_path}/bad.out")
     wait_job(ok, timeout=60)
-    with pytest.raises(SlurmError, match="FAILED"):   # fails fast, not after the timeout
+    with pytest.raises(SlurmError, match="FAILED"):  # fails fast, not after the timeout
         wait_job(bad, "COMPLETED", timeout=60)
     text = slurm_cluster.jobcomp_log.read_text()
     assert re.search(rf"^JobId={ok} .*JobState=COMPLETED", text, re.M)
     assert re.search(rf"^JobId={bad} .*JobState=FAILED .*ExitCode=3:0", text, re.M)
-    sacct = subprocess.run(["sacct", "-c", "-n", "-P", "-j", f"{ok},{bad}", "-o", "jobid,state"],
-                           capture_output=True, text=True, check=True).stdout.split()
+    sacct = subprocess.run(
+        ["sacct", "-c", "-n", "-P", "-j", f"{ok},{bad}", "-o", "jobid,state"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert sorted(sacct) == sorted([f"{ok}|COMPLETED", f"{bad}|FAILED"])
 
 
@@ -136,8 +149,7 @@ echo done
 
 def test_up_again_is_a_no_op_on_a_healthy_cluster(slurm_cluster):
     pids = {p.name: p.read_text() for p in (slurm_cluster.state_dir / "pids").iterdir()}
-    proc = subprocess.run(["bash", str(SCRIPT), "up"], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(["bash", str(SCRIPT), "up"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "already up and healthy" in proc.stderr
     assert {p.name: p.read_text() for p in (slurm_cluster.state_dir / "pids").iterdir()} == pids
@@ -230,19 +242,21 @@ def test_ray_head_and_worker_on_two_nodes_in_one_job(slurm_cluster):
         try:
             wait_job(job, timeout=180)
         except SlurmError as exc:
-            logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}"
-                             for p in sorted(tdir.glob("*.log")) + [tdir / "job.out"]
-                             if p.exists())
+            logs = "\n".join(
+                f"--- {p.name}\n{p.read_text()[-3000:]}"
+                for p in sorted(tdir.glob("*.log")) + [tdir / "job.out"]
+                if p.exists()
+            )
             raise SlurmError(f"{exc}\n{logs}") from None
         elapsed = time.monotonic() - start
         result = json.loads((tdir / "driver.json").read_text())
         ips = sorted(slurm_cluster.node_ips[n] for n in slurm_cluster.nodes[:2])
         assert result["node_ips"] == ips
         assert result["gpus"] == 4
-        assert result["tasks"] == sorted(
-            [n, slurm_cluster.node_ips[n]] for n in slurm_cluster.nodes[:2])
-        print(f"ray across 2 nodes: {result['seconds_to_two_nodes']} s driver->2 nodes, "
-              f"{elapsed:.1f} s submit->job done")
+        assert result["tasks"] == sorted([n, slurm_cluster.node_ips[n]] for n in slurm_cluster.nodes[:2])
+        print(
+            f"ray across 2 nodes: {result['seconds_to_two_nodes']} s driver->2 nodes, {elapsed:.1f} s submit->job done"
+        )
         # everything Ray started is gone once the job ends (stopped via srun/TERM, by PID)
         assert _processes_mentioning(str(tdir)) == []
         assert job_records(job)[0]["JobState"] == "COMPLETED"
@@ -265,8 +279,7 @@ def test_down_then_up_restores_and_rebuilds(slurm_cluster):
         pytest.skip("cluster was already up (possibly in use by others); not taking it down")
     state = slurm_cluster.state_dir
     pids = [int(p.read_text().split()[0]) for p in (state / "pids").iterdir()]
-    down = subprocess.run(["bash", str(SCRIPT), "down"], capture_output=True, text=True,
-                          timeout=120)
+    down = subprocess.run(["bash", str(SCRIPT), "down"], capture_output=True, text=True, timeout=120)
     assert down.returncode == 0, down.stderr
     assert not state.exists()
     assert [pid for pid in pids if _running(pid)] == []

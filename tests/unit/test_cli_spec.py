@@ -24,8 +24,9 @@ EXAMPLES = sorted(ROOT.glob("specs/*.yaml"))
 
 
 def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "slime.cli.main", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "slime.cli.main", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
 
 
 def run(capsys, *args: str) -> tuple[int, str, str]:
@@ -44,15 +45,18 @@ def write(tmp_path: Path, data, name: str = "job.yaml") -> Path:
 
 
 # ----------------------------------------------------------------------------- bad input, real process
-@pytest.mark.parametrize("case, make, words", [
-    ("missing file", lambda d: d / "nope.yaml", ["spec file not found"]),
-    ("directory", lambda d: d, ["cannot read spec file"]),
-    ("binary garbage", lambda d: write(d, bytes(range(256)) * 8), ["cannot read spec file"]),
-    ("empty file", lambda d: write(d, ""), ["must be a YAML mapping"]),
-    ("yaml syntax", lambda d: write(d, "apiVersion: slime/v1\nmodel: [\n"), ["YAML syntax error"]),
-    ("not a mapping", lambda d: write(d, "- 1\n- 2\n"), ["must be a YAML mapping"]),
-    ("schema", lambda d: write(d, spec(GPU_SPEC, **{"rollout.temprature": 1})), ["did you mean 'temperature'"]),
-])
+@pytest.mark.parametrize(
+    "case, make, words",
+    [
+        ("missing file", lambda d: d / "nope.yaml", ["spec file not found"]),
+        ("directory", lambda d: d, ["cannot read spec file"]),
+        ("binary garbage", lambda d: write(d, bytes(range(256)) * 8), ["cannot read spec file"]),
+        ("empty file", lambda d: write(d, ""), ["must be a YAML mapping"]),
+        ("yaml syntax", lambda d: write(d, "apiVersion: slime/v1\nmodel: [\n"), ["YAML syntax error"]),
+        ("not a mapping", lambda d: write(d, "- 1\n- 2\n"), ["must be a YAML mapping"]),
+        ("schema", lambda d: write(d, spec(GPU_SPEC, **{"rollout.temprature": 1})), ["did you mean 'temperature'"]),
+    ],
+)
 def test_bad_input_exits_2_without_a_traceback(tmp_path, case, make, words):
     target = make(tmp_path)
     proc = cli("validate", str(target))
@@ -91,8 +95,9 @@ def test_bare_spec_argument_means_submit(tmp_path):
     assert proc.returncode == 2 and "spec file not found" in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("args, rc", [([], 2), (["validate"], 2), (["explain"], 2), (["--help"], 0),
-                                      (["validate", "--bogus", "x.yaml"], 2)])
+@pytest.mark.parametrize(
+    "args, rc", [([], 2), (["validate"], 2), (["explain"], 2), (["--help"], 0), (["validate", "--bogus", "x.yaml"], 2)]
+)
 def test_usage(args, rc):
     proc = cli(*args)
     assert proc.returncode == rc and "Traceback" not in proc.stderr
@@ -129,14 +134,18 @@ def test_validate_json_shapes(capsys, tmp_path):
     (problem,) = failed["problems"]
     assert set(problem) == {"path", "message", "hint", "severity", "task", "file", "line", "col", "override"}
     assert problem["path"] == "rollout.backend" and problem["file"] == str(bad)
-    assert (problem["line"], problem["col"]) == position_of(bad.read_text(), "rollout.backend") and problem["hint"].startswith("did you mean 'sglang'?")
+    assert (problem["line"], problem["col"]) == position_of(bad.read_text(), "rollout.backend") and problem[
+        "hint"
+    ].startswith("did you mean 'sglang'?")
     assert problem["severity"] == "error" and problem["task"] is None and problem["override"] is None
 
 
 def test_validate_json_ok_document(capsys):
     rc, out, _ = run(capsys, "validate", "--json", "specs/quickstart.yaml")
-    assert rc == 0 and json.loads(out) == {"ok": True, "results": [
-        {"spec": "specs/quickstart.yaml", "ok": True, "tasks": 1, "warnings": []}]}
+    assert rc == 0 and json.loads(out) == {
+        "ok": True,
+        "results": [{"spec": "specs/quickstart.yaml", "ok": True, "tasks": 1, "warnings": []}],
+    }
 
 
 def test_validate_with_overrides(capsys):
@@ -149,8 +158,16 @@ def test_validate_with_overrides(capsys):
 
 
 def test_validate_reports_warnings_but_succeeds(capsys):
-    rc, out, err = run(capsys, "validate", "--json", "specs/quickstart.yaml", "--set", "rollout.max_prompt_len=250",
-                       "--set", "rollout.max_response_len=100")
+    rc, out, err = run(
+        capsys,
+        "validate",
+        "--json",
+        "specs/quickstart.yaml",
+        "--set",
+        "rollout.max_prompt_len=250",
+        "--set",
+        "rollout.max_response_len=100",
+    )
     assert rc == 0
     (w,) = json.loads(out)["results"][0]["warnings"]
     assert w["severity"] == "warning" and w["path"] == "rollout.max_response_len"
@@ -179,8 +196,12 @@ def test_schema_unknown_version(capsys):
 def test_explain_a_leaf(capsys):
     rc, out, _ = run(capsys, "explain", "rollout.temperature", "--json")
     assert rc == 0
-    assert json.loads(out) == {"field": "rollout.temperature", "type": "number (minimum=0)", "default": 1.0,
-                               "description": "Sampling temperature (> 0 for RL)."}
+    assert json.loads(out) == {
+        "field": "rollout.temperature",
+        "type": "number (minimum=0)",
+        "default": 1.0,
+        "description": "Sampling temperature (> 0 for RL).",
+    }
     rc, out, _ = run(capsys, "explain", "rollout.temperature")
     assert rc == 0 and "default: 1.0" in out and "Sampling temperature" in out
 
@@ -207,11 +228,14 @@ def test_explain_a_typo_suggests_the_field(capsys):
     assert rc == 2 and doc["ok"] is False and "did you mean" in doc["message"]
 
 
-@pytest.mark.parametrize("field, words", [
-    ("tp", "did you mean 'train.parallel.tensor'?"),
-    ("train.rollout_batch_size", "did you mean 'rollout.batch_size'?"),
-    ("data.eval.name", "'data.eval' is a list: name an item's field, e.g. 'data.eval[0].name'"),
-])
+@pytest.mark.parametrize(
+    "field, words",
+    [
+        ("tp", "did you mean 'train.parallel.tensor'?"),
+        ("train.rollout_batch_size", "did you mean 'rollout.batch_size'?"),
+        ("data.eval.name", "'data.eval' is a list: name an item's field, e.g. 'data.eval[0].name'"),
+    ],
+)
 def test_explain_answers_flag_names_and_list_fields(capsys, field, words):
     rc, _, err = run(capsys, "explain", field)
     assert rc == 2 and words in err, err

@@ -22,22 +22,24 @@ def _write(path: Path, lines: list) -> Path:
 
 @pytest.fixture
 def ten(tmp_path) -> Path:
-    return _write(tmp_path / "ten.jsonl", [{"prompt": f"{i:02d}+00=", "label": str(i), "src": "t"}
-                                          for i in range(10)])
+    return _write(tmp_path / "ten.jsonl", [{"prompt": f"{i:02d}+00=", "label": str(i), "src": "t"} for i in range(10)])
 
 
 # ------------------------------------------------------------------ errors
-@pytest.mark.parametrize("lines, match", [
-    (['{"prompt": "a", "label": "1"}', "{not json"], r"bad\.jsonl:2: invalid JSON"),
-    (['{"prompt": "a", "label": "1"}', "", '[1, 2]'], r"bad\.jsonl:3: each line must be a JSON object"),
-    ([{"question": "a", "label": "1"}], r"bad\.jsonl:1: missing key 'prompt' \(row has \['label', 'question'\]\)"),
-    ([{"prompt": "a", "label": "1"}, {"prompt": "b"}], r"bad\.jsonl:2: missing key 'label'.*null for unlabelled"),
-    ([{"prompt": 5, "label": "1"}], r"bad\.jsonl:1: 'prompt' must be a string or a list of chat messages"),
-    ([{"prompt": "", "label": "1"}], r"bad\.jsonl:1: 'prompt' is an empty string"),
-    ([{"prompt": [{"role": "user", "content": "hi"}], "label": 1}], r"bad\.jsonl:1: .*enable apply_chat_template"),
-    ([{"prompt": [{"content": "hi"}], "label": 1}], r"bad\.jsonl:1: 'prompt' must be a string or a non-empty list"),
-    (["", "  "], r"bad\.jsonl: the dataset has no usable rows"),
-])
+@pytest.mark.parametrize(
+    "lines, match",
+    [
+        (['{"prompt": "a", "label": "1"}', "{not json"], r"bad\.jsonl:2: invalid JSON"),
+        (['{"prompt": "a", "label": "1"}', "", "[1, 2]"], r"bad\.jsonl:3: each line must be a JSON object"),
+        ([{"question": "a", "label": "1"}], r"bad\.jsonl:1: missing key 'prompt' \(row has \['label', 'question'\]\)"),
+        ([{"prompt": "a", "label": "1"}, {"prompt": "b"}], r"bad\.jsonl:2: missing key 'label'.*null for unlabelled"),
+        ([{"prompt": 5, "label": "1"}], r"bad\.jsonl:1: 'prompt' must be a string or a list of chat messages"),
+        ([{"prompt": "", "label": "1"}], r"bad\.jsonl:1: 'prompt' is an empty string"),
+        ([{"prompt": [{"role": "user", "content": "hi"}], "label": 1}], r"bad\.jsonl:1: .*enable apply_chat_template"),
+        ([{"prompt": [{"content": "hi"}], "label": 1}], r"bad\.jsonl:1: 'prompt' must be a string or a non-empty list"),
+        (["", "  "], r"bad\.jsonl: the dataset has no usable rows"),
+    ],
+)
 def test_bad_rows_name_file_and_line(tmp_path, lines, match):
     path = _write(tmp_path / "bad.jsonl", lines)
     with pytest.raises(DatasetError, match=match):
@@ -52,8 +54,9 @@ def test_missing_file_and_missing_tokenizer(tmp_path, ten):
 
 
 def test_keys_metadata_and_blank_lines(tmp_path):
-    path = _write(tmp_path / "d.jsonl", [{"q": "1+1=", "a": "2", "meta": {"id": 7}, "x": 1}, "",
-                                         {"q": "2+2=", "a": "4", "x": 2}])
+    path = _write(
+        tmp_path / "d.jsonl", [{"q": "1+1=", "a": "2", "meta": {"id": 7}, "x": 1}, "", {"q": "2+2=", "a": "4", "x": 2}]
+    )
     ds = PromptDataset(path, input_key="q", label_key="a", shuffle=False)
     assert len(ds) == 2
     assert (ds[1].prompt, ds[1].text, ds[1].label, ds[1].line, ds[1].index) == ("2+2=", "2+2=", "4", 3, 1)
@@ -111,11 +114,14 @@ def test_chat_template_and_prompt_length_filter(tmp_path):
     from slime.models.tiny import build_tiny_tokenizer
 
     tok = build_tiny_tokenizer()
-    path = _write(tmp_path / "chat.jsonl", [
-        {"prompt": "07+12=", "label": "19"},
-        {"prompt": [{"role": "system", "content": "sys"}, {"role": "user", "content": "1+1="}], "label": "2"},
-        {"prompt": "x" * 200, "label": "long"},
-    ])
+    path = _write(
+        tmp_path / "chat.jsonl",
+        [
+            {"prompt": "07+12=", "label": "19"},
+            {"prompt": [{"role": "system", "content": "sys"}, {"role": "user", "content": "1+1="}], "label": "2"},
+            {"prompt": "x" * 200, "label": "long"},
+        ],
+    )
     ds = PromptDataset(path, tokenizer=tok, apply_chat_template=True, max_prompt_tokens=100, shuffle=False)
     assert len(ds) == 2 and ds.dropped == 1
     assert ds[0].text == "<|im_start|>user\n07+12=<|im_end|>\n<|im_start|>assistant\n"
@@ -146,10 +152,20 @@ def test_shipped_arith_files_match_the_generator(tmp_path):
 
 
 def test_arith_cli(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "slime.data.arith", str(tmp_path / "out"), "--heldout", "100"],
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "slime.data.arith", str(tmp_path / "out"), "--heldout", "100"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert len((tmp_path / "out" / "heldout.jsonl").read_text().splitlines()) == 100
-    bad = subprocess.run([sys.executable, "-m", "slime.data.arith", str(tmp_path / "o2"), "--heldout", "0"],
-                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "slime.data.arith", str(tmp_path / "o2"), "--heldout", "0"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "heldout must be between" in bad.stderr

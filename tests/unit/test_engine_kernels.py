@@ -74,9 +74,17 @@ def test_short_row_softmax_matches_torch(t):
 # ------------------------------------------------------------------ decoder
 def _model(arch: str, **extra):
     kinds = {"qwen2": transformers.Qwen2Config, "llama": transformers.LlamaConfig}
-    cfg = kinds[arch](vocab_size=80, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                      tie_word_embeddings=False, **extra)
+    cfg = kinds[arch](
+        vocab_size=80,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        **extra,
+    )
     torch.manual_seed(0)
     return transformers.AutoModelForCausalLM.from_config(cfg).eval()
 

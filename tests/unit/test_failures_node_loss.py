@@ -10,26 +10,29 @@ from __future__ import annotations
 
 import ray.exceptions as rex
 
-from slime.errors import InfraError
+from slime.core.errors import ExitCode, InfraError
 from slime.runtime.failures import classify, lost_node_error, name_lost_nodes
-from slime.runtime.state import EXIT_INFRA
 
-GLOO = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
-        "[10.77.0.12]:14030. This is typically caused by a remote worker crashing.")
+GLOO = (
+    "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+    "[10.77.0.12]:14030. This is typically caused by a remote worker crashing."
+)
 SN1 = {"NodeManagerHostname": "sn1", "NodeManagerAddress": "10.77.0.11", "Alive": True}
 SN2 = {"NodeManagerHostname": "sn2", "NodeManagerAddress": "10.77.0.12", "Alive": True}
 
 
 def wrapped(cause: BaseException) -> rex.RayTaskError:
     """What the driver gets from ray.get: the remote traceback names the reporting actor's own IP."""
-    tb = ("ray::TrainerRank.prepare() (pid=1, ip=10.77.0.11, actor_id=ab)\n  File \"x.py\", line 1, in prepare\n"
-          f"RuntimeError: {cause}")
+    tb = (
+        'ray::TrainerRank.prepare() (pid=1, ip=10.77.0.11, actor_id=ab)\n  File "x.py", line 1, in prepare\n'
+        f"RuntimeError: {cause}"
+    )
     return rex.RayTaskError("TrainerRank.prepare", tb, cause)
 
 
 def test_a_collective_error_naming_a_peer_names_that_node_and_not_the_reporter():
     err = lost_node_error(wrapped(RuntimeError(GLOO)), named_wait_s=0, nodes=lambda: [SN1, SN2])
-    assert isinstance(err, InfraError) and classify(err) == EXIT_INFRA
+    assert isinstance(err, InfraError) and classify(err) == ExitCode.INFRA
     text = str(err)
     assert text.startswith("lost sn2 (10.77.0.12) during training (a trainer or engine process there died")
     assert "sn1" not in text and "cluster.exclude: [sn2]" in text and "Connection closed by peer" in text
@@ -76,10 +79,12 @@ def test_name_lost_nodes_reads_only_the_loss_lines():
 
 
 def test_the_symptom_is_the_error_message_not_a_source_line_of_the_remote_traceback():
-    text = ("Traceback (most recent call last):\n  File \"client.py\", line 180, in _request\n"
-            "    raise EngineUnavailable(url, f\"cannot connect after {attempts} attempt(s): {last}\")\n"
-            "slime.backends.rollout.client.EngineUnavailable: http://10.77.0.12:37865/generate: cannot connect "
-            "after 1 attempt(s): [Errno 104] Connection reset by peer")
+    text = (
+        'Traceback (most recent call last):\n  File "client.py", line 180, in _request\n'
+        '    raise EngineUnavailable(url, f"cannot connect after {attempts} attempt(s): {last}")\n'
+        "slime.backends.rollout.client.EngineUnavailable: http://10.77.0.12:37865/generate: cannot connect "
+        "after 1 attempt(s): [Errno 104] Connection reset by peer"
+    )
     err = lost_node_error(RuntimeError(text), named_wait_s=0, nodes=lambda: [SN1, SN2])
     assert str(err).startswith("lost sn2 (10.77.0.12)")
     assert "the driver saw: slime.backends.rollout.client.EngineUnavailable: http://10.77.0.12:37865" in str(err)

@@ -30,18 +30,21 @@ def _run(body: str, cwd: Path = ROOT) -> dict:
     proc = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("IMPORTS=")]
     assert lines, f"no report (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-    return json.loads(lines[-1][len("IMPORTS="):]) | {"stdout": proc.stdout, "stderr": proc.stderr}
+    return json.loads(lines[-1][len("IMPORTS=") :]) | {"stdout": proc.stdout, "stderr": proc.stderr}
 
 
 def test_importing_the_control_plane_pulls_in_nothing_heavy():
-    out = _run("import slime.spec, slime.spec.migrate, slime.cli.main, slime.cli.commands, slime.layout, "
-               "slime.paths, slime.registry, launchers, launchers.base\nrc = 0")
+    out = _run(
+        "import slime.spec, slime.spec.migrate, slime.cli.main, slime.cli.commands, slime.spec.layout, "
+        "slime.core.paths, slime.core.registry, launchers, launchers.base\nrc = 0"
+    )
     assert out["heavy"] == [], out
 
 
 def test_validate_imports_nothing_heavy_and_skips_jsonschema_for_a_valid_spec():
-    out = _run("from slime.cli.main import main\nrc = main(['validate', 'specs/quickstart.yaml', "
-               "'specs/grpo-multinode.yaml'])")
+    out = _run(
+        "from slime.cli.main import main\nrc = main(['validate', 'specs/quickstart.yaml', 'specs/grpo-multinode.yaml'])"
+    )
     assert out["rc"] == 0, out
     assert out["heavy"] == [], out
     # jsonschema is only needed to list the problems of an invalid spec (slime.spec.load).
@@ -49,8 +52,10 @@ def test_validate_imports_nothing_heavy_and_skips_jsonschema_for_a_valid_spec():
 
 
 def test_validate_of_a_bad_spec_imports_nothing_heavy():
-    out = _run("from slime.cli.main import main\nrc = main(['validate', 'specs/quickstart.yaml', "
-               "'--set', 'rollout.temprature=0'])")
+    out = _run(
+        "from slime.cli.main import main\nrc = main(['validate', 'specs/quickstart.yaml', "
+        "'--set', 'rollout.temprature=0'])"
+    )
     assert out["rc"] == 2 and "did you mean 'temperature'" in out["stdout"] + out["stderr"], out
     assert out["heavy"] == [], out
 

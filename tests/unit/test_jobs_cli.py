@@ -17,17 +17,26 @@ import pytest
 
 from launchers.local_jobs import record_exit, record_start
 from slime.cli.main import main
-from slime.paths import RunPaths
+from slime.core.paths import RunPaths
 
 pytestmark = pytest.mark.timeout(60)
 
 
 def make_run(parent: Path, name: str, launcher: str = "local", started: float = 0.0, **jobs) -> RunPaths:
-    paths = RunPaths.create(parent, name, [("resolved.json", json.dumps({"name": name.split("-")[0]}), 0o644),
-                                           ("spec.yaml", "x\n", 0o644)])
+    paths = RunPaths.create(
+        parent, name, [("resolved.json", json.dumps({"name": name.split("-")[0]}), 0o644), ("spec.yaml", "x\n", 0o644)]
+    )
     paths.task(0).logs.mkdir(parents=True)
-    paths.write_jobs({"launcher": launcher, "job_ids": [], "tasks": 1, "preflight_only": False,
-                      "submitted_at": started or time.time(), **jobs})
+    paths.write_jobs(
+        {
+            "launcher": launcher,
+            "job_ids": [],
+            "tasks": 1,
+            "preflight_only": False,
+            "submitted_at": started or time.time(),
+            **jobs,
+        }
+    )
     return paths
 
 
@@ -52,14 +61,23 @@ def runs(tmp_path):
     old = make_run(d, "alpha-20260101-000000-aaaaaa", started=time.time() - 100)
     record_exit(old, 0, 0)
     old.task(0).state.write_text(json.dumps({"state": "succeeded"}))
-    old.task(0).metrics.write_text("".join(json.dumps({"rollout_id": k, "step": k + 1, "rollout/reward_mean": k / 4})
-                                           + "\n" for k in range(5)))
+    old.task(0).metrics.write_text(
+        "".join(json.dumps({"rollout_id": k, "step": k + 1, "rollout/reward_mean": k / 4}) + "\n" for k in range(5))
+    )
     old.task(0).node_log("vm").write_text("line 1\nline 2\nline 3\n")
     new = make_run(d, "beta-20260101-000100-bbbbbb")
-    proc = subprocess.Popen([sys.executable, "-c", "import signal, sys, time\n"
-                             "signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))\n"
-                             "print('ready', flush=True)\ntime.sleep(60)", str(new.root)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))\n"
+            "print('ready', flush=True)\ntime.sleep(60)",
+            str(new.root),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout.readline() == "ready\n"
     record_start(new, 0, proc.pid)
     yield d, old, new, proc
@@ -72,7 +90,9 @@ def test_list_shows_newest_first_with_state_and_last_step(runs, capsys):
     rc, out = run(capsys, "list", "--dir", str(d), "--json")
     assert rc == 0
     assert [(r["name"], r["state"], r["last_step"], r["launcher"]) for r in out["runs"]] == [
-        ("beta", "running", None, "local"), ("alpha", "succeeded", 5, "local")]
+        ("beta", "running", None, "local"),
+        ("alpha", "succeeded", 5, "local"),
+    ]
     assert out["runs"][1]["run_dir"] == str(old.root)
     rc, out = run(capsys, "list", "--dir", str(d), "--limit", "1", "--json")
     assert [r["name"] for r in out["runs"]] == ["beta"]
@@ -88,7 +108,11 @@ def test_status_of_the_newest_run_by_default_and_of_a_given_run_dir(runs, capsys
     rc, out = run(capsys, "status", str(old.root), "--json")
     (t,) = out["tasks"]
     assert (out["state"], t["step"], t["rollout_id"], t["metric"]) == (
-        "succeeded", 5, 4, {"name": "rollout/reward_mean", "value": 1.0})
+        "succeeded",
+        5,
+        4,
+        {"name": "rollout/reward_mean", "value": 1.0},
+    )
     rc, text = run(capsys, "status", str(old.root))
     assert rc == 0 and "rollout/reward_mean=1" in text and "succeeded" in text
 
@@ -112,8 +136,9 @@ def test_logs_print_and_json(runs, capsys):
     rc, text = run(capsys, "logs", str(old.root), "--tail", "2")
     assert rc == 0 and text == "line 2\nline 3\n"
     rc, out = run(capsys, "logs", str(old.root), "--node", "vm", "--json")
-    assert out["files"] == [{"path": str(old.task(0).node_log("vm")), "exists": True,
-                             "text": "line 1\nline 2\nline 3\n"}]
+    assert out["files"] == [
+        {"path": str(old.task(0).node_log("vm")), "exists": True, "text": "line 1\nline 2\nline 3\n"}
+    ]
     rc, out = run(capsys, "logs", str(old.root), "--node", "nosuchnode", "--json")
     assert rc == 0 and out["files"][0]["exists"] is False
     rc, text = run(capsys, "logs", str(old.root), "-f")  # a finished run: prints what there is and stops
@@ -161,8 +186,9 @@ def test_a_slurm_job_id_resolves_through_jobs_json_and_the_run_dir_answers(tmp_p
     d = tmp_path / "runs"
     paths = make_run(d, "gamma-20260101-000200-cccccc", launcher="slurm", job_ids=["9876543"], arrays=[])
     paths.logs.mkdir()
-    (paths.logs / "slurm-9876543.out").write_text("slime: job 9876543 task 0 on sn1 (restart 0)\n"
-                                                   "slime: task 0 finished with exit code 0\n")
+    (paths.logs / "slurm-9876543.out").write_text(
+        "slime: job 9876543 task 0 on sn1 (restart 0)\nslime: task 0 finished with exit code 0\n"
+    )
     rc, out = run(capsys, "status", "9876543", "--dir", str(d), "--json")
     assert rc == 0 and out["run_dir"] == str(paths.root)
     (t,) = out["tasks"]
@@ -200,9 +226,14 @@ def test_logs_follow_started_before_the_log_exists_prints_it_when_it_appears(run
     assert "task 0 is failed; stopped following" in cap.err  # and it stopped when the task ended
 
 
-DAMAGED = {"array": "[1, 2]\n", "local not an object": {"local": [1]},
-           "local task not an object": {"local": {"tasks": {"0": "x"}}}, "arrays entry": {"arrays": [1]},
-           "cancelled tasks": {"cancelled": {"tasks": "0"}}, "not JSON": "[1, 2\n"}
+DAMAGED = {
+    "array": "[1, 2]\n",
+    "local not an object": {"local": [1]},
+    "local task not an object": {"local": {"tasks": {"0": "x"}}},
+    "arrays entry": {"arrays": [1]},
+    "cancelled tasks": {"cancelled": {"tasks": "0"}},
+    "not JSON": "[1, 2\n",
+}
 
 
 @pytest.mark.parametrize("damage", DAMAGED.values(), ids=DAMAGED.keys())
@@ -220,8 +251,7 @@ def test_a_damaged_jobs_json_is_ignored_with_a_warning_naming_it(runs, capsys, d
     cap = capsys.readouterr()
     assert rc == 0 and cap.out == "line 1\nline 2\nline 3\n" and str(old.jobs) in cap.err
     rc, out = run(capsys, "list", "--dir", str(d), "--json")
-    assert rc == 0 and [(r["name"], r["state"]) for r in out["runs"]] == [("beta", "running"),
-                                                                          ("alpha", "succeeded")]
+    assert rc == 0 and [(r["name"], r["state"]) for r in out["runs"]] == [("beta", "running"), ("alpha", "succeeded")]
     assert out["runs"][0]["problem"] is None and str(old.jobs) in out["runs"][1]["problem"]
     rc, text = run(capsys, "list", "--dir", str(d))
     assert rc == 0 and "beta" in text and "(jobs.json unreadable)" in text
@@ -276,8 +306,11 @@ def test_suggested_commands_quote_a_run_dir_with_spaces(tmp_path, capsys):
     assert rc == 0 and shlex.split(line.split("`")[1]) == ["slime-submit", "status", str(paths.root)]
     # a running task without a log yet: `logs` says how to wait for it
     paths = make_run(d, "pending run")
-    proc = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)",
-                             str(paths.root)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)", str(paths.root)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout.readline() == "ready\n"
         record_start(paths, 0, proc.pid)

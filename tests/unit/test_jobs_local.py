@@ -17,14 +17,17 @@ import pytest
 
 from launchers import local_jobs
 from launchers.local_jobs import metrics_tail, pid_alive, record_exit, record_start, run_status
-from slime.errors import InfraError
-from slime.paths import RunPaths
+from slime.core.errors import InfraError
+from slime.core.paths import RunPaths
 
 
 def make_run(tmp_path: Path, tasks: int = 1, name: str = "demo") -> RunPaths:
     root = tmp_path / f"{name}-20260101-000000-abcdef"
-    paths = RunPaths.create(tmp_path, root.name, [("resolved.json", json.dumps({"name": name}), 0o644),
-                                                  ("spec.yaml", "name: demo\n", 0o644)])
+    paths = RunPaths.create(
+        tmp_path,
+        root.name,
+        [("resolved.json", json.dumps({"name": name}), 0o644), ("spec.yaml", "name: demo\n", 0o644)],
+    )
     for i in range(tasks):
         paths.task(i).dir.mkdir(parents=True)
     paths.write_jobs({"launcher": "local", "job_ids": [], "tasks": tasks, "preflight_only": False})
@@ -33,11 +36,14 @@ def make_run(tmp_path: Path, tasks: int = 1, name: str = "demo") -> RunPaths:
 
 def fake_bootstrap(paths: RunPaths, *, handle_term: bool = True) -> subprocess.Popen:
     """A process that looks like the bootstrap (run dir on its command line) and exits 143 on TERM."""
-    code = ("import signal, sys, time\n"
-            + ("signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))\n" if handle_term else "")
-            + "print('ready', flush=True)\ntime.sleep(60)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(paths.root), "--task", "0"], stdout=subprocess.PIPE,
-                            text=True)
+    code = (
+        "import signal, sys, time\n"
+        + ("signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))\n" if handle_term else "")
+        + "print('ready', flush=True)\ntime.sleep(60)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(paths.root), "--task", "0"], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline() == "ready\n"  # its TERM handler is in place
     return proc
 
@@ -118,7 +124,7 @@ def test_runtime_state_without_pid_records_is_believed_and_checked(tmp_path):
     paths = make_run(tmp_path)
     import socket
 
-    write_state(paths, 0, state="running", pid=2 ** 22 + 12345, host=socket.gethostname())
+    write_state(paths, 0, state="running", pid=2**22 + 12345, host=socket.gethostname())
     assert run_status(paths).tasks[0].state == "failed"  # that PID does not exist
     write_state(paths, 0, state="preempted")
     assert run_status(paths).tasks[0].state == "requeued"
@@ -130,8 +136,10 @@ def test_metrics_tail_reads_the_last_complete_line_and_the_headline_metric(tmp_p
     paths = make_run(tmp_path)
     tp = paths.task(0)
     lines = [json.dumps({"rollout_id": -1, "step": 0, "eval/accuracy": 0.1})]
-    lines += [json.dumps({"rollout_id": k, "step": k + 1, "rollout/reward_mean": k / 10, "pad": "x" * 500})
-              for k in range(400)]  # ~200 KB: only the tail is read
+    lines += [
+        json.dumps({"rollout_id": k, "step": k + 1, "rollout/reward_mean": k / 10, "pad": "x" * 500})
+        for k in range(400)
+    ]  # ~200 KB: only the tail is read
     tp.metrics.write_text("\n".join(lines) + "\n" + '{"rollout_id": 400, "st')  # a torn last line
     step, rid, metric = metrics_tail(tp)
     assert (step, rid) == (400, 399) and metric == {"name": "rollout/reward_mean", "value": 39.9}
@@ -143,8 +151,9 @@ def test_metrics_tail_reads_the_last_complete_line_and_the_headline_metric(tmp_p
 
 def test_restarts_come_from_restarts_jsonl_with_causes(tmp_path):
     paths = make_run(tmp_path)
-    paths.task(0).restarts.write_text(json.dumps({"cause": "preempted"}) + "\n" + json.dumps({"cause": "timeout"})
-                                      + "\n")
+    paths.task(0).restarts.write_text(
+        json.dumps({"cause": "preempted"}) + "\n" + json.dumps({"cause": "timeout"}) + "\n"
+    )
     record_exit(paths, 0, 0)
     (t,) = run_status(paths).tasks
     assert t.restarts == 2 and t.restart_causes == ["preempted", "timeout"]

@@ -12,9 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from launchers.slurm.jobs import (dropped_tasks, log_path, parse_sacct, parse_scontrol, parse_squeue, plain_job_id,
-                                  task_from_run_dir, task_layout, tasks_from_jobcomp, tasks_from_records)
-from slime.paths import RunPaths
+from launchers.slurm.jobs import (
+    dropped_tasks,
+    log_path,
+    parse_sacct,
+    parse_scontrol,
+    parse_squeue,
+    plain_job_id,
+    task_from_run_dir,
+    task_layout,
+    tasks_from_jobcomp,
+    tasks_from_records,
+)
+from slime.core.paths import RunPaths
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm_outputs"
 
@@ -50,8 +60,13 @@ def test_layout_and_log_paths_follow_the_launchers_jobs_json(sweep_run):
     assert log_path(paths, 1, layout) == paths.logs / "slurm-63_1.out"
     assert task_layout({"job_ids": ["7"], "arrays": []}, 1) == {0: ("7", None)}
     assert task_layout({"job_ids": ["7"], "arrays": []}, 1)[0][1] is None
-    split = {"job_ids": ["10", "11"], "arrays": [{"job_id": "10", "first_task": 0, "last_task": 1},
-                                                 {"job_id": "11", "first_task": 2, "last_task": 2}]}
+    split = {
+        "job_ids": ["10", "11"],
+        "arrays": [
+            {"job_id": "10", "first_task": 0, "last_task": 1},
+            {"job_id": "11", "first_task": 2, "last_task": 2},
+        ],
+    }
     assert task_layout(split, 3) == {0: ("10", 0), 1: ("10", 1), 2: ("11", 0)}
 
 
@@ -64,8 +79,9 @@ def test_whole_array_pending_is_pending_for_every_task_with_the_reason(sweep_run
     assert [tasks[i].job_id for i in range(3)] == ["63_0", "63_1", "63_2"]
     assert tasks[0].reason.startswith("Resources: waiting for free nodes")
     # squeue (one call for many runs in `list`) says the same
-    sq = tasks_from_records(parse_squeue(fixture("sweep/squeue_pending.txt", paths.root)), task_layout(jobs, 3),
-                            paths.root, "squeue")
+    sq = tasks_from_records(
+        parse_squeue(fixture("sweep/squeue_pending.txt", paths.root)), task_layout(jobs, 3), paths.root, "squeue"
+    )
     assert {i: (t.state, t.reason) for i, t in sq.items()} == {i: (t.state, t.reason) for i, t in tasks.items()}
 
 
@@ -88,7 +104,9 @@ def test_finished_sweep_from_scontrol_squeue_and_the_job_completion_log(sweep_ru
     recs = parse_scontrol(fixture("sweep/scontrol_done.txt", paths.root))
     done = tasks_from_records(recs, layout, paths.root)
     assert {i: (t.state, t.scheduler_state, t.exit_code) for i, t in done.items()} == {
-        0: ("succeeded", "COMPLETED", "0:0"), 1: ("failed", "FAILED", "1:0")}
+        0: ("succeeded", "COMPLETED", "0:0"),
+        1: ("failed", "FAILED", "1:0"),
+    }
     assert done[1].reason == "NonZeroExitCode (exit code 1:0)"
     assert dropped_tasks(recs, layout, paths, done)[2].state == "cancelled"
     sq = tasks_from_records(parse_squeue(fixture("sweep/squeue_done.txt", paths.root)), layout, paths.root)
@@ -104,7 +122,9 @@ def test_finished_sweep_from_scontrol_squeue_and_the_job_completion_log(sweep_ru
     assert plain == {0: "65", 1: "63"}
     jc = tasks_from_jobcomp(rows, layout, plain, paths.root, range(3))
     assert {i: (t.state, t.job_id, t.source) for i, t in jc.items()} == {
-        0: ("succeeded", "63_0", "jobcomp"), 1: ("failed", "63_1", "jobcomp")}
+        0: ("succeeded", "63_0", "jobcomp"),
+        1: ("failed", "63_1", "jobcomp"),
+    }
     # 63 is claimed by task 1: the never-started task 2 must not inherit its record
     assert 2 not in jc
 
@@ -140,20 +160,26 @@ def test_array_with_completed_running_and_throttled_tasks(tmp_path):
     layout = task_layout({"job_ids": ["38"], "arrays": [{"job_id": "38", "first_task": 0, "last_task": 2}]}, 3)
     tasks = tasks_from_records(parse_scontrol(fixture("array/scontrol_running.txt", paths.root)), layout, paths.root)
     assert {i: (t.state, t.job_id) for i, t in tasks.items()} == {
-        0: ("succeeded", "38_0"), 1: ("running", "38_1"), 2: ("pending", "38_2")}
+        0: ("succeeded", "38_0"),
+        1: ("running", "38_1"),
+        2: ("pending", "38_2"),
+    }
     assert "max_parallel" in tasks[2].reason and tasks[1].nodes == "sn1"
     tasks = tasks_from_records(parse_scontrol(fixture("array/scontrol_done.txt", paths.root)), layout, paths.root)
     assert [tasks[i].state for i in range(3)] == ["succeeded", "failed", "succeeded"]
 
 
-@pytest.mark.parametrize("name,jid,state,reason,restarts", [
-    ("scontrol_held", "39", "pending", "JobHeldUser: held by a user", 0),
-    ("scontrol_held_cancelled", "39", "cancelled", None, 0),
-    ("scontrol_running", "40", "running", None, 0),
-    ("scontrol_cancelled", "40", "cancelled", None, 0),
-    ("scontrol_requeued_pending", "67", "pending", "BeginTime: not allowed to start yet", 1),
-    ("scontrol_requeued_done", "67", "succeeded", None, 1),
-])
+@pytest.mark.parametrize(
+    "name,jid,state,reason,restarts",
+    [
+        ("scontrol_held", "39", "pending", "JobHeldUser: held by a user", 0),
+        ("scontrol_held_cancelled", "39", "cancelled", None, 0),
+        ("scontrol_running", "40", "running", None, 0),
+        ("scontrol_cancelled", "40", "cancelled", None, 0),
+        ("scontrol_requeued_pending", "67", "pending", "BeginTime: not allowed to start yet", 1),
+        ("scontrol_requeued_done", "67", "succeeded", None, 1),
+    ],
+)
 def test_plain_jobs(tmp_path, name, jid, state, reason, restarts):
     recs = parse_scontrol(fixture(f"single/{name}.txt", tmp_path))
     (t,) = tasks_from_records(recs, {0: (jid, None)}, tmp_path).values()

@@ -19,23 +19,49 @@ from pathlib import Path
 import pytest
 
 from launchers.bootstrap import load_task_spec, object_store_bytes
-from launchers.node import NodeContext, detect_node, head_ip, interface_ipv4, interfaces, resolve_ipv4, route_source, worker_ip
-from launchers.ports import (BLOCK, PortBlock, PortsExhausted, candidates, choose_block, claim_block, port_free,
-                             port_range)
+from launchers.node import (
+    NodeContext,
+    detect_node,
+    head_ip,
+    interface_ipv4,
+    interfaces,
+    resolve_ipv4,
+    route_source,
+    worker_ip,
+)
 from launchers.rayproc import MARKER_ENV, RayNode, pids_using, prune_stale, ray_env, temp_dir_for
 from launchers.rendezvous import Rendezvous
-from slime.errors import InfraError
-from slime.paths import TaskPaths
+from slime.core.errors import InfraError
+from slime.core.paths import TaskPaths
+from slime.core.ports import (
+    BLOCK,
+    PortBlock,
+    PortsExhausted,
+    candidates,
+    choose_block,
+    claim_block,
+    port_free,
+    port_range,
+)
 from slime.spec import load_spec_text
 
 
 def _spec(**cluster):
-    doc = {"apiVersion": "slime/v1", "kind": "RLJob", "name": "boot",
-           "cluster": {"launcher": "slurm", "nodes": 2, "gpus_per_node": 0, **cluster},
-           "model": {"builtin": "tiny"},
-           "rollout": {"num_rollouts": 1, "max_prompt_len": 16, "max_response_len": 8, "batch_size": 4,
-                       "n_samples_per_prompt": 2},
-           "data": {"prompts": "/p.jsonl"}}
+    doc = {
+        "apiVersion": "slime/v1",
+        "kind": "RLJob",
+        "name": "boot",
+        "cluster": {"launcher": "slurm", "nodes": 2, "gpus_per_node": 0, **cluster},
+        "model": {"builtin": "tiny"},
+        "rollout": {
+            "num_rollouts": 1,
+            "max_prompt_len": 16,
+            "max_response_len": 8,
+            "batch_size": 4,
+            "n_samples_per_prompt": 2,
+        },
+        "data": {"prompts": "/p.jsonl"},
+    }
     return load_spec_text(json.dumps(doc), base_dir=Path("/")).spec
 
 
@@ -48,9 +74,20 @@ def test_port_blocks_are_deterministic_in_range_and_differ_between_jobs():
     firsts = {next(candidates(f"{j}-0", (20000, 32000))).base for j in range(1000, 1040)}
     assert len(firsts) > 20  # spread over the 60 blocks
     for blk in (a, b):
-        assert 20000 <= blk.base and blk.base + BLOCK <= 32000 and (blk.base - 20000) % BLOCK == 0
-    fixed = [a.gcs, a.node_manager, a.object_manager, a.dashboard_agent_grpc, a.dashboard_agent_listen,
-             a.metrics_export, a.runtime_env_agent, a.dashboard, a.client_server, a.gloo, a.nccl]
+        assert blk.base >= 20000 and blk.base + BLOCK <= 32000 and (blk.base - 20000) % BLOCK == 0
+    fixed = [
+        a.gcs,
+        a.node_manager,
+        a.object_manager,
+        a.dashboard_agent_grpc,
+        a.dashboard_agent_listen,
+        a.metrics_export,
+        a.runtime_env_agent,
+        a.dashboard,
+        a.client_server,
+        a.gloo,
+        a.nccl,
+    ]
     assert len(set(fixed)) == len(fixed) and max(fixed) < a.min_worker < a.max_worker == a.base + BLOCK - 1
     all_blocks = list(candidates("x", (20000, 32000)))
     assert len({blk.base for blk in all_blocks}) == len(all_blocks) == 60
@@ -85,7 +122,7 @@ def test_two_bootstraps_with_colliding_keys_never_claim_the_same_block(tmp_path)
     assert claim_block("job-1", host="sn1", directory=claims, low_high=rng, is_free=free).block == a.block
     # A claim left by a dead process is stale and taken over.
     dead = claims / f"sn3-{a.block.base}"
-    dead.write_text(json.dumps({"pid": 2 ** 22 + 12345, "key": "gone"}))
+    dead.write_text(json.dumps({"pid": 2**22 + 12345, "key": "gone"}))
     assert claim_block("job-1", host="sn3", directory=claims, low_high=rng, is_free=free).block == a.block
     assert json.loads(dead.read_text())["pid"] == os.getpid()
 
@@ -94,8 +131,13 @@ def test_no_free_block_names_each_block_and_the_port_in_use(tmp_path):
     rng = (40000, 40000 + 2 * BLOCK)
     bases = sorted(b.base for b in candidates("job-9", rng))
     with pytest.raises(PortsExhausted) as err:
-        claim_block("job-9", host="sn1", directory=tmp_path / "ports", low_high=rng,
-                    is_free=lambda p: p not in {bases[0] + 5, bases[1] + 7})
+        claim_block(
+            "job-9",
+            host="sn1",
+            directory=tmp_path / "ports",
+            low_high=rng,
+            is_free=lambda p: p not in {bases[0] + 5, bases[1] + 7},
+        )
     text = str(err.value)
     assert f"{bases[0]}: port {bases[0] + 5} in use" in text and f"{bases[1]}: port {bases[1] + 7} in use" in text
     assert "on sn1" in text and "SLIME_RAY_PORT_RANGE" in text
@@ -111,9 +153,17 @@ def test_port_range_from_the_environment(monkeypatch):
 
 # --------------------------------------------------------------------------- node context, addresses
 def test_node_context_from_the_slurm_step_environment(monkeypatch):
-    for k, v in {"SLURM_JOB_ID": "4242", "SLURM_NODEID": "1", "SLURM_JOB_NUM_NODES": "3",
-                 "SLURM_JOB_NODELIST": "gpu[07-08],cpu3", "SLURM_GPUS_ON_NODE": "4", "SLURM_CPUS_ON_NODE": "16",
-                 "SLURM_MEM_PER_NODE": "10000", "SLURM_RESTART_COUNT": "2", "SLURM_NTASKS": "3"}.items():
+    for k, v in {
+        "SLURM_JOB_ID": "4242",
+        "SLURM_NODEID": "1",
+        "SLURM_JOB_NUM_NODES": "3",
+        "SLURM_JOB_NODELIST": "gpu[07-08],cpu3",
+        "SLURM_GPUS_ON_NODE": "4",
+        "SLURM_CPUS_ON_NODE": "16",
+        "SLURM_MEM_PER_NODE": "10000",
+        "SLURM_RESTART_COUNT": "2",
+        "SLURM_NTASKS": "3",
+    }.items():
         monkeypatch.setenv(k, v)
     ctx = detect_node(5, _spec())
     assert (ctx.rank, ctx.num_nodes, ctx.hostnames) == (1, 3, ("gpu07", "gpu08", "cpu3"))
@@ -184,19 +234,49 @@ def test_ray_environment_and_temp_dir(monkeypatch):
 def test_ray_start_command_pins_every_port_and_resource(tmp_path):
     node = RayNode(tmp_path / "t")
     blk = PortBlock(24000)
-    head = node.command(head=True, ip="10.0.0.1", ports=blk, num_cpus=4, num_gpus=2,
-                        resources={"slime_node_0": 1.0}, object_store_bytes=100 << 20)
-    for flag in ("--head", "--block", "--port=24000", "--node-manager-port=24001", "--object-manager-port=24002",
-                 "--min-worker-port=24012", "--max-worker-port=24199", "--node-ip-address=10.0.0.1",
-                 "--num-cpus=4", "--num-gpus=2", '--resources={"slime_node_0": 1.0}', "--include-dashboard=false",
-                 "--disable-usage-stats", f"--temp-dir={tmp_path / 't'}", f"--object-store-memory={100 << 20}",
-                 "--dashboard-agent-grpc-port=24003", "--dashboard-agent-listen-port=24004", "--dashboard-port=24007",
-                 "--metrics-export-port=24005", "--runtime-env-agent-port=24006"):
+    head = node.command(
+        head=True,
+        ip="10.0.0.1",
+        ports=blk,
+        num_cpus=4,
+        num_gpus=2,
+        resources={"slime_node_0": 1.0},
+        object_store_bytes=100 << 20,
+    )
+    for flag in (
+        "--head",
+        "--block",
+        "--port=24000",
+        "--node-manager-port=24001",
+        "--object-manager-port=24002",
+        "--min-worker-port=24012",
+        "--max-worker-port=24199",
+        "--node-ip-address=10.0.0.1",
+        "--num-cpus=4",
+        "--num-gpus=2",
+        '--resources={"slime_node_0": 1.0}',
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+        f"--temp-dir={tmp_path / 't'}",
+        f"--object-store-memory={100 << 20}",
+        "--dashboard-agent-grpc-port=24003",
+        "--dashboard-agent-listen-port=24004",
+        "--dashboard-port=24007",
+        "--metrics-export-port=24005",
+        "--runtime-env-agent-port=24006",
+    ):
         assert flag in head, flag
-    worker = node.command(head=False, ip="10.0.0.2", ports=blk, num_cpus=1, num_gpus=0,
-                          resources={"slime_node_1": 1.0}, head_address="10.0.0.1:24000")
+    worker = node.command(
+        head=False,
+        ip="10.0.0.2",
+        ports=blk,
+        num_cpus=1,
+        num_gpus=0,
+        resources={"slime_node_1": 1.0},
+        head_address="10.0.0.1:24000",
+    )
     assert "--address=10.0.0.1:24000" in worker and "--head" not in worker
-    assert not any(f.startswith("--include-dashboard") or f.startswith("--port=") for f in worker)
+    assert not any(f.startswith(("--include-dashboard", "--port=")) for f in worker)
     with pytest.raises(ValueError):
         node.command(head=False, ip="x", ports=blk, num_cpus=1, num_gpus=0, resources={})
 
@@ -215,7 +295,7 @@ time.sleep(600)
     fake.chmod(0o755)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # not ours: must survive
     try:
-        node = RayNode(tmp_path / "ray-tmp", log=open(tmp_path / "log", "w"))
+        node = RayNode(tmp_path / "ray-tmp", log=open(tmp_path / "log", "w"))  # noqa: SIM115
         node.start([str(fake), "start"])
         assert node.wait_started(time.monotonic() + 20, threading.Event())
         end = time.monotonic() + 10
@@ -238,7 +318,7 @@ def test_waiting_for_ray_stops_when_told_to_give_up(tmp_path):
     fake = tmp_path / "fake-ray"
     fake.write_text("#!/bin/sh\nexec sleep 60\n")  # never says it started
     fake.chmod(0o755)
-    node = RayNode(tmp_path / "t", log=open(tmp_path / "log", "w"))
+    node = RayNode(tmp_path / "t", log=open(tmp_path / "log", "w"))  # noqa: SIM115
     node.start([str(fake)])
     flag = threading.Event()
     threading.Timer(0.5, flag.set).start()
@@ -253,7 +333,7 @@ def test_a_failing_ray_start_reports_its_output(tmp_path, monkeypatch):
     fake = tmp_path / "fake-ray"
     fake.write_text("#!/bin/sh\necho 'Failed to bind: Address already in use' >&2\nexit 1\n")
     fake.chmod(0o755)
-    node = RayNode(tmp_path / "t", log=open(tmp_path / "log", "w"))
+    node = RayNode(tmp_path / "t", log=open(tmp_path / "log", "w"))  # noqa: SIM115
     node.start([str(fake)])
     assert not node.wait_started(time.monotonic() + 10, threading.Event())
     err = node.failure("could not join")

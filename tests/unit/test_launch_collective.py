@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from launchers.rendezvous import Rendezvous
-from slime.paths import RunPaths
+from slime.core.paths import RunPaths
 
 
 def _free_port() -> int:
@@ -24,9 +24,29 @@ def _free_port() -> int:
 
 
 def _start(run_dir: Path, rank: int, world: int, wait: float = 60) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "launchers.collective", str(run_dir), "--task", "0", "--rank",
-                             str(rank), "--world", str(world), "--instance", "9.0", "--wait", str(wait),
-                             "--timeout", "60"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "launchers.collective",
+            str(run_dir),
+            "--task",
+            "0",
+            "--rank",
+            str(rank),
+            "--world",
+            str(world),
+            "--instance",
+            "9.0",
+            "--wait",
+            str(wait),
+            "--timeout",
+            "60",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def test_two_ranks_all_reduce_after_the_go_ahead_and_report_their_gpu_facts(tmp_path):

@@ -12,9 +12,9 @@ import json
 import pytest
 
 from launchers.preflight_checks import gpu_visibility, ray_resources, render_table, role_conflicts, write_report
-from slime.layout import Layout, Slot, plan_layout
-from slime.paths import TaskPaths
+from slime.core.paths import TaskPaths
 from slime.placement import bundle_specs, node_rank_of, placement_from_infos
+from slime.spec.layout import Layout, Slot, plan_layout
 from tests.fixtures.spec_helpers import GPU_SPEC, load, spec
 
 
@@ -23,18 +23,33 @@ def _checks(checks):
 
 
 def test_ci_fake_gpus_are_counted_from_slurm_gres():
-    c = _checks(gpu_visibility("sn1", 2, {"cuda_visible_devices": "0,1", "slurm_gpus_on_node": "2",
-                                          "slurm_gpus": "0,1", "nvidia_smi": None}))
+    c = _checks(
+        gpu_visibility(
+            "sn1",
+            2,
+            {"cuda_visible_devices": "0,1", "slurm_gpus_on_node": "2", "slurm_gpus": "0,1", "nvidia_smi": None},
+        )
+    )
     assert c["gpu_count"].ok and "SLURM GRES" in c["gpu_count"].message
     assert c["cuda_visible_devices"].ok
-    c = _checks(gpu_visibility("sn1", 4, {"cuda_visible_devices": "0,1", "slurm_gpus_on_node": "2",
-                                          "slurm_gpus": "0,1", "nvidia_smi": None}))
+    c = _checks(
+        gpu_visibility(
+            "sn1",
+            4,
+            {"cuda_visible_devices": "0,1", "slurm_gpus_on_node": "2", "slurm_gpus": "0,1", "nvidia_smi": None},
+        )
+    )
     assert not c["gpu_count"].ok and c["gpu_count"].node == "sn1" and "spec wants 4" in c["gpu_count"].message
 
 
 def test_real_gpus_use_cuda_visible_devices_checked_against_nvidia_smi_and_torch():
-    good = {"cuda_visible_devices": "2,3", "slurm_gpus_on_node": "2", "slurm_gpus": "2,3", "nvidia_smi": 8,
-            "torch_cuda": 2}
+    good = {
+        "cuda_visible_devices": "2,3",
+        "slurm_gpus_on_node": "2",
+        "slurm_gpus": "2,3",
+        "nvidia_smi": 8,
+        "torch_cuda": 2,
+    }
     assert all(c.ok for c in gpu_visibility("g1", 2, good))
     renumbered = dict(good, cuda_visible_devices="0,1")  # device cgroups renumber from 0
     assert all(c.ok for c in gpu_visibility("g1", 2, renumbered))
@@ -47,8 +62,12 @@ def test_real_gpus_use_cuda_visible_devices_checked_against_nvidia_smi_and_torch
 
 
 def test_no_gpus_anywhere_is_fine_for_a_cpu_job_only():
-    assert all(c.ok for c in gpu_visibility("vm", 0, {"cuda_visible_devices": None, "slurm_gpus_on_node": None,
-                                                       "slurm_gpus": None, "nvidia_smi": None}))
+    assert all(
+        c.ok
+        for c in gpu_visibility(
+            "vm", 0, {"cuda_visible_devices": None, "slurm_gpus_on_node": None, "slurm_gpus": None, "nvidia_smi": None}
+        )
+    )
     assert not all(c.ok for c in gpu_visibility("vm", 1, {"cuda_visible_devices": None, "nvidia_smi": None}))
 
 
@@ -57,19 +76,41 @@ def test_ray_resources_against_bootstrap_spec_and_slots():
     assert ok.ok and ok.message == "Ray registered CPU 2, GPU 2"
     bad = ray_resources("sn1", {"CPU": 1.0, "GPU": 1.0}, {"num_cpus": 2, "num_gpus": 2}, 2, 2)
     assert not bad.ok and bad.node == "sn1" and "cpus_per_node" in bad.fix
-    for part in ("GPU 1 != cluster.gpus_per_node 2", "GPU 1 != the 2 the bootstrap gave Ray",
-                 "CPU 1 != the 2 the bootstrap gave Ray", "CPU 1 < the 2 slot(s)"):
+    for part in (
+        "GPU 1 != cluster.gpus_per_node 2",
+        "GPU 1 != the 2 the bootstrap gave Ray",
+        "CPU 1 != the 2 the bootstrap gave Ray",
+        "CPU 1 < the 2 slot(s)",
+    ):
         assert part in bad.message
 
 
 def _rows(layout, phys):
-    return [{"slot": str(s), "node": s.node, "host": phys[s][0], "gpu": phys[s][1], "roles": layout.roles_of(s),
-             "bundle": i, "ip": "10.0.0.1"} for i, s in enumerate(layout.all_slots())]
+    return [
+        {
+            "slot": str(s),
+            "node": s.node,
+            "host": phys[s][0],
+            "gpu": phys[s][1],
+            "roles": layout.roles_of(s),
+            "bundle": i,
+            "ip": "10.0.0.1",
+        }
+        for i, s in enumerate(layout.all_slots())
+    ]
 
 
 def _layout(actor, engines, colocate=False, total=4):
-    return Layout(nodes=2, gpus_per_node=2, colocate=colocate, actor=tuple(actor), critic=(),
-                  engines=tuple(tuple(e) for e in engines), total_slots=total, rollout_offset=0 if colocate else 2)
+    return Layout(
+        nodes=2,
+        gpus_per_node=2,
+        colocate=colocate,
+        actor=tuple(actor),
+        critic=(),
+        engines=tuple(tuple(e) for e in engines),
+        total_slots=total,
+        rollout_offset=0 if colocate else 2,
+    )
 
 
 def test_disaggregated_roles_must_not_share_a_physical_gpu():
@@ -97,20 +138,38 @@ def test_duplicate_physical_gpus_and_engines_straddling_nodes_are_reported():
 def test_bundles_are_pinned_to_their_node_and_ask_one_gpu_each():
     s = lambda n, g: Slot(node=n, gpu=g)  # noqa: E731
     lay = _layout([s(0, 0), s(0, 1), s(1, 0)], [], total=3)
-    assert bundle_specs(lay) == [{"CPU": 1.0, "GPU": 1.0, "slime_node_0": 0.001},
-                                 {"CPU": 1.0, "GPU": 1.0, "slime_node_0": 0.001},
-                                 {"CPU": 1.0, "GPU": 1.0, "slime_node_1": 0.001}]
-    cpu = Layout(nodes=2, gpus_per_node=0, colocate=False, actor=(Slot(node=0, gpu=None),), critic=(),
-                 engines=(), total_slots=2, rollout_offset=0)
+    assert bundle_specs(lay) == [
+        {"CPU": 1.0, "GPU": 1.0, "slime_node_0": 0.001},
+        {"CPU": 1.0, "GPU": 1.0, "slime_node_0": 0.001},
+        {"CPU": 1.0, "GPU": 1.0, "slime_node_1": 0.001},
+    ]
+    cpu = Layout(
+        nodes=2,
+        gpus_per_node=0,
+        colocate=False,
+        actor=(Slot(node=0, gpu=None),),
+        critic=(),
+        engines=(),
+        total_slots=2,
+        rollout_offset=0,
+    )
     assert bundle_specs(cpu) == [{"CPU": 1.0, "slime_node_0": 0.001}, {"CPU": 1.0, "slime_node_1": 0.001}]
     assert node_rank_of({"CPU": 4.0, "slime_node_3": 1.0}) == 3 and node_rank_of({"CPU": 1.0}) is None
 
 
-@pytest.mark.parametrize("edits", [
-    {"train.gpus_per_node": 4, "train.global_batch_size": 128},  # colocated, half of each node
-    {"train.gpus_per_node": 2, "rollout.gpus": 2, "rollout.colocate": False, "train.parallel.tensor": 1,
-     "train.global_batch_size": 128},  # disaggregated, actor on gpu0-1 of both nodes
-])
+@pytest.mark.parametrize(
+    "edits",
+    [
+        {"train.gpus_per_node": 4, "train.global_batch_size": 128},  # colocated, half of each node
+        {
+            "train.gpus_per_node": 2,
+            "rollout.gpus": 2,
+            "rollout.colocate": False,
+            "train.parallel.tensor": 1,
+            "train.global_batch_size": 128,
+        },  # disaggregated, actor on gpu0-1 of both nodes
+    ],
+)
 def test_partial_node_layouts_get_bundles_on_every_node_they_use(edits):
     """train.gpus_per_node < cluster.gpus_per_node: the bundles, the preflight rows and the runtime's
     strategies cover every role's slot (node 1's too), so nothing raises KeyError after the allocation."""
@@ -124,8 +183,16 @@ def test_partial_node_layouts_get_bundles_on_every_node_they_use(edits):
         per_node[rank] = per_node.get(rank, 0) + 1
     assert per_node == {n: sum(1 for sl in slots if sl.node == n) for n in (0, 1)}
     # Ray reports physical GPU ids 0.. per node; the k-th slot of a node gets its k-th bundle.
-    raw = [{"host": f"sn{sl.node + 1}", "ip": f"10.0.0.{sl.node + 1}", "node_id": f"n{sl.node}",
-            "gpu_ids": [str(sl.gpu)], "cuda_visible_devices": None} for sl in slots]
+    raw = [
+        {
+            "host": f"sn{sl.node + 1}",
+            "ip": f"10.0.0.{sl.node + 1}",
+            "node_id": f"n{sl.node}",
+            "gpu_ids": [str(sl.gpu)],
+            "cuda_visible_devices": None,
+        }
+        for sl in slots
+    ]
     placement = placement_from_infos(None, layout, raw)
     assert set(placement.slot_bundle) == role_slots
     for sl in role_slots:
@@ -137,13 +204,27 @@ def test_partial_node_layouts_get_bundles_on_every_node_they_use(edits):
 
 
 def test_report_files_and_table(tmp_path):
-    report = {"ok": False, "task": 0, "job_id": "15", "ray_nodes": 2, "bad_nodes": ["sn2"],
-              "slots": [{"slot": "node0:gpu0"}],
-              "nodes": [{"rank": 0, "host": "sn1", "ip": "10.77.0.11", "gpus": ["0", "1"],
-                         "roles": {"0": ["actor", "engine0"], "1": ["actor"]}},
-                        {"rank": 1, "host": "sn2", "ip": "10.77.0.12", "gpus": [], "roles": {}}],
-              "checks": [{"name": "collective", "ok": False, "node": "sn2", "message": "timed out",
-                          "fix": "check the network"}]}
+    report = {
+        "ok": False,
+        "task": 0,
+        "job_id": "15",
+        "ray_nodes": 2,
+        "bad_nodes": ["sn2"],
+        "slots": [{"slot": "node0:gpu0"}],
+        "nodes": [
+            {
+                "rank": 0,
+                "host": "sn1",
+                "ip": "10.77.0.11",
+                "gpus": ["0", "1"],
+                "roles": {"0": ["actor", "engine0"], "1": ["actor"]},
+            },
+            {"rank": 1, "host": "sn2", "ip": "10.77.0.12", "gpus": [], "roles": {}},
+        ],
+        "checks": [
+            {"name": "collective", "ok": False, "node": "sn2", "message": "timed out", "fix": "check the network"}
+        ],
+    }
     tp = TaskPaths(tmp_path, 0)
     text = write_report(tp, report)
     assert json.loads(tp.preflight_json.read_text()) == report and tp.preflight_txt.read_text() == text

@@ -34,8 +34,10 @@ import pytest
 
 HAS_MEGATRON = importlib.util.find_spec("megatron.core") is not None
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not HAS_MEGATRON, reason="megatron-core is not installed (optional extra 'megatron')")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not HAS_MEGATRON, reason="megatron-core is not installed (optional extra 'megatron')"),
+]
 
 
 def _free_port() -> int:
@@ -44,15 +46,28 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run(model_dir: Path, out_dir: Path, *, tp: int, pp: int, dp_split: bool, save: bool = False,
-         cp: int = 1) -> list[dict]:
+def _run(
+    model_dir: Path, out_dir: Path, *, tp: int, pp: int, dp_split: bool, save: bool = False, cp: int = 1
+) -> list[dict]:
     port = _free_port()
     procs = []
     world = 4 if tp * pp * cp == 4 else 2
     for rank in range(world):
         env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
-        args = [sys.executable, __file__, str(model_dir), str(out_dir), str(rank), str(port), str(tp), str(pp),
-                str(int(dp_split)), str(int(save)), str(cp), str(world)]
+        args = [
+            sys.executable,
+            __file__,
+            str(model_dir),
+            str(out_dir),
+            str(rank),
+            str(port),
+            str(tp),
+            str(pp),
+            str(int(dp_split)),
+            str(int(save)),
+            str(cp),
+            str(world),
+        ]
         procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     results = []
     for p in procs:
@@ -66,8 +81,9 @@ def _run(model_dir: Path, out_dir: Path, *, tp: int, pp: int, dp_split: bool, sa
 def tiny_llama(tmp_path_factory):
     from slime.models.tiny import build_tiny_model
 
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "llama", arch="llama", hidden=64, layers=4, heads=4,
-                            kv_heads=2, seed=3)
+    return build_tiny_model(
+        tmp_path_factory.mktemp("tiny") / "llama", arch="llama", hidden=64, layers=4, heads=4, kv_heads=2, seed=3
+    )
 
 
 def test_tp_pp_dp_agree_and_export_round_trips(tiny_llama, tmp_path):
@@ -140,9 +156,9 @@ def _cpu_shim() -> None:
                 return lambda *a, **k: obj(*a, **fix(k))
             return obj
 
-    import megatron.core.distributed.distributed_data_parallel  # noqa: F401 - load before patching
-    import megatron.core.distributed.param_and_grad_buffer  # noqa: F401
-    import megatron.core.optimizer.clip_grads  # noqa: F401
+    import megatron.core.distributed.distributed_data_parallel
+    import megatron.core.distributed.param_and_grad_buffer
+    import megatron.core.optimizer.clip_grads
     import megatron.core.optimizer.optimizer  # noqa: F401
     import megatron.core.tensor_parallel as mtp
 
@@ -185,8 +201,18 @@ def _hf_logp(model_dir: Path, tokens):
         return logprobs_from_logits(hf(tokens).logits[:, :-1], tokens[:, 1:], 1.0)
 
 
-def _worker(model_dir: str, out_dir: str, rank: int, port: int, tp: int, pp: int, dp_split: bool, save: bool,
-            cp: int = 1, world: int = 2):
+def _worker(
+    model_dir: str,
+    out_dir: str,
+    rank: int,
+    port: int,
+    tp: int,
+    pp: int,
+    dp_split: bool,
+    save: bool,
+    cp: int = 1,
+    world: int = 2,
+):
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -199,15 +225,30 @@ def _worker(model_dir: str, out_dir: str, rank: int, port: int, tp: int, pp: int
     from slime.spec.resolve import resolve
     from slime.spec.types import Spec
 
-    data = {"apiVersion": "slime/v1", "kind": "RLJob", "name": "cpu", "model": {"path": model_dir},
-            "data": {"prompts": "unused.jsonl"}, "rollout": {"num_rollouts": 4},
-            "algorithm": {"entropy_coef": 0.01},  # the entropy's gradient path too (vocab- and context-parallel)
-            "train": {"backend": "megatron", "parallel": {"tensor": tp, "pipeline": pp, "context": cp},
-                      "micro_batch_size": 2, "precision": "fp32", "optimizer": {"lr": 1e-3, "distributed": False, "clip_grad": 0.0}}}
+    data = {
+        "apiVersion": "slime/v1",
+        "kind": "RLJob",
+        "name": "cpu",
+        "model": {"path": model_dir},
+        "data": {"prompts": "unused.jsonl"},
+        "rollout": {"num_rollouts": 4},
+        "algorithm": {"entropy_coef": 0.01},  # the entropy's gradient path too (vocab- and context-parallel)
+        "train": {
+            "backend": "megatron",
+            "parallel": {"tensor": tp, "pipeline": pp, "context": cp},
+            "micro_batch_size": 2,
+            "precision": "fp32",
+            "optimizer": {"lr": 1e-3, "distributed": False, "clip_grad": 0.0},
+        },
+    }
     spec = resolve(msgspec.convert(data, Spec), Path(out_dir))
     backend = MegatronTrainBackend()
-    backend.init(spec, RankInfo(rank=rank, world_size=world, master_addr="127.0.0.1", master_port=port, device="cpu"),
-                 Path(model_dir), role="actor")
+    backend.init(
+        spec,
+        RankInfo(rank=rank, world_size=world, master_addr="127.0.0.1", master_port=port, device="cpu"),
+        Path(model_dir),
+        role="actor",
+    )
     batch = _batch(slice(rank, None, 2) if dp_split else slice(None))
     result = {"logp_before": backend.log_probs(batch, temperature=1.0).tolist()}
     sft = batch.select(slice(None))
@@ -230,8 +271,12 @@ def _worker(model_dir: str, out_dir: str, rank: int, port: int, tp: int, pp: int
     backend.export_weights(Path(out_dir) / "export")
 
     critic = MegatronTrainBackend()
-    critic.init(spec, RankInfo(rank=rank, world_size=world, master_addr="127.0.0.1", master_port=port, device="cpu"),
-                Path(model_dir), role="critic")
+    critic.init(
+        spec,
+        RankInfo(rank=rank, world_size=world, master_addr="127.0.0.1", master_port=port, device="cpu"),
+        Path(model_dir),
+        role="critic",
+    )
     batch.old_values = critic.values(batch)
     batch.returns = batch.advantages.clone()
     result["critic_initial_abs"] = float(batch.old_values.abs().max())

@@ -22,18 +22,43 @@ from slime.backends.megatron.config import (
 
 # Qwen2.5-7B-Instruct's config.json (the fields that matter), as published.
 QWEN25_7B = {
-    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_act": "silu", "hidden_size": 3584,
-    "intermediate_size": 18944, "max_position_embeddings": 32768, "num_attention_heads": 28,
-    "num_hidden_layers": 28, "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
-    "tie_word_embeddings": False, "use_sliding_window": False, "vocab_size": 152064,
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "hidden_act": "silu",
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "max_position_embeddings": 32768,
+    "num_attention_heads": 28,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 4,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0,
+    "tie_word_embeddings": False,
+    "use_sliding_window": False,
+    "vocab_size": 152064,
 }
 LLAMA_31_8B = {
-    "model_type": "llama", "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
-    "max_position_embeddings": 131072, "num_attention_heads": 32, "num_hidden_layers": 32,
-    "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "attention_bias": False,
-    "mlp_bias": False, "tie_word_embeddings": False, "vocab_size": 128256,
-    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "model_type": "llama",
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 131072,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 500000.0,
+    "attention_bias": False,
+    "mlp_bias": False,
+    "tie_word_embeddings": False,
+    "vocab_size": 128256,
+    "rope_scaling": {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
 }
 HAS_MEGATRON = importlib.util.find_spec("megatron.core") is not None
 
@@ -60,8 +85,12 @@ def test_llama_mapping_with_llama3_rope_and_transformers5_rope_parameters():
     assert s.family == "llama" and not s.qkv_bias and s.rope_scaling_factor == 8.0 and s.rope_theta == 5e5
     assert gpt_model_kwargs(s)["rope_scaling"] is True
     # transformers 5 writes rope_parameters instead of rope_theta
-    cfg = {**LLAMA_31_8B, "rope_scaling": None, "rope_parameters": {"rope_type": "default", "rope_theta": 1e4},
-           "head_dim": 64}
+    cfg = {
+        **LLAMA_31_8B,
+        "rope_scaling": None,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1e4},
+        "head_dim": 64,
+    }
     s2 = ModelShape.from_hf_config(cfg)
     assert s2.rope_theta == 1e4 and s2.rope_scaling_factor is None and s2.kv_channels == 64
 
@@ -69,8 +98,13 @@ def test_llama_mapping_with_llama3_rope_and_transformers5_rope_parameters():
 def test_unsupported_configs_list_every_problem():
     with pytest.raises(MegatronConfigError, match="model_type 'gemma'"):
         ModelShape.from_hf_config({**QWEN25_7B, "model_type": "gemma"})
-    bad = {**LLAMA_31_8B, "attention_bias": True, "mlp_bias": True, "hidden_act": "gelu",
-           "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}
+    bad = {
+        **LLAMA_31_8B,
+        "attention_bias": True,
+        "mlp_bias": True,
+        "hidden_act": "gelu",
+        "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
+    }
     with pytest.raises(MegatronConfigError) as err:
         ModelShape.from_hf_config(bad)
     text = str(err.value)
@@ -80,14 +114,17 @@ def test_unsupported_configs_list_every_problem():
     with pytest.raises(MegatronConfigError, match="sliding-window"):
         ModelShape.from_hf_config({**QWEN25_7B, "use_sliding_window": True})
     with pytest.raises(MegatronConfigError, match="differs from megatron-core"):
-        ModelShape.from_hf_config({**LLAMA_31_8B, "rope_scaling": {**LLAMA_31_8B["rope_scaling"],
-                                                                  "high_freq_factor": 2.0}})
+        ModelShape.from_hf_config(
+            {**LLAMA_31_8B, "rope_scaling": {**LLAMA_31_8B["rope_scaling"], "high_freq_factor": 2.0}}
+        )
     with pytest.raises(MegatronConfigError, match="hidden_size=None"):
         ModelShape.from_hf_config({**QWEN25_7B, "hidden_size": None})
 
 
-@pytest.mark.parametrize(("vocab", "tp", "expected"), [(261, 1, 384), (261, 2, 512), (151936, 2, 152064),
-                                                       (152064, 4, 152064), (128256, 8, 129024), (128, 1, 128)])
+@pytest.mark.parametrize(
+    ("vocab", "tp", "expected"),
+    [(261, 1, 384), (261, 2, 512), (151936, 2, 152064), (152064, 4, 152064), (128256, 8, 129024), (128, 1, 128)],
+)
 def test_vocab_padding(vocab, tp, expected):
     assert padded_vocab_size(vocab, tp) == expected
     assert expected % (128 * tp) == 0
@@ -97,8 +134,9 @@ def test_parallel_rules_report_all_at_once():
     s = ModelShape.from_hf_config(QWEN25_7B)  # 28 heads, 4 groups, 28 layers
     assert parallel_problems(s, tp=2, pp=2, world_size=16) == []
     assert parallel_problems(s, tp=4, pp=7, world_size=28) == []
-    problems = parallel_problems(s, tp=8, pp=3, cp=2, sequence_parallel=False, world_size=20, seq_length=1001,
-                                 attention_backend="local")
+    problems = parallel_problems(
+        s, tp=8, pp=3, cp=2, sequence_parallel=False, world_size=20, seq_length=1001, attention_backend="local"
+    )
     text = "\n".join(problems)
     assert "num_attention_heads=28 is not divisible by train.parallel.tensor=8" in text
     assert "query groups)=4 is not divisible by train.parallel.tensor=8" in text
@@ -116,7 +154,15 @@ def test_rank_coords_follow_tp_cp_dp_pp_order():
     # world 8, tp 2, pp 2 -> dp 2. Ranks 0,1 = tp pair of (dp0, pp0); 2,3 = (dp1, pp0); 4..7 = pp1.
     coords = [rank_coords(r, 8, tp=2, pp=2) for r in range(8)]
     assert [(c.tp, c.dp, c.pp) for c in coords] == [
-        (0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0), (0, 0, 1), (1, 0, 1), (0, 1, 1), (1, 1, 1)]
+        (0, 0, 0),
+        (1, 0, 0),
+        (0, 1, 0),
+        (1, 1, 0),
+        (0, 0, 1),
+        (1, 0, 1),
+        (0, 1, 1),
+        (1, 1, 1),
+    ]
     assert {c.dp_size for c in coords} == {2}
     with pytest.raises(MegatronConfigError):
         rank_coords(0, 6, tp=4)
@@ -134,8 +180,9 @@ def test_attention_backend_choice():
 
 
 def test_backend_args_split_and_override():
-    ours, overrides = split_backend_args({"attention-backend": "sdpa", "recompute-granularity": "full",
-                                          "recompute_num_layers": 1})
+    ours, overrides = split_backend_args(
+        {"attention-backend": "sdpa", "recompute-granularity": "full", "recompute_num_layers": 1}
+    )
     assert ours == {"attention_backend": "sdpa"}
     assert overrides == {"recompute_granularity": "full", "recompute_num_layers": 1}
     s = ModelShape.from_hf_config(QWEN25_7B)
@@ -149,8 +196,9 @@ def test_transformer_config_builds_and_rejects_unknown_options():
     from slime.backends.megatron.config import build_transformer_config
 
     s = ModelShape.from_hf_config({**QWEN25_7B, "num_hidden_layers": 2})
-    cfg = build_transformer_config(transformer_config_kwargs(s, precision="fp32", overrides={
-        "use_cpu_initialization": True}))
+    cfg = build_transformer_config(
+        transformer_config_kwargs(s, precision="fp32", overrides={"use_cpu_initialization": True})
+    )
     assert cfg.num_query_groups == 4 and cfg.kv_channels == 128 and cfg.gated_linear_unit
     with pytest.raises(MegatronConfigError, match=r"'recompute_granularty' \(did you mean 'recompute_granularity'"):
         build_transformer_config(transformer_config_kwargs(s, overrides={"recompute_granularty": "full"}))

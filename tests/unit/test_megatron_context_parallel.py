@@ -53,8 +53,16 @@ def check_cp_attention(tmp_path: Path, backend: str = "gloo") -> None:
     """Two ranks (gloo on CPU; nccl on cuda:0/cuda:1 from ``tests/gpu``) against one full SDPA."""
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, __file__, str(r), str(port), str(tmp_path), backend], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, str(r), str(port), str(tmp_path), backend],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(2)
+    ]
     for p in procs:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err[-3000:]

@@ -42,9 +42,17 @@ ROOT = Path(__file__).resolve().parents[2]
 def _hf_model(arch: str, *, tied: bool, layers: int = 4, head_dim: int | None = None):
     from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
-    common = dict(vocab_size=301, hidden_size=64, intermediate_size=96, num_hidden_layers=layers,
-                  num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=128,
-                  tie_word_embeddings=tied, rms_norm_eps=1e-6)
+    common = dict(
+        vocab_size=301,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=layers,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        max_position_embeddings=128,
+        tie_word_embeddings=tied,
+        rms_norm_eps=1e-6,
+    )
     cfg = Qwen2Config(**common) if arch == "qwen2" else LlamaConfig(**common, head_dim=head_dim or 8)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
@@ -77,8 +85,11 @@ def test_round_trip_is_bit_identical(arch, tied, naming):
     assert mc["embedding.word_embeddings.weight"].shape[0] == padded_vocab_size(301, 2) == 512
     assert ("output_layer.weight" in mc) == (not tied)
     assert ("decoder.layers.0.self_attention.linear_qkv.bias" in mc) == (arch == "qwen2")
-    norm_key = ("decoder.layers.0.input_layernorm.weight" if naming == "local"
-                else "decoder.layers.0.self_attention.linear_qkv.layer_norm_weight")
+    norm_key = (
+        "decoder.layers.0.input_layernorm.weight"
+        if naming == "local"
+        else "decoder.layers.0.self_attention.linear_qkv.layer_norm_weight"
+    )
     assert norm_key in mc
     back = megatron_to_hf(mc, shape)
     assert sorted(back) == sorted(hf)
@@ -95,10 +106,10 @@ def test_qkv_layout_is_grouped_q_then_k_then_v():
     d, hpg = 8, 2
     block = (hpg + 2) * d
     for g in range(4):
-        rows = qkv[g * block:(g + 1) * block]
-        assert torch.equal(rows[: hpg * d], q[g * hpg * d:(g + 1) * hpg * d])
-        assert torch.equal(rows[hpg * d: hpg * d + d], k[g * d:(g + 1) * d])
-        assert torch.equal(rows[hpg * d + d:], v[g * d:(g + 1) * d])
+        rows = qkv[g * block : (g + 1) * block]
+        assert torch.equal(rows[: hpg * d], q[g * hpg * d : (g + 1) * hpg * d])
+        assert torch.equal(rows[hpg * d : hpg * d + d], k[g * d : (g + 1) * d])
+        assert torch.equal(rows[hpg * d + d :], v[g * d : (g + 1) * d])
 
 
 @pytest.mark.parametrize(("arch", "tied"), CASES)
@@ -139,10 +150,12 @@ def test_pp2_split_merge_and_offsets(tied):
     with pytest.raises(ConversionError, match="not divisible by pipeline size 3"):
         layer_offset(4, 3, 0)
     # stage-local names convert back with the stage's offset
-    hf_last = megatron_to_hf({k: v for k, v in last.items() if k != "output_layer.weight" or not tied}, shape,
-                             layer_offset=2)
-    assert torch.equal(hf_last["model.layers.3.self_attn.o_proj.weight"],
-                       model.state_dict()["model.layers.3.self_attn.o_proj.weight"])
+    hf_last = megatron_to_hf(
+        {k: v for k, v in last.items() if k != "output_layer.weight" or not tied}, shape, layer_offset=2
+    )
+    assert torch.equal(
+        hf_last["model.layers.3.self_attn.o_proj.weight"], model.state_dict()["model.layers.3.self_attn.o_proj.weight"]
+    )
 
 
 def test_rank_state_dict_matches_split_then_shard():
@@ -183,10 +196,21 @@ def _run_workers(args: list[str], world: int, timeout: float = 240) -> list[dict
     port = _free_port()
     procs = []
     for rank in range(world):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
-               "MASTER_PORT": str(port), "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
-        procs.append(subprocess.Popen([sys.executable, __file__, *args], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "PYTHONPATH": str(ROOT),
+            "PYTHONWARNINGS": "ignore",
+            "OMP_NUM_THREADS": "1",
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, __file__, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        )
     results = []
     for p in procs:
         out, err = p.communicate(timeout=timeout)
@@ -231,8 +255,11 @@ def _worker(model_dir: str) -> None:
     ps.initialize_model_parallel(tensor_model_parallel_size=world)
     hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     shape = ModelShape.from_hf_config(hf.config)
-    cfg = build_transformer_config(transformer_config_kwargs(
-        shape, tp=world, precision="fp32", attention_backend="sdpa", overrides={"use_cpu_initialization": True}))
+    cfg = build_transformer_config(
+        transformer_config_kwargs(
+            shape, tp=world, precision="fp32", attention_backend="sdpa", overrides={"use_cpu_initialization": True}
+        )
+    )
     gpt = GPTModel(config=cfg, transformer_layer_spec=layer_spec("sdpa"), **gpt_model_kwargs(shape, tp=world))
     result = gpt.load_state_dict(rank_state_dict(hf.state_dict(), shape, tp=world, tp_rank=rank), strict=False)
     gen = torch.Generator().manual_seed(1)
@@ -245,8 +272,15 @@ def _worker(model_dir: str) -> None:
         dist.all_gather(parts, local)
         logits = torch.cat(parts, dim=-1)[..., : shape.vocab_size]
         diff = (logits - hf(ids).logits).abs().max().item()
-    print(json.dumps({"missing": [k for k in result.missing_keys if not k.endswith("_extra_state")],
-                      "unexpected": list(result.unexpected_keys), "max_abs_diff": diff}))
+    print(
+        json.dumps(
+            {
+                "missing": [k for k in result.missing_keys if not k.endswith("_extra_state")],
+                "unexpected": list(result.unexpected_keys),
+                "max_abs_diff": diff,
+            }
+        )
+    )
     dist.destroy_process_group()
 
 

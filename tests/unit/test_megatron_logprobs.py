@@ -57,9 +57,10 @@ def _worker(rank: int, world: int, port: int, queue) -> None:
     logits, targets = _inputs()
     logits[..., V:] = 100.0
     width = V_PADDED // world
-    shard = logits[..., rank * width:(rank + 1) * width].clone().requires_grad_(True)
-    logp, ent = vocab_parallel_logprobs(shard, targets, vocab_size=V, temperature=T, group=dist.group.WORLD,
-                                        with_entropy=True)
+    shard = logits[..., rank * width : (rank + 1) * width].clone().requires_grad_(True)
+    logp, ent = vocab_parallel_logprobs(
+        shard, targets, vocab_size=V, temperature=T, group=dist.group.WORLD, with_entropy=True
+    )
     (logp.sum() + 0.5 * ent.sum()).backward()
     # numpy, not tensors: torch shares tensors through fds that die with this process
     queue.put((rank, logp.detach().numpy(), ent.detach().numpy(), shard.grad.numpy()))

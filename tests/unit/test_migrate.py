@@ -35,8 +35,9 @@ def spec_of(result):
 
 
 def line_of(path: Path, needle: str) -> int:
-    return next(i for i, ln in enumerate(path.read_text().splitlines(), 1)
-                if needle in ln and not ln.lstrip().startswith("#"))
+    return next(
+        i for i, ln in enumerate(path.read_text().splitlines(), 1) if needle in ln and not ln.lstrip().startswith("#")
+    )
 
 
 def yaml_line(result, key_text: str) -> str:
@@ -91,17 +92,32 @@ def test_launch_script_becomes_a_valid_spec():
     assert r.engine_args == {"mem-fraction-static": 0.7, "enable-metrics": True}
     assert r.router_args == {"balance-abs-threshold": 16}
     d = s.data
-    assert (d.prompts, d.input_key, d.label_key, d.apply_chat_template, d.shuffle) == \
-        ("/mnt/shared/data/dapo-math-17k.jsonl", "prompt", "label", True, True)
+    assert (d.prompts, d.input_key, d.label_key, d.apply_chat_template, d.shuffle) == (
+        "/mnt/shared/data/dapo-math-17k.jsonl",
+        "prompt",
+        "label",
+        True,
+        True,
+    )
     assert [(e.name, e.path, e.interval, e.n_samples_per_prompt, e.temperature) for e in d.eval] == [
         ("aime24", "/mnt/shared/data/aime-2024.jsonl", 25, 8, 0.9),
-        ("math500", "/mnt/shared/data/math 500.jsonl", 25, 8, 0.9)]  # the quoted path keeps its space
+        ("math500", "/mnt/shared/data/math 500.jsonl", 25, 8, 0.9),
+    ]  # the quoted path keeps its space
     assert s.reward.type == "math"
     a = s.algorithm
-    assert (a.estimator, a.eps_clip, a.eps_clip_high, a.kl_loss_coef, a.kl_loss_type, a.entropy_coef) == \
-        ("grpo", 0.2, 0.28, 0.001, "low_var_kl", 0.0)
-    assert (s.logging.wandb.mode, s.logging.wandb.project, s.logging.wandb.group) == \
-        ("online", "slime-grpo", "qwen2.5-7b-grpo")
+    assert (a.estimator, a.eps_clip, a.eps_clip_high, a.kl_loss_coef, a.kl_loss_type, a.entropy_coef) == (
+        "grpo",
+        0.2,
+        0.28,
+        0.001,
+        "low_var_kl",
+        0.0,
+    )
+    assert (s.logging.wandb.mode, s.logging.wandb.project, s.logging.wandb.group) == (
+        "online",
+        "slime-grpo",
+        "qwen2.5-7b-grpo",
+    )
     assert s.cluster.secrets["WANDB_API_KEY"].env == "WANDB_API_KEY"
 
 
@@ -116,17 +132,35 @@ def test_every_flag_of_the_script_is_accounted_for():
 
 def test_architecture_flags_are_implied_by_the_hf_config():
     mapped = dict(convert(COLOCATED).mapped)
-    for flag in ("--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads",
-                 "--group-query-attention", "--num-query-groups", "--rotary-base", "--normalization",
-                 "--norm-epsilon", "--swiglu", "--untie-embeddings-and-output-weights", "--vocab-size",
-                 "--disable-bias-linear", "--add-qkv-bias", "--use-rotary-position-embeddings"):
+    for flag in (
+        "--num-layers",
+        "--hidden-size",
+        "--ffn-hidden-size",
+        "--num-attention-heads",
+        "--group-query-attention",
+        "--num-query-groups",
+        "--rotary-base",
+        "--normalization",
+        "--norm-epsilon",
+        "--swiglu",
+        "--untie-embeddings-and-output-weights",
+        "--vocab-size",
+        "--disable-bias-linear",
+        "--add-qkv-bias",
+        "--use-rotary-position-embeddings",
+    ):
         assert mapped[flag] == IMPLIED == "implied by model.path config.json"
 
 
 def test_unmapped_flags_have_reasons():
     unmapped = dict(convert(COLOCATED).unmapped)
-    assert set(unmapped) == {"--update-weight-buffer-size", "--balance-data", "--eval-max-response-len",
-                             "--eval-top-p", "--sglang-cuda-graph-bs"}
+    assert set(unmapped) == {
+        "--update-weight-buffer-size",
+        "--balance-data",
+        "--eval-max-response-len",
+        "--eval-top-p",
+        "--sglang-cuda-graph-bs",
+    }
     assert "several values (1 2 4 8 16 32 64)" in unmapped["--sglang-cuda-graph-bs"]
     assert all(reason for reason in unmapped.values())
 
@@ -135,8 +169,9 @@ def test_comments_say_where_each_value_came_from():
     result = convert(COLOCATED)
     n = line_of(COLOCATED, "--rollout-batch-size 32")
     assert yaml_line(result, "batch_size:").endswith(f"# --rollout-batch-size 32 (line {n})")
-    assert f"--tensor-model-parallel-size 2 (line {line_of(COLOCATED, '--tensor-model-parallel-size')})" in \
-        yaml_line(result, "tensor:")
+    assert f"--tensor-model-parallel-size 2 (line {line_of(COLOCATED, '--tensor-model-parallel-size')})" in yaml_line(
+        result, "tensor:"
+    )
     assert "(line 143)" in yaml_line(result, "nodes: 2 # --actor") or "--actor-num-nodes 2 (line" in result.yaml
     assert "derived: max(actor, rollout) = 16 GPUs / 8 per node" in yaml_line(result, "nodes: 2 # derived")
     assert yaml_line(result, "weight_decay:").endswith(f"(line {line_of(COLOCATED, '--weight-decay')})")
@@ -162,8 +197,7 @@ def test_disaggregated_flags_with_equals_signs():
     assert result.valid, [p.format() for p in result.problems]
     s = spec_of(result)
     assert (s.cluster.nodes, s.cluster.gpus_per_node, s.cluster.launcher) == (2, 8, "slurm")
-    assert (s.rollout.colocate, s.rollout.gpus, s.rollout.gpus_per_engine, s.rollout.num_engines) == \
-        (False, 8, 4, 2)
+    assert (s.rollout.colocate, s.rollout.gpus, s.rollout.gpus_per_engine, s.rollout.num_engines) == (False, 8, 4, 2)
     assert s.rollout.weight_sync == "nccl" and s.rollout.stop == ("</answer>", "<|im_end|>")
     assert s.rollout.batch_size == 32  # given twice: the last wins, as in argparse
     assert (s.rollout.epochs, s.rollout.num_rollouts) == (2, None)
@@ -180,8 +214,9 @@ def test_disaggregated_flags_with_equals_signs():
 
 
 def test_slime_defaults_that_differ_are_written_out():
-    result = convert_slime_args("--hf-checkpoint /m --prompt-data /p.jsonl --num-rollout 5 --colocate "
-                                "--rollout-batch-size 8 --rm-type math")
+    result = convert_slime_args(
+        "--hf-checkpoint /m --prompt-data /p.jsonl --num-rollout 5 --colocate --rollout-batch-size 8 --rm-type math"
+    )
     s = spec_of(result)
     assert (s.data.input_key, s.data.label_key, s.data.shuffle) == ("input", None, False)
     assert s.rollout.n_samples_per_prompt == 1 and s.algorithm.kl_loss_type == "k1"
@@ -194,8 +229,7 @@ def test_slime_defaults_that_differ_are_written_out():
 # ----------------------------------------------------------------------------- incomplete input
 def test_missing_required_values_get_placeholders_and_the_spec_still_validates():
     result = convert_slime_args("--actor-num-gpus-per-node 2 --colocate\n")
-    assert {p for p, _ in result.placeholders} == {"model.path", "data.prompts", "rollout.num_rollouts",
-                                                   "reward.type"}
+    assert {p for p, _ in result.placeholders} == {"model.path", "data.prompts", "rollout.num_rollouts", "reward.type"}
     assert result.valid, [p.format() for p in result.problems]
     assert "# PLACEHOLDER: no --hf-checkpoint in the input" in yaml_line(result, "path: /path/to/hf-checkpoint")
     assert result.report()["placeholders"][0]["path"] == "model.path"
@@ -214,29 +248,40 @@ def test_kl_without_a_reference_gets_one():
 
 
 def test_a_generated_spec_that_breaks_a_rule_reports_it():
-    result = convert_slime_args("--hf-checkpoint /m --prompt-data /p --num-rollout 3 --colocate "
-                                "--rollout-batch-size 3 --n-samples-per-prompt 1 --global-batch-size 2 --rm-type f1")
+    result = convert_slime_args(
+        "--hf-checkpoint /m --prompt-data /p --num-rollout 3 --colocate "
+        "--rollout-batch-size 3 --n-samples-per-prompt 1 --global-batch-size 2 --rm-type f1"
+    )
     assert not result.valid
     assert [p.path for p in result.problems] == ["train.global_batch_size"]
     assert result.report()["valid"] is False and result.report()["problems"][0]["path"] == "train.global_batch_size"
 
 
 # ----------------------------------------------------------------------------- individual mappings
-@pytest.mark.parametrize("flags, path, value", [
-    ("--custom-rm-path my_pkg.rewards.score", "reward.custom", "my_pkg.rewards:score"),
-    ("--rm-type remote_rm --rm-url http://rm:8000/score", "reward.type", "remote"),
-    ("--rm-type boxed_f1", "reward.type", "f1"),
-    ("--fp16", "train.precision", "fp16"),
-    ("--lambd 0.95 --advantage-estimator ppo", "algorithm.lambda", 0.95),
-    ("--eps-clip-c 3", "algorithm.dual_clip_c", 3.0),
-    ("--disable-grpo-std-normalization", "algorithm.normalize_std", False),
-    ("--train-env-vars '{\"NCCL_DEBUG\": \"INFO\"}'", "cluster.env", {"NCCL_DEBUG": "INFO"}),
-    ("--rollout-max-context-len 4096", "model.max_context_len", 4096),
-    ("--update-weight-mode delta --update-weight-transport disk --rollout-num-gpus 8",
-     "rollout.weight_sync", "delta"),
-    ("--eval-prompt-data /d/aime-2024.jsonl --eval-temperature 0.6 --num-rollout 40",
-     "data.eval", [{"name": "aime-2024", "path": "/d/aime-2024.jsonl", "interval": 40, "temperature": 0.6}]),
-])
+@pytest.mark.parametrize(
+    "flags, path, value",
+    [
+        ("--custom-rm-path my_pkg.rewards.score", "reward.custom", "my_pkg.rewards:score"),
+        ("--rm-type remote_rm --rm-url http://rm:8000/score", "reward.type", "remote"),
+        ("--rm-type boxed_f1", "reward.type", "f1"),
+        ("--fp16", "train.precision", "fp16"),
+        ("--lambd 0.95 --advantage-estimator ppo", "algorithm.lambda", 0.95),
+        ("--eps-clip-c 3", "algorithm.dual_clip_c", 3.0),
+        ("--disable-grpo-std-normalization", "algorithm.normalize_std", False),
+        ('--train-env-vars \'{"NCCL_DEBUG": "INFO"}\'', "cluster.env", {"NCCL_DEBUG": "INFO"}),
+        ("--rollout-max-context-len 4096", "model.max_context_len", 4096),
+        (
+            "--update-weight-mode delta --update-weight-transport disk --rollout-num-gpus 8",
+            "rollout.weight_sync",
+            "delta",
+        ),
+        (
+            "--eval-prompt-data /d/aime-2024.jsonl --eval-temperature 0.6 --num-rollout 40",
+            "data.eval",
+            [{"name": "aime-2024", "path": "/d/aime-2024.jsonl", "interval": 40, "temperature": 0.6}],
+        ),
+    ],
+)
 def test_individual_mappings(flags, path, value):
     result = convert_slime_args("--hf-checkpoint /m --prompt-data /p --num-rollout 3 " + flags)
     data, _ = load_yaml(result.yaml, "imported.yaml")
@@ -246,18 +291,21 @@ def test_individual_mappings(flags, path, value):
     assert node == value
 
 
-@pytest.mark.parametrize("flag, words", [
-    ("--rm-type gpqa", "no built-in 'gpqa' reward"),
-    ("--optimizer sgd", "Adam(W) only"),
-    ("--lr-decay-style WSD", "constant, cosine and linear"),
-    ("--use-tis", "a slime option with no slime/v1 field"),
-    ("--ci-test", "CI self-checks"),
-    ("--custom-generate-function-path a.b.c", "plug-ins"),
-    ("--sglang-router-port 3000", "starts the router itself"),
-    ("--rollout-batch-size abc", "not an integer"),
-    ("--rollout-batch-size", "needs a value"),
-    ("--seq-length", None),
-])
+@pytest.mark.parametrize(
+    "flag, words",
+    [
+        ("--rm-type gpqa", "no built-in 'gpqa' reward"),
+        ("--optimizer sgd", "Adam(W) only"),
+        ("--lr-decay-style WSD", "constant, cosine and linear"),
+        ("--use-tis", "a slime option with no slime/v1 field"),
+        ("--ci-test", "CI self-checks"),
+        ("--custom-generate-function-path a.b.c", "plug-ins"),
+        ("--sglang-router-port 3000", "starts the router itself"),
+        ("--rollout-batch-size abc", "not an integer"),
+        ("--rollout-batch-size", "needs a value"),
+        ("--seq-length", None),
+    ],
+)
 def test_unmappable_flags_are_listed_with_a_reason(flag, words):
     result = convert_slime_args(flag)
     name = flag.split()[0]
@@ -284,7 +332,7 @@ def test_tables_do_not_overlap():
 
 # ----------------------------------------------------------------------------- reading bash
 def test_read_script_handles_bash_syntax():
-    script = read_script(r'''
+    script = read_script(r"""
 A=/x
 export B="${A}/y"   # comment
 ARR=( --one 1
@@ -295,11 +343,27 @@ cat foo > /tmp/out 2>&1
 CMD="--not-used"
 nohup python3 /opt/train.py --a=$A --b "$B" \
    ${ARR[@]} --c ${NOPE} --d $(hostname) --e 1 2>&1 | tee x.log &
-''')
+""")
     assert script.entry == "/opt/train.py"
-    assert [w.text for w in script.words] == ["--a=/x", "--b", "/x/y", "--one", "1", "--two", "lit $A", "--three",
-                                              "6", "--four", "dflt", "--c", "${NOPE}", "--d", "$(hostname)", "--e",
-                                              "1"]
+    assert [w.text for w in script.words] == [
+        "--a=/x",
+        "--b",
+        "/x/y",
+        "--one",
+        "1",
+        "--two",
+        "lit $A",
+        "--three",
+        "6",
+        "--four",
+        "dflt",
+        "--c",
+        "${NOPE}",
+        "--d",
+        "$(hostname)",
+        "--e",
+        "1",
+    ]
     assert [w.line for w in script.words][:5] == [10, 10, 10, 4, 4]
     notes = dict(script.notes)
     assert "not assigned" in notes["${NOPE}"] and "not run" in notes["$(hostname)"]
@@ -316,17 +380,44 @@ def test_read_script_never_raises(text):
     read_script(text)
 
 
-_FLAG_POOL = sorted(DIRECT) + ["--use-kl-loss", "--kl-loss-coef", "--adam-beta1", "--ref-load", "--load", "--rm-type",
-                               "--eval-prompt-data", "--eval-interval", "--use-wandb", "--wandb-key", "--num-layers",
-                               "--sglang-mem-fraction-static", "--router-policy", "--recompute-granularity",
-                               "--balance-data", "--update-weight-transport", "--train-env-vars", "--spec"]
+_FLAG_POOL = sorted(DIRECT) + [
+    "--use-kl-loss",
+    "--kl-loss-coef",
+    "--adam-beta1",
+    "--ref-load",
+    "--load",
+    "--rm-type",
+    "--eval-prompt-data",
+    "--eval-interval",
+    "--use-wandb",
+    "--wandb-key",
+    "--num-layers",
+    "--sglang-mem-fraction-static",
+    "--router-policy",
+    "--recompute-granularity",
+    "--balance-data",
+    "--update-weight-transport",
+    "--train-env-vars",
+    "--spec",
+]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.tuples(st.sampled_from(_FLAG_POOL),
-                          st.lists(st.one_of(st.sampled_from(["1", "0", "8", "0.5", "abc", "/p", "math", "grpo",
-                                                              "${X}", "-1", "{}", "nccl"]),
-                                             st.text(max_size=5)), max_size=2)), max_size=12))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(_FLAG_POOL),
+            st.lists(
+                st.one_of(
+                    st.sampled_from(["1", "0", "8", "0.5", "abc", "/p", "math", "grpo", "${X}", "-1", "{}", "nccl"]),
+                    st.text(max_size=5),
+                ),
+                max_size=2,
+            ),
+        ),
+        max_size=12,
+    )
+)
 def test_any_flag_list_converts_and_accounts_for_every_flag(pairs):
     import shlex
 
@@ -376,8 +467,14 @@ def test_cli_prints_yaml_and_json_report(capsys):
 
 
 def test_cli_reads_stdin():
-    proc = subprocess.run([sys.executable, "-m", "slime.cli.main", "import-slime-args", "-"], input="--colocate\n",
-                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "slime.cli.main", "import-slime-args", "-"],
+        input="--colocate\n",
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert proc.returncode == 0 and "colocate: true # --colocate (line 1)" in proc.stdout
 
 
@@ -392,6 +489,11 @@ def test_read_source_errors_are_spec_errors(tmp_path):
 
 
 def test_cli_missing_file_exits_2_without_a_traceback(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "slime.cli.main", "import-slime-args", str(tmp_path / "no.sh")],
-                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "slime.cli.main", "import-slime-args", str(tmp_path / "no.sh")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr

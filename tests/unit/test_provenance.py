@@ -18,9 +18,18 @@ from launchers.local import LocalLauncher
 from launchers.local_jobs import record_start, run_status
 from launchers.slurm import SlurmLauncher
 from slime import provenance
-from slime.errors import InfraError
-from slime.provenance import (DuplicateRun, git_info, read_lock, redact, refuse_duplicate, secret_like,
-                              secret_values, update_lock_from_preflight, write_lock)
+from slime.core.errors import InfraError
+from slime.provenance import (
+    DuplicateRun,
+    git_info,
+    read_lock,
+    redact,
+    refuse_duplicate,
+    secret_like,
+    secret_values,
+    update_lock_from_preflight,
+    write_lock,
+)
 from slime.spec import SpecError, load_spec
 
 ENV_SECRET = "env-canary-7f3a9d2e41"
@@ -82,8 +91,10 @@ def test_lock_records_spec_hash_versions_script_and_options(spec_file, monkeypat
     assert lock["slime_submit"]["version"]
     assert lock["git"] is None  # tmp_path is not a git work tree
     assert lock["options"]["driver_env"] == "launchers.tinydriver" and lock["options"]["preflight_only"] is False
-    assert lock["script"]["text"].startswith("#!/bin/bash") and "slime_secret_env API_KEY PROV_TEST_SECRET" in \
-        lock["script"]["text"]
+    assert (
+        lock["script"]["text"].startswith("#!/bin/bash")
+        and "slime_secret_env API_KEY PROV_TEST_SECRET" in lock["script"]["text"]
+    )
     assert lock["hosts"] is None and lock["rerun_of"] is None
     assert isinstance(lock["patches"], list)
 
@@ -106,18 +117,31 @@ def test_no_secret_value_reaches_the_lock(spec_file, monkeypatch):
     assert ENV_SECRET not in paths.script.read_text() and FILE_SECRET not in paths.script.read_text()
 
 
-@pytest.mark.parametrize("name,secret", [
-    ("WANDB_API_KEY", True), ("HF_TOKEN", True), ("AWS_SECRET_ACCESS_KEY", True), ("DB_PASSWORD", True),
-    ("apikey", True), ("GOOGLE_APPLICATION_CREDENTIALS", True), ("MY_PASSWD", True),
-    ("PWD", False), ("KEYBOARD", False), ("OMP_NUM_THREADS", False), ("PATH", False), ("TOKENIZERS_PARALLELISM", False),
-])
+@pytest.mark.parametrize(
+    "name,secret",
+    [
+        ("WANDB_API_KEY", True),
+        ("HF_TOKEN", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("DB_PASSWORD", True),
+        ("apikey", True),
+        ("GOOGLE_APPLICATION_CREDENTIALS", True),
+        ("MY_PASSWD", True),
+        ("PWD", False),
+        ("KEYBOARD", False),
+        ("OMP_NUM_THREADS", False),
+        ("PATH", False),
+        ("TOKENIZERS_PARALLELISM", False),
+    ],
+)
 def test_secret_like_names(name, secret):
     assert secret_like(name) is secret
 
 
 def test_redact_values_and_assignments_but_not_short_values():
-    values = secret_values({"cluster": {"secrets": {"A": {"env": "V"}}}}, {"V": "s3cr3t-value", "X_TOKEN": "tok",
-                                                                            "HOME": "/root"})
+    values = secret_values(
+        {"cluster": {"secrets": {"A": {"env": "V"}}}}, {"V": "s3cr3t-value", "X_TOKEN": "tok", "HOME": "/root"}
+    )
     assert values == ["s3cr3t-value"]  # "tok" is too short to scrub safely; HOME is not secret-like
     text = "echo s3cr3t-value; export WANDB_API_KEY='abc def'; FOO=bar; HF_TOKEN=xyz123 run"
     out = redact(text, values)
@@ -125,12 +149,15 @@ def test_redact_values_and_assignments_but_not_short_values():
 
 
 def test_versions_are_read_without_importing_the_packages(spec_file, tmp_path):
-    code = (f"import sys, json\nfrom slime.provenance import package_versions, git_info\n"
-            f"v = package_versions(); git_info(__import__('pathlib').Path({str(spec_file)!r}))\n"
-            "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'ray', 'transformers', 'megatron', "
-            "'sglang'})\nprint(json.dumps({'v': v, 'heavy': heavy}))")
-    out = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                                    timeout=60).stdout)
+    code = (
+        f"import sys, json\nfrom slime.provenance import package_versions, git_info\n"
+        f"v = package_versions(); git_info(__import__('pathlib').Path({str(spec_file)!r}))\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'ray', 'transformers', 'megatron', "
+        "'sglang'})\nprint(json.dumps({'v': v, 'heavy': heavy}))"
+    )
+    out = json.loads(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
+    )
     assert out["heavy"] == [] and out["v"]["torch"] == importlib.metadata.version("torch")
 
 
@@ -161,9 +188,24 @@ def test_preflight_hosts_are_merged_into_the_lock_once(spec_file):
     paths = create_run_dir(request)
     write_lock(paths, request, options)
     assert update_lock_from_preflight(paths.root)["hosts"] is None  # no report yet
-    report = {"ok": True, "job_id": "12", "created": 1.5, "nodes": [
-        {"rank": 0, "host": "sn1", "ip": "10.0.0.1", "gpus": ["0", "1"], "cuda_visible_devices": "0,1",
-         "slurm_gpus": "0,1", "nvidia_smi": None, "torch_cuda": 0, "roles": {"0": ["actor"]}}]}
+    report = {
+        "ok": True,
+        "job_id": "12",
+        "created": 1.5,
+        "nodes": [
+            {
+                "rank": 0,
+                "host": "sn1",
+                "ip": "10.0.0.1",
+                "gpus": ["0", "1"],
+                "cuda_visible_devices": "0,1",
+                "slurm_gpus": "0,1",
+                "nvidia_smi": None,
+                "torch_cuda": 0,
+                "roles": {"0": ["actor"]},
+            }
+        ],
+    }
     paths.task(0).preflight_json.write_text(json.dumps(report))
     hosts = update_lock_from_preflight(paths.root)["hosts"]
     assert hosts["0"]["nodes"][0]["host"] == "sn1" and hosts["0"]["nodes"][0]["gpus"] == ["0", "1"]
@@ -232,7 +274,7 @@ def test_rerun_rebuilds_exactly_the_recorded_specs_with_a_fresh_checkpoint_dir(s
 def test_overrides_are_recorded_and_give_each_submit_its_own_run_dir(spec_file, monkeypatch):
     """One file submitted with different --set values within one second (a `for lr in ...` loop):
     each submit gets its own run dir, and the lock (and a rerun's lock) says which overrides ran."""
-    monkeypatch.setattr("slime.paths.time.time", lambda: 1_800_000_000.0)  # the same second for every submit
+    monkeypatch.setattr("slime.core.paths.time.time", lambda: 1_800_000_000.0)  # the same second for every submit
     requests = []
     for seed in (7, 8):
         loaded = load_spec(str(spec_file), overrides=[f"train.seed={seed}", f"cluster.env.MY_TOKEN={ENV_SECRET}"])

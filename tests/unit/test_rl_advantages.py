@@ -177,15 +177,11 @@ def test_dispatch_knows_every_estimator_and_rejects_bad_combinations() -> None:
     with pytest.raises(ValueError, match="unknown advantage estimator 'gpro'.*grpo"):
         compute_advantages("gpro", rewards=[1.0], mask=torch.ones(1, 1))
     with pytest.raises(ValueError, match="grpo takes no KL penalty in the reward"):
-        compute_advantages(
-            "grpo", rewards=[1.0, 0.0], mask=mask, group_size=2, kl=values, kl_coef=0.1
-        )
+        compute_advantages("grpo", rewards=[1.0, 0.0], mask=mask, group_size=2, kl=values, kl_coef=0.1)
     with pytest.raises(ValueError, match="ppo needs critic values"):
         compute_advantages("ppo", rewards=[1.0, 0.0], mask=mask)
     with pytest.raises(ValueError, match="requires normalize_advantages"):
-        compute_advantages(
-            "reinforce_plus_plus", rewards=[1.0, 0.0], mask=mask, normalize_advantages=False
-        )
+        compute_advantages("reinforce_plus_plus", rewards=[1.0, 0.0], mask=mask, normalize_advantages=False)
     with pytest.raises(ValueError, match="gamma"):
         compute_advantages("ppo", rewards=[1.0, 0.0], mask=mask, values=values, gamma=1.5)
     with pytest.raises(ValueError, match="rewards must be \\[B\\]"):

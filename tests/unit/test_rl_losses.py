@@ -83,9 +83,7 @@ def test_gspo_uses_one_ratio_per_sequence() -> None:
     loss, m = policy_loss(logp, old, adv, mask, estimator="gspo", eps_clip=0.2)
     torch.testing.assert_close(loss, torch.tensor(-1.081935))
     torch.testing.assert_close(m["clipfrac"], torch.tensor(3 / 5))
-    seq, _ = policy_loss(
-        logp, old, adv, mask, estimator="gspo", eps_clip=0.2, agg="seq_mean_token_mean"
-    )
+    seq, _ = policy_loss(logp, old, adv, mask, estimator="gspo", eps_clip=0.2, agg="seq_mean_token_mean")
     torch.testing.assert_close(seq, torch.tensor(-1.052419))
     # d/d logp_j of (2 * -exp(mean) / 5) for row 0 = -exp(-0.1) / 5 = -0.180967 per token;
     # row 1 is clipped (no gradient); padding gets none either
@@ -104,9 +102,7 @@ def test_cispo_weights_are_stopgrad_and_gradient_flows_through_logp_only() -> No
     old = torch.full((1, 3), -1.0, requires_grad=True)
     logp = torch.tensor([[-1 + LN(1.5), -1 + LN(0.9), -1 + LN(0.5)]], requires_grad=True)
     adv = torch.tensor([[1.0, -2.0, 0.5]], requires_grad=True)
-    loss, m = policy_loss(
-        logp, old, adv, torch.ones(1, 3), estimator="cispo", eps_clip=0.2, eps_clip_high=0.28
-    )
+    loss, m = policy_loss(logp, old, adv, torch.ones(1, 3), estimator="cispo", eps_clip=0.2, eps_clip_high=0.28)
     torch.testing.assert_close(loss, torch.tensor(-0.183795))
     torch.testing.assert_close(m["clipfrac"], torch.tensor(2 / 3))
     loss.backward()
@@ -121,9 +117,7 @@ def test_cispo_weights_are_stopgrad_and_gradient_flows_through_logp_only() -> No
 def test_padding_is_ignored_even_when_it_holds_nan_and_inf() -> None:
     logp, old, adv, mask = _ppo_inputs()
     ref, _ = policy_loss(logp, old, adv, mask, estimator="ppo", eps_clip=0.2, eps_clip_high=0.3)
-    pad_logp = torch.cat(
-        [logp.detach(), torch.tensor([[float("nan"), 80.0]])], dim=1
-    ).requires_grad_()
+    pad_logp = torch.cat([logp.detach(), torch.tensor([[float("nan"), 80.0]])], dim=1).requires_grad_()
     pad_old = torch.cat([old, torch.tensor([[float("-inf"), -80.0]])], dim=1)
     pad_adv = torch.cat([adv, torch.tensor([[float("inf"), 3.0]])], dim=1)
     pad_mask = torch.cat([mask, torch.zeros(1, 2)], dim=1)
@@ -166,9 +160,7 @@ def test_logprobs_from_logits_divides_policy_logits_by_temperature() -> None:
     logits = torch.tensor([[[1.0, 2.0, 3.0]]])
     target = torch.tensor([[2]])
     torch.testing.assert_close(logprobs_from_logits(logits, target), torch.tensor([[-0.407606]]))
-    torch.testing.assert_close(
-        logprobs_from_logits(logits, target, 2.0), torch.tensor([[-0.680270]])
-    )
+    torch.testing.assert_close(logprobs_from_logits(logits, target, 2.0), torch.tensor([[-0.680270]]))
     out = logprobs_from_logits(logits.bfloat16(), target)
     assert out.dtype == torch.float32
     with pytest.raises(ValueError, match="temperature must be > 0"):

@@ -34,15 +34,11 @@ async def good_generate(ctx: Any, sample: Sample, sampling_params: Mapping[str, 
     return sample
 
 
-def good_rollout(
-    ctx: Any, rollout_id: int, data_source: Any, *, evaluation: bool = False
-) -> list[list[Sample]]:
+def good_rollout(ctx: Any, rollout_id: int, data_source: Any, *, evaluation: bool = False) -> list[list[Sample]]:
     return []
 
 
-async def async_rollout(
-    ctx: Any, rollout_id: int, data_source: Any, *, evaluation: bool = False
-) -> list[list[Sample]]:
+async def async_rollout(ctx: Any, rollout_id: int, data_source: Any, *, evaluation: bool = False) -> list[list[Sample]]:
     return []
 
 
@@ -66,9 +62,7 @@ def test_good_plugins_pass() -> None:
 
 
 def test_wrong_plugins_get_clear_errors() -> None:
-    with pytest.raises(
-        PluginContractError, match="reward plug-in 'pkg:sync_reward' must be a coroutine"
-    ):
+    with pytest.raises(PluginContractError, match="reward plug-in 'pkg:sync_reward' must be a coroutine"):
         check_plugin(sync_reward, "reward", name="pkg:sync_reward")
     with pytest.raises(PluginContractError, match="cannot be called with 1 positional argument"):
         check_plugin(two_arg_reward, "reward")

@@ -77,9 +77,7 @@ def test_400_is_not_retried() -> None:
     async def main() -> None:
         async with reward_server({"/score": bad}) as base:
             async with _client(f"{base}/score", max_retries=5) as fn:
-                with pytest.raises(
-                    RemoteRewardError, match="HTTP 400 \\(not retried\\): missing field"
-                ):
+                with pytest.raises(RemoteRewardError, match="HTTP 400 \\(not retried\\): missing field"):
                     await fn(SAMPLE)
 
     asyncio.run(main())
@@ -102,9 +100,7 @@ def test_retries_are_bounded_and_429_is_retried() -> None:
     async def main() -> None:
         async with reward_server({"/down": always_503, "/limited": limited_once}) as base:
             async with _client(f"{base}/down", max_retries=2) as fn:
-                with pytest.raises(
-                    RemoteRewardError, match="failed after 3 attempt\\(s\\): HTTP 503"
-                ):
+                with pytest.raises(RemoteRewardError, match="failed after 3 attempt\\(s\\): HTTP 503"):
                     await fn(SAMPLE)
             async with _client(f"{base}/limited", max_retries=2) as fn:
                 assert await fn(SAMPLE) == 1.0
@@ -125,9 +121,7 @@ def test_timeouts_are_retried_then_reported() -> None:
     async def main() -> None:
         async with reward_server({"/slow": slow}) as base:
             async with _client(f"{base}/slow", timeout_s=0.1, max_retries=1) as fn:
-                with pytest.raises(
-                    RemoteRewardError, match="failed after 2 attempt\\(s\\): timed out"
-                ):
+                with pytest.raises(RemoteRewardError, match="failed after 2 attempt\\(s\\): timed out"):
                     await fn(SAMPLE)
 
     asyncio.run(main())

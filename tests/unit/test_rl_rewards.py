@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from slime.registry import UnknownPlugin
+from slime.core.registry import UnknownPlugin
 from slime.rl.plugins import PluginContractError
 from slime.rl.rewards import REWARDS, batch_rewards, make_reward_fn
 from slime.rl.rewards.custom import RewardValueError
@@ -76,9 +76,7 @@ def test_math_equal_after_normalisation(pred: str, gold: str) -> None:
     assert math_equal(pred, gold), (normalize_math(pred), normalize_math(gold))
 
 
-@pytest.mark.parametrize(
-    ("pred", "gold"), [("3", "4"), ("1/3", "0.333"), ("(1,2)", "(2,1)"), ("", "")]
-)
+@pytest.mark.parametrize(("pred", "gold"), [("3", "4"), ("1/3", "0.333"), ("(1,2)", "(2,1)"), ("", "")])
 def test_math_unequal(pred: str, gold: str) -> None:
     assert not math_equal(pred, gold)
 
@@ -213,9 +211,9 @@ def raising_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_a_raising_custom_reward_is_a_user_error_naming_it_and_where(
     raising_module: Path, attr: str, raised: str, line: int, func: str
 ) -> None:
+    from slime.core.errors import ExitCode
     from slime.rl.rewards.custom import RewardFunctionError
     from slime.runtime.failures import classify
-    from slime.runtime.state import EXIT_SPEC
 
     fn = make_reward_fn("custom", custom=f"my_raising_rewards:{attr}")
     with pytest.raises(RewardFunctionError) as info:
@@ -223,7 +221,7 @@ def test_a_raising_custom_reward_is_a_user_error_naming_it_and_where(
     text = str(info.value)
     assert text.startswith(f"reward function 'my_raising_rewards:{attr}' raised {raised}")
     assert f"(at {raising_module}:{line} in {func})" in text
-    assert classify(info.value) == EXIT_SPEC  # not "an internal error (a bug)"
+    assert classify(info.value) == ExitCode.SPEC  # not "an internal error (a bug)"
 
 
 # ---- factory and batch --------------------------------------------------------------------------
@@ -233,9 +231,7 @@ def test_factory_validates_its_arguments() -> None:
     assert {"exact", "math", "f1", "remote", "custom"} <= set(REWARDS.names())
     with pytest.raises(ValueError, match="'remote' needs reward.url"):
         make_reward_fn("remote")
-    with pytest.raises(
-        ValueError, match="reward.url is only used with reward.type 'remote', not 'math'"
-    ):
+    with pytest.raises(ValueError, match="reward.url is only used with reward.type 'remote', not 'math'"):
         make_reward_fn("math", url="http://127.0.0.1:1/")
     with pytest.raises(ValueError, match="'custom' needs reward.custom"):
         make_reward_fn("custom")

@@ -62,8 +62,9 @@ with open(tmp / "actor-rank0.pt", "wb") as fh:
 def test_a_process_killed_mid_save_leaves_the_previous_checkpoint(tmp_path):
     store = CheckpointStore(tmp_path, keep=2)
     save(store, 1, b"good")
-    proc = subprocess.Popen([sys.executable, "-c", _CRASHING_SAVER.format(repo=str(REPO)), str(tmp_path)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CRASHING_SAVER.format(repo=str(REPO)), str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline().strip() == "writing"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)

@@ -8,18 +8,26 @@ import signal
 
 import pytest
 
-from slime.paths import TaskPaths
+from slime.core.errors import ExitCode
+from slime.core.paths import TaskPaths
 from slime.runtime.metrics import MetricsLog, WandbSink, read_metrics
-from slime.runtime.state import EXIT_REQUEUE, StopFlag, TaskState
+from slime.runtime.state import StopFlag, TaskState
 from slime.runtime.summary import final_metrics, write_summary
 
 
 def rows():
     out = [{"rollout_id": -1, "step": 0, "eval/accuracy": 0.5, "eval/heldout/accuracy": 0.5}]
     for r in range(4):
-        out.append({"rollout_id": r, "step": r + 1, "rollout/reward_mean": 0.1 * r, "time/train_s": 1.0,
-                    "weight_version": r + 2, **({"check/step0_logprob_diff": 1e-7, "check/step0_kl": 0.0}
-                                                if r == 0 else {})})
+        out.append(
+            {
+                "rollout_id": r,
+                "step": r + 1,
+                "rollout/reward_mean": 0.1 * r,
+                "time/train_s": 1.0,
+                "weight_version": r + 2,
+                **({"check/step0_logprob_diff": 1e-7, "check/step0_kl": 0.0} if r == 0 else {}),
+            }
+        )
     out[-1].update({"eval/accuracy": 0.9, "eval/heldout/accuracy": 0.9})
     return out
 
@@ -75,7 +83,7 @@ def test_stop_flag_catches_sigusr1_and_sigterm():
             assert flag.requested and flag.reason == signal.Signals(sig).name
         finally:
             flag.uninstall()
-    assert EXIT_REQUEUE == 75
+    assert ExitCode.REQUEUE == 75
 
 
 def test_task_state_is_rewritten_atomically(tmp_path):

@@ -11,9 +11,18 @@ from slime.runtime.train_data import collate, sequence_scores, shard_for_rank, t
 
 
 def test_collate_aligns_response_tokens_with_their_predicting_position():
-    b = collate([{"tokens": [10, 11, 12, 13, 14], "response_length": 2, "loss_mask": [1, 0],
-                  "rollout_log_probs": [-0.5, -0.25]},
-                 {"tokens": [20, 21, 22], "response_length": 1, "rollout_log_probs": [-1.0]}], pad_id=0)
+    b = collate(
+        [
+            {
+                "tokens": [10, 11, 12, 13, 14],
+                "response_length": 2,
+                "loss_mask": [1, 0],
+                "rollout_log_probs": [-0.5, -0.25],
+            },
+            {"tokens": [20, 21, 22], "response_length": 1, "rollout_log_probs": [-1.0]},
+        ],
+        pad_id=0,
+    )
     assert b.tokens.tolist() == [[10, 11, 12, 13, 14], [20, 21, 22, 0, 0]]
     assert b.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]
     # position t scores token t+1: response tokens 13, 14 are predicted at positions 2, 3
@@ -37,8 +46,9 @@ def test_sequence_scores_per_estimator():
     r = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0]
     grpo = sequence_scores(r, estimator="grpo", group_size=4, normalize_std=True)
     assert grpo[0] == pytest.approx(1.5, rel=1e-4) and grpo[1] == pytest.approx(-0.5, rel=1e-4)
-    assert sequence_scores(r, estimator="reinforce_plus_plus_baseline", group_size=4,
-                           normalize_std=True)[:2] == pytest.approx([0.75, -0.25])
+    assert sequence_scores(r, estimator="reinforce_plus_plus_baseline", group_size=4, normalize_std=True)[
+        :2
+    ] == pytest.approx([0.75, -0.25])
     assert sequence_scores(r, estimator="ppo", group_size=4, normalize_std=True) == r
 
 
@@ -58,8 +68,9 @@ def test_two_ranks_whitened_with_global_moments_match_one_process(estimator):
     kw = dict(estimator=estimator, kl=kl, kl_coef=0.1, values=values, gamma=0.9, lambd=0.8)
     whole, _ = token_advantages(scores, mask, **kw)
     # one process over all rows equals slime.rl's reference implementation on the raw rewards
-    ref = compute_advantages(estimator, rewards=rewards, mask=mask, group_size=2, kl=kl, kl_coef=0.1,
-                             values=values, gamma=0.9, lambd=0.8)
+    ref = compute_advantages(
+        estimator, rewards=rewards, mask=mask, group_size=2, kl=kl, kl_coef=0.1, values=values, gamma=0.9, lambd=0.8
+    )
     assert torch.allclose(whole, ref.advantages, atol=1e-5)
     # two "ranks": each all-reduce adds the other half's contribution
     halves = [slice(0, 2), slice(2, 4)]
@@ -70,14 +81,16 @@ def test_two_ranks_whitened_with_global_moments_match_one_process(estimator):
         def capture(t):
             captured["t"] = t.clone()
             return t
+
         token_advantages(scores[h], mask[h], **{**kw, "kl": kl[h], "values": values[h]}, all_reduce=capture)
         return captured["t"]
 
     parts = [stats(h) for h in halves]
     for i, h in enumerate(halves):
         other = parts[1 - i]
-        adv, _ = token_advantages(scores[h], mask[h], **{**kw, "kl": kl[h], "values": values[h]},
-                                  all_reduce=lambda t, o=other: t + o)
+        adv, _ = token_advantages(
+            scores[h], mask[h], **{**kw, "kl": kl[h], "values": values[h]}, all_reduce=lambda t, o=other: t + o
+        )
         assert torch.allclose(adv, whole[h], atol=1e-5)
 
 

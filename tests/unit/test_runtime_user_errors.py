@@ -12,10 +12,10 @@ import pytest
 import ray.exceptions as rex
 from msgspec.structs import replace
 
+from slime.core.errors import ExitCode
 from slime.runtime.checkpoint import STATE_FILE, CheckpointError, CheckpointStore
 from slime.runtime.driver import Driver
 from slime.runtime.failures import checkpoint_save_error, classify
-from slime.runtime.state import EXIT_FAILED, EXIT_SPEC
 from slime.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,13 +31,16 @@ def save(store: CheckpointStore, rollout_id: int) -> Path:
 
 def driver_for(tmp_path: Path, *, ckpt_dir: Path, load: Path | None = None) -> Driver:
     """A Driver with a spec and task paths, as ``Driver.__init__`` leaves it, without a run dir."""
-    from slime.paths import RunPaths
+    from slime.core.paths import RunPaths
 
     spec = load_spec(REPO / "specs" / "quickstart.yaml").spec
     ck = replace(spec.train.checkpoint, dir=str(ckpt_dir), load=str(load) if load else None)
     d = Driver.__new__(Driver)
-    d.spec = replace(spec, train=replace(spec.train, checkpoint=ck),
-                     logging=replace(spec.logging, wandb=replace(spec.logging.wandb, mode="disabled")))
+    d.spec = replace(
+        spec,
+        train=replace(spec.train, checkpoint=ck),
+        logging=replace(spec.logging, wandb=replace(spec.logging.wandb, mode="disabled")),
+    )
     d.tp = RunPaths(tmp_path / "run").task(0)
     d.task_index = 0
     d._model_dir = lambda: pytest.fail("setup went on past the checkpoint checks (towards Ray)")
@@ -54,7 +57,7 @@ def test_a_checkpoint_dir_that_cannot_be_created_fails_at_setup_naming_it(tmp_pa
         CheckpointStore(bad).check_writable()
     text = str(info.value)
     assert f"train.checkpoint.dir {bad} is not writable" in text and "Not a directory" in text
-    assert classify(info.value) == EXIT_SPEC
+    assert classify(info.value) == ExitCode.SPEC
     # the driver checks it before anything else starts (Ray, engines, training)
     with pytest.raises(CheckpointError, match="is not writable"):
         driver_for(tmp_path, ckpt_dir=bad).setup()
@@ -82,15 +85,16 @@ def test_the_writable_check_leaves_nothing_behind(tmp_path):
 
 def test_an_os_error_while_saving_names_the_checkpoint_dir_and_is_no_bug(tmp_path):
     full = OSError(28, "No space left on device")
-    assert classify(full) == EXIT_FAILED  # unmapped, it would be reported as a bug
+    assert classify(full) == ExitCode.BUG  # unmapped, it would be reported as a bug
     for exc in (full, rex.RayTaskError("TrainerRank.save", "remote traceback", full)):
         err = checkpoint_save_error(exc, tmp_path / "ck", 7)
-        assert isinstance(err, CheckpointError) and classify(err) == EXIT_SPEC
+        assert isinstance(err, CheckpointError) and classify(err) == ExitCode.SPEC
         assert f"rollout 7 in {tmp_path / 'ck'} (train.checkpoint.dir)" in str(err)
         assert "No space left on device" in str(err) and "free disk space" in str(err)
     # torch.save in a rank reports a full disk as a RuntimeError
-    torch_full = RuntimeError("[enforce fail at inline_container.cc:603] . PytorchStreamWriter failed writing file "
-                              "data/3: file write failed")
+    torch_full = RuntimeError(
+        "[enforce fail at inline_container.cc:603] . PytorchStreamWriter failed writing file data/3: file write failed"
+    )
     assert "file write failed" in str(checkpoint_save_error(torch_full, tmp_path, 7))
     # infrastructure and real bugs keep their own classification
     assert checkpoint_save_error(ConnectionError("peer gone"), tmp_path, 7) is None
@@ -133,7 +137,7 @@ def test_a_damaged_state_json_names_the_dir_and_the_usable_ones(tmp_path, conten
     text = str(info.value)
     assert f"cannot resume from checkpoint {bad}: it is damaged" in text and STATE_FILE in text
     assert f"delete or move aside {bad}" in text and f"newest complete one left ({tmp_path / '2'})" in text
-    assert classify(info.value) == EXIT_SPEC
+    assert classify(info.value) == ExitCode.SPEC
     # the driver reads it at setup, before Ray and the engines start
     with pytest.raises(CheckpointError, match="it is damaged"):
         driver_for(tmp_path / "x", ckpt_dir=tmp_path).setup()
@@ -174,8 +178,9 @@ def test_a_truncated_rank_file_at_resume_names_the_dir_and_what_to_do(tmp_path):
         d.resume()
     text = str(info.value)
     assert f"cannot resume from checkpoint {bad}: it is damaged (cannot load {bad / 'actor-rank0.pt'}" in text
-    assert f"delete or move aside {bad}; the run then resumes from the newest complete one left " \
-           f"({tmp_path / '1'})" in text
+    assert (
+        f"delete or move aside {bad}; the run then resumes from the newest complete one left ({tmp_path / '1'})" in text
+    )
     # anything else from the ranks is not relabelled
     d.actor = _LoadingActor(rex.RayTaskError("TrainerRank.load", "tb", RuntimeError("a bug")))
     with pytest.raises(rex.RayTaskError):
@@ -213,8 +218,7 @@ def test_the_driver_resumes_from_its_own_checkpoint_when_load_is_set(tmp_path):
 def tokenizer_dir(tmp_path_factory):
     from slime.models.tiny import build_tiny_model
 
-    return build_tiny_model(tmp_path_factory.mktemp("tok") / "tiny", seed=0, hidden=32, layers=1, heads=2,
-                            kv_heads=1)
+    return build_tiny_model(tmp_path_factory.mktemp("tok") / "tiny", seed=0, hidden=32, layers=1, heads=2, kv_heads=1)
 
 
 def manager(tmp_path: Path, tokenizer_dir: Path, rows: list[str], *, warmup: int, label_key: str | None = "label"):
@@ -223,9 +227,12 @@ def manager(tmp_path: Path, tokenizer_dir: Path, rows: list[str], *, warmup: int
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(r + "\n" for r in rows))
     spec = load_spec(REPO / "specs" / "quickstart.yaml").spec
-    spec = replace(spec, data=replace(spec.data, prompts=str(prompts), label_key=label_key, eval=()),
-                   algorithm=replace(spec.algorithm, sft_warmup_steps=warmup),
-                   reward=replace(spec.reward, type="f1"))
+    spec = replace(
+        spec,
+        data=replace(spec.data, prompts=str(prompts), label_key=label_key, eval=()),
+        algorithm=replace(spec.algorithm, sft_warmup_steps=warmup),
+        reward=replace(spec.reward, type="f1"),
+    )
     return RolloutManager(spec, [], str(tokenizer_dir)), prompts
 
 
@@ -251,5 +258,5 @@ def test_warmup_samples_are_the_labels(tmp_path, tokenizer_dir):
     rows = ['{"prompt": "1+2=", "label": ["3", "03"]}', '{"prompt": "2+2=", "label": "4"}']
     mgr, _ = manager(tmp_path, tokenizer_dir, rows, warmup=2)
     out = mgr.sft_samples(2)
-    answers = sorted(mgr.tokenizer.decode(s["tokens"][-s["response_length"]:-1]) for s in out)
+    answers = sorted(mgr.tokenizer.decode(s["tokens"][-s["response_length"] : -1]) for s in out)
     assert answers == ["3", "4"]

@@ -30,13 +30,13 @@ import pytest
 
 pytest.importorskip("e2b")
 
-from connectrpc.code import Code  # noqa: E402
-from connectrpc.errors import ConnectError  # noqa: E402
-from e2b.envd.process import process_connect, process_pb  # noqa: E402
-from protobuf import Oneof  # noqa: E402
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+from e2b.envd.process import process_connect, process_pb
+from protobuf import Oneof
 
-from slime.agent.sandbox import TIMEOUT_RC, Sandbox, SandboxError, make_sandbox  # noqa: E402
-from slime.agent.sandbox.e2b import E2BSandbox, is_transient, resolve_secret_ref  # noqa: E402
+from slime.agent.sandbox import TIMEOUT_RC, Sandbox, SandboxError, make_sandbox
+from slime.agent.sandbox.e2b import E2BSandbox, is_transient, resolve_secret_ref
 
 API_KEY = "e2b_TESTKEY_" + uuid.uuid4().hex
 
@@ -53,9 +53,7 @@ class _Process(process_connect.ProcessSync):
         cfg = request.process
         cwd = self.root / (cfg.cwd if cfg.has_field("cwd") else "/home/user").lstrip("/")
         cwd.mkdir(parents=True, exist_ok=True)
-        args = [
-            a for a in cfg.args if a != "-l"
-        ]  # no login shell: the host's profile is not the VM's
+        args = [a for a in cfg.args if a != "-l"]  # no login shell: the host's profile is not the VM's
         proc = subprocess.Popen(
             [cfg.cmd, *args],
             cwd=cwd,
@@ -120,17 +118,13 @@ class FakeE2B:
         method, path = environ["REQUEST_METHOD"], environ["PATH_INFO"]
         if environ.get("HTTP_TRANSFER_ENCODING", "").lower() == "chunked":
             _dechunk(environ)  # wsgiref hands over the raw socket stream
-        headers = {
-            k[5:].replace("_", "-").lower(): v for k, v in environ.items() if k.startswith("HTTP_")
-        }
+        headers = {k[5:].replace("_", "-").lower(): v for k, v in environ.items() if k.startswith("HTTP_")}
         with self.lock:
             self.requests.append((method, path, headers))
             pending = self.faults.get((method, path))
             status = pending.pop(0) if pending else None
         if status is not None:
-            return self._json(
-                start_response, status, {"code": status, "message": "injected failure"}
-            )
+            return self._json(start_response, status, {"code": status, "message": "injected failure"})
         if (method, path) == ("POST", "/v2/sandboxes"):
             if headers.get("x-api-key") != API_KEY:
                 return self._json(start_response, 401, {"code": 401, "message": "bad key"})
@@ -161,16 +155,10 @@ class FakeE2B:
             local = self.root / str(target).lstrip("/")  # the VM's filesystem lives under root
             if method == "POST":
                 local.parent.mkdir(parents=True, exist_ok=True)
-                local.write_bytes(
-                    environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
-                )
-                return self._json(
-                    start_response, 200, [{"name": local.name, "type": "file", "path": str(target)}]
-                )
+                local.write_bytes(environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0)))
+                return self._json(start_response, 200, [{"name": local.name, "type": "file", "path": str(target)}])
             if not local.is_file():
-                return self._json(
-                    start_response, 404, {"code": 404, "message": f"{target} not found"}
-                )
+                return self._json(start_response, 404, {"code": 404, "message": f"{target} not found"})
             start_response("200 OK", [("Content-Type", "application/octet-stream")])
             return [local.read_bytes()]
         if path.startswith("/process.Process/"):
@@ -208,12 +196,8 @@ class _QuietHandler(WSGIRequestHandler):
 @pytest.fixture
 def server(tmp_path):
     fake = FakeE2B(tmp_path)
-    httpd = make_server(
-        "127.0.0.1", 0, fake, server_class=_ThreadingServer, handler_class=_QuietHandler
-    )
-    thread = threading.Thread(
-        target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    )
+    httpd = make_server("127.0.0.1", 0, fake, server_class=_ThreadingServer, handler_class=_QuietHandler)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     fake.url = f"http://127.0.0.1:{httpd.server_port}"
     yield fake
@@ -252,9 +236,7 @@ def test_roundtrip_exec_files_and_kill_through_the_sdk(server, caplog):
             assert (rc, out, err) == (3, "hi\n", "oops\n")
             ok = await sb.exec(["printf", "%s", "$HOME"], timeout=10, env={"X": "1"})
             assert ok.ok and ok.stdout == "$HOME"  # a list is quoted, not shell-expanded
-            assert (
-                await sb.exec("echo $X", timeout=10, env={"X": "from-env"})
-            ).stdout == "from-env\n"
+            assert (await sb.exec("echo $X", timeout=10, env={"X": "from-env"})).stdout == "from-env\n"
             await sb.write_file("dir/a.bin", b"\x00\x01payload")
             assert (server.root / "home/user/dir/a.bin").read_bytes() == b"\x00\x01payload"
             assert await sb.read_file("/home/user/dir/a.bin") == b"\x00\x01payload"

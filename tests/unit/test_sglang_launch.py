@@ -95,15 +95,33 @@ def test_disaggregated_engines_start_after_the_actor_gpus():
 
 
 def test_engine_args_conversion():
-    flags = flags_from_args({"mem-fraction-static": 0.8, "enable-torch-compile": True, "disable-radix-cache": False,
-                             "chunked-prefill-size": None, "attention-backend": "fa3", "max-running-requests": 128},
-                            field_name="rollout.engine_args")
-    assert flags == ["--mem-fraction-static", "0.8", "--enable-torch-compile", "--attention-backend", "fa3",
-                     "--max-running-requests", "128"]
+    flags = flags_from_args(
+        {
+            "mem-fraction-static": 0.8,
+            "enable-torch-compile": True,
+            "disable-radix-cache": False,
+            "chunked-prefill-size": None,
+            "attention-backend": "fa3",
+            "max-running-requests": 128,
+        },
+        field_name="rollout.engine_args",
+    )
+    assert flags == [
+        "--mem-fraction-static",
+        "0.8",
+        "--enable-torch-compile",
+        "--attention-backend",
+        "fa3",
+        "--max-running-requests",
+        "128",
+    ]
     for key in ("tp-size", "tp_size", "--port", "base_gpu_id", "dist-init-addr"):
         with pytest.raises(LaunchError, match=f"rollout.engine_args.{key}: slime sets"):
-            flags_from_args({key: 1}, field_name="rollout.engine_args", reserved=("tp-size", "port", "base-gpu-id",
-                                                                                  "dist-init-addr"))
+            flags_from_args(
+                {key: 1},
+                field_name="rollout.engine_args",
+                reserved=("tp-size", "port", "base-gpu-id", "dist-init-addr"),
+            )
     with pytest.raises(LaunchError, match="must be a string, number"):
         flags_from_args({"x": [1, 2]}, field_name="rollout.engine_args")
 
@@ -118,9 +136,18 @@ def test_pp_size_divides_gpus_per_engine_and_reserved_keys_are_rejected_from_spe
         engine_commands(_spec("rollout.engine_args.tp-size=4"))
 
 
-@pytest.mark.parametrize("key, flag", [("base-gpu", "base-gpu-id"), ("nccl-po", "nccl-port"), ("dp-size", "dp-size"),
-                                       ("data_parallel_size", "data-parallel-size"), ("gpu-id-step", "gpu-id-step"),
-                                       ("attn-dp-size", "attn-dp-size"), ("dist", "dist-init-addr")])
+@pytest.mark.parametrize(
+    "key, flag",
+    [
+        ("base-gpu", "base-gpu-id"),
+        ("nccl-po", "nccl-port"),
+        ("dp-size", "dp-size"),
+        ("data_parallel_size", "data-parallel-size"),
+        ("gpu-id-step", "gpu-id-step"),
+        ("attn-dp-size", "attn-dp-size"),
+        ("dist", "dist-init-addr"),
+    ],
+)
 def test_engine_args_cannot_reach_placement_flags_even_abbreviated(key, flag):
     # argparse (allow_abbrev) would expand e.g. --base-gpu to --base-gpu-id, overriding slime's value
     with pytest.raises(LaunchError, match=rf"rollout\.engine_args\.{key}: slime sets --{flag} itself"):
@@ -133,7 +160,7 @@ def test_engine_args_keys_with_equals_are_rejected():
 
 
 def test_engine_port_blocks_are_per_job_and_outside_the_ray_range(monkeypatch):
-    from launchers.ports import BLOCK, port_range
+    from slime.core.ports import BLOCK, port_range
 
     monkeypatch.delenv("SLIME_ENGINE_PORT_RANGE", raising=False)
     monkeypatch.delenv("SLIME_RAY_PORT_RANGE", raising=False)
@@ -141,7 +168,7 @@ def test_engine_port_blocks_are_per_job_and_outside_the_ray_range(monkeypatch):
     firsts = {next(port_blocks(f"/runs/r{i}/tasks/0/logs/engines")) for i in range(20)}
     assert len(firsts) > 10  # different jobs, different blocks
     for base in firsts:
-        assert 1024 <= base and (base + BLOCK <= ray_low or base >= ray_high)
+        assert base >= 1024 and (base + BLOCK <= ray_low or base >= ray_high)
     key = "/runs/a/tasks/0/logs/engines"
     assert next(port_blocks(key)) == next(port_blocks(key))
     monkeypatch.setenv("SLIME_ENGINE_PORT_RANGE", "40000-41000")
@@ -164,8 +191,20 @@ def test_trust_remote_code_follows_auto_map(tmp_path):
 def test_router_only_for_several_engines_with_router_args():
     spec = _spec("rollout.router_args.policy=cache_aware")
     cmd = router_command(spec, ["http://a:1", "http://b:2"], host="a")
-    assert list(cmd.argv) == ["python", "-m", "sglang_router.launch_router", "--host", "a", "--port", "30000",
-                              "--worker-urls", "http://a:1", "http://b:2", "--policy", "cache_aware"]
+    assert list(cmd.argv) == [
+        "python",
+        "-m",
+        "sglang_router.launch_router",
+        "--host",
+        "a",
+        "--port",
+        "30000",
+        "--worker-urls",
+        "http://a:1",
+        "http://b:2",
+        "--policy",
+        "cache_aware",
+    ]
     assert router_command(spec, ["http://a:1"], host="a") is None
 
 

@@ -38,7 +38,7 @@ def _checkpoint(path: Path, tensors: dict[str, torch.Tensor], *, shards: int = 2
         part = names[k::shards]
         fname = f"model-{k:05d}-of-{shards:05d}.safetensors"
         save_file({n: tensors[n] for n in part}, str(path / fname), metadata={"format": "pt"})
-        weight_map.update({n: fname for n in part})
+        weight_map.update(dict.fromkeys(part, fname))
     (path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     (path / "config.json").write_text('{"model_type": "qwen2"}')
     return path
@@ -46,8 +46,11 @@ def _checkpoint(path: Path, tensors: dict[str, torch.Tensor], *, shards: int = 2
 
 def _base_tensors() -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
-    return {f"model.layers.{i}.{n}": torch.randn(64, 64, generator=g).to(torch.bfloat16)
-            for i in range(4) for n in ("a.weight", "b.weight")} | {"model.norm.weight": torch.ones(64)}
+    return {
+        f"model.layers.{i}.{n}": torch.randn(64, 64, generator=g).to(torch.bfloat16)
+        for i in range(4)
+        for n in ("a.weight", "b.weight")
+    } | {"model.norm.weight": torch.ones(64)}
 
 
 def _rl_step(tensors: dict[str, torch.Tensor], names: list[str]) -> dict[str, torch.Tensor]:
@@ -85,8 +88,7 @@ def test_delta_round_trip_ships_only_changes(tmp_path):
     assert (out / "config.json").is_file() and (out / "model.safetensors.index.json").is_file()
     # shard 1 holds only unchanged tensors (layers 0/2 'a' weights sort into shard 0): linked, not rewritten
     weight_map = json.loads((base / "model.safetensors.index.json").read_text())["weight_map"]
-    untouched = {f for f in set(weight_map.values())
-                 if not any(weight_map[n] == f for n in changed)}
+    untouched = {f for f in set(weight_map.values()) if not any(weight_map[n] == f for n in changed)}
     assert untouched and all(os.path.samefile(out / f, base / f) for f in untouched)
 
     raw_stats = write_delta(base, new, tmp_path / "delta-raw", encoding="raw")
@@ -100,8 +102,10 @@ def test_nothing_changed_gives_an_empty_delta(tmp_path):
     stats = write_delta(base, same, tmp_path / "d")
     assert stats.changed == 0 and stats.payload_bytes == 0
     apply_delta(base, tmp_path / "d", tmp_path / "out")
-    assert torch.equal(load_file(str(next((tmp_path / "out").glob("model-00000*"))))["model.layers.0.a.weight"],
-                       t["model.layers.0.a.weight"])
+    assert torch.equal(
+        load_file(str(next((tmp_path / "out").glob("model-00000*"))))["model.layers.0.a.weight"],
+        t["model.layers.0.a.weight"],
+    )
 
 
 @pytest.fixture()
@@ -176,14 +180,26 @@ def run_sync_protocol(backend: str, devices: list[str] | None = None) -> tuple[d
         return env if devices is None else {**env, "CUDA_VISIBLE_DEVICES": devices[i]}
 
     device = "cpu" if devices is None else "cuda"
-    engines = [subprocess.Popen([sys.executable, __file__, "engine", str(p), device], env=env_for(i + 1),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for i, p in enumerate(ports)]
+    engines = [
+        subprocess.Popen(
+            [sys.executable, __file__, "engine", str(p), device],
+            env=env_for(i + 1),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i, p in enumerate(ports)
+    ]
     try:
         for p in ports:
             _wait_http(f"http://127.0.0.1:{p}")
-        trainer = subprocess.run([sys.executable, __file__, "trainer", str(_free_port()), backend, device,
-                                  *map(str, ports)], env=env_for(0), capture_output=True, text=True, timeout=300)
+        trainer = subprocess.run(
+            [sys.executable, __file__, "trainer", str(_free_port()), backend, device, *map(str, ports)],
+            env=env_for(0),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert trainer.returncode == 0, trainer.stderr[-3000:]
         sent = json.loads(trainer.stdout.strip().splitlines()[-1])
     finally:
@@ -225,8 +241,14 @@ def _trainer_main(master_port: int, backend: str, device: str, engine_ports: lis
 
     async def run():
         clients = [EngineClient(f"http://127.0.0.1:{p}") for p in engine_ports]
-        sync = NcclWeightSync(clients, engine_gpus=[1, 1], master_address="127.0.0.1", master_port=master_port,
-                              backend=backend, bucket_bytes=2 * 64 * 32 * 2)
+        sync = NcclWeightSync(
+            clients,
+            engine_gpus=[1, 1],
+            master_address="127.0.0.1",
+            master_port=master_port,
+            backend=backend,
+            bucket_bytes=2 * 64 * 32 * 2,
+        )
         await sync.init_group()
         count = await sync.update(named, version=9)
         await asyncio.gather(*(c.close() for c in clients))
@@ -252,8 +274,14 @@ def _engine_main(port: int, device: str) -> None:
         b = await request.json()
         state["calls"].append(["init_weights_update_group", b["rank_offset"], b["world_size"], b["backend"]])
         state["group"] = await asyncio.to_thread(
-            init_weight_update_group, b["master_address"], b["master_port"], rank=b["rank_offset"],
-            world_size=b["world_size"], group_name=b["group_name"], backend=b["backend"])
+            init_weight_update_group,
+            b["master_address"],
+            b["master_port"],
+            rank=b["rank_offset"],
+            world_size=b["world_size"],
+            group_name=b["group_name"],
+            backend=b["backend"],
+        )
         return web.json_response({"success": True, "message": "ok"})
 
     async def update(request):
@@ -273,6 +301,7 @@ def _engine_main(port: int, device: str) -> None:
         async def handler(request):
             state["calls"].append([name])
             return reply()
+
         return handler
 
     app = web.Application()
@@ -280,8 +309,9 @@ def _engine_main(port: int, device: str) -> None:
     app.router.add_post("/init_weights_update_group", init_group)
     app.router.add_post("/update_weights_from_distributed", update)
     app.router.add_post("/pause_generation", simple("pause_generation", lambda: web.json_response({"status": "ok"})))
-    app.router.add_post("/continue_generation", simple("continue_generation",
-                                                       lambda: web.json_response({"status": "ok"})))
+    app.router.add_post(
+        "/continue_generation", simple("continue_generation", lambda: web.json_response({"status": "ok"}))
+    )
     app.router.add_post("/flush_cache", simple("flush_cache", lambda: web.Response(text="Cache flushed.\n")))
 
     async def serve():

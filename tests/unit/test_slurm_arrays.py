@@ -17,7 +17,10 @@ def test_a_sweep_that_fits_is_one_array():
 def test_a_sweep_larger_than_max_array_size_is_split_with_offsets_and_chained_when_capped():
     chunks = plan_arrays(2500, 1000, 8)
     assert [(c.offset, c.count, c.spec) for c in chunks] == [
-        (0, 1000, "0-999%8"), (1000, 1000, "0-999%8"), (2000, 500, "0-499%8")]
+        (0, 1000, "0-999%8"),
+        (1000, 1000, "0-999%8"),
+        (2000, 500, "0-499%8"),
+    ]
     assert [c.after_previous for c in chunks] == [False, True, True]  # keeps %8 across the split
     assert chunks[-1].last == 2499
 

@@ -8,23 +8,35 @@ from pathlib import Path
 import pytest
 
 from launchers.slurm.cluster import NodeInfo, check_fits, gres_gpus, mem_mb, parse_record
-from slime.errors import InfraError
+from slime.core.errors import InfraError
 from slime.spec import load_spec_text
 
 
 def _spec(**cluster):
-    doc = {"apiVersion": "slime/v1", "kind": "RLJob", "name": "fit",
-           "cluster": {"launcher": "slurm", "nodes": 2, "gpus_per_node": 2, **cluster},
-           "model": {"builtin": "tiny"},
-           "train": {"gpus_per_node": cluster.get("gpus_per_node", 2)},
-           "rollout": {"colocate": True, "num_rollouts": 1, "max_prompt_len": 16, "max_response_len": 8,
-                       "batch_size": 4, "n_samples_per_prompt": 2},
-           "data": {"prompts": "/p.jsonl"}}
+    doc = {
+        "apiVersion": "slime/v1",
+        "kind": "RLJob",
+        "name": "fit",
+        "cluster": {"launcher": "slurm", "nodes": 2, "gpus_per_node": 2, **cluster},
+        "model": {"builtin": "tiny"},
+        "train": {"gpus_per_node": cluster.get("gpus_per_node", 2)},
+        "rollout": {
+            "colocate": True,
+            "num_rollouts": 1,
+            "max_prompt_len": 16,
+            "max_response_len": 8,
+            "batch_size": 4,
+            "n_samples_per_prompt": 2,
+        },
+        "data": {"prompts": "/p.jsonl"},
+    }
     return load_spec_text(json.dumps(doc), base_dir=Path("/")).spec
 
 
-NODES = [NodeInfo(name="sn1", gpus=2, cpus=4, mem_mb=8000, state="IDLE", gres="gpu:2"),
-         NodeInfo(name="sn2", gpus=2, cpus=4, mem_mb=8000, state="IDLE", gres="gpu:2")]
+NODES = [
+    NodeInfo(name="sn1", gpus=2, cpus=4, mem_mb=8000, state="IDLE", gres="gpu:2"),
+    NodeInfo(name="sn2", gpus=2, cpus=4, mem_mb=8000, state="IDLE", gres="gpu:2"),
+]
 
 
 def test_parse_record_keeps_values_with_spaces():
@@ -32,14 +44,29 @@ def test_parse_record_keeps_values_with_spaces():
     assert rec == {"JobId": "14", "JobName": "a b", "Account": "x y'z", "Comment": "hi #1", "JobState": "RUNNING"}
 
 
-@pytest.mark.parametrize("gres,n", [("gpu:2", 2), ("gpu:a100:4(S:0-1)", 4), ("gpu:a:2,gpu:b:1", 3),
-                                    ("(null)", 0), ("", 0), ("gpu:h100:8(S:0-1),mps:100", 8)])
+@pytest.mark.parametrize(
+    "gres,n",
+    [
+        ("gpu:2", 2),
+        ("gpu:a100:4(S:0-1)", 4),
+        ("gpu:a:2,gpu:b:1", 3),
+        ("(null)", 0),
+        ("", 0),
+        ("gpu:h100:8(S:0-1),mps:100", 8),
+    ],
+)
 def test_gres_gpu_counts(gres, n):
     assert gres_gpus(gres) == n
 
 
 def test_memory_units():
-    assert (mem_mb("2G"), mem_mb("500M"), mem_mb("1T"), mem_mb("2048"), mem_mb("2048K")) == (2048, 500, 1048576, 2048, 2)
+    assert (mem_mb("2G"), mem_mb("500M"), mem_mb("1T"), mem_mb("2048"), mem_mb("2048K")) == (
+        2048,
+        500,
+        1048576,
+        2048,
+        2,
+    )
 
 
 def test_a_request_that_fits_passes():

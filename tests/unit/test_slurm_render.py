@@ -68,7 +68,7 @@ def sbatch_options(script: str) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for line in script.splitlines():
         if line.startswith("#SBATCH"):
-            (word,) = sbatch_tokens(line[len("#SBATCH"):])
+            (word,) = sbatch_tokens(line[len("#SBATCH") :])
             flag, sep, value = word.partition("=")
             out[flag] = value if sep else None
     return out
@@ -76,11 +76,19 @@ def sbatch_options(script: str) -> dict[str, str | None]:
 
 def spec_text(*, name: str = "golden", logdir: str = "/runs", sweep: dict | None = None, **cluster) -> str:
     doc = {
-        "apiVersion": "slime/v1", "kind": "RLJob", "name": name,
+        "apiVersion": "slime/v1",
+        "kind": "RLJob",
+        "name": name,
         "cluster": {"launcher": "slurm", "nodes": 2, "gpus_per_node": 2, **cluster},
         "model": {"builtin": "tiny"},
-        "rollout": {"colocate": True, "batch_size": 4, "n_samples_per_prompt": 2, "num_rollouts": 2,
-                    "max_prompt_len": 16, "max_response_len": 8},
+        "rollout": {
+            "colocate": True,
+            "batch_size": 4,
+            "n_samples_per_prompt": 2,
+            "num_rollouts": 2,
+            "max_prompt_len": 16,
+            "max_response_len": 8,
+        },
         "data": {"prompts": "/data/p.jsonl"},
         "logging": {"dir": logdir},
     }
@@ -91,8 +99,14 @@ def spec_text(*, name: str = "golden", logdir: str = "/runs", sweep: dict | None
 
 def compile_script(text: str, **extra) -> str:
     loaded = load_spec_text(text, base_dir=Path("/specs"))
-    req = SlurmLauncher().compile(loaded, SubmitOptions(run_name="run-1", preflight_only=extra.pop("preflight_only", False),
-                                                        extra={"python": "/opt/venv/bin/python", **extra}))
+    req = SlurmLauncher().compile(
+        loaded,
+        SubmitOptions(
+            run_name="run-1",
+            preflight_only=extra.pop("preflight_only", False),
+            extra={"python": "/opt/venv/bin/python", **extra},
+        ),
+    )
     return req.file("job.sbatch")
 
 
@@ -104,16 +118,32 @@ def bash_n(script: str, tmp_path: Path) -> None:
 
 
 CASES = {
-    "basic": dict(cluster=dict(partition="batch", mem="8G", time_limit="01:00:00", cpus_per_node=8,
-                               env={"OMP_NUM_THREADS": "1", "NCCL_DEBUG": "WARN"})),
+    "basic": dict(
+        cluster=dict(
+            partition="batch",
+            mem="8G",
+            time_limit="01:00:00",
+            cpus_per_node=8,
+            env={"OMP_NUM_THREADS": "1", "NCCL_DEBUG": "WARN"},
+        )
+    ),
     "sweep": dict(cluster=dict(nodes=1, sweep={"grid": {"train.seed": [1, 2, 3]}, "max_parallel": 2})),
     "cpu": dict(cluster=dict(nodes=1, gpus_per_node=0)),
-    "everything": dict(cluster=dict(
-        partition="gpu", account="proj-42", qos="high", constraint="h100&ib", reservation="maint",
-        exclude=["gpu07", "gpu[10-12]"], signal_grace_s=300, env={"HF_HOME": "/cache/hf"},
-        secrets={"WANDB_API_KEY": {"env": "MY_WANDB_KEY"}, "HF_TOKEN": {"file": "/home/u/.hf token"}},
-        container={"image": "nvcr.io#nvidia/pytorch:25.01-py3", "mounts": ["/data:/data:ro"], "workdir": "/work"}),
-        extra=dict(preflight_only=True, driver="launchers.tinydriver")),
+    "everything": dict(
+        cluster=dict(
+            partition="gpu",
+            account="proj-42",
+            qos="high",
+            constraint="h100&ib",
+            reservation="maint",
+            exclude=["gpu07", "gpu[10-12]"],
+            signal_grace_s=300,
+            env={"HF_HOME": "/cache/hf"},
+            secrets={"WANDB_API_KEY": {"env": "MY_WANDB_KEY"}, "HF_TOKEN": {"file": "/home/u/.hf token"}},
+            container={"image": "nvcr.io#nvidia/pytorch:25.01-py3", "mounts": ["/data:/data:ro"], "workdir": "/work"},
+        ),
+        extra=dict(preflight_only=True, driver="launchers.tinydriver"),
+    ),
 }
 
 
@@ -149,7 +179,7 @@ def test_sweep_is_one_array_with_max_parallel_and_task_offset():
     opts = sbatch_options(script)
     assert opts["--array"] == "0-2%2"
     assert opts["--output"] == "/runs/run-1/logs/slurm-%A_%a.out"
-    assert 'TASK=$(( ${SLIME_TASK_OFFSET:-0} + ${SLURM_ARRAY_TASK_ID:-0} ))' in script
+    assert "TASK=$(( ${SLIME_TASK_OFFSET:-0} + ${SLURM_ARRAY_TASK_ID:-0} ))" in script
 
 
 # --------------------------------------------------------------------------- hostile values
@@ -193,17 +223,29 @@ def test_hostile_values_reach_the_job_exactly_and_execute_nothing(tmp_path):
     logdir = tmp_path / f"logs dir 'q' \"dq\" $(touch {canary.name}) ;x `touch {canary.name}` %p & #"
     secret_file = tmp_path / f"secret 'file' $(touch {canary.name}).txt"
     secret_file.write_text(f"  {h('S2')}  \nsecond line\n")
-    text = spec_text(partition=h("P"), account=h("A"), qos=h("Q"), constraint=h("C"), reservation=h("R"),
-                     exclude=[one_line("X")], logdir=str(logdir),
-                     env={"PLAIN": h("E") + "\nsecond line\n", "EMPTY": ""},
-                     secrets={"S1": {"env": "SRC_VAR"}, "S2": {"file": str(secret_file)}},
-                     container={"image": h("I"), "mounts": [one_line("M") + ";/dst"], "workdir": h("W") + "\nx"})
+    text = spec_text(
+        partition=h("P"),
+        account=h("A"),
+        qos=h("Q"),
+        constraint=h("C"),
+        reservation=h("R"),
+        exclude=[one_line("X")],
+        logdir=str(logdir),
+        env={"PLAIN": h("E") + "\nsecond line\n", "EMPTY": ""},
+        secrets={"S1": {"env": "SRC_VAR"}, "S2": {"file": str(secret_file)}},
+        container={"image": h("I"), "mounts": [one_line("M") + ";/dst"], "workdir": h("W") + "\nx"},
+    )
     script = compile_script(text)
     bash_n(script, tmp_path)
 
     opts = sbatch_options(script)
-    for flag, tag in (("--partition", "P"), ("--account", "A"), ("--qos", "Q"), ("--constraint", "C"),
-                      ("--reservation", "R")):
+    for flag, tag in (
+        ("--partition", "P"),
+        ("--account", "A"),
+        ("--qos", "Q"),
+        ("--constraint", "C"),
+        ("--reservation", "R"),
+    ):
         assert opts[flag] == h(tag), flag
     assert opts["--exclude"] == one_line("X")
     assert opts["--output"] == str(logdir).replace("%", "%%") + "/run-1/logs/slurm-%j.out"
@@ -216,7 +258,7 @@ def test_hostile_values_reach_the_job_exactly_and_execute_nothing(tmp_path):
     assert f"--container-image={h('I')}" in args
     assert f"--container-mounts={one_line('M')};/dst,{logdir}:{logdir}" in args
     assert f"--container-workdir={h('W')}\nx" in args
-    assert args[args.index("launchers.bootstrap") + 1:] == [run_dir, "--task", "0"]
+    assert args[args.index("launchers.bootstrap") + 1 :] == [run_dir, "--task", "0"]
     assert env["PLAIN"] == h("E") + "\nsecond line\n" and env["EMPTY"] == ""
     assert env["S1"] == h("S1") and env["S2"] == h("S2")
     assert env["SLIME_RUN_DIR"] == run_dir and env["SLIME_TASK"] == "0"
@@ -244,16 +286,17 @@ def test_the_script_never_signals_the_step_and_returns_its_code(tmp_path):
     """USR1/TERM to the batch shell become a stop file (see test_slurm_restarts.py): srun itself gets no
     signal (slurmstepd would pass it to every process of the step); the script returns the step's code."""
     shim, rec = _shim(tmp_path)
-    (shim / "srun").write_text('#!/bin/bash\ntrap \'echo USR1 >> "$SHIM_REC/sig"\' USR1\n'
-                               'trap \'echo TERM >> "$SHIM_REC/sig"\' TERM\n'
-                               'echo ready > "$SHIM_REC/ready"\nwhile [ ! -e "$SHIM_REC/go" ]; do sleep 0.05; done\n'
-                               'exit 42\n')
+    (shim / "srun").write_text(
+        "#!/bin/bash\ntrap 'echo USR1 >> \"$SHIM_REC/sig\"' USR1\n"
+        "trap 'echo TERM >> \"$SHIM_REC/sig\"' TERM\n"
+        'echo ready > "$SHIM_REC/ready"\nwhile [ ! -e "$SHIM_REC/go" ]; do sleep 0.05; done\n'
+        "exit 42\n"
+    )
     (shim / "python3").write_text("#!/bin/sh\nexit 0\n")  # the restarts helper: tested in test_slurm_restarts.py
     (shim / "python3").chmod(0o755)
     path = tmp_path / "job.sbatch"
     path.write_text(compile_script(spec_text(logdir=str(tmp_path)), python="python3"))
-    env = {"PATH": f"{shim}:{os.environ['PATH']}", "SHIM_REC": str(rec), "HOME": str(tmp_path),
-           "SLURM_JOB_ID": "9"}
+    env = {"PATH": f"{shim}:{os.environ['PATH']}", "SHIM_REC": str(rec), "HOME": str(tmp_path), "SLURM_JOB_ID": "9"}
     proc = subprocess.Popen([BASH, str(path)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
     end = time.monotonic() + 10
     while not (rec / "ready").exists() and time.monotonic() < end:
@@ -277,16 +320,30 @@ def test_term_before_the_step_ends_the_job_with_143(tmp_path):
     (shim / "python3").chmod(0o755)
     path = tmp_path / "job.sbatch"
     path.write_text(compile_script(spec_text(logdir=str(tmp_path)), python="python3"))
-    proc = subprocess.run([BASH, str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=30,
-                          env={"PATH": f"{shim}:{os.environ['PATH']}", "SHIM_REC": str(rec), "HOME": str(tmp_path)})
+    proc = subprocess.run(
+        [BASH, str(path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": f"{shim}:{os.environ['PATH']}", "SHIM_REC": str(rec), "HOME": str(tmp_path)},
+    )
     assert proc.returncode == 143 and "finished with exit code 143" in proc.stdout
     assert not (rec / "args").exists()  # srun never ran
 
 
-@pytest.mark.parametrize("field,value", [
-    ("partition", "batch\nevil"), ("account", "a\rb"), ("qos", "q\nx"), ("constraint", "c\n"),
-    ("reservation", "r\n1"), ("exclude", ["n1\nn2"]), ("logdir", "/runs/a\nb"),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("partition", "batch\nevil"),
+        ("account", "a\rb"),
+        ("qos", "q\nx"),
+        ("constraint", "c\n"),
+        ("reservation", "r\n1"),
+        ("exclude", ["n1\nn2"]),
+        ("logdir", "/runs/a\nb"),
+    ],
+)
 def test_a_line_break_in_an_sbatch_value_is_a_spec_error_naming_the_field(field, value):
     with pytest.raises(SpecError) as err:
         compile_script(spec_text(**{field: value}))
@@ -295,11 +352,15 @@ def test_a_line_break_in_an_sbatch_value_is_a_spec_error_naming_the_field(field,
     assert "line break" in problem.message
 
 
-@pytest.mark.parametrize("cluster, field", [
-    ({"env": {"TASK": "math"}}, "cluster.env.TASK"), ({"env": {"RUN_DIR": "/data/x"}}, "cluster.env.RUN_DIR"),
-    ({"env": {"SLURM_JOB_ID": "1"}}, "cluster.env.SLURM_JOB_ID"),
-    ({"secrets": {"SLIME_TASK": {"env": "X"}}}, "cluster.secrets.SLIME_TASK"),
-])
+@pytest.mark.parametrize(
+    "cluster, field",
+    [
+        ({"env": {"TASK": "math"}}, "cluster.env.TASK"),
+        ({"env": {"RUN_DIR": "/data/x"}}, "cluster.env.RUN_DIR"),
+        ({"env": {"SLURM_JOB_ID": "1"}}, "cluster.env.SLURM_JOB_ID"),
+        ({"secrets": {"SLIME_TASK": {"env": "X"}}}, "cluster.secrets.SLIME_TASK"),
+    ],
+)
 def test_env_names_the_batch_script_uses_are_refused(cluster, field):
     """cluster.env TASK=math was exported over the script's task index: the restart helper got --task math."""
     with pytest.raises(SpecError) as err:
@@ -343,8 +404,9 @@ def test_sbatch_words_read_back_exactly(text):
 @settings(max_examples=30, deadline=None)
 @given(_TEXT)
 def test_bash_reads_quoted_values_back_exactly(text):
-    out = subprocess.run([BASH, "-c", f"{export_line('V', text)}; printf %s \"$V\"; printf %s {q(text)}"],
-                         capture_output=True, timeout=10)
+    out = subprocess.run(
+        [BASH, "-c", f'{export_line("V", text)}; printf %s "$V"; printf %s {q(text)}'], capture_output=True, timeout=10
+    )
     assert out.stdout.decode() == text + text
 
 

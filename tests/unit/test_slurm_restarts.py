@@ -21,7 +21,7 @@ import pytest
 from launchers.driverproc import catches
 from launchers.rendezvous import Rendezvous
 from launchers.slurm import restarts
-from slime.paths import RunPaths
+from slime.core.paths import RunPaths
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).parent))
@@ -29,8 +29,10 @@ from test_slurm_render import compile_script, spec_text  # noqa: E402
 
 PREEMPT = "slurmstepd-sn1: error: *** JOB 7 ON sn1 CANCELLED AT 2026-11-30T03:23:03 DUE TO PREEMPTION ***"
 REQUEUE = "slurmstepd-sn1: error: *** JOB 7 ON sn1 CANCELLED AT 2026-11-30T03:23:23 DUE TO JOB REQUEUE ***"
-NODEFAIL = ("slurmstepd-sn2: error: *** JOB 7 ON sn2 CANCELLED AT 2026-11-30T03:23:23 DUE TO NODE FAILURE, "
-            "SEE SLURMCTLD LOG FOR DETAILS ***")
+NODEFAIL = (
+    "slurmstepd-sn2: error: *** JOB 7 ON sn2 CANCELLED AT 2026-11-30T03:23:23 DUE TO NODE FAILURE, "
+    "SEE SLURMCTLD LOG FOR DETAILS ***"
+)
 
 
 def run_dir(tmp_path: Path, **cluster) -> RunPaths:
@@ -64,8 +66,10 @@ def test_causes_come_from_slurmstepds_line_in_the_previous_run_only():
 
 def test_usr1_cause_reads_preempt_time_then_the_time_limit():
     now = time.mktime(time.strptime("2026-11-30T03:28:03", "%Y-%m-%dT%H:%M:%S"))
-    assert restarts.usr1_cause({"PreemptTime": "2026-11-30T03:28:03", "EndTime": "2026-11-30T03:29:03"}, 60,
-                               now) == "preempted"
+    assert (
+        restarts.usr1_cause({"PreemptTime": "2026-11-30T03:28:03", "EndTime": "2026-11-30T03:29:03"}, 60, now)
+        == "preempted"
+    )
     assert restarts.usr1_cause({"PreemptTime": "None", "EndTime": "2026-11-30T03:29:03"}, 60, now) == "time_limit"
     assert restarts.usr1_cause({"PreemptTime": "None", "EndTime": "2026-11-30T09:00:00"}, 60, now) == "requeued"
     assert restarts.usr1_cause({"EndTime": "Unknown"}, 60, now) == "requeued"
@@ -104,7 +108,7 @@ def test_start_refuses_once_a_budget_is_spent_and_says_why_in_state_json(tmp_pat
     tp = paths.task(0)
     restarts.append(tp, {"job_id": "7", "restart": 1, "cause": "preempted"})
     log = log_with(paths, "", REQUEUE, "")
-    assert restarts.start(paths.root, 0, job_id="7", restart=2, log=log) == restarts.EXIT_REFUSED
+    assert restarts.start(paths.root, 0, job_id="7", restart=2, log=log) == restarts.ExitCode.INFRA
     assert [r["cause"] for r in restarts.read(tp)] == ["preempted", "requeued"]
     state = json.loads(tp.state.read_text())
     assert state["state"] == "failed" and "cluster.max_requeues=1" in state["error"]
@@ -129,18 +133,28 @@ def fake_scontrol(tmp_path: Path, record: str) -> tuple[Path, Path]:
     bindir, calls = tmp_path / "bin", tmp_path / "calls"
     bindir.mkdir(parents=True, exist_ok=True)
     path = bindir / "scontrol"
-    path.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n'
-                    f'if [ "$1" = show ]; then echo {json.dumps(record)}; fi\n')
+    path.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nif [ "$1" = show ]; then echo {json.dumps(record)}; fi\n')
     path.chmod(0o755)
     return bindir, calls
 
 
 def after(paths: RunPaths, tmp_path: Path, record: str, *args: str, restart: int = 0) -> tuple[int, str, list[str]]:
     bindir, calls = fake_scontrol(tmp_path, record)
-    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "SLURM_JOB_ID": "7",
-           "SLURM_RESTART_COUNT": str(restart), "SLURM_JOB_NODELIST": "sn[1-2]"}
-    proc = subprocess.run([sys.executable, "-m", "launchers.slurm.restarts", "after", str(paths.root), "--task", "0",
-                           *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
+    env = {
+        **os.environ,
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "SLURM_JOB_ID": "7",
+        "SLURM_RESTART_COUNT": str(restart),
+        "SLURM_JOB_NODELIST": "sn[1-2]",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "launchers.slurm.restarts", "after", str(paths.root), "--task", "0", *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return proc.returncode, proc.stdout + proc.stderr, calls.read_text().splitlines() if calls.exists() else []
 
 
@@ -156,8 +170,13 @@ def test_after_a_checkpoint_stop_on_preemption_the_job_requeues_itself(tmp_path)
     assert rc == 75, out
     assert calls == ["show job -o 7", "requeue 7"]
     (r,) = restarts.read(tp)
-    assert (r["cause"], r["restart"], r["by"], r["checkpoint"], r["nodes"]) == ("preempted", 1, "slime", "/ck/8",
-                                                                                 "sn[1-2]")
+    assert (r["cause"], r["restart"], r["by"], r["checkpoint"], r["nodes"]) == (
+        "preempted",
+        1,
+        "slime",
+        "/ck/8",
+        "sn[1-2]",
+    )
     assert "requeued job 7 (preempted" in out and "requeues 1/2" in out
 
 
@@ -170,8 +189,7 @@ def test_after_a_failure_within_max_failures_requeues_and_names_the_node(tmp_pat
     (r,) = restarts.read(tp)
     assert (r["cause"], r["bad_nodes"], r["budget"]) == ("node_failure", ["sn2"], "failures")
     # the next failure is over cluster.max_failures=1: no requeue, the job ends FAILED
-    rc, out, calls = after(paths, tmp_path / "x", RUNNING.replace("Restarts=0", "Restarts=1"), "--rc", "1",
-                           restart=1)
+    rc, out, calls = after(paths, tmp_path / "x", RUNNING.replace("Restarts=0", "Restarts=1"), "--rc", "1", restart=1)
     assert calls == ["show job -o 7"] and "cluster.max_failures allows no more" in out
     assert len(restarts.read(tp)) == 1
 
@@ -188,8 +206,9 @@ def test_after_a_stop_with_the_requeue_budget_spent_the_task_stays_stopped(tmp_p
     paths = run_dir(tmp_path, max_requeues=0)
     tp = paths.task(0)
     end = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 50))
-    rc, out, calls = after(paths, tmp_path, RUNNING.replace("2099-01-01T00:00:00", end), "--rc", "75",
-                           "--signal", "USR1")
+    rc, out, calls = after(
+        paths, tmp_path, RUNNING.replace("2099-01-01T00:00:00", end), "--rc", "75", "--signal", "USR1"
+    )
     assert calls == ["show job -o 7"] and restarts.read(tp) == []
     state = json.loads(tp.state.read_text())
     assert state["state"] == "failed" and "time_limit" in state["error"] and "cluster.max_requeues" in state["error"]
@@ -204,15 +223,25 @@ def test_the_script_turns_usr1_into_a_stop_file_and_requeues_after_exit_75(tmp_p
     script = script.replace(str(tmp_path / "logs" / "run-1"), str(paths.root))
     bindir, calls = fake_scontrol(tmp_path, RUNNING)
     srun = bindir / "srun"
-    srun.write_text('#!/bin/bash\ntrap \'echo USR1 >> "$SHIM/srun-signals"\' USR1\n'
-                    'while [ ! -e "$SHIM/go" ]; do sleep 0.05; done\nexit 75\n')
+    srun.write_text(
+        "#!/bin/bash\ntrap 'echo USR1 >> \"$SHIM/srun-signals\"' USR1\n"
+        'while [ ! -e "$SHIM/go" ]; do sleep 0.05; done\nexit 75\n'
+    )
     srun.chmod(0o755)
     path = tmp_path / "job.sbatch"
     path.write_text(script)
-    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "SHIM": str(tmp_path), "SLURM_JOB_ID": "7",
-           "SLURM_RESTART_COUNT": "0", "SLURM_JOB_NODELIST": "sn[1-2]", "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(["bash", str(path)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    env = {
+        **os.environ,
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "SHIM": str(tmp_path),
+        "SLURM_JOB_ID": "7",
+        "SLURM_RESTART_COUNT": "0",
+        "SLURM_JOB_NODELIST": "sn[1-2]",
+        "PYTHONPATH": str(REPO),
+    }
+    proc = subprocess.Popen(
+        ["bash", str(path)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     stop = paths.task(0).rendezvous / "stop-7.0"
     first = proc.stdout.readline()  # printed after the traps are set (a USR1 before them would kill bash)
     assert first.startswith("slime: job 7 task 0"), first
@@ -239,10 +268,16 @@ def test_the_script_refuses_to_start_when_the_budget_is_spent(tmp_path):
     path.write_text(script.replace(str(tmp_path / "logs" / "run-1"), str(paths.root)))
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    (bindir / "srun").write_text("#!/bin/sh\ntouch \"$SHIM/srun-ran\"\n")
+    (bindir / "srun").write_text('#!/bin/sh\ntouch "$SHIM/srun-ran"\n')
     (bindir / "srun").chmod(0o755)
-    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "SHIM": str(tmp_path), "SLURM_JOB_ID": "7",
-           "SLURM_RESTART_COUNT": "1", "PYTHONPATH": str(REPO)}
+    env = {
+        **os.environ,
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "SHIM": str(tmp_path),
+        "SLURM_JOB_ID": "7",
+        "SLURM_RESTART_COUNT": "1",
+        "PYTHONPATH": str(REPO),
+    }
     proc = subprocess.run(["bash", str(path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "will not run again" in proc.stdout and "slime: task 0 finished with exit code 3" in proc.stdout
@@ -251,11 +286,19 @@ def test_the_script_refuses_to_start_when_the_budget_is_spent(tmp_path):
 
 # ----------------------------------------------------------------------------- bootstrap helpers
 def test_catches_reads_the_signal_disposition_of_a_real_process():
-    child = subprocess.Popen([sys.executable, "-c", "import signal, sys, time\n"
-                              "signal.signal(signal.SIGUSR1, signal.SIG_IGN)\nprint('ign', flush=True)\n"
-                              "sys.stdin.readline()\nsignal.signal(signal.SIGUSR1, lambda *a: None)\n"
-                              "print('caught', flush=True)\ntime.sleep(30)"],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, sys, time\n"
+            "signal.signal(signal.SIGUSR1, signal.SIG_IGN)\nprint('ign', flush=True)\n"
+            "sys.stdin.readline()\nsignal.signal(signal.SIGUSR1, lambda *a: None)\n"
+            "print('caught', flush=True)\ntime.sleep(30)",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout.readline() == "ign\n"
         assert catches(child.pid, signal.SIGUSR1) is False
@@ -286,15 +329,28 @@ def test_a_stop_request_reaches_the_driver_once_after_it_installed_its_handler(t
 
     from launchers.driverproc import run_driver_process
 
-    code = ("import signal, sys, time\ntime.sleep(1.5)\ngot = []\n"
-            "signal.signal(signal.SIGUSR1, lambda *a: got.append(1))\n"
-            "end = time.monotonic() + 4\nwhile time.monotonic() < end: time.sleep(0.05)\n"
-            f"open({str(tmp_path / 'got')!r}, 'w').write(str(len(got)))\nsys.exit(75 if got else 0)")
+    code = (
+        "import signal, sys, time\ntime.sleep(1.5)\ngot = []\n"
+        "signal.signal(signal.SIGUSR1, lambda *a: got.append(1))\n"
+        "end = time.monotonic() + 4\nwhile time.monotonic() < end: time.sleep(0.05)\n"
+        f"open({str(tmp_path / 'got')!r}, 'w').write(str(len(got)))\nsys.exit(75 if got else 0)"
+    )
     said: list[str] = []
-    rc = run_driver_process([sys.executable, "-c", code], dict(os.environ), stop=threading.Event(),
-                            stop_requested=lambda: True, grace_s=5, say=said.append)
+    rc = run_driver_process(
+        [sys.executable, "-c", code],
+        dict(os.environ),
+        stop=threading.Event(),
+        stop_requested=lambda: True,
+        grace_s=5,
+        say=said.append,
+    )
     assert rc == 75 and (tmp_path / "got").read_text() == "1" and "stop requested" in said[0]
-    rc = run_driver_process([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
-                            dict(os.environ), stop=threading.Event(), stop_requested=lambda: False, grace_s=5,
-                            say=said.append)
+    rc = run_driver_process(
+        [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
+        dict(os.environ),
+        stop=threading.Event(),
+        stop_requested=lambda: False,
+        grace_s=5,
+        say=said.append,
+    )
     assert rc == 128 + signal.SIGKILL

@@ -17,7 +17,7 @@ import pytest
 
 from launchers.base import SubmitOptions
 from launchers.slurm import SlurmLauncher
-from slime.errors import InfraError
+from slime.core.errors import InfraError
 from slime.spec import load_spec_text
 
 SCONTROL = r"""#!/bin/bash
@@ -40,13 +40,24 @@ echo "$((100 + n))"
 
 
 def _spec(tmp_path: Path, n_seeds: int) -> str:
-    doc = {"apiVersion": "slime/v1", "kind": "RLJob", "name": "split",
-           "cluster": {"launcher": "slurm", "nodes": 1, "gpus_per_node": 2},
-           "model": {"builtin": "tiny"},
-           "rollout": {"colocate": True, "num_rollouts": 1, "max_prompt_len": 16, "max_response_len": 8,
-                       "batch_size": 4, "n_samples_per_prompt": 2},
-           "data": {"prompts": "/p.jsonl"}, "logging": {"dir": str(tmp_path / "runs")},
-           "sweep": {"grid": {"train.seed": list(range(n_seeds))}, "max_parallel": 2}}
+    doc = {
+        "apiVersion": "slime/v1",
+        "kind": "RLJob",
+        "name": "split",
+        "cluster": {"launcher": "slurm", "nodes": 1, "gpus_per_node": 2},
+        "model": {"builtin": "tiny"},
+        "rollout": {
+            "colocate": True,
+            "num_rollouts": 1,
+            "max_prompt_len": 16,
+            "max_response_len": 8,
+            "batch_size": 4,
+            "n_samples_per_prompt": 2,
+        },
+        "data": {"prompts": "/p.jsonl"},
+        "logging": {"dir": str(tmp_path / "runs")},
+        "sweep": {"grid": {"train.seed": list(range(n_seeds))}, "max_parallel": 2},
+    }
     return json.dumps(doc)
 
 
@@ -80,7 +91,10 @@ def test_a_sweep_larger_than_max_array_size_is_split_into_chained_arrays_with_of
     ]
     jobs = json.loads((sub.run_dir / "jobs.json").read_text())
     assert [(a["job_id"], a["first_task"], a["last_task"]) for a in jobs["arrays"]] == [
-        ("100", 0, 2), ("101", 3, 5), ("102", 6, 6)]
+        ("100", 0, 2),
+        ("101", 3, 5),
+        ("102", 6, 6),
+    ]
     assert (sub.run_dir / "logs").is_dir() and (sub.run_dir / "tasks/6/logs").is_dir()  # SLURM won't create them
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from slime.layout import plan_layout
 from slime.spec import load_spec
+from slime.spec.layout import plan_layout
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(ROOT.glob("specs/*.yaml"))
@@ -32,16 +32,25 @@ def test_example_spec_validates(path):
 
 def test_quickstart_is_the_local_cpu_default():
     s = load_spec(ROOT / "specs" / "quickstart.yaml").spec
-    assert (s.cluster.launcher, s.cluster.gpus_per_node, s.train.backend, s.rollout.backend, s.model.builtin) == \
-        ("local", 0, "torch", "builtin", "tiny")
+    assert (s.cluster.launcher, s.cluster.gpus_per_node, s.train.backend, s.rollout.backend, s.model.builtin) == (
+        "local",
+        0,
+        "torch",
+        "builtin",
+        "tiny",
+    )
     assert Path(s.data.prompts).is_absolute() and s.data.prompts.startswith(str(ROOT / "specs"))
 
 
 def test_grpo_multinode_layout():
     s = load_spec(ROOT / "specs" / "grpo-multinode.yaml").spec
     assert (s.cluster.launcher, s.cluster.nodes, s.cluster.gpus_per_node) == ("slurm", 2, 8)
-    assert (s.train.backend, s.rollout.backend, s.rollout.colocate, s.train.parallel.tensor) == \
-        ("megatron", "sglang", True, 2)
+    assert (s.train.backend, s.rollout.backend, s.rollout.colocate, s.train.parallel.tensor) == (
+        "megatron",
+        "sglang",
+        True,
+        2,
+    )
     layout = plan_layout(s)
     assert layout.total_slots == 16 and len(layout.actor) == 16 and len(layout.engines) == 8
     assert all(len({slot.node for slot in e}) == 1 for e in layout.engines)

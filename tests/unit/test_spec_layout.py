@@ -1,4 +1,4 @@
-"""slime.layout: where actor, critic and engines land (colocated, disaggregated, CPU), and every
+"""slime.spec.layout: where actor, critic and engines land (colocated, disaggregated, CPU), and every
 LayoutError with its field path, numbers and hint. The validator reports these same errors
 (see test_spec_rules.py, rule layout_fits); here the placement itself is checked."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from slime.layout import LayoutError, Slot, layout_counts, plan_layout
+from slime.spec.layout import LayoutError, Slot, layout_counts, plan_layout
 from slime.spec.resolve import resolve
 from slime.spec.types import Spec
 from tests.fixtures.spec_helpers import CPU_SPEC, GPU_SPEC, ROOT, load, spec
@@ -32,8 +32,20 @@ def test_colocated_engines_share_the_actor_gpus():
 
 
 def test_disaggregated_engines_start_after_the_actor():
-    layout = plan_layout(load(spec(GPU_SPEC, **{"cluster.nodes": 1, "train.gpus_per_node": 4, "rollout.colocate": False,
-                                                "rollout.gpus": 4, "train.global_batch_size": 128})).spec)
+    layout = plan_layout(
+        load(
+            spec(
+                GPU_SPEC,
+                **{
+                    "cluster.nodes": 1,
+                    "train.gpus_per_node": 4,
+                    "rollout.colocate": False,
+                    "rollout.gpus": 4,
+                    "train.global_batch_size": 128,
+                },
+            )
+        ).spec
+    )
     assert (layout.total_slots, layout.rollout_offset) == (8, 4)
     assert gpus(layout.actor) == [(0, 0), (0, 1), (0, 2), (0, 3)]
     assert [gpus(e) for e in layout.engines] == [[(0, 4), (0, 5)], [(0, 6), (0, 7)]]
@@ -41,8 +53,9 @@ def test_disaggregated_engines_start_after_the_actor():
 
 
 def test_colocated_rollout_larger_than_the_actor_uses_more_nodes():
-    layout = plan_layout(load(spec(GPU_SPEC, **{"train.nodes": 1, "rollout.gpus": 16,
-                                                "train.global_batch_size": 128})).spec)
+    layout = plan_layout(
+        load(spec(GPU_SPEC, **{"train.nodes": 1, "rollout.gpus": 16, "train.global_batch_size": 128})).spec
+    )
     assert layout.total_slots == 16 and len(layout.actor) == 8
     assert gpus(layout.engines[4]) == [(1, 0), (1, 1)]
 
@@ -60,8 +73,14 @@ def test_ppo_critic_reuses_the_actor_slots():
 
 
 def test_cpu_layout_one_rank_per_node_and_round_robin_engines():
-    layout = plan_layout(resolved(spec(CPU_SPEC, **{"cluster.nodes": 2, "cluster.launcher": "slurm",
-                                                    "train.nodes": 2, "rollout.num_engines": 3})))
+    layout = plan_layout(
+        resolved(
+            spec(
+                CPU_SPEC,
+                **{"cluster.nodes": 2, "cluster.launcher": "slurm", "train.nodes": 2, "rollout.num_engines": 3},
+            )
+        )
+    )
     assert layout.cpu_only and [str(s) for s in layout.actor] == ["node0:cpu", "node1:cpu"]
     assert [[str(s) for s in e] for e in layout.engines] == [["node0:cpu"], ["node1:cpu"], ["node0:cpu"]]
     assert [str(s) for s in layout.all_slots()] == ["node0:cpu", "node1:cpu"]
@@ -69,30 +88,62 @@ def test_cpu_layout_one_rank_per_node_and_round_robin_engines():
 
 def test_layout_counts():
     colocated = layout_counts(resolved(spec(GPU_SPEC, **{"rollout.gpus": 12})))
-    assert (colocated.actor_gpus, colocated.rollout_gpus, colocated.total, colocated.offset, colocated.available) == \
-        (16, 12, 16, 0, 16)
+    assert (colocated.actor_gpus, colocated.rollout_gpus, colocated.total, colocated.offset, colocated.available) == (
+        16,
+        12,
+        16,
+        0,
+        16,
+    )
     split = layout_counts(resolved(spec(GPU_SPEC, **{"rollout.colocate": False, "rollout.gpus": 4})))
     assert (split.total, split.offset) == (20, 16)
 
 
-@pytest.mark.parametrize("edits, path, words, hint", [
-    # Colocated: the actor always fits, so the overflow is reported at the field the user set.
-    ({"rollout.gpus": 24}, "rollout.gpus", ["rollout.gpus=24 does not fit", "needs 24 GPUs", "max(actor, rollout)",
-                                            "cluster has 16"], "set rollout.gpus <= 16"),
-    ({"rollout.gpus": 32}, "rollout.gpus", ["rollout.gpus=32", "cluster has 16"], "set rollout.gpus <= 16"),
-    ({"rollout.colocate": False, "rollout.gpus": 2}, "rollout.gpus", ["needs 18 GPUs", "actor + rollout",
-                                                                     "rollout.gpus = 2"], "lower"),
-    ({"train.gpus_per_node": 9}, "train.gpus_per_node", ["train.gpus_per_node=9 exceeds cluster.gpus_per_node=8"],
-     "<= 8"),
-    ({"train.nodes": 4}, "train.nodes", ["train.nodes=4 exceeds cluster.nodes=2"], "raise cluster.nodes"),
-    ({"train.nodes": 1, "train.gpus_per_node": 6, "rollout.colocate": False, "rollout.gpus": 8,
-      "rollout.gpus_per_engine": 4}, "rollout.gpus_per_engine", ["engine 0 (4 GPUs) would straddle nodes [0, 1]",
-                                                                  "node0:gpu6"], "divide cluster.gpus_per_node"),
-    # gpus_per_engine 8 = cluster.gpus_per_node, but the actor (and so the engine) has 4 GPUs on each of two nodes.
-    ({"train.gpus_per_node": 4, "rollout.gpus_per_engine": 8, "train.global_batch_size": 128},
-     "rollout.gpus_per_engine", ["engine 0 (8 GPUs) would straddle nodes [0, 1]", "4 on node0, 4 on node1",
-                                 "cover all 8 GPUs"], "divide cluster.gpus_per_node"),
-])
+@pytest.mark.parametrize(
+    "edits, path, words, hint",
+    [
+        # Colocated: the actor always fits, so the overflow is reported at the field the user set.
+        (
+            {"rollout.gpus": 24},
+            "rollout.gpus",
+            ["rollout.gpus=24 does not fit", "needs 24 GPUs", "max(actor, rollout)", "cluster has 16"],
+            "set rollout.gpus <= 16",
+        ),
+        ({"rollout.gpus": 32}, "rollout.gpus", ["rollout.gpus=32", "cluster has 16"], "set rollout.gpus <= 16"),
+        (
+            {"rollout.colocate": False, "rollout.gpus": 2},
+            "rollout.gpus",
+            ["needs 18 GPUs", "actor + rollout", "rollout.gpus = 2"],
+            "lower",
+        ),
+        (
+            {"train.gpus_per_node": 9},
+            "train.gpus_per_node",
+            ["train.gpus_per_node=9 exceeds cluster.gpus_per_node=8"],
+            "<= 8",
+        ),
+        ({"train.nodes": 4}, "train.nodes", ["train.nodes=4 exceeds cluster.nodes=2"], "raise cluster.nodes"),
+        (
+            {
+                "train.nodes": 1,
+                "train.gpus_per_node": 6,
+                "rollout.colocate": False,
+                "rollout.gpus": 8,
+                "rollout.gpus_per_engine": 4,
+            },
+            "rollout.gpus_per_engine",
+            ["engine 0 (4 GPUs) would straddle nodes [0, 1]", "node0:gpu6"],
+            "divide cluster.gpus_per_node",
+        ),
+        # gpus_per_engine 8 = cluster.gpus_per_node, but the actor (and so the engine) has 4 GPUs on each of two nodes.
+        (
+            {"train.gpus_per_node": 4, "rollout.gpus_per_engine": 8, "train.global_batch_size": 128},
+            "rollout.gpus_per_engine",
+            ["engine 0 (8 GPUs) would straddle nodes [0, 1]", "4 on node0, 4 on node1", "cover all 8 GPUs"],
+            "divide cluster.gpus_per_node",
+        ),
+    ],
+)
 def test_layout_errors_name_the_numbers(edits, path, words, hint):
     with pytest.raises(LayoutError) as info:
         plan_layout(resolved(spec(GPU_SPEC, **edits)))
@@ -115,8 +166,8 @@ def test_fitting_layouts_raise_nothing():
 
 def test_disaggregated_partial_nodes_never_share_a_gpu():
     """train.gpus_per_node < cluster.gpus_per_node: engines fill the actor's leftover GPUs, no overlap."""
-    from slime.layout import plan_layout
     from slime.spec import load_spec_text
+    from slime.spec.layout import plan_layout
 
     text = """apiVersion: slime/v1
 kind: RLJob
@@ -137,16 +188,26 @@ def flat(n: int, gpn: int = 8) -> list[tuple[int, int]]:
     return [(i // gpn, i % gpn) for i in range(n)]
 
 
-@pytest.mark.parametrize("edits, slots", [
-    # colocated, 4 of each node's 8 GPUs: the slots are gpu0-3 of both nodes, not node0:gpu0-7
-    ({"train.gpus_per_node": 4, "train.global_batch_size": 128},
-     [(n, g) for n in range(2) for g in range(4)]),
-    # disaggregated, actor on gpu0-1 of both nodes, one 2-GPU engine after it on node 0
-    ({"train.gpus_per_node": 2, "rollout.gpus": 2, "rollout.colocate": False, "train.parallel.tensor": 1,
-      "train.global_batch_size": 128}, [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1)]),
-    # colocated rollout larger than a partial actor: the engines also take the actor's free GPUs
-    ({"train.gpus_per_node": 4, "rollout.gpus": 16, "train.global_batch_size": 128}, flat(16)),
-])
+@pytest.mark.parametrize(
+    "edits, slots",
+    [
+        # colocated, 4 of each node's 8 GPUs: the slots are gpu0-3 of both nodes, not node0:gpu0-7
+        ({"train.gpus_per_node": 4, "train.global_batch_size": 128}, [(n, g) for n in range(2) for g in range(4)]),
+        # disaggregated, actor on gpu0-1 of both nodes, one 2-GPU engine after it on node 0
+        (
+            {
+                "train.gpus_per_node": 2,
+                "rollout.gpus": 2,
+                "rollout.colocate": False,
+                "train.parallel.tensor": 1,
+                "train.global_batch_size": 128,
+            },
+            [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1)],
+        ),
+        # colocated rollout larger than a partial actor: the engines also take the actor's free GPUs
+        ({"train.gpus_per_node": 4, "rollout.gpus": 16, "train.global_batch_size": 128}, flat(16)),
+    ],
+)
 def test_all_slots_are_exactly_the_roles_slots_on_their_nodes(edits, slots):
     layout = plan_layout(load(spec(GPU_SPEC, **edits)).spec)
     used = set(layout.actor) | set(layout.critic) | {s for e in layout.engines for s in e}
@@ -154,9 +215,16 @@ def test_all_slots_are_exactly_the_roles_slots_on_their_nodes(edits, slots):
     assert layout.total_slots == len(slots)
 
 
-@pytest.mark.parametrize("edits, n", [({}, 16), ({"rollout.gpus": 12}, 16), ({"train.nodes": 1, "rollout.gpus": 16,
-                                                                                 "train.global_batch_size": 128}, 16),
-                                      ({"rollout.gpus_per_engine": 16}, 16), ({"algorithm.estimator": "ppo"}, 16),
-                                      ({"rollout.colocate": False, "rollout.gpus": 4, "train.gpus_per_node": 6}, 16)])
+@pytest.mark.parametrize(
+    "edits, n",
+    [
+        ({}, 16),
+        ({"rollout.gpus": 12}, 16),
+        ({"train.nodes": 1, "rollout.gpus": 16, "train.global_batch_size": 128}, 16),
+        ({"rollout.gpus_per_engine": 16}, 16),
+        ({"algorithm.estimator": "ppo"}, 16),
+        ({"rollout.colocate": False, "rollout.gpus": 4, "train.gpus_per_node": 6}, 16),
+    ],
+)
 def test_layouts_filling_whole_nodes_keep_the_flat_slot_prefix(edits, n):
     assert gpus(plan_layout(resolved(spec(GPU_SPEC, **edits))).all_slots()) == flat(n)

@@ -38,13 +38,16 @@ def at(text: str, path: str) -> tuple[int, int]:
 
 
 # ----------------------------------------------------------------------------- YAML itself
-@pytest.mark.parametrize("text, line, words", [
-    ("apiVersion: slime/v1\nkind: RLJob\nmodel: [unclosed\nname: x\n", 4, ["YAML syntax error"]),
-    ("apiVersion: slime/v1\nkind: RLJob\nname: a\nname: b\n", 4, ["duplicate key", "name"]),
-    ("apiVersion: slime/v1\nmodel:\n\tbuiltin: tiny\n", 3, ["YAML syntax error"]),
-    ("apiVersion: slime/v1\n---\napiVersion: slime/v1\n", 2, ["single document"]),
-    ("apiVersion: slime/v1\nname: 'unterminated\n", 3, ["YAML syntax error"]),
-])
+@pytest.mark.parametrize(
+    "text, line, words",
+    [
+        ("apiVersion: slime/v1\nkind: RLJob\nmodel: [unclosed\nname: x\n", 4, ["YAML syntax error"]),
+        ("apiVersion: slime/v1\nkind: RLJob\nname: a\nname: b\n", 4, ["duplicate key", "name"]),
+        ("apiVersion: slime/v1\nmodel:\n\tbuiltin: tiny\n", 3, ["YAML syntax error"]),
+        ("apiVersion: slime/v1\n---\napiVersion: slime/v1\n", 2, ["single document"]),
+        ("apiVersion: slime/v1\nname: 'unterminated\n", 3, ["YAML syntax error"]),
+    ],
+)
 def test_yaml_errors_give_the_line(text, line, words):
     p = only(problems(text))
     assert p.origin.file == SPEC_FILE and p.origin.line == line, p.format()
@@ -100,13 +103,16 @@ def test_wrong_kind_suggests_the_right_one():
 
 
 # ----------------------------------------------------------------------------- unknown keys, enums, types
-@pytest.mark.parametrize("typo, path, suggestion", [
-    ("modle", "modle", "model"),
-    ("rollout.temprature", "rollout.temprature", "temperature"),
-    ("train.parallel.tensr", "train.parallel.tensr", "tensor"),
-    ("data.eval[0].intervall", "data.eval[0].intervall", "interval"),
-    ("cluster.gpus_per_nod", "cluster.gpus_per_nod", "gpus_per_node"),
-])
+@pytest.mark.parametrize(
+    "typo, path, suggestion",
+    [
+        ("modle", "modle", "model"),
+        ("rollout.temprature", "rollout.temprature", "temperature"),
+        ("train.parallel.tensr", "train.parallel.tensr", "tensor"),
+        ("data.eval[0].intervall", "data.eval[0].intervall", "interval"),
+        ("cluster.gpus_per_nod", "cluster.gpus_per_nod", "gpus_per_node"),
+    ],
+)
 def test_unknown_keys_say_did_you_mean(typo, path, suggestion):
     text = to_yaml(spec(G, **{typo: 3}))
     p = only(problems(text))
@@ -115,15 +121,18 @@ def test_unknown_keys_say_did_you_mean(typo, path, suggestion):
     assert (p.origin.line, p.origin.col) == at(text, path)
 
 
-@pytest.mark.parametrize("key, suggestion", [
-    ("train.parallel.tp", "tensor"),
-    ("train.parallel.pipeline-model-parallel-size", "pipeline"),
-    ("train.parallel.cp", "context"),
-    ("train.actor_num_gpus_per_node", "gpus_per_node"),
-    ("rollout.rollout_batch_size", "batch_size"),
-    ("rollout.num_rollout", "num_rollouts"),
-    ("algorithm.advantage_estimator", "estimator"),
-])
+@pytest.mark.parametrize(
+    "key, suggestion",
+    [
+        ("train.parallel.tp", "tensor"),
+        ("train.parallel.pipeline-model-parallel-size", "pipeline"),
+        ("train.parallel.cp", "context"),
+        ("train.actor_num_gpus_per_node", "gpus_per_node"),
+        ("rollout.rollout_batch_size", "batch_size"),
+        ("rollout.num_rollout", "num_rollouts"),
+        ("algorithm.advantage_estimator", "estimator"),
+    ],
+)
 def test_megatron_and_slime_flag_names_suggest_the_spec_field(key, suggestion):
     """Edit distance cannot find 'tensor' for 'tp'; users coming from Megatron/slime flags get the field."""
     p = only(problems(spec(G, **{key: 2})))
@@ -131,20 +140,23 @@ def test_megatron_and_slime_flag_names_suggest_the_spec_field(key, suggestion):
     assert p.hint.startswith(f"did you mean '{suggestion}'?"), p.hint
 
 
-@pytest.mark.parametrize("key, suggestion", [
-    ("rollout.tp", "train.parallel.tensor"),  # rollout has no 'tensor': name the field's full path
-    ("train.rollout_batch_size", "rollout.batch_size"),  # not train.micro_batch_size, the closest spelling
-    ("tp", "train.parallel.tensor"),
-    ("train.temperature", "rollout.temperature"),
-])
+@pytest.mark.parametrize(
+    "key, suggestion",
+    [
+        ("rollout.tp", "train.parallel.tensor"),  # rollout has no 'tensor': name the field's full path
+        ("train.rollout_batch_size", "rollout.batch_size"),  # not train.micro_batch_size, the closest spelling
+        ("tp", "train.parallel.tensor"),
+        ("train.temperature", "rollout.temperature"),
+    ],
+)
 def test_a_flag_name_in_the_wrong_section_is_answered_with_its_full_path(key, suggestion):
     p = only(problems(spec(G, **{key: 2})))
     assert p.hint.startswith(f"did you mean '{suggestion}'?") and "valid keys here:" in p.hint, p.hint
 
 
 def test_every_flag_alias_names_a_real_field():
-    from slime.spec.schema import FLAG_ALIASES, subschema
     from slime.spec.overrides import parse_path
+    from slime.spec.schema import FLAG_ALIASES, subschema
 
     assert all(subschema("slime/v1", parse_path(target)) is not None for target in FLAG_ALIASES.values())
 
@@ -160,14 +172,17 @@ def test_unknown_key_without_a_close_match_lists_the_valid_keys():
     assert "did you mean" not in p.hint and "temperature" in p.hint and "batch_size" in p.hint
 
 
-@pytest.mark.parametrize("path, typo, right", [
-    ("rollout.backend", "sglng", "sglang"),
-    ("algorithm.estimator", "gpro", "grpo"),
-    ("cluster.launcher", "slrum", "slurm"),
-    ("train.backend", "megatorn", "megatron"),
-    ("algorithm.kl_loss_type", "low_var_k1", "low_var_kl"),
-    ("logging.wandb.mode", "onlin", "online"),
-])
+@pytest.mark.parametrize(
+    "path, typo, right",
+    [
+        ("rollout.backend", "sglng", "sglang"),
+        ("algorithm.estimator", "gpro", "grpo"),
+        ("cluster.launcher", "slrum", "slurm"),
+        ("train.backend", "megatorn", "megatron"),
+        ("algorithm.kl_loss_type", "low_var_k1", "low_var_kl"),
+        ("logging.wandb.mode", "onlin", "online"),
+    ],
+)
 def test_enum_typos_say_did_you_mean(path, typo, right):
     text = to_yaml(spec(G, **{path: typo}))
     p = only(problems(text))
@@ -176,17 +191,20 @@ def test_enum_typos_say_did_you_mean(path, typo, right):
     assert p.origin.line == at(text, path)[0]
 
 
-@pytest.mark.parametrize("path, value, words", [
-    ("train.seed", "abc", ["expected an integer", "'abc'"]),
-    ("cluster.nodes", 0, ["less than the minimum of 1"]),
-    ("rollout.top_p", 1.5, ["maximum of 1"]),
-    ("name", "Bad_Name", ["'Bad_Name' has the wrong format"]),
-    ("cluster.time_limit", "soon", ["wrong format"]),
-    ("rollout.colocate", "maybe", ["expected true or false"]),
-    ("train.optimizer.betas", [0.9], ["too short"]),
-    ("data.eval", {"name": "x"}, ["expected a list"]),
-    ("reward.custom", "not a plugin path", ["wrong format"]),
-])
+@pytest.mark.parametrize(
+    "path, value, words",
+    [
+        ("train.seed", "abc", ["expected an integer", "'abc'"]),
+        ("cluster.nodes", 0, ["less than the minimum of 1"]),
+        ("rollout.top_p", 1.5, ["maximum of 1"]),
+        ("name", "Bad_Name", ["'Bad_Name' has the wrong format"]),
+        ("cluster.time_limit", "soon", ["wrong format"]),
+        ("rollout.colocate", "maybe", ["expected true or false"]),
+        ("train.optimizer.betas", [0.9], ["too short"]),
+        ("data.eval", {"name": "x"}, ["expected a list"]),
+        ("reward.custom", "not a plugin path", ["wrong format"]),
+    ],
+)
 def test_type_and_constraint_errors_name_the_field(path, value, words):
     text = to_yaml(spec(G, **{path: value}))
     p = only(problems(text))
@@ -210,15 +228,18 @@ def test_an_integer_written_as_a_float_is_reported_at_its_field():
 
 
 # ----------------------------------------------------------------------------- YAML values JSON cannot hold
-@pytest.mark.parametrize("yaml_value, words", [
-    ("!!binary aGVsbG8=", ["binary"]),
-    ("!!set {a, b}", ["sets"]),
-    ("!custom thing", ["tag '!custom'"]),
-    (".nan", ["not a finite number"]),
-    ("-.inf", ["not a finite number"]),
-    ('"a\\0b"', ["NUL"]),
-    ("123456789012345678901234567890", ["does not fit in 64 bits"]),
-])
+@pytest.mark.parametrize(
+    "yaml_value, words",
+    [
+        ("!!binary aGVsbG8=", ["binary"]),
+        ("!!set {a, b}", ["sets"]),
+        ("!custom thing", ["tag '!custom'"]),
+        (".nan", ["not a finite number"]),
+        ("-.inf", ["not a finite number"]),
+        ('"a\\0b"', ["NUL"]),
+        ("123456789012345678901234567890", ["does not fit in 64 bits"]),
+    ],
+)
 def test_odd_yaml_values_are_problems_with_a_line(yaml_value, words):
     text = to_yaml(G).replace("temperature", "x")  # no temperature key in G; put the value in description
     text = text.replace("name: gpu-base\n", f"name: gpu-base\ndescription: {yaml_value}\n")
@@ -237,8 +258,9 @@ def test_timestamps_and_str_tags_stay_the_text_written():
 
 # ----------------------------------------------------------------------------- every problem at once
 def test_five_independent_schema_mistakes_give_five_problems():
-    bad = spec(G, **{"modle": 1, "rollout.backend": "sglng", "train.seed": "x", "data.prompts": DELETE,
-                     "name": "Bad Name"})
+    bad = spec(
+        G, **{"modle": 1, "rollout.backend": "sglng", "train.seed": "x", "data.prompts": DELETE, "name": "Bad Name"}
+    )
     text = to_yaml(bad)
     found = problems(text)
     assert {p.path for p in found} == {"modle", "rollout.backend", "train.seed", "data.prompts", "name"}
@@ -256,22 +278,32 @@ def test_overrides_apply_before_validation():
 
 
 def test_override_values_are_parsed_as_yaml():
-    s = load(G, overrides=["train.optimizer.betas=[0.8, 0.9]", "cluster.env={A: '1'}",
-                           "description=hello world", "data.eval[1]={name: b, path: /b.jsonl}"]).spec
+    s = load(
+        G,
+        overrides=[
+            "train.optimizer.betas=[0.8, 0.9]",
+            "cluster.env={A: '1'}",
+            "description=hello world",
+            "data.eval[1]={name: b, path: /b.jsonl}",
+        ],
+    ).spec
     assert s.train.optimizer.betas == (0.8, 0.9) and s.cluster.env == {"A": "1"}
     assert s.description == "hello world" and [e.name for e in s.data.eval] == ["aime", "b"]
 
 
-@pytest.mark.parametrize("override, path, words", [
-    ("train.seed=abc", "train.seed", ["expected an integer"]),
-    ("rollout.temprature=1.0", "rollout.temprature", ["unknown field"]),
-    ("rollout.temperature=0", "rollout.temperature", ["must be > 0"]),  # a rule, not the schema
-    ("model={builtin: tinyy}", "model.builtin", ["not a valid value"]),
-    ("model.builtin.x=1", "model.builtin", ["not a valid value"]),
-    ("train.seed=2024-01-01", "train.seed", ["'2024-01-01'"]),
-    ("description=.nan", "description", ["finite"]),
-    ("apiVersion=slime/v9", "apiVersion", ["unknown apiVersion"]),
-])
+@pytest.mark.parametrize(
+    "override, path, words",
+    [
+        ("train.seed=abc", "train.seed", ["expected an integer"]),
+        ("rollout.temprature=1.0", "rollout.temprature", ["unknown field"]),
+        ("rollout.temperature=0", "rollout.temperature", ["must be > 0"]),  # a rule, not the schema
+        ("model={builtin: tinyy}", "model.builtin", ["not a valid value"]),
+        ("model.builtin.x=1", "model.builtin", ["not a valid value"]),
+        ("train.seed=2024-01-01", "train.seed", ["'2024-01-01'"]),
+        ("description=.nan", "description", ["finite"]),
+        ("apiVersion=slime/v9", "apiVersion", ["unknown apiVersion"]),
+    ],
+)
 def test_errors_in_overrides_point_at_the_override(override, path, words):
     found = problems(G, overrides=[override])
     p = only(found, path)
@@ -286,15 +318,18 @@ def test_did_you_mean_for_an_override():
     assert p.hint.startswith("did you mean 'temperature'?")
 
 
-@pytest.mark.parametrize("override, words", [
-    ("train.seed", ["bad override"]),
-    ("=3", ["bad override"]),
-    (".=3", ["bad override"]),
-    ("[0]=1", ["bad override"]),
-    ("data.eval[-1].path=x", ["bad override"]),
-    ("data.eval[5].path=x", ["index 5 is out of range", "has 1 item(s)", "[1]"]),
-    ("data.eval.name=x", ["'data.eval' is a list", "data.eval[0].name"]),
-])
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("train.seed", ["bad override"]),
+        ("=3", ["bad override"]),
+        (".=3", ["bad override"]),
+        ("[0]=1", ["bad override"]),
+        ("data.eval[-1].path=x", ["bad override"]),
+        ("data.eval[5].path=x", ["index 5 is out of range", "has 1 item(s)", "[1]"]),
+        ("data.eval.name=x", ["'data.eval' is a list", "data.eval[0].name"]),
+    ],
+)
 def test_malformed_overrides_are_never_dropped_silently(override, words):
     p = only(problems(G, overrides=[override]))
     assert p.origin.override == f"--set {override}"
@@ -314,8 +349,12 @@ def test_a_malformed_override_does_not_hide_rule_problems():
 
 def test_sweep_grid_as_an_override():
     loaded = load(G, overrides=['sweep.grid={"train.seed": [1, 2], "rollout.temperature": [0.5, 1.0]}'])
-    assert [(t.spec.train.seed, t.spec.rollout.temperature) for t in loaded.tasks] == \
-        [(1, 0.5), (1, 1.0), (2, 0.5), (2, 1.0)]
+    assert [(t.spec.train.seed, t.spec.rollout.temperature) for t in loaded.tasks] == [
+        (1, 0.5),
+        (1, 1.0),
+        (2, 0.5),
+        (2, 1.0),
+    ]
     p = only(problems(G, overrides=['sweep.grid={"train.sed": [1, 2]}']))
     assert p.path == "sweep.grid.train.sed" and p.origin.override.startswith("--set sweep.grid=")
     assert "did you mean 'train.seed'?" in p.hint
@@ -337,8 +376,12 @@ def test_derived_values_are_filled_in_the_resolved_spec():
     assert c.cluster.cpus_per_node == (os.cpu_count() or 1) and c.model.max_context_len == 256
     assert c.rollout.num_engines == 1 and c.rollout.gpus == 0 and c.train.num_steps_per_rollout == 1
 
-    d = load(spec(G, **{"rollout.colocate": False, "rollout.gpus": 4, "train.gpus_per_node": 4,
-                        "train.global_batch_size": 128})).spec
+    d = load(
+        spec(
+            G,
+            **{"rollout.colocate": False, "rollout.gpus": 4, "train.gpus_per_node": 4, "train.global_batch_size": 128},
+        )
+    ).spec
     assert d.rollout.weight_sync == "nccl" and d.rollout.num_engines == 2
 
     p = load(spec(G, **{"algorithm.estimator": "ppo", "algorithm.kl_coef": 0.01, "model.ref_path": "initial"})).spec
@@ -351,9 +394,18 @@ def test_derived_values_are_filled_in_the_resolved_spec():
 
 def test_every_default_is_written_in_the_resolved_json():
     resolved = json.loads(msgspec.json.encode(load(C).spec))
-    assert resolved["train"]["optimizer"] == {"name": "adam", "lr": 1e-6, "min_lr": 0.0, "lr_schedule": "constant",
-                                              "warmup_steps": 0, "weight_decay": 0.0, "betas": [0.9, 0.98],
-                                              "eps": 1e-8, "clip_grad": 1.0, "distributed": True}
+    assert resolved["train"]["optimizer"] == {
+        "name": "adam",
+        "lr": 1e-6,
+        "min_lr": 0.0,
+        "lr_schedule": "constant",
+        "warmup_steps": 0,
+        "weight_decay": 0.0,
+        "betas": [0.9, 0.98],
+        "eps": 1e-8,
+        "clip_grad": 1.0,
+        "distributed": True,
+    }
     assert resolved["rollout"]["temperature"] == 1.0 and resolved["rollout"]["weight_sync"] == "disk"
     assert resolved["algorithm"]["lambda"] == 1.0 and resolved["cluster"]["bootstrap_timeout_s"] == 300.0
 
@@ -365,9 +417,16 @@ def test_num_rollouts_from_epochs_counts_the_prompt_file(tmp_path: Path):
 
 
 def test_relative_paths_become_absolute_against_the_spec_dir(tmp_path: Path):
-    data = spec(C, **{"data.prompts": "data/train.jsonl", "data.eval": [{"name": "h", "path": "../held.jsonl"}],
-                      "logging.dir": "runs", "train.checkpoint": {"dir": "ck", "load": "~/resume"},
-                      "model.ref_path": "initial"})
+    data = spec(
+        C,
+        **{
+            "data.prompts": "data/train.jsonl",
+            "data.eval": [{"name": "h", "path": "../held.jsonl"}],
+            "logging.dir": "runs",
+            "train.checkpoint": {"dir": "ck", "load": "~/resume"},
+            "model.ref_path": "initial",
+        },
+    )
     (tmp_path / "sub").mkdir()
     spec_file = tmp_path / "sub" / "job.yaml"
     spec_file.write_text(to_yaml(data))

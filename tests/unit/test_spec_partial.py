@@ -29,11 +29,24 @@ G, C = GPU_SPEC, CPU_SPEC
 
 
 def test_schema_and_rule_mistakes_are_reported_together():
-    bad = spec(G, **{"modle": 1, "rollout.backend": "sglng", "train.seed": "x",  # schema
-                     "rollout.temperature": 0.0, "algorithm.dual_clip_c": 0.5})  # rules
+    bad = spec(
+        G,
+        **{
+            "modle": 1,
+            "rollout.backend": "sglng",
+            "train.seed": "x",  # schema
+            "rollout.temperature": 0.0,
+            "algorithm.dual_clip_c": 0.5,
+        },
+    )  # rules
     found = problems(bad)
-    assert {p.path for p in found} == {"modle", "rollout.backend", "train.seed", "rollout.temperature",
-                                       "algorithm.dual_clip_c"}
+    assert {p.path for p in found} == {
+        "modle",
+        "rollout.backend",
+        "train.seed",
+        "rollout.temperature",
+        "algorithm.dual_clip_c",
+    }
     rule = next(p for p in found if p.path == "rollout.temperature")
     assert rule.origin.line and "must be > 0" in rule.message
 
@@ -91,8 +104,11 @@ def test_rule_problems_next_to_a_schema_problem_are_real(case, pick, junk):
         node = node[part]
     node[path[-1]] = junk
     after = problems(broken)
-    schema_paths = {p.path for p in after if p.path.split(".")[0] == path[0] and
-                    parse_path(p.path)[:len(path)] == path[:len(parse_path(p.path))]}
+    schema_paths = {
+        p.path
+        for p in after
+        if p.path.split(".")[0] == path[0] and parse_path(p.path)[: len(path)] == path[: len(parse_path(p.path))]
+    }
     rule_problems = {(p.path, p.message) for p in after if p.severity == "error" and p.path not in schema_paths}
     assert rule_problems <= before, (path, junk, rule_problems - before)
 
@@ -126,21 +142,44 @@ def _resolved(data: dict, base_dir: Path) -> dict[tuple, Any] | None:
 
 def _bases(tmp: Path) -> list[dict]:
     (tmp / "p.jsonl").write_text("".join(f'{{"prompt": "{i}"}}\n' for i in range(20)))
-    return [G, C,
-            spec(G, **{"algorithm.estimator": "ppo"}),
-            spec(G, **{"rollout.colocate": False, "rollout.gpus": 4, "train.gpus_per_node": 6}),
-            spec(C, **{"rollout.num_rollouts": DELETE, "rollout.epochs": 2, "data.prompts": str(tmp / "p.jsonl")}),
-            spec(G, **{"train.global_batch_size": DELETE, "train.num_steps_per_rollout": 2})]
+    return [
+        G,
+        C,
+        spec(G, **{"algorithm.estimator": "ppo"}),
+        spec(G, **{"rollout.colocate": False, "rollout.gpus": 4, "train.gpus_per_node": 6}),
+        spec(C, **{"rollout.num_rollouts": DELETE, "rollout.epochs": 2, "data.prompts": str(tmp / "p.jsonl")}),
+        spec(G, **{"train.global_batch_size": DELETE, "train.num_steps_per_rollout": 2}),
+    ]
 
 
-_EXTRA = [("cluster.nodes", 3), ("cluster.gpus_per_node", 4), ("cluster.gpus_per_node", 0),
-          ("cluster.launcher", "slurm"), ("cluster.launcher", "local"), ("model.path", "/other"),
-          ("model.builtin", "tiny"), ("algorithm.estimator", "ppo"), ("algorithm.estimator", "gspo"),
-          ("train.nodes", 1), ("train.gpus_per_node", 4), ("rollout.colocate", False), ("rollout.colocate", True),
-          ("rollout.gpus", 8), ("rollout.gpus_per_engine", 4), ("rollout.backend", "builtin"),
-          ("rollout.backend", "sglang"), ("rollout.epochs", 3), ("rollout.batch_size", 8),
-          ("rollout.n_samples_per_prompt", 1), ("train.num_steps_per_rollout", 2), ("train.global_batch_size", 128),
-          ("algorithm.eps_clip", 0.3), ("name", "other-name"), ("rollout.num_engines", 2), ("data.prompts", "/x.jsonl")]
+_EXTRA = [
+    ("cluster.nodes", 3),
+    ("cluster.gpus_per_node", 4),
+    ("cluster.gpus_per_node", 0),
+    ("cluster.launcher", "slurm"),
+    ("cluster.launcher", "local"),
+    ("model.path", "/other"),
+    ("model.builtin", "tiny"),
+    ("algorithm.estimator", "ppo"),
+    ("algorithm.estimator", "gspo"),
+    ("train.nodes", 1),
+    ("train.gpus_per_node", 4),
+    ("rollout.colocate", False),
+    ("rollout.colocate", True),
+    ("rollout.gpus", 8),
+    ("rollout.gpus_per_engine", 4),
+    ("rollout.backend", "builtin"),
+    ("rollout.backend", "sglang"),
+    ("rollout.epochs", 3),
+    ("rollout.batch_size", 8),
+    ("rollout.n_samples_per_prompt", 1),
+    ("train.num_steps_per_rollout", 2),
+    ("train.global_batch_size", 128),
+    ("algorithm.eps_clip", 0.3),
+    ("name", "other-name"),
+    ("rollout.num_engines", 2),
+    ("data.prompts", "/x.jsonl"),
+]
 
 
 def _changes(data: dict) -> list[tuple[tuple, Any]]:
@@ -177,13 +216,14 @@ def test_derived_from_matches_what_resolve_derives(tmp_path):
                 continue
             checked += 1
             for leaf in set(before) | set(after):
-                if before.get(leaf) == after.get(leaf) or leaf[:len(path)] == path:
+                if before.get(leaf) == after.get(leaf) or leaf[: len(path)] == path:
                     continue
-                owner = next((d for d in derived if leaf[:len(d)] == d), None)
+                owner = next((d for d in derived if leaf[: len(d)] == d), None)
                 assert owner is not None, f"resolve() changed {leaf} when {path} changed: add it to DERIVED_FROM"
                 allowed = _closure(derived[owner])
-                assert any(path[:len(a)] == a or a[:len(path)] == path for a in allowed), \
+                assert any(path[: len(a)] == a or a[: len(path)] == path for a in allowed), (
                     f"{derived[owner]} moved when {path} changed: add it to DERIVED_FROM[{derived[owner]!r}]"
+                )
     assert checked > 100
 
 

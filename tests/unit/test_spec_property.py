@@ -29,30 +29,102 @@ from slime.spec.values import normalise
 from tests.fixtures.spec_helpers import CPU_SPEC, GPU_SPEC
 
 ROOT = Path(__file__).resolve().parents[2]
-BASES = [GPU_SPEC, CPU_SPEC] + [YAML(typ="safe", pure=True).load(p.read_text())
-                                for p in sorted(ROOT.glob("specs/*.yaml"))]
-FIELDS = ["train.seed", "rollout.gpus", "cluster.nodes", "cluster.gpus_per_node", "train.parallel.tensor",
-          "rollout.temperature", "algorithm.estimator", "rollout.colocate", "model", "model.builtin", "sweep",
-          "sweep.grid", "data.eval[0].name", "data.eval[1]", "data.eval.x", "x.y", "apiVersion", "name",
-          "train.dynamic_batch", "cluster.secrets.K", "agent.sandbox.backend"]
+BASES = [GPU_SPEC, CPU_SPEC] + [
+    YAML(typ="safe", pure=True).load(p.read_text()) for p in sorted(ROOT.glob("specs/*.yaml"))
+]
+FIELDS = [
+    "train.seed",
+    "rollout.gpus",
+    "cluster.nodes",
+    "cluster.gpus_per_node",
+    "train.parallel.tensor",
+    "rollout.temperature",
+    "algorithm.estimator",
+    "rollout.colocate",
+    "model",
+    "model.builtin",
+    "sweep",
+    "sweep.grid",
+    "data.eval[0].name",
+    "data.eval[1]",
+    "data.eval.x",
+    "x.y",
+    "apiVersion",
+    "name",
+    "train.dynamic_batch",
+    "cluster.secrets.K",
+    "agent.sandbox.backend",
+]
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-3, max_value=20), st.integers(),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
-    st.sampled_from(["tiny", "grpo", "ppo", "sglang", "megatron", "slurm", "local", "initial", "a.b:c", "/tmp/x",
-                     "04:00:00", "1-00:00:00", "64G", "train.seed", "\x00", "e2b", "nccl", "delta", "remote"]),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-3, max_value=20),
+    st.integers(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.sampled_from(
+        [
+            "tiny",
+            "grpo",
+            "ppo",
+            "sglang",
+            "megatron",
+            "slurm",
+            "local",
+            "initial",
+            "a.b:c",
+            "/tmp/x",
+            "04:00:00",
+            "1-00:00:00",
+            "64G",
+            "train.seed",
+            "\x00",
+            "e2b",
+            "nccl",
+            "delta",
+            "remote",
+        ]
+    ),
 )
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                       st.dictionaries(st.text(max_size=8), inner, max_size=3)),
-                      max_leaves=8)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+    max_leaves=8,
+)
 override_values = st.one_of(
-    st.sampled_from(["1", "0", "-1", "8", "abc", "[1, 2]", "{a: 1}", "null", "", "true", "1.5", ".inf", "{",
-                     '{"train.seed": [1, 2]}', '{"rollout.gpus": [0, 4, 5]}', "{grid: {train.seed: [1, 2]}}",
-                     "!!binary aGk=", "!foo x", "2024-01-01", "[[[]]]", "{train.seed: []}"]),
+    st.sampled_from(
+        [
+            "1",
+            "0",
+            "-1",
+            "8",
+            "abc",
+            "[1, 2]",
+            "{a: 1}",
+            "null",
+            "",
+            "true",
+            "1.5",
+            ".inf",
+            "{",
+            '{"train.seed": [1, 2]}',
+            '{"rollout.gpus": [0, 4, 5]}',
+            "{grid: {train.seed: [1, 2]}}",
+            "!!binary aGk=",
+            "!foo x",
+            "2024-01-01",
+            "[[[]]]",
+            "{train.seed: []}",
+        ]
+    ),
     st.text(max_size=10),
 )
-overrides = st.lists(st.builds(lambda f, v: f"{f}={v}", st.one_of(st.sampled_from(FIELDS), st.text(max_size=8)),
-                               override_values) | st.text(max_size=10), max_size=3)
+overrides = st.lists(
+    st.builds(lambda f, v: f"{f}={v}", st.one_of(st.sampled_from(FIELDS), st.text(max_size=8)), override_values)
+    | st.text(max_size=10),
+    max_size=3,
+)
 
 
 def _paths(node: Any, prefix: tuple = ()) -> list[tuple]:
@@ -82,8 +154,11 @@ def mutated(draw) -> dict:
         if op == "delete":
             del parent[path[-1]]
         elif op == "insert" and isinstance(target, dict):
-            key = draw(st.one_of(st.sampled_from(["foo", "nodes", "gpus", "seed", "grid", "x.y", "lambda"]),
-                                 st.text(max_size=6)))
+            key = draw(
+                st.one_of(
+                    st.sampled_from(["foo", "nodes", "gpus", "seed", "grid", "x.y", "lambda"]), st.text(max_size=6)
+                )
+            )
             target[key] = draw(values)
         else:
             parent[path[-1]] = draw(values)
@@ -103,11 +178,18 @@ def _render(data: dict, how: str, damage: tuple[int, str]) -> str:
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=mutated(), how=st.sampled_from(["json", "yaml", "damaged"]),
-       damage=st.tuples(st.integers(min_value=0), st.sampled_from([":", "-", " ", "\n", "[", "{", "'", '"', "&a",
-                                                                   "*a", "!", "#", "\t", "? ", "|", ">", "%",
-                                                                   "\n  x: 1"])),
-       sets=overrides, check_paths=st.booleans())
+@given(
+    data=mutated(),
+    how=st.sampled_from(["json", "yaml", "damaged"]),
+    damage=st.tuples(
+        st.integers(min_value=0),
+        st.sampled_from(
+            [":", "-", " ", "\n", "[", "{", "'", '"', "&a", "*a", "!", "#", "\t", "? ", "|", ">", "%", "\n  x: 1"]
+        ),
+    ),
+    sets=overrides,
+    check_paths=st.booleans(),
+)
 def test_mutated_specs_only_ever_raise_spec_error(data, how, damage, sets, check_paths, tmp_path_factory):
     text = _render(data, how, damage)
     try:

@@ -47,16 +47,37 @@ STRUCTS = _structs()
 
 
 def test_the_struct_walk_found_every_section():
-    assert {"Spec", "Cluster", "Container", "SecretRef", "Model", "Train", "Parallel", "DynamicBatch", "Optimizer",
-            "Checkpoint", "Rollout", "Data", "EvalSet", "Reward", "Algorithm", "Critic", "Agent", "SandboxSpec",
-            "Sweep", "Logging", "Wandb"} <= set(STRUCTS)
+    assert {
+        "Spec",
+        "Cluster",
+        "Container",
+        "SecretRef",
+        "Model",
+        "Train",
+        "Parallel",
+        "DynamicBatch",
+        "Optimizer",
+        "Checkpoint",
+        "Rollout",
+        "Data",
+        "EvalSet",
+        "Reward",
+        "Algorithm",
+        "Critic",
+        "Agent",
+        "SandboxSpec",
+        "Sweep",
+        "Logging",
+        "Wandb",
+    } <= set(STRUCTS)
 
 
 def test_committed_schema_equals_the_generated_one():
     committed = committed_schema_path().read_text()
     assert committed == dump_schema(), (
         "slime/spec/schema/v1.json is stale: run "
-        "python -c 'from slime.spec.schema import write_committed_schema; write_committed_schema()'")
+        "python -c 'from slime.spec.schema import write_committed_schema; write_committed_schema()'"
+    )
     assert schema_for("slime/v1") == json.loads(dump_schema("slime/v1"))
 
 

@@ -25,16 +25,19 @@ def test_grid_expands_to_the_cross_product_in_order():
     assert loaded.is_sweep and len(loaded.tasks) == 6
     assert [t.index for t in loaded.tasks] == list(range(6))
     assert [t.overrides for t in loaded.tasks][:3] == [
-        {"train.seed": 1, "rollout.temperature": 0.6}, {"train.seed": 1, "rollout.temperature": 1.0},
-        {"train.seed": 2, "rollout.temperature": 0.6}]
+        {"train.seed": 1, "rollout.temperature": 0.6},
+        {"train.seed": 1, "rollout.temperature": 1.0},
+        {"train.seed": 2, "rollout.temperature": 0.6},
+    ]
     assert [(t.spec.train.seed, t.spec.rollout.temperature) for t in loaded.tasks][-1] == (3, 1.0)
     assert loaded.spec.train.seed == 1234  # the base spec is not swept
     assert all(t.spec.sweep is None for t in loaded.tasks)
 
 
 def test_tasks_are_resolved_each_on_their_own():
-    loaded = load(with_grid({"algorithm": [{"estimator": "grpo"}, {"estimator": "ppo"}],
-                             "data.eval[0].path": ["rel/a.jsonl"]}))
+    loaded = load(
+        with_grid({"algorithm": [{"estimator": "grpo"}, {"estimator": "ppo"}], "data.eval[0].path": ["rel/a.jsonl"]})
+    )
     grpo, ppo = (t.spec for t in loaded.tasks)
     assert grpo.algorithm.critic is None and ppo.algorithm.critic is not None
     assert ppo.model.critic_path == "/models/qwen"
@@ -42,15 +45,18 @@ def test_tasks_are_resolved_each_on_their_own():
     assert grpo.data.eval[0].name == "aime"
 
 
-@pytest.mark.parametrize("key, suggestion", [
-    ("train.sed", "train.seed"),
-    ("trian.seed", "train.seed"),
-    ("rollout.temprature", "rollout.temperature"),
-    ("train.optimizer.llr", "train.optimizer.lr"),
-    ("train.optimzer.lr", "train.optimizer.lr"),
-    ("train.parallel.tp", "train.parallel.tensor"),  # a Megatron flag name, in place
-    ("train.lr", "train.optimizer.lr"),  # ... and one level off: its full path
-])
+@pytest.mark.parametrize(
+    "key, suggestion",
+    [
+        ("train.sed", "train.seed"),
+        ("trian.seed", "train.seed"),
+        ("rollout.temprature", "rollout.temperature"),
+        ("train.optimizer.llr", "train.optimizer.lr"),
+        ("train.optimzer.lr", "train.optimizer.lr"),
+        ("train.parallel.tp", "train.parallel.tensor"),  # a Megatron flag name, in place
+        ("train.lr", "train.optimizer.lr"),  # ... and one level off: its full path
+    ],
+)
 def test_grid_keys_must_be_field_paths(key, suggestion):
     text = to_yaml(with_grid({key: [1, 2]}))
     p = only(problems(text))
@@ -68,8 +74,11 @@ def test_unsweepable_sections_are_rejected(key):
 def test_values_are_validated_with_the_fields_schema():
     text = to_yaml(with_grid({"train.seed": [1, "x", -3], "algorithm.estimator": ["grpo", "gpro"]}))
     found = problems(text)
-    assert {p.path for p in found} == {"sweep.grid.train.seed[1]", "sweep.grid.train.seed[2]",
-                                       "sweep.grid.algorithm.estimator[1]"}
+    assert {p.path for p in found} == {
+        "sweep.grid.train.seed[1]",
+        "sweep.grid.train.seed[2]",
+        "sweep.grid.algorithm.estimator[1]",
+    }
     est = only(found, "sweep.grid.algorithm.estimator[1]")
     assert "'gpro' is not a valid value" in est.message and est.hint.startswith("did you mean 'grpo'?")
     seed = only(found, "sweep.grid.train.seed[1]")
@@ -78,13 +87,19 @@ def test_values_are_validated_with_the_fields_schema():
     assert lines[seed.origin.line - 1].strip() == "- x"
 
 
-@pytest.mark.parametrize("grid, words", [
-    ({}, ["the sweep grid is empty"]),
-    ({"train.seed": []}, ["has no values"]),
-    ({"train.optimizer": [{"lr": 1e-6}], "train.optimizer.lr": [1e-5]}, ["overlaps the grid key 'train.optimizer'"]),
-    ({"data.eval[0].path": ["/a"], "data.eval.0.path": ["/b"]}, ["overlaps"]),
-    ({"": [1]}, ["is not a spec field path"]),
-])
+@pytest.mark.parametrize(
+    "grid, words",
+    [
+        ({}, ["the sweep grid is empty"]),
+        ({"train.seed": []}, ["has no values"]),
+        (
+            {"train.optimizer": [{"lr": 1e-6}], "train.optimizer.lr": [1e-5]},
+            ["overlaps the grid key 'train.optimizer'"],
+        ),
+        ({"data.eval[0].path": ["/a"], "data.eval.0.path": ["/b"]}, ["overlaps"]),
+        ({"": [1]}, ["is not a spec field path"]),
+    ],
+)
 def test_grids_that_cannot_expand(grid, words):
     p = only(problems(with_grid(grid)))
     assert p.path.startswith("sweep.grid")
@@ -132,8 +147,15 @@ def test_sweep_max_parallel_is_checked():
 
 
 def test_a_thousand_task_grid_is_fully_validated():
-    loaded = load(with_grid({"train.seed": list(range(50)), "rollout.temperature": [0.6, 0.8, 1.0, 1.2, 1.4],
-                             "algorithm.eps_clip": [0.1, 0.2, 0.3, 0.4]}))
+    loaded = load(
+        with_grid(
+            {
+                "train.seed": list(range(50)),
+                "rollout.temperature": [0.6, 0.8, 1.0, 1.2, 1.4],
+                "algorithm.eps_clip": [0.1, 0.2, 0.3, 0.4],
+            }
+        )
+    )
     assert len(loaded.tasks) == 1000
     assert {t.spec.train.seed for t in loaded.tasks} == set(range(50))
     assert loaded.tasks[999].spec.algorithm.eps_clip_high == 0.4  # derived per task

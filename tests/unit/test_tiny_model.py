@@ -29,12 +29,23 @@ def tok(tiny):
 
 def test_checkpoint_files_and_offline_load(tiny):
     names = set(os.listdir(tiny))
-    assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
-            "tokenizer_config.json"} <= names
+    assert {
+        "config.json",
+        "model.safetensors",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    } <= names
     model = transformers.AutoModelForCausalLM.from_pretrained(tiny)
     cfg = model.config
-    assert (cfg.model_type, cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads,
-            cfg.num_key_value_heads, cfg.max_position_embeddings) == ("qwen2", 128, 4, 4, 2, 256)
+    assert (
+        cfg.model_type,
+        cfg.hidden_size,
+        cfg.num_hidden_layers,
+        cfg.num_attention_heads,
+        cfg.num_key_value_heads,
+        cfg.max_position_embeddings,
+    ) == ("qwen2", 128, 4, 4, 2, 256)
     n_params = sum(p.numel() for p in model.parameters())
     assert 0.7e6 < n_params < 0.9e6
     out = model(torch.tensor([[5, 6, 7]])).logits
@@ -58,13 +69,16 @@ def test_build_leaves_global_rng_alone(tmp_path):
     assert torch.equal(torch.rand(3), expected)
 
 
-@pytest.mark.parametrize("text", [
-    "07+12=19",
-    '{"name": "search", "arguments": {"query": "a b", "k": [1, 2.5, null, true]}}',
-    "<tool_call>\n{\"name\": \"f\"}\n</tool_call>\t~`!@#$%^&*()_-[]{}|\\;:'<>,.?/",
-    "  leading and trailing spaces  \n\n",
-    "unicode: héllo ✓ 漢字",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "07+12=19",
+        '{"name": "search", "arguments": {"query": "a b", "k": [1, 2.5, null, true]}}',
+        '<tool_call>\n{"name": "f"}\n</tool_call>\t~`!@#$%^&*()_-[]{}|\\;:\'<>,.?/',
+        "  leading and trailing spaces  \n\n",
+        "unicode: héllo ✓ 漢字",
+    ],
+)
 def test_tokenizer_round_trip(tok, text):
     ids = tok.encode(text, add_special_tokens=False)
     assert tok.decode(ids) == text
@@ -90,8 +104,9 @@ def test_generation_config_stops_on_eos_and_im_end(tiny, tok):
 def test_chat_template(tok):
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "07+12="}]
     text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-    assert text == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n07+12=<|im_end|>\n"
-                    "<|im_start|>assistant\n")
+    assert text == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n07+12=<|im_end|>\n<|im_start|>assistant\n"
+    )
     ids = tok.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True)
     ids = ids["input_ids"] if not isinstance(ids, list) else ids
     assert tok.decode(ids) == text
@@ -99,10 +114,15 @@ def test_chat_template(tok):
 
 def test_chat_template_tools_round_trip(tok):
     tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
-    msgs = [{"role": "user", "content": "add 1 and 2"},
-            {"role": "assistant", "content": "",
-             "tool_calls": [{"type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": 2}}}]},
-            {"role": "tool", "content": "3"}]
+    msgs = [
+        {"role": "user", "content": "add 1 and 2"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": 2}}}],
+        },
+        {"role": "tool", "content": "3"},
+    ]
     text = tok.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=True)
     assert '"name": "add"' in text and "<tools>" in text
     assert '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call><|im_end|>' in text

@@ -38,8 +38,9 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def small_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("torch-backend") / "small", seed=3, hidden=32, layers=2,
-                            heads=2, kv_heads=1)
+    return build_tiny_model(
+        tmp_path_factory.mktemp("torch-backend") / "small", seed=3, hidden=32, layers=2, heads=2, kv_heads=1
+    )
 
 
 def make_spec(**changes):
@@ -98,8 +99,10 @@ def test_logprobs_match_the_engine_within_1e3(model_dir):
     engine = Engine(model_dir, seed=0, max_running_requests=16)
     prompts = [[5 + i, 12, 77, 6 + i, 7, 85] for i in range(12)]
     done = engine.generate(prompts, SamplingParams(max_new_tokens=6, temperature=0.7, ignore_eos=True))
-    data = [{"tokens": p + c.output_ids, "response_length": len(c.output_ids), "rollout_log_probs": c.logprobs}
-            for p, c in zip(prompts, done)]
+    data = [
+        {"tokens": p + c.output_ids, "response_length": len(c.output_ids), "rollout_log_probs": c.logprobs}
+        for p, c in zip(prompts, done)
+    ]
     batch = collate(data)
     mine = be.log_probs(batch, temperature=0.7)
     m = batch.response_mask.bool()
@@ -142,8 +145,7 @@ def test_critic_values_are_never_divided_by_the_temperature(model_dir):
     batch = collate(data)
     got = critic.values(batch)
     with torch.no_grad():
-        hidden = critic.model.backbone(input_ids=batch.tokens,
-                                       attention_mask=batch.attention_mask).last_hidden_state
+        hidden = critic.model.backbone(input_ids=batch.tokens, attention_mask=batch.attention_mask).last_hidden_state
         expected = critic.model.value_head(hidden).squeeze(-1)[:, :-1]
     valid = batch.attention_mask[:, 1:].bool()
     assert torch.allclose(got[valid], expected[valid], atol=1e-5)
@@ -182,9 +184,10 @@ json.dump(result, open(out, "w"))
 def configs():
     return {
         "token_mean": make_spec(train={"micro_batch_size": 2, "optimizer": {"clip_grad": 0.0}}),
-        "seq_mean_dynamic": make_spec(train={"micro_batch_size": 4, "dynamic_batch": {"enabled": True,
-                                                                                        "max_tokens_per_gpu": 20}},
-                                      algorithm={"loss_agg": "seq_mean_token_mean"}),
+        "seq_mean_dynamic": make_spec(
+            train={"micro_batch_size": 4, "dynamic_batch": {"enabled": True, "max_tokens_per_gpu": 20}},
+            algorithm={"loss_agg": "seq_mean_token_mean"},
+        ),
     }
 
 
@@ -196,8 +199,14 @@ def test_two_gloo_ranks_take_the_same_step_as_one_process(small_dir, tmp_path):
         port = s.getsockname()[1]
     script = tmp_path / "rank.py"
     script.write_text(_RANK_SCRIPT.format(repo=str(REPO), here=str(Path(__file__).parent)))
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(port), str(small_dir),
-                               str(tmp_path / f"r{r}.json")], stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(r), str(port), str(small_dir), str(tmp_path / f"r{r}.json")],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
     for p in procs:
         _, err = p.communicate(timeout=150)
         assert p.returncode == 0, err[-3000:]
@@ -224,9 +233,10 @@ def test_two_gloo_ranks_take_the_same_step_as_one_process(small_dir, tmp_path):
 
 
 # ------------------------------------------------------------------ micro-batching, losses, state
-@pytest.mark.parametrize("train", [{"micro_batch_size": 1},
-                                   {"micro_batch_size": 3},
-                                   {"dynamic_batch": {"enabled": True, "max_tokens_per_gpu": 16}}])
+@pytest.mark.parametrize(
+    "train",
+    [{"micro_batch_size": 1}, {"micro_batch_size": 3}, {"dynamic_batch": {"enabled": True, "max_tokens_per_gpu": 16}}],
+)
 def test_micro_batching_does_not_change_the_step(small_dir, train):
     whole = make_spec(train={"micro_batch_size": 64})
     split = make_spec(train=train)
@@ -239,14 +249,17 @@ def test_micro_batching_does_not_change_the_step(small_dir, train):
         assert torch.allclose(va, vb, atol=1e-6), k
 
 
-@pytest.mark.parametrize("algorithm", [
-    {"estimator": "grpo", "entropy_coef": 0.01, "dual_clip_c": 3.0},
-    {"estimator": "gspo"},
-    {"estimator": "cispo"},
-    {"estimator": "reinforce_plus_plus"},
-    {"estimator": "reinforce_plus_plus_baseline", "kl_loss_coef": 0.05, "kl_loss_type": "k2"},
-    {"estimator": "ppo"},
-])
+@pytest.mark.parametrize(
+    "algorithm",
+    [
+        {"estimator": "grpo", "entropy_coef": 0.01, "dual_clip_c": 3.0},
+        {"estimator": "gspo"},
+        {"estimator": "cispo"},
+        {"estimator": "reinforce_plus_plus"},
+        {"estimator": "reinforce_plus_plus_baseline", "kl_loss_coef": 0.05, "kl_loss_type": "k2"},
+        {"estimator": "ppo"},
+    ],
+)
 def test_every_estimator_takes_a_finite_step(small_dir, algorithm):
     spec = make_spec(algorithm=algorithm, model={"ref_path": "initial"})
     be = backend(spec, small_dir)
@@ -301,12 +314,13 @@ def test_save_load_round_trip_continues_exactly(small_dir, tmp_path):
         assert torch.equal(v, expected[k]), k
 
 
-@pytest.mark.parametrize("cut", [lambda b: b"", lambda b: b[: len(b) // 2], lambda b: b[:-10]],
-                         ids=["empty", "half", "tail"])
+@pytest.mark.parametrize(
+    "cut", [lambda b: b"", lambda b: b[: len(b) // 2], lambda b: b[:-10]], ids=["empty", "half", "tail"]
+)
 def test_loading_a_truncated_checkpoint_file_is_a_checkpoint_error_naming_it(small_dir, tmp_path, cut):
+    from slime.core.errors import ExitCode
     from slime.runtime.checkpoint import CheckpointError
     from slime.runtime.failures import classify
-    from slime.runtime.state import EXIT_SPEC
 
     spec = make_spec()
     be = backend(spec, small_dir)
@@ -316,7 +330,7 @@ def test_loading_a_truncated_checkpoint_file_is_a_checkpoint_error_naming_it(sma
     path.write_bytes(cut(data))  # torch raises EOFError, RuntimeError and OSError for these
     with pytest.raises(CheckpointError, match="truncated, corrupted or unreadable") as info:
         backend(spec, small_dir).load(tmp_path)
-    assert f"cannot load {path}" in str(info.value) and classify(info.value) == EXIT_SPEC
+    assert f"cannot load {path}" in str(info.value) and classify(info.value) == ExitCode.SPEC
 
 
 def test_exported_weights_load_into_the_engine(model_dir, tmp_path):
@@ -338,8 +352,12 @@ def test_exported_weights_load_into_the_engine(model_dir, tmp_path):
     prompts = [d["tokens"][:4] for d in data]
     done = engine.generate(prompts, SamplingParams(max_new_tokens=4, temperature=1.0, ignore_eos=True))
     assert {c.weight_version for c in done} == {"1"}
-    batch = collate([{"tokens": p + c.output_ids, "response_length": 4, "rollout_log_probs": c.logprobs}
-                     for p, c in zip(prompts, done)])
+    batch = collate(
+        [
+            {"tokens": p + c.output_ids, "response_length": 4, "rollout_log_probs": c.logprobs}
+            for p, c in zip(prompts, done)
+        ]
+    )
     diff = (be.log_probs(batch, temperature=1.0) - batch.rollout_log_probs).abs()[batch.response_mask.bool()]
     assert float(diff.max()) <= 1e-3
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slime.agent.trajectory import Turn, TrajectoryTree, merge_turns
+from slime.agent.trajectory import TrajectoryTree, Turn, merge_turns
 
 
 def lp(*xs: float) -> list[float]:
@@ -240,9 +240,7 @@ def sessions(draw):
         prompt = base + tail
         if not prompt:
             prompt = [1000 * (i + 1) + 999]
-        turns.append(
-            Turn(prompt, resp, [-(i + 1) - j / 100 for j in range(len(resp))], weight_version=i)
-        )
+        turns.append(Turn(prompt, resp, [-(i + 1) - j / 100 for j in range(len(resp))], weight_version=i))
         held.append(prompt + resp)
     return turns
 

@@ -20,7 +20,7 @@ from slime.agent.adapters.sessions import (
     UnknownSession,
 )
 from slime.agent.adapters.toolcalls import InvalidToolCall, ToolCall, format_tool_call, parse_tool_calls
-from slime.registry import Registry
+from slime.core.registry import Registry
 
 __all__ = [
     "PROTOCOLS",
@@ -41,7 +41,10 @@ __all__ = [
     "start_adapter",
 ]
 
-PROTOCOLS = Registry("agent adapter protocol", {
-    "openai": "slime.agent.adapters.openai:OpenAIProtocol",
-    "anthropic": "slime.agent.adapters.anthropic:AnthropicProtocol",
-})
+PROTOCOLS = Registry(
+    "agent adapter protocol",
+    {
+        "openai": "slime.agent.adapters.openai:OpenAIProtocol",
+        "anthropic": "slime.agent.adapters.anthropic:AnthropicProtocol",
+    },
+)

@@ -33,8 +33,15 @@ from slime.agent.adapters.toolcalls import ToolCall
 
 __all__ = ["AnthropicProtocol"]
 
-_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                410: "invalid_request_error", 500: "api_error", 502: "api_error", 503: "overloaded_error"}
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    410: "invalid_request_error",
+    500: "api_error",
+    502: "api_error",
+    503: "overloaded_error",
+}
 
 
 def _blocks(content: Any, f: str) -> Iterator[tuple[str, str | None, dict[str, Any]]]:
@@ -82,8 +89,13 @@ def _assistant_turn(content: Any, f: str) -> dict[str, Any]:
         elif kind == "tool_use":
             if not isinstance(block.get("name"), str) or not isinstance(block.get("input", {}), dict):
                 raise bad(bf, "a tool_use block needs 'name' (string) and 'input' (object)")
-            calls.append({"id": str(block.get("id") or ""), "type": "function",
-                          "function": {"name": block["name"], "arguments": block.get("input", {})}})
+            calls.append(
+                {
+                    "id": str(block.get("id") or ""),
+                    "type": "function",
+                    "function": {"name": block["name"], "arguments": block.get("input", {})},
+                }
+            )
         else:
             raise bad(bf, f"assistant blocks must be 'text' or 'tool_use', got {kind!r}")
     msg: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
@@ -114,8 +126,13 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _tool(t: Any, field: str) -> dict[str, Any]:
-    return function_tool(t, field, schema_key="input_schema", schema_field=f"{field}.input_schema",
-                         shape="{'name', 'description', 'input_schema'}")
+    return function_tool(
+        t,
+        field,
+        schema_key="input_schema",
+        schema_field=f"{field}.input_schema",
+        shape="{'name', 'description', 'input_schema'}",
+    )
 
 
 class AnthropicProtocol(ChatProtocol):
@@ -133,12 +150,25 @@ class AnthropicProtocol(ChatProtocol):
         choice = body.get("tool_choice")
         kind = choice.get("type") if isinstance(choice, dict) else choice
         if kind not in (None, "auto", "none"):
-            raise bad("tool_choice", "only {'type': 'auto'} and {'type': 'none'} are supported "
-                                     "(the engine cannot force a tool call)")
-        sampling = sampling_params(body, max_tokens_keys=("max_tokens",), max_temperature=1.0,
-                                   stop_key="stop_sequences", stop_allow_str=False, top_k=True)
-        return ChatRequest(messages=messages, tools=None if kind == "none" else (tools or None), sampling=sampling,
-                           model=str(body.get("model") or ""), stream=opt_bool(body, "stream"))
+            raise bad(
+                "tool_choice",
+                "only {'type': 'auto'} and {'type': 'none'} are supported (the engine cannot force a tool call)",
+            )
+        sampling = sampling_params(
+            body,
+            max_tokens_keys=("max_tokens",),
+            max_temperature=1.0,
+            stop_key="stop_sequences",
+            stop_allow_str=False,
+            top_k=True,
+        )
+        return ChatRequest(
+            messages=messages,
+            tools=None if kind == "none" else (tools or None),
+            sampling=sampling,
+            model=str(body.get("model") or ""),
+            stream=opt_bool(body, "stream"),
+        )
 
     @staticmethod
     def _blocks(gen: Generation) -> list[dict[str, Any]]:
@@ -164,13 +194,20 @@ class AnthropicProtocol(ChatProtocol):
             return "stop_sequence", gen.stop_matched
         return "end_turn", None
 
-    def _message(self, req: ChatRequest, gen: Generation, model: str, content: list[dict[str, Any]],
-                 final: bool) -> dict[str, Any]:
+    def _message(
+        self, req: ChatRequest, gen: Generation, model: str, content: list[dict[str, Any]], final: bool
+    ) -> dict[str, Any]:
         stop_reason, stop_seq = self._stop(gen) if final else (None, None)
-        msg = {"id": f"msg_{gen.record.turn_id}_{uuid.uuid4().hex[:16]}", "type": "message", "role": "assistant",
-               "model": req.model or model, "content": content, "stop_reason": stop_reason,
-               "stop_sequence": stop_seq,
-               "usage": {"input_tokens": gen.prompt_tokens, "output_tokens": gen.completion_tokens if final else 0}}
+        msg = {
+            "id": f"msg_{gen.record.turn_id}_{uuid.uuid4().hex[:16]}",
+            "type": "message",
+            "role": "assistant",
+            "model": req.model or model,
+            "content": content,
+            "stop_reason": stop_reason,
+            "stop_sequence": stop_seq,
+            "usage": {"input_tokens": gen.prompt_tokens, "output_tokens": gen.completion_tokens if final else 0},
+        }
         if final and gen.parsed.invalid_tool_calls:
             msg["invalid_tool_calls"] = [c.to_dict() for c in gen.parsed.invalid_tool_calls]
         return msg
@@ -183,22 +220,37 @@ class AnthropicProtocol(ChatProtocol):
         yield sse({"type": "message_start", "message": start}, "message_start")
         for i, block in enumerate(self._blocks(gen)):
             if block["type"] == "text":
-                yield sse({"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}},
-                          "content_block_start")
-                yield sse({"type": "content_block_delta", "index": i,
-                           "delta": {"type": "text_delta", "text": block["text"]}}, "content_block_delta")
+                yield sse(
+                    {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}},
+                    "content_block_start",
+                )
+                yield sse(
+                    {"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": block["text"]}},
+                    "content_block_delta",
+                )
             else:
-                yield sse({"type": "content_block_start", "index": i,
-                           "content_block": {**block, "input": {}}}, "content_block_start")
-                yield sse({"type": "content_block_delta", "index": i,
-                           "delta": {"type": "input_json_delta",
-                                     "partial_json": json.dumps(block["input"], ensure_ascii=False)}},
-                          "content_block_delta")
+                yield sse(
+                    {"type": "content_block_start", "index": i, "content_block": {**block, "input": {}}},
+                    "content_block_start",
+                )
+                yield sse(
+                    {
+                        "type": "content_block_delta",
+                        "index": i,
+                        "delta": {
+                            "type": "input_json_delta",
+                            "partial_json": json.dumps(block["input"], ensure_ascii=False),
+                        },
+                    },
+                    "content_block_delta",
+                )
             yield sse({"type": "content_block_stop", "index": i}, "content_block_stop")
         stop_reason, stop_seq = self._stop(gen)
         delta: dict[str, Any] = {"stop_reason": stop_reason, "stop_sequence": stop_seq}
         if gen.parsed.invalid_tool_calls:
             delta["invalid_tool_calls"] = [c.to_dict() for c in gen.parsed.invalid_tool_calls]
-        yield sse({"type": "message_delta", "delta": delta, "usage": {"output_tokens": gen.completion_tokens}},
-                  "message_delta")
+        yield sse(
+            {"type": "message_delta", "delta": delta, "usage": {"output_tokens": gen.completion_tokens}},
+            "message_delta",
+        )
         yield sse({"type": "message_stop"}, "message_stop")

@@ -52,16 +52,24 @@ async def _post(http: aiohttp.ClientSession, url: str, headers: dict[str, str], 
         if resp.status >= 300:
             err = data.get("error") if isinstance(data, dict) else None
             err = err if isinstance(err, dict) else {}
-            raise AgentAPIError(resp.status, str(err.get("code") or err.get("type") or "error"),
-                                str(err.get("message") or text[:300]))
+            raise AgentAPIError(
+                resp.status, str(err.get("code") or err.get("type") or "error"), str(err.get("message") or text[:300])
+            )
         return data
 
 
 class OpenAIChatClient:
     protocol = "openai"
 
-    def __init__(self, http: aiohttp.ClientSession, base_url: str, api_key: str, *, model: str = "slime-policy",
-                 extra: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        http: aiohttp.ClientSession,
+        base_url: str,
+        api_key: str,
+        *,
+        model: str = "slime-policy",
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         self.http, self.url, self.model = http, base_url.rstrip("/") + "/v1/chat/completions", model
         self.headers = {"Authorization": f"Bearer {api_key}"}
         self.extra = dict(extra or {})
@@ -69,7 +77,8 @@ class OpenAIChatClient:
 
     def start(self, user: str, system: str | None = None) -> None:
         self.messages = ([{"role": "system", "content": system}] if system else []) + [
-            {"role": "user", "content": user}]
+            {"role": "user", "content": user}
+        ]
 
     async def complete(self, tools: list[Any]) -> AgentReply:
         body = {"model": self.model, "messages": self.messages, **self.extra}
@@ -90,8 +99,13 @@ class OpenAIChatClient:
         if msg.get("tool_calls"):
             echo["tool_calls"] = msg["tool_calls"]
         self.messages.append(echo)
-        return AgentReply(msg.get("content") or "", calls, list(msg.get("invalid_tool_calls") or []),
-                          choice.get("finish_reason", ""), data.get("usage", {}))
+        return AgentReply(
+            msg.get("content") or "",
+            calls,
+            list(msg.get("invalid_tool_calls") or []),
+            choice.get("finish_reason", ""),
+            data.get("usage", {}),
+        )
 
     def add_tool_results(self, results: list[tuple[CallRequest, str]]) -> None:
         for call, output in results:
@@ -101,8 +115,15 @@ class OpenAIChatClient:
 class AnthropicChatClient:
     protocol = "anthropic"
 
-    def __init__(self, http: aiohttp.ClientSession, base_url: str, api_key: str, *, model: str = "slime-policy",
-                 extra: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        http: aiohttp.ClientSession,
+        base_url: str,
+        api_key: str,
+        *,
+        model: str = "slime-policy",
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         self.http, self.url, self.model = http, base_url.rstrip("/") + "/v1/messages", model
         self.headers = {"x-api-key": api_key, "anthropic-version": "2023-06-01"}
         self.extra = dict(extra or {})
@@ -123,19 +144,34 @@ class AnthropicChatClient:
         data = await _post(self.http, self.url, self.headers, body)
         blocks = data.get("content") or []
         text = "".join(b["text"] for b in blocks if b.get("type") == "text")
-        calls = [CallRequest(b["id"], b["name"], b.get("input") if isinstance(b.get("input"), dict) else None)
-                 for b in blocks if b.get("type") == "tool_use"]
+        calls = [
+            CallRequest(b["id"], b["name"], b.get("input") if isinstance(b.get("input"), dict) else None)
+            for b in blocks
+            if b.get("type") == "tool_use"
+        ]
         self.messages.append({"role": "assistant", "content": blocks or text})
-        return AgentReply(text, calls, list(data.get("invalid_tool_calls") or []), data.get("stop_reason") or "",
-                          data.get("usage", {}))
+        return AgentReply(
+            text,
+            calls,
+            list(data.get("invalid_tool_calls") or []),
+            data.get("stop_reason") or "",
+            data.get("usage", {}),
+        )
 
     def add_tool_results(self, results: list[tuple[CallRequest, str]]) -> None:
-        self.messages.append({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": call.id, "content": output} for call, output in results]})
+        self.messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": call.id, "content": output} for call, output in results
+                ],
+            }
+        )
 
 
-def make_client(protocol: str, http: aiohttp.ClientSession, base_url: str, api_key: str,
-                **kwargs: Any) -> OpenAIChatClient | AnthropicChatClient:
+def make_client(
+    protocol: str, http: aiohttp.ClientSession, base_url: str, api_key: str, **kwargs: Any
+) -> OpenAIChatClient | AnthropicChatClient:
     if protocol == "openai":
         return OpenAIChatClient(http, base_url, api_key, **kwargs)
     if protocol == "anthropic":

@@ -13,8 +13,18 @@ from typing import Any
 
 from slime.agent.adapters.sessions import AdapterError
 
-__all__ = ["bad", "function_tool", "opt_bool", "opt_int", "opt_number", "opt_str_list", "sampling_params", "sse",
-           "text_of", "tool_list"]
+__all__ = [
+    "bad",
+    "function_tool",
+    "opt_bool",
+    "opt_int",
+    "opt_number",
+    "opt_str_list",
+    "sampling_params",
+    "sse",
+    "text_of",
+    "tool_list",
+]
 
 
 def bad(field: str, message: str) -> AdapterError:
@@ -102,12 +112,21 @@ def function_tool(spec: Any, field: str, *, schema_key: str, schema_field: str, 
     schema = spec.get(schema_key, dict(_EMPTY_SCHEMA))
     if not isinstance(schema, dict):
         raise bad(schema_field, "must be a JSON Schema object")
-    return {"type": "function", "function": {"name": spec["name"], "description": spec.get("description", ""),
-                                             "parameters": schema}}
+    return {
+        "type": "function",
+        "function": {"name": spec["name"], "description": spec.get("description", ""), "parameters": schema},
+    }
 
 
-def sampling_params(body: dict, *, max_tokens_keys: tuple[str, ...], max_temperature: float, stop_key: str,
-                    stop_allow_str: bool, top_k: bool) -> dict[str, Any]:
+def sampling_params(
+    body: dict,
+    *,
+    max_tokens_keys: tuple[str, ...],
+    max_temperature: float,
+    stop_key: str,
+    stop_allow_str: bool,
+    top_k: bool,
+) -> dict[str, Any]:
     """SGLang sampling params from a request: the first of ``max_tokens_keys`` present gives
     ``max_new_tokens``; ``temperature`` in [0, max_temperature], ``top_p`` in [0, 1], ``top_k``
     (when the protocol has it) and the stop strings under ``stop_key``."""

@@ -24,8 +24,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from slime.agent.adapters.fields import (bad, function_tool, opt_bool, opt_int, sampling_params, sse, text_of,
-                                         tool_list)
+from slime.agent.adapters.fields import bad, function_tool, opt_bool, opt_int, sampling_params, sse, text_of, tool_list
 from slime.agent.adapters.server import ChatProtocol, ChatRequest, Generation, assistant_message
 
 __all__ = ["OpenAIProtocol"]
@@ -33,8 +32,15 @@ __all__ = ["OpenAIProtocol"]
 # The engines seed a torch.Generator, whose manual_seed takes this range (the built-in
 # engine's sampling.SEED_MIN/SEED_MAX; not imported, to keep torch out of the adapter).
 _SEED_MIN, _SEED_MAX = -(2**63), 2**64 - 1
-_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                410: "invalid_request_error", 500: "server_error", 502: "server_error", 503: "server_error"}
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    410: "invalid_request_error",
+    500: "server_error",
+    502: "server_error",
+    503: "server_error",
+}
 
 
 def _tool_calls(raw: Any, field: str) -> list[dict[str, Any]]:
@@ -49,8 +55,9 @@ def _tool_calls(raw: Any, field: str) -> list[dict[str, Any]]:
         args = fn.get("arguments", "{}")
         if not isinstance(args, (str, dict)):
             raise bad(f"{f}.function.arguments", "must be a JSON string")
-        out.append({"id": str(call.get("id") or ""), "type": "function",
-                    "function": {"name": fn["name"], "arguments": args}})
+        out.append(
+            {"id": str(call.get("id") or ""), "type": "function", "function": {"name": fn["name"], "arguments": args}}
+        )
     return out
 
 
@@ -80,8 +87,13 @@ def _messages(raw: Any) -> list[dict[str, Any]]:
 
 def _tool(t: Any, field: str) -> dict[str, Any]:
     fn = t.get("function") if isinstance(t, dict) and t.get("type", "function") == "function" else None
-    return function_tool(fn, field, schema_key="parameters", schema_field=f"{field}.function.parameters",
-                         shape="{'type': 'function', 'function': {'name', 'description', 'parameters'}}")
+    return function_tool(
+        fn,
+        field,
+        schema_key="parameters",
+        schema_field=f"{field}.function.parameters",
+        shape="{'type': 'function', 'function': {'name', 'description', 'parameters'}}",
+    )
 
 
 class OpenAIProtocol(ChatProtocol):
@@ -105,20 +117,30 @@ class OpenAIProtocol(ChatProtocol):
         for key in ("presence_penalty", "frequency_penalty"):
             if body.get(key) not in (None, 0, 0.0):
                 raise bad(key, "penalties are not supported by the rollout engine")
-        sampling = sampling_params(body, max_tokens_keys=("max_completion_tokens", "max_tokens"),
-                                   max_temperature=2.0, stop_key="stop", stop_allow_str=True, top_k=False)
+        sampling = sampling_params(
+            body,
+            max_tokens_keys=("max_completion_tokens", "max_tokens"),
+            max_temperature=2.0,
+            stop_key="stop",
+            stop_allow_str=True,
+            top_k=False,
+        )
         seed = body.get("seed")
         if seed is not None:
             if isinstance(seed, bool) or not isinstance(seed, int) or not _SEED_MIN <= seed <= _SEED_MAX:
-                raise bad("seed", f"must be an integer in [-2**63, 2**64-1] ({_SEED_MIN} to {_SEED_MAX}), "
-                                  f"got {seed!r}")
+                raise bad("seed", f"must be an integer in [-2**63, 2**64-1] ({_SEED_MIN} to {_SEED_MAX}), got {seed!r}")
             sampling["sampling_seed"] = seed
         stream = opt_bool(body, "stream")
         opts = body.get("stream_options") or {}
         include_usage = bool(isinstance(opts, dict) and opts.get("include_usage"))
-        return ChatRequest(messages=messages, tools=None if choice == "none" else (tools or None),
-                           sampling=sampling, model=str(body.get("model") or ""), stream=stream,
-                           options={"include_usage": include_usage})
+        return ChatRequest(
+            messages=messages,
+            tools=None if choice == "none" else (tools or None),
+            sampling=sampling,
+            model=str(body.get("model") or ""),
+            stream=stream,
+            options={"include_usage": include_usage},
+        )
 
     @staticmethod
     def _message(gen: Generation) -> dict[str, Any]:
@@ -135,21 +157,33 @@ class OpenAIProtocol(ChatProtocol):
 
     @staticmethod
     def _usage(gen: Generation) -> dict[str, int]:
-        return {"prompt_tokens": gen.prompt_tokens, "completion_tokens": gen.completion_tokens,
-                "total_tokens": gen.prompt_tokens + gen.completion_tokens}
+        return {
+            "prompt_tokens": gen.prompt_tokens,
+            "completion_tokens": gen.completion_tokens,
+            "total_tokens": gen.prompt_tokens + gen.completion_tokens,
+        }
 
     def reply(self, req: ChatRequest, gen: Generation, model: str) -> dict[str, Any]:
-        return {"id": f"chatcmpl-{gen.record.turn_id}-{uuid.uuid4().hex[:12]}", "object": "chat.completion",
-                "created": int(time.time()), "model": req.model or model,
-                "system_fingerprint": f"weights-{gen.weight_version}",
-                "choices": [{"index": 0, "message": self._message(gen), "finish_reason": self._finish(gen),
-                             "logprobs": None}],
-                "usage": self._usage(gen)}
+        return {
+            "id": f"chatcmpl-{gen.record.turn_id}-{uuid.uuid4().hex[:12]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": req.model or model,
+            "system_fingerprint": f"weights-{gen.weight_version}",
+            "choices": [
+                {"index": 0, "message": self._message(gen), "finish_reason": self._finish(gen), "logprobs": None}
+            ],
+            "usage": self._usage(gen),
+        }
 
     def stream_events(self, req: ChatRequest, gen: Generation, model: str) -> Iterator[bytes]:
-        head = {"id": f"chatcmpl-{gen.record.turn_id}-{uuid.uuid4().hex[:12]}", "object": "chat.completion.chunk",
-                "created": int(time.time()), "model": req.model or model,
-                "system_fingerprint": f"weights-{gen.weight_version}"}
+        head = {
+            "id": f"chatcmpl-{gen.record.turn_id}-{uuid.uuid4().hex[:12]}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": req.model or model,
+            "system_fingerprint": f"weights-{gen.weight_version}",
+        }
         msg = self._message(gen)
 
         def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
@@ -160,8 +194,18 @@ class OpenAIProtocol(ChatProtocol):
             first["invalid_tool_calls"] = msg["invalid_tool_calls"]
         yield chunk(first)
         for i, call in enumerate(msg.get("tool_calls", [])):
-            yield chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
-                                         "function": {"name": call["function"]["name"], "arguments": ""}}]})
+            yield chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": i,
+                            "id": call["id"],
+                            "type": "function",
+                            "function": {"name": call["function"]["name"], "arguments": ""},
+                        }
+                    ]
+                }
+            )
             yield chunk({"tool_calls": [{"index": i, "function": {"arguments": call["function"]["arguments"]}}]})
         yield chunk({}, self._finish(gen))
         if req.options.get("include_usage"):

@@ -47,11 +47,11 @@ from typing import Any
 
 from aiohttp import web
 
-from slime.http_server import BackgroundHTTPServer
 from slime.agent.adapters.sessions import AdapterError, SessionRegistry, SessionResult, TurnRecord
 from slime.agent.adapters.toolcalls import ParsedOutput, parse_tool_calls
 from slime.agent.trajectory import Turn
 from slime.backends.rollout.client import EngineClient, EngineError, EngineUnavailable
+from slime.core.http_server import BackgroundHTTPServer
 
 __all__ = ["AdapterServer", "ChatProtocol", "ChatRequest", "Generation", "start_adapter"]
 
@@ -186,11 +186,22 @@ class AdapterServer(BackgroundHTTPServer):
 
     what = "agent adapter server"
 
-    def __init__(self, protocol: str, engine: str | EngineClient, tokenizer: Any, *, host: str = "127.0.0.1",
-                 port: int = 0, max_turns: int | None = None, model_name: str = "slime-policy",
-                 max_new_tokens: int | None = None, sampling_defaults: Mapping[str, Any] | None = None,
-                 sampling_overrides: Mapping[str, Any] | None = None, drift_threshold: int = 8,
-                 engine_timeout_s: float = 600.0) -> None:
+    def __init__(
+        self,
+        protocol: str,
+        engine: str | EngineClient,
+        tokenizer: Any,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_turns: int | None = None,
+        model_name: str = "slime-policy",
+        max_new_tokens: int | None = None,
+        sampling_defaults: Mapping[str, Any] | None = None,
+        sampling_overrides: Mapping[str, Any] | None = None,
+        drift_threshold: int = 8,
+        engine_timeout_s: float = 600.0,
+    ) -> None:
         self.protocol = _protocol(protocol)
         self.protocol_name = protocol
         self.engine_url = engine.base_url if isinstance(engine, EngineClient) else str(engine)
@@ -227,9 +238,14 @@ class AdapterServer(BackgroundHTTPServer):
     async def _open(self, session_id: str, kwargs: dict[str, Any]) -> str:
         return self.sessions.open(session_id, **kwargs)
 
-    def open_session(self, session_id: str | None = None, *, max_turns: int | None = None,
-                     metadata: dict[str, Any] | None = None,
-                     sampling: dict[str, Any] | None = None) -> tuple[str, str]:
+    def open_session(
+        self,
+        session_id: str | None = None,
+        *,
+        max_turns: int | None = None,
+        metadata: dict[str, Any] | None = None,
+        sampling: dict[str, Any] | None = None,
+    ) -> tuple[str, str]:
         """Open a session; returns ``(session_id, token)``. The agent's API key is the token.
 
         ``max_turns`` overrides the server's cap; ``sampling`` (SGLang sampling
@@ -240,9 +256,14 @@ class AdapterServer(BackgroundHTTPServer):
         kwargs = {"max_turns": max_turns, "metadata": metadata, "sampling": sampling}
         return sid, self._submit(self._open(sid, kwargs)).result()
 
-    async def aopen_session(self, session_id: str | None = None, *, max_turns: int | None = None,
-                            metadata: dict[str, Any] | None = None,
-                            sampling: dict[str, Any] | None = None) -> tuple[str, str]:
+    async def aopen_session(
+        self,
+        session_id: str | None = None,
+        *,
+        max_turns: int | None = None,
+        metadata: dict[str, Any] | None = None,
+        sampling: dict[str, Any] | None = None,
+    ) -> tuple[str, str]:
         sid = session_id or uuid.uuid4().hex
         kwargs = {"max_turns": max_turns, "metadata": metadata, "sampling": sampling}
         return sid, await asyncio.wrap_future(self._submit(self._open(sid, kwargs)))
@@ -252,8 +273,7 @@ class AdapterServer(BackgroundHTTPServer):
         return self._submit(self.sessions.close(session_id, drain_timeout_s=drain_timeout_s)).result()
 
     async def aclose_session(self, session_id: str, *, drain_timeout_s: float | None = None) -> SessionResult:
-        return await asyncio.wrap_future(
-            self._submit(self.sessions.close(session_id, drain_timeout_s=drain_timeout_s)))
+        return await asyncio.wrap_future(self._submit(self.sessions.close(session_id, drain_timeout_s=drain_timeout_s)))
 
     # ------------------------------------------------------------------ requests
     @web.middleware
@@ -268,8 +288,9 @@ class AdapterServer(BackgroundHTTPServer):
             raise
         except Exception as exc:  # one bad request must not take the server down
             log.exception("agent adapter: unhandled error in %s", request.path)
-            return web.json_response(self.protocol.error_body(500, "internal_error", f"internal error: {exc!r}"),
-                                     status=500)
+            return web.json_response(
+                self.protocol.error_body(500, "internal_error", f"internal error: {exc!r}"), status=500
+            )
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"ok": True, "protocol": self.protocol_name, "open_sessions": len(self.sessions)})
@@ -304,15 +325,17 @@ class AdapterServer(BackgroundHTTPServer):
         except json.JSONDecodeError as exc:
             raise AdapterError(f"request body is not valid JSON: {exc}") from None
         except RecursionError:
-            raise AdapterError("request body nests too deeply to parse (over ~1000 levels of arrays/objects)"
-                               ) from None
+            raise AdapterError("request body nests too deeply to parse (over ~1000 levels of arrays/objects)") from None
         if not isinstance(body, dict):
             raise AdapterError(f"request body must be a JSON object, got {type(body).__name__}")
         bad_text = unencodable_field(body)
         if bad_text is not None:
             field, char = bad_text
-            raise AdapterError(f"{field}: contains {char!r}, a lone surrogate that is not valid Unicode text "
-                               "(JSON \\ud800-\\udfff escapes must come in pairs)", code="invalid_request")
+            raise AdapterError(
+                f"{field}: contains {char!r}, a lone surrogate that is not valid Unicode text "
+                "(JSON \\ud800-\\udfff escapes must come in pairs)",
+                code="invalid_request",
+            )
         req = self.protocol.parse(body)
         # Several threads may render at once. A fast tokenizer is only unsafe to share when a call changes
         # its truncation/padding state ("Already borrowed"); ours never ask for truncation or padding.
@@ -320,10 +343,13 @@ class AdapterServer(BackgroundHTTPServer):
 
     def _render(self, req: ChatRequest) -> list[int]:
         try:
-            text = self.tokenizer.apply_chat_template(req.messages, tools=req.tools or None, tokenize=False,
-                                                      add_generation_prompt=True)
-        except Exception as exc:  # jinja errors, template raise_exception(), missing keys
-            raise AdapterError(f"the chat template cannot render these messages: {exc}", code="template_error") from None
+            text = self.tokenizer.apply_chat_template(
+                req.messages, tools=req.tools or None, tokenize=False, add_generation_prompt=True
+            )
+        except Exception as exc:  # noqa: BLE001 - jinja errors, template raise_exception(), missing keys
+            raise AdapterError(
+                f"the chat template cannot render these messages: {exc}", code="template_error"
+            ) from None
         ids = self.tokenizer.encode(text, add_special_tokens=False)
         if not ids:
             raise AdapterError("the rendered prompt is empty", code="template_error")
@@ -332,55 +358,77 @@ class AdapterServer(BackgroundHTTPServer):
     def _sampling(self, req: ChatRequest, sess: Any) -> dict[str, Any]:
         params = {**self.sampling_defaults, **req.sampling, **self.sampling_overrides, **sess.sampling}
         if self.max_new_tokens is not None:
-            params["max_new_tokens"] = min(int(params.get("max_new_tokens", self.max_new_tokens)),
-                                           self.max_new_tokens)
+            params["max_new_tokens"] = min(int(params.get("max_new_tokens", self.max_new_tokens)), self.max_new_tokens)
         return params
 
     async def _generate(self, sess: Any, turn_id: str, req: ChatRequest, prompt_ids: list[int]) -> Generation:
         try:
-            res = await self.engine.generate(prompt_ids, self._sampling(req, sess), return_logprob=True,
-                                             rid=f"{sess.session_id}-{turn_id}-{uuid.uuid4().hex[:8]}")
+            res = await self.engine.generate(
+                prompt_ids,
+                self._sampling(req, sess),
+                return_logprob=True,
+                rid=f"{sess.session_id}-{turn_id}-{uuid.uuid4().hex[:8]}",
+            )
         except EngineUnavailable as exc:
-            raise AdapterError(f"the rollout engine is unreachable: {exc}", status=503,
-                               code="engine_unavailable") from None
+            raise AdapterError(
+                f"the rollout engine is unreachable: {exc}", status=503, code="engine_unavailable"
+            ) from None
         except EngineError as exc:
             if exc.status is not None and 400 <= exc.status < 500:
-                raise AdapterError(f"the rollout engine rejected the request: {exc.message}",
-                                   code="engine_rejected") from None
+                raise AdapterError(
+                    f"the rollout engine rejected the request: {exc.message}", code="engine_rejected"
+                ) from None
             raise AdapterError(f"the rollout engine failed: {exc}", status=502, code="engine_error") from None
         if res.aborted:
-            raise AdapterError("generation was aborted by the engine (e.g. a weight update); retry",
-                               status=503, code="generation_aborted")
+            raise AdapterError(
+                "generation was aborted by the engine (e.g. a weight update); retry",
+                status=503,
+                code="generation_aborted",
+            )
         if res.logprobs is None:
             raise AdapterError("the engine returned no log-probs", status=502, code="engine_error")
         parsed = parse_tool_calls(res.text, self.protocol.new_call_id)
         message = assistant_message(parsed)
         finish = "length" if res.truncated else "stop"
         stop_matched = res.matched if isinstance(res.matched, str) else None
-        turn = Turn(prompt_token_ids=prompt_ids, response_token_ids=list(res.output_ids),
-                    response_logprobs=list(res.logprobs), weight_version=version_number(res.weight_version),
-                    messages=[*req.messages, message], truncated=res.truncated, turn_id=turn_id)
-        record = sess.record(turn, {
-            "weight_version": res.weight_version, "finish_reason": finish, "prompt_tokens": len(prompt_ids),
-            "completion_tokens": len(res.output_ids), "content": parsed.content,
-            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in parsed.tool_calls],
-            "invalid_tool_calls": [c.to_dict() for c in parsed.invalid_tool_calls],
-            "protocol": self.protocol_name})
-        return Generation(turn_id, parsed, finish, stop_matched, len(prompt_ids), len(res.output_ids),
-                          res.weight_version, record)
+        turn = Turn(
+            prompt_token_ids=prompt_ids,
+            response_token_ids=list(res.output_ids),
+            response_logprobs=list(res.logprobs),
+            weight_version=version_number(res.weight_version),
+            messages=[*req.messages, message],
+            truncated=res.truncated,
+            turn_id=turn_id,
+        )
+        record = sess.record(
+            turn,
+            {
+                "weight_version": res.weight_version,
+                "finish_reason": finish,
+                "prompt_tokens": len(prompt_ids),
+                "completion_tokens": len(res.output_ids),
+                "content": parsed.content,
+                "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in parsed.tool_calls],
+                "invalid_tool_calls": [c.to_dict() for c in parsed.invalid_tool_calls],
+                "protocol": self.protocol_name,
+            },
+        )
+        return Generation(
+            turn_id, parsed, finish, stop_matched, len(prompt_ids), len(res.output_ids), res.weight_version, record
+        )
 
 
 def assistant_message(parsed: ParsedOutput) -> dict[str, Any]:
     """The reply as a chat-template message (what the agent will send back next turn)."""
     msg: dict[str, Any] = {"role": "assistant", "content": parsed.content}
     if parsed.tool_calls:
-        msg["tool_calls"] = [{"id": c.id, "type": "function",
-                              "function": {"name": c.name, "arguments": c.raw_arguments}}
-                             for c in parsed.tool_calls]
+        msg["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.raw_arguments}}
+            for c in parsed.tool_calls
+        ]
     if parsed.invalid_tool_calls:
         msg["invalid_tool_calls"] = [c.to_dict() for c in parsed.invalid_tool_calls]
     return msg
-
 
 
 def start_adapter(protocol: str, engine: str | EngineClient, tokenizer: Any, **kwargs: Any) -> AdapterServer:

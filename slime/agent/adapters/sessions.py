@@ -132,7 +132,8 @@ class Session:
         if self.max_turns is not None and len(self.records) + self.inflight >= self.max_turns:
             self.refused += 1
             raise TurnLimitExceeded(
-                f"session {self.session_id!r} reached its turn cap of {self.max_turns} (agent.max_turns)")
+                f"session {self.session_id!r} reached its turn cap of {self.max_turns} (agent.max_turns)"
+            )
         self.inflight += 1
         self.idle.clear()
         turn_id = f"t{self.next_turn}"
@@ -157,8 +158,9 @@ class Session:
 class SessionRegistry:
     """Open sessions by id and by token (lives on the adapter's event loop)."""
 
-    def __init__(self, *, default_max_turns: int | None = None, drift_threshold: int = 8,
-                 remember_closed: int = 100_000) -> None:
+    def __init__(
+        self, *, default_max_turns: int | None = None, drift_threshold: int = 8, remember_closed: int = 100_000
+    ) -> None:
         self.default_max_turns = default_max_turns
         self.drift_threshold = drift_threshold
         self._by_id: dict[str, Session] = {}
@@ -171,8 +173,14 @@ class SessionRegistry:
     def __len__(self) -> int:
         return len(self._by_id)
 
-    def open(self, session_id: str, *, max_turns: int | None = None, metadata: dict[str, Any] | None = None,
-             sampling: dict[str, Any] | None = None) -> str:
+    def open(
+        self,
+        session_id: str,
+        *,
+        max_turns: int | None = None,
+        metadata: dict[str, Any] | None = None,
+        sampling: dict[str, Any] | None = None,
+    ) -> str:
         if not isinstance(session_id, str) or not session_id:
             raise ValueError(f"session id must be a non-empty string, got {session_id!r}")
         if session_id in self._by_id or session_id in self._closed_ids:
@@ -181,8 +189,14 @@ class SessionRegistry:
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise ValueError(f"max_turns must be a positive integer or None, got {limit!r}")
         token = f"sess-{secrets.token_urlsafe(24)}"
-        sess = Session(session_id, token, limit, TrajectoryTree(session_id, drift_threshold=self.drift_threshold),
-                       dict(metadata or {}), dict(sampling or {}))
+        sess = Session(
+            session_id,
+            token,
+            limit,
+            TrajectoryTree(session_id, drift_threshold=self.drift_threshold),
+            dict(metadata or {}),
+            dict(sampling or {}),
+        )
         self._by_id[session_id] = sess
         self._by_token[token] = sess
         return token

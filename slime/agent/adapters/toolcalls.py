@@ -88,8 +88,7 @@ class ParsedOutput:
     @property
     def content(self) -> str:
         """The text without the valid call blocks (invalid blocks stay verbatim)."""
-        return "".join(p if isinstance(p, str) else p.raw for p in self.parts
-                       if not isinstance(p, ToolCall))
+        return "".join(p if isinstance(p, str) else p.raw for p in self.parts if not isinstance(p, ToolCall))
 
 
 def _check_body(body: str) -> tuple[str, dict[str, Any], str] | str:
@@ -138,10 +137,13 @@ def parse_tool_calls(text: str, new_id: Callable[[], str]) -> ParsedOutput:
         if end < 0:
             raw = text[start:]
             found = _NAME.search(raw)
-            out.parts.append(InvalidToolCall(new_id(), found.group(1) if found else None, raw,
-                                             f"{CALL_START} is never closed with {CALL_END}"))
+            out.parts.append(
+                InvalidToolCall(
+                    new_id(), found.group(1) if found else None, raw, f"{CALL_START} is never closed with {CALL_END}"
+                )
+            )
             return out
-        raw = text[start:end + len(CALL_END)]
+        raw = text[start : end + len(CALL_END)]
         checked = _check_body(text[body_start:end])
         if isinstance(checked, str):
             found = _NAME.search(raw)
@@ -157,4 +159,5 @@ def parse_tool_calls(text: str, new_id: Callable[[], str]) -> ParsedOutput:
 
 def format_tool_call(name: str, arguments: dict[str, Any]) -> str:
     """The block a model should generate to call ``name`` (what the tiny template renders)."""
-    return f'{CALL_START}\n{{"name": {json.dumps(name)}, "arguments": {json.dumps(arguments, ensure_ascii=False)}}}\n{CALL_END}'
+    body = {"name": name, "arguments": arguments}
+    return f"{CALL_START}\n{json.dumps(body, ensure_ascii=False)}\n{CALL_END}"

@@ -17,7 +17,7 @@ from slime.agent.sandbox.base import (
     Sandbox,
     SandboxError,
 )
-from slime.registry import Registry
+from slime.core.registry import Registry
 
 __all__ = [
     "SANDBOXES",

@@ -132,14 +132,11 @@ def text_problem(text: str) -> str | None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        return (f"contains {text[exc.start]!r} at position {exc.start}, a lone surrogate "
-                "that is not valid Unicode text")
+        return f"contains {text[exc.start]!r} at position {exc.start}, a lone surrogate that is not valid Unicode text"
     return None
 
 
-def check_exec_args(
-    cmd: str | Sequence[str], timeout: float, env: Mapping[str, str] | None
-) -> list[str] | str:
+def check_exec_args(cmd: str | Sequence[str], timeout: float, env: Mapping[str, str] | None) -> list[str] | str:
     """Validate ``exec`` arguments the same way for every backend."""
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"exec timeout must be a positive number of seconds, got {timeout!r}")
@@ -152,22 +149,16 @@ def check_exec_args(
     else:
         argv = list(cmd)
         if not argv or not all(isinstance(a, str) for a in argv):
-            raise ValueError(
-                f"exec cmd must be a string or a non-empty list of strings, got {cmd!r}"
-            )
+            raise ValueError(f"exec cmd must be a string or a non-empty list of strings, got {cmd!r}")
         for i, arg in enumerate(argv):
             if (problem := text_problem(arg)) is not None:
-                raise ValueError(
-                    f"exec cmd[{i}] {problem}; pass text without NUL bytes or lone surrogates"
-                )
+                raise ValueError(f"exec cmd[{i}] {problem}; pass text without NUL bytes or lone surrogates")
         out = argv
     for key, value in (env or {}).items():
         if not isinstance(key, str) or not key or "=" in key or text_problem(key) is not None:
             raise ValueError(f"exec env: invalid variable name {key!r}")
         if not isinstance(value, str) or text_problem(value) is not None:
-            raise ValueError(
-                f"exec env: value of {key} must be a string without NUL bytes or lone surrogates"
-            )
+            raise ValueError(f"exec env: value of {key} must be a string without NUL bytes or lone surrogates")
     return out
 
 
@@ -250,9 +241,7 @@ class BaseSandbox(ABC):
         if self._closed:
             raise SandboxError(f"sandbox {self._id} is closed")
         if not self._started:
-            raise SandboxError(
-                f"sandbox {self._id} is not started; use 'async with {type(self).__name__}(...)'"
-            )
+            raise SandboxError(f"sandbox {self._id} is not started; use 'async with {type(self).__name__}(...)'")
 
     async def exec(
         self,

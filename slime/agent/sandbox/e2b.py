@@ -102,9 +102,7 @@ def resolve_secret_ref(ref: str) -> str:
             with open(rest, encoding="utf-8") as f:
                 value = f.read().strip()
         except OSError as exc:
-            raise SandboxError(
-                f"secret reference {ref!r}: cannot read {rest}: {exc.strerror}"
-            ) from None
+            raise SandboxError(f"secret reference {ref!r}: cannot read {rest}: {exc.strerror}") from None
         if not value:
             raise SandboxError(f"secret reference {ref!r}: {rest} is empty")
         return value
@@ -137,9 +135,7 @@ def is_transient(exc: BaseException) -> bool:
     )
     if isinstance(exc, permanent):
         return False
-    if isinstance(
-        exc, (ex.RateLimitException, ex.SandboxUnreachableException, httpx.TransportError)
-    ):
+    if isinstance(exc, (ex.RateLimitException, ex.SandboxUnreachableException, httpx.TransportError)):
         return True
     if isinstance(exc, ex.SandboxException):
         if type(exc) is ex.TimeoutException:  # the request timed out, not the command
@@ -172,10 +168,7 @@ class E2BSandbox(BaseSandbox):
         sandbox_url: str | None = None,
     ) -> None:
         if not isinstance(lifetime_s, int) or isinstance(lifetime_s, bool) or lifetime_s <= 0:
-            raise ValueError(
-                "E2BSandbox(lifetime_s=...) must be a positive integer of seconds, "
-                f"got {lifetime_s!r}"
-            )
+            raise ValueError(f"E2BSandbox(lifetime_s=...) must be a positive integer of seconds, got {lifetime_s!r}")
         if not isinstance(max_attempts, int) or max_attempts < 1:
             raise ValueError(f"E2BSandbox(max_attempts=...) must be >= 1, got {max_attempts!r}")
         for name, value in (
@@ -202,9 +195,7 @@ class E2BSandbox(BaseSandbox):
         self.max_output_bytes = int(max_output_bytes)
         self.metadata = dict(metadata or {})
         self._endpoints = {
-            k: v
-            for k, v in (("domain", domain), ("api_url", api_url), ("sandbox_url", sandbox_url))
-            if v is not None
+            k: v for k, v in (("domain", domain), ("api_url", api_url), ("sandbox_url", sandbox_url)) if v is not None
         }
         super().__init__("e2b")
         self._idempotency_key = str(uuid.uuid4())
@@ -247,14 +238,12 @@ class E2BSandbox(BaseSandbox):
             key = self._resolver(self.api_key_ref)
         except SandboxError:
             raise
-        except Exception as exc:  # the resolver is the caller's; do not echo what it saw
+        except Exception as exc:  # noqa: BLE001 - the resolver is the caller's; do not echo what it saw
             raise SandboxError(
                 f"cannot resolve E2B API key reference {self.api_key_ref!r}: {type(exc).__name__}"
             ) from None
         if not isinstance(key, str) or not key:
-            raise SandboxError(
-                f"E2B API key reference {self.api_key_ref!r} resolved to an empty value"
-            )
+            raise SandboxError(f"E2B API key reference {self.api_key_ref!r} resolved to an empty value")
         self._key = _Secret(key)
         from e2b import AsyncSandbox
 
@@ -324,12 +313,11 @@ class E2BSandbox(BaseSandbox):
                     return await fn()
         except SandboxError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001
             kind = "transient" if is_transient(exc) else "permanent"
             tries = retrying.statistics.get("attempt_number", 1)
             raise SandboxError(
-                f"e2b {op} failed after {tries} attempt(s) ({kind} {type(exc).__name__}: "
-                f"{self._scrub(str(exc))[:500]})"
+                f"e2b {op} failed after {tries} attempt(s) ({kind} {type(exc).__name__}: {self._scrub(str(exc))[:500]})"
             ) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -362,16 +350,14 @@ class E2BSandbox(BaseSandbox):
                 result = await asyncio.wait_for(handle.wait(), budget)
             except CommandExitException as exc:
                 return self._result(exc.exit_code, exc.stdout, exc.stderr)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 await self._call("kill timed-out command", handle.kill, idempotent=True)
                 return self._result(TIMEOUT_RC, handle.stdout, handle.stderr, timed_out=True)
             return self._result(result.exit_code, result.stdout, result.stderr)
 
         return await self._call("exec", run_once, idempotent=req.idempotent)
 
-    def _result(
-        self, rc: int, out: str | None, err: str | None, *, timed_out: bool = False
-    ) -> ExecResult:
+    def _result(self, rc: int, out: str | None, err: str | None, *, timed_out: bool = False) -> ExecResult:
         out, err = out or "", err or ""
         cap = self.max_output_bytes
         cut = len(out.encode()) > cap or len(err.encode()) > cap

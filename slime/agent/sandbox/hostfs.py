@@ -88,9 +88,7 @@ def read_nofollow(top: Path, parts: list[str], cap: int) -> bytes:
     """The content of the regular file ``top/parts``, refusing files over ``cap`` bytes."""
     dfd = _open_parent(top, parts, None, create=False)
     try:
-        fd = os.open(
-            parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd
-        )
+        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
     finally:
         os.close(dfd)
     try:

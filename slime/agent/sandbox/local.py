@@ -144,8 +144,7 @@ class LocalSandbox(BaseSandbox):
         _positive("wall_timeout_s", wall_timeout_s, integer=False)
         if host_uid == 0 or host_gid == 0:
             raise ValueError(
-                "LocalSandbox(host_uid/host_gid=0) would run sandboxed code as root; "
-                "give an unprivileged id"
+                "LocalSandbox(host_uid/host_gid=0) would run sandboxed code as root; give an unprivileged id"
             )
         self.network = bool(network)
         self.limits = Limits(cpu_time_s, memory_mb, max_procs, max_file_mb, max_open_files)
@@ -185,9 +184,7 @@ class LocalSandbox(BaseSandbox):
     def isolated(self) -> bool:
         """True under bubblewrap, False in the unisolated fallback."""
         if self._isolated is None:
-            raise SandboxError(
-                f"sandbox {self._id} is not started; use 'async with LocalSandbox(...)'"
-            )
+            raise SandboxError(f"sandbox {self._id} is not started; use 'async with LocalSandbox(...)'")
         return self._isolated
 
     @property
@@ -222,9 +219,7 @@ class LocalSandbox(BaseSandbox):
             if reason is None:
                 self._isolated = True
             elif self.allow_unisolated:
-                log.warning(
-                    "sandbox %s runs UNISOLATED (rlimits and timeout only): %s", self._id, reason
-                )
+                log.warning("sandbox %s runs UNISOLATED (rlimits and timeout only): %s", self._id, reason)
                 self._isolated = False
             else:
                 raise IsolationUnavailable(
@@ -248,9 +243,7 @@ class LocalSandbox(BaseSandbox):
         for what, path in paths:
             existing = path if path.exists() else next(p for p in path.parents if p.exists())
             for directory in [existing, *existing.parents]:
-                if directory.is_dir() and not may_traverse(
-                    os.stat(directory), self._uid, self._gid
-                ):
+                if directory.is_dir() and not may_traverse(os.stat(directory), self._uid, self._gid):
                     raise SandboxError(
                         f"LocalSandbox({what}=...): {path} is below {directory}, which the "
                         f"sandbox's host uid {self._uid} cannot enter; use a path under a "
@@ -291,15 +284,9 @@ class LocalSandbox(BaseSandbox):
             except OSError as exc:
                 _self_checks[key] = f"starting {bwrap} failed: {exc}"
             else:
-                detail = (
-                    result.stderr.strip()
-                    or result.stdout.strip()
-                    or f"exit code {result.returncode}"
-                )
+                detail = result.stderr.strip() or result.stdout.strip() or f"exit code {result.returncode}"
                 ok = result.returncode == 0
-                _self_checks[key] = (
-                    None if ok else f"the self-check '{bwrap} ... true' failed: {detail}"
-                )
+                _self_checks[key] = None if ok else f"the self-check '{bwrap} ... true' failed: {detail}"
         return _self_checks[key]
 
     def _bwrap_argv(self, argv: list[str], workdir: str | None) -> list[str]:
@@ -386,7 +373,7 @@ class LocalSandbox(BaseSandbox):
         try:
             try:
                 await asyncio.wait_for(proc.wait(), budget)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 timed_out = True
                 await self._terminate(proc, isolated)
             if not isolated:
@@ -433,7 +420,7 @@ class LocalSandbox(BaseSandbox):
             try:
                 await asyncio.wait_for(proc.wait(), 1.0)
                 return
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         killpg(proc.pid)
         await proc.wait()

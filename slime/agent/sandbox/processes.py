@@ -26,9 +26,7 @@ class Capture:
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader()
         try:
-            transport, _ = await loop.connect_read_pipe(
-                lambda: asyncio.StreamReaderProtocol(reader), self.file
-            )
+            transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), self.file)
         except BaseException:
             self.file.close()
             raise

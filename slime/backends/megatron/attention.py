@@ -41,9 +41,17 @@ __all__ = ["SDPACoreAttention", "layer_spec"]
 class SDPACoreAttention(MegatronModule):
     """Drop-in ``core_attention`` for megatron-core's local spec, backed by SDPA."""
 
-    def __init__(self, config, layer_number: int, attn_mask_type, attention_type: str,
-                 attention_dropout: float | None = None, softmax_scale: float | None = None,
-                 cp_comm_type: str | None = None, pg_collection=None) -> None:
+    def __init__(
+        self,
+        config,
+        layer_number: int,
+        attn_mask_type,
+        attention_type: str,
+        attention_dropout: float | None = None,
+        softmax_scale: float | None = None,
+        cp_comm_type: str | None = None,
+        pg_collection=None,
+    ) -> None:
         super().__init__(config=config)
         unsupported = []
         if getattr(config, "window_size", None) is not None:
@@ -67,9 +75,16 @@ class SDPACoreAttention(MegatronModule):
         self.softmax_scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(self.head_dim)
         self.dropout = config.attention_dropout if attention_dropout is None else attention_dropout
 
-    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                attention_mask: torch.Tensor | None, attn_mask_type=None, attention_bias=None,
-                packed_seq_params=None) -> torch.Tensor:
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        attn_mask_type=None,
+        attention_bias=None,
+        packed_seq_params=None,
+    ) -> torch.Tensor:
         if packed_seq_params is not None:
             raise ValueError("SDPA core attention does not support packed (THD) sequences")
         if attention_bias is not None:
@@ -88,12 +103,25 @@ class SDPACoreAttention(MegatronModule):
                 raise ValueError("context-parallel SDPA attention supports causal masks only")
             from slime.backends.megatron.context_parallel import cp_attention
 
-            out = cp_attention(q, k, v, self.cp_group, scale=self.softmax_scale, dropout_p=dropout,
-                               enable_gqa=self.heads != self.groups)
+            out = cp_attention(
+                q,
+                k,
+                v,
+                self.cp_group,
+                scale=self.softmax_scale,
+                dropout_p=dropout,
+                enable_gqa=self.heads != self.groups,
+            )
             return out.permute(2, 0, 1, 3).reshape(s, b, self.heads * self.head_dim)
         out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=causal, scale=self.softmax_scale,
-            dropout_p=dropout, enable_gqa=self.heads != self.groups,
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            is_causal=causal,
+            scale=self.softmax_scale,
+            dropout_p=dropout,
+            enable_gqa=self.heads != self.groups,
         )
         # [b, h, s, d] -> [s, b, h * d]
         return out.permute(2, 0, 1, 3).reshape(s, b, self.heads * self.head_dim)

@@ -94,19 +94,30 @@ class MegatronTrainBackend(TrainBackend):
         self.shape = mcfg.ModelShape.from_hf_config(json.loads((self.model_dir / "config.json").read_text()))
         ours, overrides = mcfg.split_backend_args(t.backend_args)
         self.attention = mcfg.choose_attention_backend(str(ours.get("attention_backend", "auto")))
-        mcfg.check_parallel(self.shape, tp=self.tp, pp=self.pp, cp=self.cp, sequence_parallel=par.sequence_parallel,
-                            world_size=rank.world_size, attention_backend=self.attention)
+        mcfg.check_parallel(
+            self.shape,
+            tp=self.tp,
+            pp=self.pp,
+            cp=self.cp,
+            sequence_parallel=par.sequence_parallel,
+            world_size=rank.world_size,
+            attention_backend=self.attention,
+        )
 
         self.device = torch.device(rank.device)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         if not dist.is_initialized():
-            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo",
-                                    init_method=f"tcp://{rank.master_addr}:{rank.master_port}",
-                                    rank=rank.rank, world_size=rank.world_size)
+            dist.init_process_group(
+                "nccl" if self.device.type == "cuda" else "gloo",
+                init_method=f"tcp://{rank.master_addr}:{rank.master_port}",
+                rank=rank.rank,
+                world_size=rank.world_size,
+            )
         if not ps.model_parallel_is_initialized():
-            ps.initialize_model_parallel(tensor_model_parallel_size=self.tp, pipeline_model_parallel_size=self.pp,
-                                         context_parallel_size=self.cp)
+            ps.initialize_model_parallel(
+                tensor_model_parallel_size=self.tp, pipeline_model_parallel_size=self.pp, context_parallel_size=self.cp
+            )
         self.coords = mcfg.rank_coords(rank.rank, rank.world_size, tp=self.tp, pp=self.pp, cp=self.cp)
         torch.manual_seed(t.seed)
         if self.device.type == "cuda":
@@ -116,15 +127,28 @@ class MegatronTrainBackend(TrainBackend):
         # off, megatron-core 0.16 never tags TP-split weights (tensor_model_parallel), and the
         # gradient norm (hence clipping) then drops the shards of TP ranks > 0.
         base = {} if self.device.type == "cuda" else {"use_cpu_initialization": True}
-        self.config = mcfg.build_transformer_config(mcfg.transformer_config_kwargs(
-            self.shape, tp=self.tp, pp=self.pp, cp=self.cp, sequence_parallel=par.sequence_parallel,
-            precision=t.precision, attention_backend=self.attention, overrides={**base, **overrides}))
+        self.config = mcfg.build_transformer_config(
+            mcfg.transformer_config_kwargs(
+                self.shape,
+                tp=self.tp,
+                pp=self.pp,
+                cp=self.cp,
+                sequence_parallel=par.sequence_parallel,
+                precision=t.precision,
+                attention_backend=self.attention,
+                overrides={**base, **overrides},
+            )
+        )
         self.first_stage, self.last_stage = ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage()
         critic = role == "critic"
         model_shape = dataclasses.replace(self.shape, tie_embeddings=False) if critic else self.shape
-        model = GPTModel(config=self.config, transformer_layer_spec=layer_spec(self.attention),
-                         pre_process=self.first_stage, post_process=self.last_stage,
-                         **mcfg.gpt_model_kwargs(model_shape, tp=self.tp))
+        model = GPTModel(
+            config=self.config,
+            transformer_layer_spec=layer_spec(self.attention),
+            pre_process=self.first_stage,
+            post_process=self.last_stage,
+            **mcfg.gpt_model_kwargs(model_shape, tp=self.tp),
+        )
         if critic and self.last_stage:
             from slime.backends.megatron.critic import ValueHead
 
@@ -147,8 +171,11 @@ class MegatronTrainBackend(TrainBackend):
     def _load_hf_into(self, model: torch.nn.Module, model_dir: Path) -> None:
         per = self.shape.num_layers // self.pp
         lo = self.coords.pp * per
-        wanted = [n for n in convert.iter_hf_names(self.shape)
-                  if not n.startswith("model.layers.") or lo <= int(n.split(".")[2]) < lo + per]
+        wanted = [
+            n
+            for n in convert.iter_hf_names(self.shape)
+            if not n.startswith("model.layers.") or lo <= int(n.split(".")[2]) < lo + per
+        ]
         critic = self.role == "critic"
         tied = self.shape.tie_embeddings or critic  # the critic's output layer is its value head
         hf = hf_io.read_tensors(model_dir, wanted + ([] if tied else ["lm_head.weight"]))
@@ -156,8 +183,14 @@ class MegatronTrainBackend(TrainBackend):
         if missing:
             raise convert.ConversionError(f"{model_dir}: checkpoint lacks {len(missing)} tensor(s), e.g. {missing[:3]}")
         # Renumber this stage's layers as if it were the whole model, then convert and slice for TP.
-        local = {(f"model.layers.{int(n.split('.')[2]) - lo}." + n.split(".", 3)[3]
-                  if n.startswith("model.layers.") else n): v for n, v in hf.items()}
+        local = {
+            (
+                f"model.layers.{int(n.split('.')[2]) - lo}." + n.split(".", 3)[3]
+                if n.startswith("model.layers.")
+                else n
+            ): v
+            for n, v in hf.items()
+        }
         stage_shape = mcfg.ModelShape(**{**mcfg.describe(self.shape), "num_layers": per, "tie_embeddings": tied})
         full = convert.hf_to_megatron(local, stage_shape, tp=self.tp, naming=self.naming)
         if not self.first_stage:
@@ -166,15 +199,21 @@ class MegatronTrainBackend(TrainBackend):
             full.pop("decoder.final_layernorm.weight")
             full.pop("output_layer.weight", None)
         elif self.shape.tie_embeddings and self.pp > 1 and not critic:
-            full["output_layer.weight"] = convert.hf_to_megatron(
-                local, stage_shape, tp=self.tp)["embedding.word_embeddings.weight"]
+            full["output_layer.weight"] = convert.hf_to_megatron(local, stage_shape, tp=self.tp)[
+                "embedding.word_embeddings.weight"
+            ]
         state = {n: convert.shard_param(n, v, self.tp, self.coords.tp) for n, v in full.items()}
         result = model.load_state_dict(state, strict=False)
-        missing = [k for k in result.missing_keys if not k.endswith("_extra_state")
-                   and not (critic and k == "output_layer.weight")]
+        missing = [
+            k
+            for k in result.missing_keys
+            if not k.endswith("_extra_state") and not (critic and k == "output_layer.weight")
+        ]
         if missing or result.unexpected_keys:
-            raise convert.ConversionError(f"GPTModel stage {self.coords.pp} did not match the converted weights: "
-                                          f"missing {missing[:5]}, unexpected {list(result.unexpected_keys)[:5]}")
+            raise convert.ConversionError(
+                f"GPTModel stage {self.coords.pp} did not match the converted weights: "
+                f"missing {missing[:5]}, unexpected {list(result.unexpected_keys)[:5]}"
+            )
 
     def _build_optimizer(self, module: torch.nn.Module) -> None:
         from megatron.core.distributed import (
@@ -186,14 +225,16 @@ class MegatronTrainBackend(TrainBackend):
         from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
         t = self.spec.train
-        self.model = DistributedDataParallel(self.config, DistributedDataParallelConfig(**mcfg.ddp_config_kwargs(t)),
-                                             module)
+        self.model = DistributedDataParallel(
+            self.config, DistributedDataParallelConfig(**mcfg.ddp_config_kwargs(t)), module
+        )
         lr = self.spec.algorithm.critic.lr if self.role == "critic" and self.spec.algorithm.critic else None
         opt_kwargs = mcfg.optimizer_config_kwargs(t, lr=lr)
         opt_kwargs["params_dtype"] = getattr(torch, opt_kwargs["params_dtype"])
         self.optimizer = get_megatron_optimizer(OptimizerConfig(**opt_kwargs), [self.model])
-        self.scheduler = OptimizerParamScheduler(self.optimizer,
-                                                 **mcfg.scheduler_kwargs(t, self.spec.rollout.num_rollouts, lr=lr))
+        self.scheduler = OptimizerParamScheduler(
+            self.optimizer, **mcfg.scheduler_kwargs(t, self.spec.rollout.num_rollouts, lr=lr)
+        )
         self.config.finalize_model_grads_func = finalize_model_grads
         self.config.no_sync_func = self.model.no_sync
 
@@ -220,12 +261,17 @@ class MegatronTrainBackend(TrainBackend):
         T = batch.tokens.shape[1]
         lengths = batch.attention_mask.sum(dim=1).tolist()
         dyn = self.spec.train.dynamic_batch
-        plan = plan_micro_batches([max(1, int(n)) for n in lengths], micro_batch_size=self.spec.train.micro_batch_size,
-                                  max_tokens_per_gpu=dyn.max_tokens_per_gpu if dyn.enabled else None)
+        plan = plan_micro_batches(
+            [max(1, int(n)) for n in lengths],
+            micro_batch_size=self.spec.train.micro_batch_size,
+            max_tokens_per_gpu=dyn.max_tokens_per_gpu if dyn.enabled else None,
+        )
         # Sequence parallel splits each CP rank's part over TP; CP needs 2 * cp equal chunks.
         multiple = (8 * self.tp if self.config.sequence_parallel else 8) * (2 * self.cp if self.cp > 1 else 1)
-        per_token = {k: _per_token(getattr(batch, k), T) for k in
-                     ("response_mask", "advantages", "old_log_probs", "ref_log_probs", "returns", "old_values")}
+        per_token = {
+            k: _per_token(getattr(batch, k), T)
+            for k in ("response_mask", "advantages", "old_log_probs", "ref_log_probs", "returns", "old_values")
+        }
         out = []
         for idx in plan.batches:
             rows = torch.tensor(idx)
@@ -275,10 +321,22 @@ class MegatronTrainBackend(TrainBackend):
         group = ps.get_tensor_model_parallel_group() if self.tp > 1 else None
         if self.cp == 1:
             tokens = mb["tokens"]
-            return vocab_parallel_logprobs(logits[:, :-1], tokens[:, 1:], vocab_size=self.shape.vocab_size,
-                                           temperature=temperature, group=group, with_entropy=with_entropy)
-        logp, ent = vocab_parallel_logprobs(logits, mb["cp_labels"], vocab_size=self.shape.vocab_size,
-                                            temperature=temperature, group=group, with_entropy=with_entropy)
+            return vocab_parallel_logprobs(
+                logits[:, :-1],
+                tokens[:, 1:],
+                vocab_size=self.shape.vocab_size,
+                temperature=temperature,
+                group=group,
+                with_entropy=with_entropy,
+            )
+        logp, ent = vocab_parallel_logprobs(
+            logits,
+            mb["cp_labels"],
+            vocab_size=self.shape.vocab_size,
+            temperature=temperature,
+            group=group,
+            with_entropy=with_entropy,
+        )
         logp, ent = self._cp_gather(logp), self._cp_gather(ent)
         return logp[:, :-1], None if ent is None else ent[:, :-1]
 
@@ -290,9 +348,14 @@ class MegatronTrainBackend(TrainBackend):
             return self._forward(model, mb), partial(loss_func, mb)
 
         get_forward_backward_func()(
-            forward_step_func=step_func, data_iterator=iter(mbs), model=[self.model], num_microbatches=len(mbs),
-            seq_length=max(mb["tokens"].shape[1] for mb in mbs), micro_batch_size=max(len(mb["rows"]) for mb in mbs),
-            forward_only=forward_only)
+            forward_step_func=step_func,
+            data_iterator=iter(mbs),
+            model=[self.model],
+            num_microbatches=len(mbs),
+            seq_length=max(mb["tokens"].shape[1] for mb in mbs),
+            micro_batch_size=max(len(mb["rows"]) for mb in mbs),
+            forward_only=forward_only,
+        )
 
     def _from_last_stage(self, obj: Any) -> Any:
         """Broadcast a picklable object from the last pipeline stage to the others."""
@@ -301,8 +364,9 @@ class MegatronTrainBackend(TrainBackend):
         from megatron.core import parallel_state as ps
 
         box = [obj]
-        dist.broadcast_object_list(box, src=ps.get_pipeline_model_parallel_last_rank(),
-                                   group=ps.get_pipeline_model_parallel_group())
+        dist.broadcast_object_list(
+            box, src=ps.get_pipeline_model_parallel_last_rank(), group=ps.get_pipeline_model_parallel_group()
+        )
         return box[0]
 
     def log_probs(self, batch: TrainBatch, *, temperature: float) -> torch.Tensor:
@@ -378,10 +442,21 @@ class MegatronTrainBackend(TrainBackend):
                 # No old log-probs = strictly on-policy: the ratio is 1 at this step.
                 old = mb["old_log_probs"] if "old_log_probs" in mb else logp.detach()
                 loss, metrics = total_loss(
-                    logp, old, mb["advantages"], m, estimator=a.estimator, eps_clip=a.eps_clip,
-                    eps_clip_high=a.eps_clip_high, dual_clip_c=a.dual_clip_c, entropy=ent,
-                    entropy_coef=a.entropy_coef, ref_logp=mb.get("ref_log_probs") if a.kl_loss_coef > 0 else None,
-                    kl_loss_coef=a.kl_loss_coef, kl_loss_type=a.kl_loss_type, agg=a.loss_agg)
+                    logp,
+                    old,
+                    mb["advantages"],
+                    m,
+                    estimator=a.estimator,
+                    eps_clip=a.eps_clip,
+                    eps_clip_high=a.eps_clip_high,
+                    dual_clip_c=a.dual_clip_c,
+                    entropy=ent,
+                    entropy_coef=a.entropy_coef,
+                    ref_logp=mb.get("ref_log_probs") if a.kl_loss_coef > 0 else None,
+                    kl_loss_coef=a.kl_loss_coef,
+                    kl_loss_type=a.kl_loss_type,
+                    agg=a.loss_agg,
+                )
             local = float(m.bool().any(dim=1).sum() if seq_agg else m.bool().sum())
             weight = local / global_count
             for k, v in metrics.items():
@@ -401,10 +476,14 @@ class MegatronTrainBackend(TrainBackend):
         if ok and not sft:
             self.scheduler.step(increment=1)
         metrics = self._reduce_metrics(sums, dp_group)
-        metrics.update(grad_norm=float(grad_norm) if grad_norm is not None else float("nan"),
-                       lr=float(opt.param_groups[0]["lr"]), step_skipped=float(not ok),
-                       micro_batches=float(n_mb), oversized_samples=float(len(plan.oversized)),
-                       step_time_s=time.perf_counter() - start)
+        metrics.update(
+            grad_norm=float(grad_norm) if grad_norm is not None else float("nan"),
+            lr=float(opt.param_groups[0]["lr"]),
+            step_skipped=float(not ok),
+            micro_batches=float(n_mb),
+            oversized_samples=float(len(plan.oversized)),
+            step_time_s=time.perf_counter() - start,
+        )
         return metrics
 
     def _reduce_metrics(self, sums: dict[str, float], dp_group) -> dict[str, float]:
@@ -472,8 +551,11 @@ class MegatronTrainBackend(TrainBackend):
         if self.optimizer is not None:
             state["optimizer"] = self.optimizer.sharded_state_dict(state["model"])
         dist_checkpointing.save(state, str(ckpt / "megatron"))
-        extra = {"rng": torch.get_rng_state(), "cuda_rng": torch.cuda.get_rng_state() if self.device.type == "cuda"
-                 else None, "scheduler": self.scheduler.state_dict() if self.scheduler else None}
+        extra = {
+            "rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state() if self.device.type == "cuda" else None,
+            "scheduler": self.scheduler.state_dict() if self.scheduler else None,
+        }
         torch.save(extra, ckpt / f"rank{dist.get_rank():05d}.pt")
 
     def load(self, ckpt_dir: Path) -> None:
@@ -505,4 +587,3 @@ def model_flops_per_token(shape: mcfg.ModelShape, seq_len: int) -> float:
 
 def mfu(shape: mcfg.ModelShape, tokens: int, seq_len: int, seconds: float, peak_flops: float) -> float:
     return model_flops_per_token(shape, seq_len) * tokens / seconds / peak_flops if seconds > 0 else math.nan
-

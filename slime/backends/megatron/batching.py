@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Plan", "plan_micro_batches", "pad_to_multiple"]
+__all__ = ["Plan", "pad_to_multiple", "plan_micro_batches"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +37,9 @@ def pad_to_multiple(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-def plan_micro_batches(lengths: Sequence[int], *, micro_batch_size: int = 1,
-                       max_tokens_per_gpu: int | None = None) -> Plan:
+def plan_micro_batches(
+    lengths: Sequence[int], *, micro_batch_size: int = 1, max_tokens_per_gpu: int | None = None
+) -> Plan:
     """Split sample indices ``0..len(lengths)-1`` into micro-batches.
 
     ``max_tokens_per_gpu`` None: consecutive groups of ``micro_batch_size``.

@@ -56,15 +56,15 @@ __all__ = [
     "RankCoords",
     "build_transformer_config",
     "check_parallel",
-    "ddp_config_kwargs",
-    "optimizer_config_kwargs",
-    "scheduler_kwargs",
     "choose_attention_backend",
+    "ddp_config_kwargs",
     "describe",
     "gpt_model_kwargs",
+    "optimizer_config_kwargs",
     "padded_vocab_size",
     "parallel_problems",
     "rank_coords",
+    "scheduler_kwargs",
     "split_backend_args",
     "transformer_config_kwargs",
 ]
@@ -83,8 +83,11 @@ class MegatronConfigError(ValueError):
 
     def __init__(self, problems: list[str]) -> None:
         self.problems = list(problems)
-        super().__init__("; ".join(self.problems) if len(self.problems) == 1 else
-                         f"{len(self.problems)} problems:\n" + "\n".join(f"  - {p}" for p in self.problems))
+        super().__init__(
+            "; ".join(self.problems)
+            if len(self.problems) == 1
+            else f"{len(self.problems)} problems:\n" + "\n".join(f"  - {p}" for p in self.problems)
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -129,8 +132,12 @@ class ModelShape:
         problems: list[str] = []
         family = cfg.get("model_type")
         if family not in FAMILIES:
-            raise MegatronConfigError([f"model_type {family!r} is not supported by the megatron backend; "
-                                       f"supported: {', '.join(FAMILIES)} (use train.backend: torch for others)"])
+            raise MegatronConfigError(
+                [
+                    f"model_type {family!r} is not supported by the megatron backend; "
+                    f"supported: {', '.join(FAMILIES)} (use train.backend: torch for others)"
+                ]
+            )
 
         def need_int(key: str) -> int:
             value = cfg.get(key)
@@ -164,18 +171,27 @@ class ModelShape:
         if rope_type == "llama3":
             mismatched = {k: rope.get(k) for k, v in _MCORE_LLAMA3_ROPE.items() if float(rope.get(k, v)) != v}
             if mismatched:
-                problems.append(f"llama3 rope scaling with {mismatched} differs from megatron-core's fixed "
-                                f"{_MCORE_LLAMA3_ROPE}")
+                problems.append(
+                    f"llama3 rope scaling with {mismatched} differs from megatron-core's fixed {_MCORE_LLAMA3_ROPE}"
+                )
             factor = float(rope.get("factor", 8.0))
         elif rope_type != "default":
             problems.append(f"rope_type={rope_type!r} is not supported (only 'default' and 'llama3')")
         if problems:
             raise MegatronConfigError(problems)
         return cls(
-            family=family, vocab_size=vocab, hidden_size=hidden, ffn_hidden_size=ffn, num_layers=layers,
-            num_attention_heads=heads, num_query_groups=int(groups), kv_channels=int(head_dim),
-            rope_theta=float(theta), norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            tie_embeddings=bool(cfg.get("tie_word_embeddings", False)), qkv_bias=qkv_bias,
+            family=family,
+            vocab_size=vocab,
+            hidden_size=hidden,
+            ffn_hidden_size=ffn,
+            num_layers=layers,
+            num_attention_heads=heads,
+            num_query_groups=int(groups),
+            kv_channels=int(head_dim),
+            rope_theta=float(theta),
+            norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            qkv_bias=qkv_bias,
             max_position_embeddings=int(cfg.get("max_position_embeddings") or 4096),
             rope_scaling_factor=factor,
         )
@@ -187,17 +203,26 @@ def padded_vocab_size(vocab_size: int, tp: int, multiple: int = VOCAB_MULTIPLE) 
     return -(-vocab_size // step) * step
 
 
-def parallel_problems(shape: ModelShape, *, tp: int = 1, pp: int = 1, cp: int = 1,
-                      sequence_parallel: bool = False, world_size: int | None = None,
-                      seq_length: int | None = None, attention_backend: str | None = None) -> list[str]:
+def parallel_problems(
+    shape: ModelShape,
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    cp: int = 1,
+    sequence_parallel: bool = False,
+    world_size: int | None = None,
+    seq_length: int | None = None,
+    attention_backend: str | None = None,
+) -> list[str]:
     """Every way the layout fails megatron-core's rules, each naming the numbers and the field."""
     out = []
     if shape.num_attention_heads % tp:
-        out.append(f"num_attention_heads={shape.num_attention_heads} is not divisible by "
-                   f"train.parallel.tensor={tp}")
+        out.append(f"num_attention_heads={shape.num_attention_heads} is not divisible by train.parallel.tensor={tp}")
     if shape.num_query_groups % tp:
-        out.append(f"num_key_value_heads (query groups)={shape.num_query_groups} is not divisible by "
-                   f"train.parallel.tensor={tp}; use a tensor size that divides it")
+        out.append(
+            f"num_key_value_heads (query groups)={shape.num_query_groups} is not divisible by "
+            f"train.parallel.tensor={tp}; use a tensor size that divides it"
+        )
     if shape.ffn_hidden_size % tp:
         out.append(f"intermediate_size={shape.ffn_hidden_size} is not divisible by train.parallel.tensor={tp}")
     if shape.num_layers % pp:
@@ -209,13 +234,17 @@ def parallel_problems(shape: ModelShape, *, tp: int = 1, pp: int = 1, cp: int = 
     if cp > 1:
         backend = attention_backend or choose_attention_backend("auto")
         if backend not in ("te", "sdpa"):
-            out.append(f"train.parallel.context={cp} needs Transformer Engine or SDPA attention (backend is "
-                       f"{backend!r}); set train.backend_args.attention-backend to auto, te or sdpa")
+            out.append(
+                f"train.parallel.context={cp} needs Transformer Engine or SDPA attention (backend is "
+                f"{backend!r}); set train.backend_args.attention-backend to auto, te or sdpa"
+            )
         if seq_length is not None and seq_length % (2 * cp):
             out.append(f"sequence length {seq_length} is not divisible by 2 x train.parallel.context={2 * cp}")
     if world_size is not None and world_size % (tp * pp * cp):
-        out.append(f"trainer world size {world_size} is not divisible by tensor x pipeline x context = "
-                   f"{tp} x {pp} x {cp} = {tp * pp * cp}")
+        out.append(
+            f"trainer world size {world_size} is not divisible by tensor x pipeline x context = "
+            f"{tp} x {pp} x {cp} = {tp * pp * cp}"
+        )
     return out
 
 
@@ -243,21 +272,28 @@ def rank_coords(rank: int, world_size: int, *, tp: int = 1, pp: int = 1, cp: int
     if world_size % (tp * pp * cp):
         raise MegatronConfigError([f"world size {world_size} is not divisible by tp*pp*cp={tp * pp * cp}"])
     dp_size = world_size // (tp * pp * cp)
-    return RankCoords(tp=rank % tp, cp=(rank // tp) % cp, dp=(rank // (tp * cp)) % dp_size,
-                      pp=rank // (tp * cp * dp_size), dp_size=dp_size)
+    return RankCoords(
+        tp=rank % tp,
+        cp=(rank // tp) % cp,
+        dp=(rank // (tp * cp)) % dp_size,
+        pp=rank // (tp * cp * dp_size),
+        dp_size=dp_size,
+    )
 
 
 def choose_attention_backend(requested: str = "auto") -> str:
     """'te' when Transformer Engine is importable (for 'auto'), else 'sdpa'; explicit choices are checked."""
     if requested not in ATTENTION_BACKENDS:
-        raise MegatronConfigError([f"train.backend_args.attention-backend={requested!r}: valid values are "
-                                   f"{', '.join(ATTENTION_BACKENDS)}"])
+        raise MegatronConfigError(
+            [f"train.backend_args.attention-backend={requested!r}: valid values are {', '.join(ATTENTION_BACKENDS)}"]
+        )
     has_te = importlib.util.find_spec("transformer_engine") is not None
     if requested == "auto":
         return "te" if has_te else "sdpa"
     if requested == "te" and not has_te:
-        raise MegatronConfigError(["train.backend_args.attention-backend=te but transformer_engine is not "
-                                   "installed; use 'auto' or 'sdpa'"])
+        raise MegatronConfigError(
+            ["train.backend_args.attention-backend=te but transformer_engine is not installed; use 'auto' or 'sdpa'"]
+        )
     return requested
 
 
@@ -270,10 +306,17 @@ def split_backend_args(backend_args: Mapping[str, Any]) -> tuple[dict[str, Any],
     return ours, overrides
 
 
-def transformer_config_kwargs(shape: ModelShape, *, tp: int = 1, pp: int = 1, cp: int = 1,
-                              sequence_parallel: bool = False, precision: str = "bf16",
-                              attention_backend: str = "sdpa",
-                              overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def transformer_config_kwargs(
+    shape: ModelShape,
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    cp: int = 1,
+    sequence_parallel: bool = False,
+    precision: str = "bf16",
+    attention_backend: str = "sdpa",
+    overrides: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """Keyword arguments of ``megatron.core.transformer.TransformerConfig`` (activation as the name 'silu')."""
     te = attention_backend == "te"
     kwargs: dict[str, Any] = dict(
@@ -339,11 +382,20 @@ def ddp_config_kwargs(train: Any) -> dict[str, Any]:
 def optimizer_config_kwargs(train: Any, *, lr: float | None = None) -> dict[str, Any]:
     """``OptimizerConfig`` kwargs (AdamW; fp32 master weights for bf16/fp16) from ``spec.train``."""
     o = train.optimizer
-    return dict(optimizer="adam", lr=o.lr if lr is None else lr, min_lr=o.min_lr, weight_decay=o.weight_decay,
-                adam_beta1=o.betas[0], adam_beta2=o.betas[1], adam_eps=o.eps, clip_grad=o.clip_grad,
-                bf16=train.precision == "bf16", fp16=train.precision == "fp16",
-                params_dtype={"bf16": "bfloat16", "fp16": "float16"}.get(train.precision, "float32"),
-                use_distributed_optimizer=o.distributed)
+    return dict(
+        optimizer="adam",
+        lr=o.lr if lr is None else lr,
+        min_lr=o.min_lr,
+        weight_decay=o.weight_decay,
+        adam_beta1=o.betas[0],
+        adam_beta2=o.betas[1],
+        adam_eps=o.eps,
+        clip_grad=o.clip_grad,
+        bf16=train.precision == "bf16",
+        fp16=train.precision == "fp16",
+        params_dtype={"bf16": "bfloat16", "fp16": "float16"}.get(train.precision, "float32"),
+        use_distributed_optimizer=o.distributed,
+    )
 
 
 def scheduler_kwargs(train: Any, num_rollouts: int | None, *, lr: float | None = None) -> dict[str, Any]:
@@ -351,10 +403,18 @@ def scheduler_kwargs(train: Any, num_rollouts: int | None, *, lr: float | None =
     o = train.optimizer
     peak = o.lr if lr is None else lr
     total = max(1, (num_rollouts or 1) * (train.num_steps_per_rollout or 1))
-    return dict(init_lr=0.0 if o.warmup_steps else peak, max_lr=peak, min_lr=o.min_lr,
-                lr_warmup_steps=o.warmup_steps, lr_decay_steps=max(total, o.warmup_steps + 1),
-                lr_decay_style=o.lr_schedule, start_wd=o.weight_decay, end_wd=o.weight_decay,
-                wd_incr_steps=total, wd_incr_style="constant")
+    return dict(
+        init_lr=0.0 if o.warmup_steps else peak,
+        max_lr=peak,
+        min_lr=o.min_lr,
+        lr_warmup_steps=o.warmup_steps,
+        lr_decay_steps=max(total, o.warmup_steps + 1),
+        lr_decay_style=o.lr_schedule,
+        start_wd=o.weight_decay,
+        end_wd=o.weight_decay,
+        wd_incr_steps=total,
+        wd_incr_style="constant",
+    )
 
 
 def build_transformer_config(kwargs: Mapping[str, Any]):
@@ -371,8 +431,9 @@ def build_transformer_config(kwargs: Mapping[str, Any]):
         for k in unknown:
             close = difflib.get_close_matches(k, sorted(fields), n=1)
             hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        raise MegatronConfigError([f"train.backend_args: unknown megatron-core TransformerConfig option(s) "
-                                   f"{', '.join(hints)}"])
+        raise MegatronConfigError(
+            [f"train.backend_args: unknown megatron-core TransformerConfig option(s) {', '.join(hints)}"]
+        )
     resolved = dict(kwargs)
     if resolved.get("activation_func") == "silu":
         resolved["activation_func"] = torch.nn.functional.silu

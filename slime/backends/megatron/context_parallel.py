@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-__all__ = ["chunk_ids", "split_seq", "gather_seq", "all_gather_seq", "cp_attention"]
+__all__ = ["all_gather_seq", "chunk_ids", "cp_attention", "gather_seq", "split_seq"]
 
 
 def chunk_ids(cp_rank: int, cp: int) -> tuple[int, int]:
@@ -120,8 +120,16 @@ def all_gather_seq(t: torch.Tensor, group, dim: int) -> torch.Tensor:
     return _AllGatherSeq.apply(t, group, dim)
 
 
-def cp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group, *, scale: float,
-                 dropout_p: float = 0.0, enable_gqa: bool = False) -> torch.Tensor:
+def cp_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    group,
+    *,
+    scale: float,
+    dropout_p: float = 0.0,
+    enable_gqa: bool = False,
+) -> torch.Tensor:
     """Causal attention of local queries ``[b, h, s_local, d]`` over the whole sequence's K/V.
 
     ``k``/``v`` are this rank's ``[b, g, s_local, d]``; returns ``[b, h, s_local, d]``.
@@ -137,7 +145,15 @@ def cp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group, *, sc
     outs = []
     for part, j in zip(q.split(c, dim=2), chunk_ids(rank, cp)):
         end = (j + 1) * c  # keys of chunks 0..j; the mask's lower-right diagonal is this chunk's own
-        outs.append(F.scaled_dot_product_attention(
-            part, k_full[:, :, :end], v_full[:, :, :end], attn_mask=causal_lower_right(c, end),
-            dropout_p=dropout_p, scale=scale, enable_gqa=enable_gqa))
+        outs.append(
+            F.scaled_dot_product_attention(
+                part,
+                k_full[:, :, :end],
+                v_full[:, :, :end],
+                attn_mask=causal_lower_right(c, end),
+                dropout_p=dropout_p,
+                scale=scale,
+                enable_gqa=enable_gqa,
+            )
+        )
     return torch.cat(outs, dim=2)

@@ -118,8 +118,9 @@ def _pad_rows(w: Tensor, rows: int) -> Tensor:
 
 
 # ----------------------------------------------------------------------------- HF -> megatron
-def hf_to_megatron(hf: Mapping[str, Tensor], shape: ModelShape, *, tp: int = 1,
-                   naming: Naming = "local") -> dict[str, Tensor]:
+def hf_to_megatron(
+    hf: Mapping[str, Tensor], shape: ModelShape, *, tp: int = 1, naming: Naming = "local"
+) -> dict[str, Tensor]:
     """The full (unsharded) megatron state dict of an HF state dict; vocab padded for ``tp``."""
     if naming not in _NORMS:
         raise ConversionError(f"naming must be 'local' or 'te', got {naming!r}")
@@ -128,15 +129,17 @@ def hf_to_megatron(hf: Mapping[str, Tensor], shape: ModelShape, *, tp: int = 1,
 
     def take(name: str) -> Tensor:
         if name not in hf:
-            raise ConversionError(f"HF state dict lacks {name!r} (model_type {shape.family}, "
-                                  f"{shape.num_layers} layers)")
+            raise ConversionError(
+                f"HF state dict lacks {name!r} (model_type {shape.family}, {shape.num_layers} layers)"
+            )
         used.add(name)
         return hf[name]
 
     emb = take("model.embed_tokens.weight")
     if emb.shape[0] != shape.vocab_size:
-        raise ConversionError(f"model.embed_tokens.weight has {emb.shape[0]} rows but config vocab_size is "
-                              f"{shape.vocab_size}")
+        raise ConversionError(
+            f"model.embed_tokens.weight has {emb.shape[0]} rows but config vocab_size is {shape.vocab_size}"
+        )
     out: dict[str, Tensor] = {_EMB: _pad_rows(emb, vocab)}
     in_norm, mlp_norm = _NORMS[naming]
     for i in range(shape.num_layers):
@@ -144,14 +147,17 @@ def hf_to_megatron(hf: Mapping[str, Tensor], shape: ModelShape, *, tp: int = 1,
         att = p + "self_attn."
         out[m + in_norm] = take(p + "input_layernorm.weight")
         out[m + "self_attention.linear_qkv.weight"] = _fuse_qkv(
-            take(att + "q_proj.weight"), take(att + "k_proj.weight"), take(att + "v_proj.weight"), shape)
+            take(att + "q_proj.weight"), take(att + "k_proj.weight"), take(att + "v_proj.weight"), shape
+        )
         if shape.qkv_bias:
             out[m + "self_attention.linear_qkv.bias"] = _fuse_qkv(
-                take(att + "q_proj.bias"), take(att + "k_proj.bias"), take(att + "v_proj.bias"), shape)
+                take(att + "q_proj.bias"), take(att + "k_proj.bias"), take(att + "v_proj.bias"), shape
+            )
         out[m + "self_attention.linear_proj.weight"] = take(att + "o_proj.weight")
         out[m + mlp_norm] = take(p + "post_attention_layernorm.weight")
         out[m + "mlp.linear_fc1.weight"] = torch.cat(
-            [take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")], dim=0)
+            [take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")], dim=0
+        )
         out[m + "mlp.linear_fc2.weight"] = take(p + "mlp.down_proj.weight")
     out[_FINAL] = take("model.norm.weight")
     if shape.tie_embeddings:
@@ -160,14 +166,14 @@ def hf_to_megatron(hf: Mapping[str, Tensor], shape: ModelShape, *, tp: int = 1,
         out[_OUT] = _pad_rows(take("lm_head.weight"), vocab)
     extra = set(hf) - used
     if extra:
-        raise ConversionError(f"HF state dict has tensors the {shape.family} converter does not know: "
-                              f"{_listed(extra)}")
+        raise ConversionError(f"HF state dict has tensors the {shape.family} converter does not know: {_listed(extra)}")
     return out
 
 
 # ----------------------------------------------------------------------------- megatron -> HF
-def megatron_param_to_hf(name: str, tensor: Tensor, shape: ModelShape, *,
-                         layer_offset: int = 0) -> list[tuple[str, Tensor]]:
+def megatron_param_to_hf(
+    name: str, tensor: Tensor, shape: ModelShape, *, layer_offset: int = 0
+) -> list[tuple[str, Tensor]]:
     """One full (TP-gathered) megatron tensor → its HF tensor(s); stage-local layer N becomes N + offset.
 
     Lets a backend stream weights one parameter at a time (NCCL buckets, disk
@@ -316,8 +322,16 @@ def merge_pp(stages: Sequence[Mapping[str, Tensor]], shape: ModelShape) -> dict[
     return out
 
 
-def rank_state_dict(hf: Mapping[str, Tensor], shape: ModelShape, *, tp: int = 1, pp: int = 1, tp_rank: int = 0,
-                    pp_rank: int = 0, naming: Naming = "local") -> dict[str, Tensor]:
+def rank_state_dict(
+    hf: Mapping[str, Tensor],
+    shape: ModelShape,
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    tp_rank: int = 0,
+    pp_rank: int = 0,
+    naming: Naming = "local",
+) -> dict[str, Tensor]:
     """What one (tp_rank, pp_rank) GPTModel loads, straight from an HF state dict."""
     stage = split_pp(hf_to_megatron(hf, shape, tp=tp, naming=naming), shape, pp)[pp_rank]
     return {n: shard_param(n, t, tp, tp_rank) for n, t in stage.items()}

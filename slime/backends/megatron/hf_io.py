@@ -19,8 +19,17 @@ import torch
 __all__ = ["HF_SIDE_FILES", "copy_side_files", "read_tensors", "weight_map", "write_index", "write_shards"]
 
 # Files next to the weights that an engine needs to serve the checkpoint.
-HF_SIDE_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-                 "special_tokens_map.json", "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja")
+HF_SIDE_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+)
 INDEX = "model.safetensors.index.json"
 
 
@@ -36,14 +45,16 @@ def weight_map(model_dir: str | Path) -> dict[str, Path]:
         return {name: d / f for name, f in mapping.items()}
     files = sorted(d.glob("*.safetensors"))
     if not files:
-        raise FileNotFoundError(f"no *.safetensors weights in {d} (torch .bin checkpoints are not read; "
-                                f"convert them with save_pretrained(safe_serialization=True))")
+        raise FileNotFoundError(
+            f"no *.safetensors weights in {d} (torch .bin checkpoints are not read; "
+            f"convert them with save_pretrained(safe_serialization=True))"
+        )
     from safetensors import safe_open
 
     out: dict[str, Path] = {}
     for f in files:
         with safe_open(str(f), framework="pt") as handle:
-            out.update({name: f for name in handle.keys()})
+            out.update(dict.fromkeys(handle.keys(), f))
     return out
 
 
@@ -65,8 +76,13 @@ def read_tensors(model_dir: str | Path, names: Iterable[str] | None = None) -> d
     return out
 
 
-def write_shards(out_dir: str | Path, tensors: Iterable[tuple[str, torch.Tensor]], *, prefix: str = "model",
-                 max_shard_bytes: int = 4 << 30) -> dict[str, str]:
+def write_shards(
+    out_dir: str | Path,
+    tensors: Iterable[tuple[str, torch.Tensor]],
+    *,
+    prefix: str = "model",
+    max_shard_bytes: int = 4 << 30,
+) -> dict[str, str]:
     """Write ``(name, tensor)`` pairs into ``{prefix}-NNNNN.safetensors`` files; return name → file name."""
     from safetensors.torch import save_file
 
@@ -82,7 +98,7 @@ def write_shards(out_dir: str | Path, tensors: Iterable[tuple[str, torch.Tensor]
         if pending:
             fname = f"{prefix}-{count:05d}.safetensors"
             save_file(pending, str(out / fname), metadata={"format": "pt"})
-            mapping.update({n: fname for n in pending})
+            mapping.update(dict.fromkeys(pending, fname))
             count += 1
             pending, size = {}, 0
 
@@ -101,8 +117,9 @@ def write_index(out_dir: str | Path, mapping: Mapping[str, str]) -> Path:
     out = Path(out_dir)
     total = sum((out / f).stat().st_size for f in set(mapping.values()))
     path = out / INDEX
-    path.write_text(json.dumps({"metadata": {"total_size": total},
-                                "weight_map": dict(sorted(mapping.items()))}, indent=1) + "\n")
+    path.write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": dict(sorted(mapping.items()))}, indent=1) + "\n"
+    )
     return path
 
 

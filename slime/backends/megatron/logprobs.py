@@ -32,7 +32,7 @@ __all__ = ["vocab_parallel_logprobs"]
 
 class _AllReduceSum(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: torch.Tensor, group) -> torch.Tensor:  # noqa: D401 - autograd signature
+    def forward(ctx, x: torch.Tensor, group) -> torch.Tensor:
         y = x.clone()
         dist.all_reduce(y, op=dist.ReduceOp.SUM, group=group)
         return y

@@ -25,10 +25,24 @@ if TYPE_CHECKING:
 
 __all__ = ["render_megatron_args"]
 
-_SHAPE_KEYS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
-               "kv_channels", "layernorm_epsilon", "add_qkv_bias")
-_GPT_SHAPE_KEYS = ("vocab_size", "max_sequence_length", "rotary_base", "share_embeddings_and_output_weights",
-                   "rope_scaling", "rope_scaling_factor")
+_SHAPE_KEYS = (
+    "num_layers",
+    "hidden_size",
+    "ffn_hidden_size",
+    "num_attention_heads",
+    "num_query_groups",
+    "kv_channels",
+    "layernorm_epsilon",
+    "add_qkv_bias",
+)
+_GPT_SHAPE_KEYS = (
+    "vocab_size",
+    "max_sequence_length",
+    "rotary_base",
+    "share_embeddings_and_output_weights",
+    "rope_scaling",
+    "rope_scaling_factor",
+)
 
 
 class _Raw(str):
@@ -49,8 +63,9 @@ def render_megatron_args(spec: Spec, hf_config: Mapping[str, Any] | None = None)
 
     t, par = spec.train, spec.train.parallel
     if t.backend != "megatron":
-        raise mcfg.MegatronConfigError([f"train.backend is {t.backend!r}; megatron arguments exist only for "
-                                        "'megatron'"])
+        raise mcfg.MegatronConfigError(
+            [f"train.backend is {t.backend!r}; megatron arguments exist only for 'megatron'"]
+        )
     cfg = hf_config if hf_config is not None else model_config(spec.model.path)
     ours, overrides = mcfg.split_backend_args(t.backend_args)
     requested = str(ours.get("attention_backend", "auto"))
@@ -60,15 +75,40 @@ def render_megatron_args(spec: Spec, hf_config: Mapping[str, Any] | None = None)
     world = (t.nodes or 1) * (t.gpus_per_node or 1)
     shape = mcfg.ModelShape.from_hf_config(cfg) if cfg is not None else None
     if shape is not None:
-        mcfg.check_parallel(shape, tp=par.tensor, pp=par.pipeline, cp=par.context,
-                            sequence_parallel=par.sequence_parallel, world_size=world, attention_backend=attention)
-    placeholder = shape or mcfg.ModelShape(family="qwen2", vocab_size=1, hidden_size=1, ffn_hidden_size=1, num_layers=1,
-                                           num_attention_heads=1, num_query_groups=1, kv_channels=1, rope_theta=1.0,
-                                           norm_eps=1.0, tie_embeddings=False, qkv_bias=False,
-                                           max_position_embeddings=1)
-    tc = mcfg.transformer_config_kwargs(placeholder, tp=par.tensor, pp=par.pipeline, cp=par.context,
-                                        sequence_parallel=par.sequence_parallel, precision=t.precision,
-                                        attention_backend=attention, overrides=overrides)
+        mcfg.check_parallel(
+            shape,
+            tp=par.tensor,
+            pp=par.pipeline,
+            cp=par.context,
+            sequence_parallel=par.sequence_parallel,
+            world_size=world,
+            attention_backend=attention,
+        )
+    placeholder = shape or mcfg.ModelShape(
+        family="qwen2",
+        vocab_size=1,
+        hidden_size=1,
+        ffn_hidden_size=1,
+        num_layers=1,
+        num_attention_heads=1,
+        num_query_groups=1,
+        kv_channels=1,
+        rope_theta=1.0,
+        norm_eps=1.0,
+        tie_embeddings=False,
+        qkv_bias=False,
+        max_position_embeddings=1,
+    )
+    tc = mcfg.transformer_config_kwargs(
+        placeholder,
+        tp=par.tensor,
+        pp=par.pipeline,
+        cp=par.context,
+        sequence_parallel=par.sequence_parallel,
+        precision=t.precision,
+        attention_backend=attention,
+        overrides=overrides,
+    )
     gpt = mcfg.gpt_model_kwargs(placeholder, tp=par.tensor)
     pending_tc: tuple[str, ...] = ()
     pending_gpt: tuple[str, ...] = ()
@@ -77,19 +117,27 @@ def render_megatron_args(spec: Spec, hf_config: Mapping[str, Any] | None = None)
         gpt = {k: v for k, v in gpt.items() if k not in _GPT_SHAPE_KEYS}
         pending_tc, pending_gpt = _SHAPE_KEYS, _GPT_SHAPE_KEYS[:4]
     dp = world // (par.tensor * par.pipeline * par.context)
-    spec_name = {"sdpa": "local layer spec + SDPACoreAttention (torch scaled_dot_product_attention)",
-                 "te": "Transformer Engine layer spec", "local": "local layer spec (unfused DotProductAttention)"}
-    model_line = (f"# model: {spec.model.path}/config.json -> {shape.family}, "
-                  f"{shape.num_params() / 1e9:.2f}B parameters" if shape else
-                  f"# model: {spec.model.path}/config.json is not readable here; shape fields are read from it "
-                  f"at launch")
+    spec_name = {
+        "sdpa": "local layer spec + SDPACoreAttention (torch scaled_dot_product_attention)",
+        "te": "Transformer Engine layer spec",
+        "local": "local layer spec (unfused DotProductAttention)",
+    }
+    model_line = (
+        f"# model: {spec.model.path}/config.json -> {shape.family}, {shape.num_params() / 1e9:.2f}B parameters"
+        if shape
+        else f"# model: {spec.model.path}/config.json is not readable here; shape fields are read from it at launch"
+    )
     dyn = t.dynamic_batch
     lines = [
         f"# megatron-core arguments for {spec.name} (train.backend: megatron)",
         f"# trainer: {world} rank(s) = {t.nodes} node(s) x {t.gpus_per_node} GPU(s); tensor {par.tensor} x "
         f"pipeline {par.pipeline} x context {par.context} -> data parallel {dp}",
-        f"# attention: {requested}" + (" -> Transformer Engine when importable on the trainer nodes, else SDPA "
-                                       "(rendered for SDPA)" if requested == "auto" else ""),
+        f"# attention: {requested}"
+        + (
+            " -> Transformer Engine when importable on the trainer nodes, else SDPA (rendered for SDPA)"
+            if requested == "auto"
+            else ""
+        ),
         model_line,
         f"initialize_model_parallel(tensor_model_parallel_size={par.tensor}, "
         f"pipeline_model_parallel_size={par.pipeline}, context_parallel_size={par.context})",

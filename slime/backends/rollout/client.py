@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import aiohttp
 
@@ -72,7 +73,7 @@ class GenerateResult:
         return self.finish_reason == "length"
 
     @classmethod
-    def from_response(cls, item: Any, url: str = "") -> "GenerateResult":
+    def from_response(cls, item: Any, url: str = "") -> GenerateResult:
         if not isinstance(item, dict) or not isinstance(item.get("meta_info"), dict):
             raise EngineError(url, f"unexpected /generate reply (no meta_info): {str(item)[:200]}")
         meta = item["meta_info"]
@@ -83,8 +84,10 @@ class GenerateResult:
         ids = item.get("output_ids")
         if ids is None:
             if pairs is None:
-                raise EngineError(url, "the /generate reply has neither output_ids nor output_token_logprobs; "
-                                       "request return_logprob=True")
+                raise EngineError(
+                    url,
+                    "the /generate reply has neither output_ids nor output_token_logprobs; request return_logprob=True",
+                )
             ids = [int(p[1]) for p in pairs]
         if logprobs is not None and len(logprobs) != len(ids):
             raise EngineError(url, f"/generate returned {len(ids)} output ids but {len(logprobs)} log-probs")
@@ -94,9 +97,17 @@ class GenerateResult:
         else:
             reason, matched = (str(fr) if fr is not None else "abort"), None
         version = meta.get("weight_version")
-        return cls(output_ids=list(ids), text=item.get("text", ""), logprobs=logprobs, finish_reason=reason,
-                   matched=matched, weight_version=None if version is None else str(version),
-                   prompt_tokens=meta.get("prompt_tokens"), rid=meta.get("id"), meta_info=meta)
+        return cls(
+            output_ids=list(ids),
+            text=item.get("text", ""),
+            logprobs=logprobs,
+            finish_reason=reason,
+            matched=matched,
+            weight_version=None if version is None else str(version),
+            prompt_tokens=meta.get("prompt_tokens"),
+            rid=meta.get("id"),
+            meta_info=meta,
+        )
 
 
 def _message(body: Any, text: str) -> str:
@@ -114,8 +125,15 @@ def _message(body: Any, text: str) -> str:
 class EngineClient:
     """Async client for one engine at ``base_url`` (e.g. ``http://127.0.0.1:30000``)."""
 
-    def __init__(self, base_url: str, *, timeout_s: float = 600.0, retries: int = 3, backoff_s: float = 0.5,
-                 max_connections: int = 0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 600.0,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        max_connections: int = 0,
+    ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"engine URL {base_url!r} must start with http:// or https://")
         self.base_url = base_url.rstrip("/")
@@ -134,7 +152,8 @@ class EngineClient:
         if sess is None or sess.closed:
             sess = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self.max_connections),
-                timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+            )
             self._sessions[loop] = sess
         return sess
 
@@ -144,14 +163,22 @@ class EngineClient:
         if sess is not None:
             await sess.close()
 
-    async def __aenter__(self) -> "EngineClient":
+    async def __aenter__(self) -> EngineClient:
         return self
 
     async def __aexit__(self, *exc) -> None:
         await self.close()
 
-    async def _request(self, method: str, path: str, payload: Any = None, *, idempotent: bool,
-                       expect_json: bool = True, timeout_s: float | None = None) -> Any:
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        payload: Any = None,
+        *,
+        idempotent: bool,
+        expect_json: bool = True,
+        timeout_s: float | None = None,
+    ) -> Any:
         url = self.base_url + path
         attempts = 1 + (self.retries if idempotent else 0)
         timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s is not None else None
@@ -173,24 +200,28 @@ class EngineClient:
                     if expect_json and text and body is None:
                         raise EngineError(url, f"reply is not JSON: {text[:200]!r}", resp.status)
                     return body if expect_json else text
-            except asyncio.TimeoutError:  # before ClientConnectionError: aiohttp's timeouts subclass both
+            except TimeoutError:  # before ClientConnectionError: aiohttp's timeouts subclass both
                 raise EngineUnavailable(url, f"no reply within {timeout_s or self.timeout_s:g} s") from None
             except aiohttp.ClientConnectionError as exc:
                 last = exc  # refused / reset / disconnected: maybe retry
         raise EngineUnavailable(url, f"cannot connect after {attempts} attempt(s): {last}")
 
     # ------------------------------------------------------------------ calls
-    async def post(self, path: str, json: Any = None, *, idempotent: bool = False,
-                   expect_json: bool = True) -> Any:
+    async def post(self, path: str, json: Any = None, *, idempotent: bool = False, expect_json: bool = True) -> Any:
         """POST ``json`` to ``path``; retried on connection errors only if ``idempotent``."""
         return await self._request("POST", path, json, idempotent=idempotent, expect_json=expect_json)
 
     async def get(self, path: str, *, expect_json: bool = True) -> Any:
         return await self._request("GET", path, idempotent=True, expect_json=expect_json)
 
-    async def generate(self, input_ids: Sequence[int] | Sequence[Sequence[int]],
-                       sampling_params: dict | Sequence[dict] | None = None, *, return_logprob: bool = True,
-                       rid: str | Sequence[str] | None = None) -> GenerateResult | list[GenerateResult]:
+    async def generate(
+        self,
+        input_ids: Sequence[int] | Sequence[Sequence[int]],
+        sampling_params: dict | Sequence[dict] | None = None,
+        *,
+        return_logprob: bool = True,
+        rid: str | Sequence[str] | None = None,
+    ) -> GenerateResult | list[GenerateResult]:
         """Generate from token ids; a list of lists gives a list of results (one request)."""
         ids = list(input_ids)
         if not ids:
@@ -198,8 +229,9 @@ class EngineClient:
         batched = isinstance(ids[0], (list, tuple))
         payload: dict[str, Any] = {
             "input_ids": [list(x) for x in ids] if batched else ids,
-            "sampling_params": (list(sampling_params) if isinstance(sampling_params, (list, tuple))
-                                else dict(sampling_params or {})),
+            "sampling_params": (
+                list(sampling_params) if isinstance(sampling_params, (list, tuple)) else dict(sampling_params or {})
+            ),
             "return_logprob": return_logprob,
         }
         if rid is not None:
@@ -233,21 +265,33 @@ class EngineClient:
         last = "no answer yet"
         while True:
             try:
-                await self._request("GET", "/health", idempotent=False, expect_json=False,
-                                    timeout_s=max(0.1, min(10.0, deadline - time.monotonic())))
+                await self._request(
+                    "GET",
+                    "/health",
+                    idempotent=False,
+                    expect_json=False,
+                    timeout_s=max(0.1, min(10.0, deadline - time.monotonic())),
+                )
                 return
             except EngineError as exc:
                 last = exc.message if exc.status is None else f"HTTP {exc.status}: {exc.message}"
             if time.monotonic() + interval_s > deadline:
-                raise EngineUnavailable(self.base_url + "/health",
-                                        f"engine not healthy after {timeout_s:g} s (last: {last})")
+                raise EngineUnavailable(
+                    self.base_url + "/health", f"engine not healthy after {timeout_s:g} s (last: {last})"
+                )
             await asyncio.sleep(interval_s)
 
     async def flush_cache(self) -> None:
         await self._request("POST", "/flush_cache", idempotent=True, expect_json=False)
 
-    async def update_weights_from_disk(self, model_path: str, weight_version: str | None = None, *,
-                                       load_format: str | None = None, abort_all_requests: bool = False) -> dict:
+    async def update_weights_from_disk(
+        self,
+        model_path: str,
+        weight_version: str | None = None,
+        *,
+        load_format: str | None = None,
+        abort_all_requests: bool = False,
+    ) -> dict:
         """Make the engine load an HF checkpoint directory; returns the reply (``success`` is True)."""
         payload: dict[str, Any] = {"model_path": str(model_path)}
         if weight_version is not None:

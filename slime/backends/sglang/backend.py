@@ -120,8 +120,9 @@ class SGLangRolloutBackend(RolloutBackend):
             cmd = launch.router_command(spec, self.urls, host=(hosts or ["127.0.0.1"])[0])
             if cmd is not None:
                 router = process.ProcessSpec(name="router", argv=cmd.argv, url=cmd.url, ports=(cmd.port,))
-                self.processes += process.start_processes([router], self.log_dir,
-                                                          timeout_s=spec.rollout.startup_timeout_s)
+                self.processes += process.start_processes(
+                    [router], self.log_dir, timeout_s=spec.rollout.startup_timeout_s
+                )
                 self.router_url = cmd.url
         return list(self.urls)
 
@@ -133,23 +134,40 @@ class SGLangRolloutBackend(RolloutBackend):
         engine_nodes = sorted({s.node for slots in layout.engines for s in slots})
         first_slot = {n: next(s for slots in layout.engines for s in slots if s.node == n) for n in engine_nodes}
         actor = ray.remote(NodeProcesses)
-        self.nodes = {n: actor.options(num_cpus=0, num_gpus=0,
-                                       scheduling_strategy=placement.strategy(first_slot[n])).remote()
-                      for n in engine_nodes}
+        self.nodes = {
+            n: actor.options(num_cpus=0, num_gpus=0, scheduling_strategy=placement.strategy(first_slot[n])).remote()
+            for n in engine_nodes
+        }
         try:
             base = self._port_block(engine_nodes)
             commands = self.command_builder(spec, layout, hosts=hosts, port_base=base + launch.PORT_STRIDE)
             top = max((p for c in commands for p in c.ports), default=base)
             if top - base >= _block():
-                raise launch.LaunchError(f"{len(commands)} engine process(es) need ports up to {top}, beyond the "
-                                         f"job's block {base}-{base + _block() - 1}; use fewer engines per "
-                                         f"node (raise rollout.gpus_per_engine)")
+                raise launch.LaunchError(
+                    f"{len(commands)} engine process(es) need ports up to {top}, beyond the "
+                    f"job's block {base}-{base + _block() - 1}; use fewer engines per "
+                    f"node (raise rollout.gpus_per_engine)"
+                )
             if not layout.cpu_only:  # each process sees its own slots' physical GPUs
-                commands = [_pin_gpus(c, [g for s in layout.engines[c.engine] if s.node == c.node
-                                          for g in placement.bundle_of(s).gpu_ids]) for c in commands]
+                commands = [
+                    _pin_gpus(
+                        c,
+                        [
+                            g
+                            for s in layout.engines[c.engine]
+                            if s.node == c.node
+                            for g in placement.bundle_of(s).gpu_ids
+                        ],
+                    )
+                    for c in commands
+                ]
             timeout = spec.rollout.startup_timeout_s
-            ray.get([self.nodes[n].start.remote(process_specs(commands, {n}), str(self.log_dir), timeout)
-                     for n in engine_nodes])
+            ray.get(
+                [
+                    self.nodes[n].start.remote(process_specs(commands, {n}), str(self.log_dir), timeout)
+                    for n in engine_nodes
+                ]
+            )
             self.urls = [c.url for c in commands if c.url]
             first = layout.engines[0][0].node
             cmd = launch.router_command(spec, self.urls, host=hosts[first], port=base) if self.use_router else None
@@ -172,8 +190,10 @@ class SGLangRolloutBackend(RolloutBackend):
             ports = list(range(base, base + _block()))
             if not any(ray.get([self.nodes[n].busy_ports.remote(ports) for n in nodes])):
                 return base
-        raise launch.LaunchError("no free engine port block on the engine nodes after 16 candidates; "
-                                 "set SLIME_ENGINE_PORT_RANGE to a less busy range")
+        raise launch.LaunchError(
+            "no free engine port block on the engine nodes after 16 candidates; "
+            "set SLIME_ENGINE_PORT_RANGE to a less busy range"
+        )
 
     def _clients(self):
         from slime.backends.rollout.client import EngineClient
@@ -262,6 +282,6 @@ class SGLangRolloutBackend(RolloutBackend):
 
 def _block() -> int:
     """Ports per engine port block (the Ray blocks' size)."""
-    from launchers.ports import BLOCK
+    from slime.core.ports import BLOCK
 
     return BLOCK

@@ -34,13 +34,22 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["DeltaError", "DeltaStats", "FORMAT", "apply_delta", "write_delta"]
+__all__ = ["FORMAT", "DeltaError", "DeltaStats", "apply_delta", "write_delta"]
 
 FORMAT = "slime-delta/1"
 INDEX = "index.json"
 _ST_INDEX = "model.safetensors.index.json"
-_SIDE_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-               "special_tokens_map.json", "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja")
+_SIDE_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+)
 
 
 class DeltaError(ValueError):
@@ -87,7 +96,7 @@ def _weight_files(model_dir: Path) -> dict[str, str]:
         raise DeltaError(f"no *.safetensors weights in {model_dir}")
     for f in files:
         with safe_open(str(f), framework="pt") as h:
-            out.update({n: f.name for n in h.keys()})
+            out.update(dict.fromkeys(h.keys(), f.name))
     return out
 
 
@@ -100,8 +109,16 @@ def _read_all(model_dir: Path) -> dict[str, torch.Tensor]:
     return out
 
 
-def write_delta(base_dir: str | Path, new_dir: str | Path, delta_dir: str | Path, *, encoding: str = "xor",
-                level: int = 3, version: str | None = None, base_version: str | None = None) -> DeltaStats:
+def write_delta(
+    base_dir: str | Path,
+    new_dir: str | Path,
+    delta_dir: str | Path,
+    *,
+    encoding: str = "xor",
+    level: int = 3,
+    version: str | None = None,
+    base_version: str | None = None,
+) -> DeltaStats:
     """Write the delta taking checkpoint ``base_dir`` to ``new_dir`` into ``delta_dir`` (created)."""
     import zstandard
 
@@ -127,12 +144,23 @@ def write_delta(base_dir: str | Path, new_dir: str | Path, delta_dir: str | Path
         blob = compressor.compress(payload)
         fname = f"tensors/{len(entries):06d}.zst"
         (out / fname).write_bytes(blob)
-        entries[name] = {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "encoding": enc,
-                         "file": fname, "payload_sha256": _sha(blob), "sha256": _sha(data)}
+        entries[name] = {
+            "dtype": str(t.dtype).removeprefix("torch."),
+            "shape": list(t.shape),
+            "encoding": enc,
+            "file": fname,
+            "payload_sha256": _sha(blob),
+            "sha256": _sha(data),
+        }
         raw_bytes += len(data)
         payload_bytes += len(blob)
-    index = {"format": FORMAT, "version": version, "base_version": base_version, "names": sorted(new),
-             "tensors": entries}
+    index = {
+        "format": FORMAT,
+        "version": version,
+        "base_version": base_version,
+        "names": sorted(new),
+        "tensors": entries,
+    }
     (out / INDEX).write_text(json.dumps(index, indent=1) + "\n")
     return DeltaStats(total=len(new), changed=len(entries), raw_bytes=raw_bytes, payload_bytes=payload_bytes)
 
@@ -149,8 +177,8 @@ def _load_index(delta: Path) -> dict:
 
 def apply_delta(base_dir: str | Path, delta_dir: str | Path, out_dir: str | Path) -> DeltaStats:
     """Rebuild the full checkpoint from ``base_dir`` + ``delta_dir`` into ``out_dir`` (must not exist)."""
-    from safetensors import safe_open
     import zstandard
+    from safetensors import safe_open
     from safetensors.torch import save_file
 
     base, delta, out = Path(base_dir), Path(delta_dir), Path(out_dir)
@@ -159,9 +187,11 @@ def apply_delta(base_dir: str | Path, delta_dir: str | Path, out_dir: str | Path
     files = _weight_files(base)
     names = set(index["names"])
     if names - set(files) - set(entries) or set(files) - names:
-        raise DeltaError(f"{delta}: the delta's tensor names do not match base {base} "
-                         f"(missing from both: {sorted(names - set(files) - set(entries))[:5]}, "
-                         f"dropped: {sorted(set(files) - names)[:5]})")
+        raise DeltaError(
+            f"{delta}: the delta's tensor names do not match base {base} "
+            f"(missing from both: {sorted(names - set(files) - set(entries))[:5]}, "
+            f"dropped: {sorted(set(files) - names)[:5]})"
+        )
     decompressor = zstandard.ZstdDecompressor()
     updated: dict[str, torch.Tensor] = {}
     for name, e in entries.items():
@@ -201,10 +231,11 @@ def apply_delta(base_dir: str | Path, delta_dir: str | Path, out_dir: str | Path
                 except OSError:
                     shutil.copyfile(base / fname, tmp / fname)
         if new_only:
-            save_file({n: updated[n] for n in new_only}, str(tmp / "model-delta-new.safetensors"),
-                      metadata={"format": "pt"})
+            save_file(
+                {n: updated[n] for n in new_only}, str(tmp / "model-delta-new.safetensors"), metadata={"format": "pt"}
+            )
         if (base / _ST_INDEX).is_file() or new_only:
-            weight_map = {**files, **{n: "model-delta-new.safetensors" for n in new_only}}
+            weight_map = {**files, **dict.fromkeys(new_only, "model-delta-new.safetensors")}
             (tmp / _ST_INDEX).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}, indent=1) + "\n")
         for side in _SIDE_FILES:
             if (base / side).is_file():
@@ -214,5 +245,9 @@ def apply_delta(base_dir: str | Path, delta_dir: str | Path, out_dir: str | Path
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     raw = sum(len(_to_bytes(t)) for t in updated.values())
-    return DeltaStats(total=len(names), changed=len(entries), raw_bytes=raw,
-                      payload_bytes=sum((delta / e["file"]).stat().st_size for e in entries.values()))
+    return DeltaStats(
+        total=len(names),
+        changed=len(entries),
+        raw_bytes=raw,
+        payload_bytes=sum((delta / e["file"]).stat().st_size for e in entries.values()),
+    )

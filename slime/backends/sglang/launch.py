@@ -4,7 +4,7 @@ Pure and deterministic (no I/O except reading ``config.json`` for
 ``--trust-remote-code``; no SGLang import), so ``slime-submit render`` prints the
 same argv the runtime executes and golden tests pin it.
 
-Per engine ``i`` (GPU slots from ``slime.layout.plan_layout``):
+Per engine ``i`` (GPU slots from ``slime.spec.layout.plan_layout``):
 
 * ``--model-path`` = ``model.path``; ``--tp-size`` = ``gpus_per_engine`` (divided by
   ``pp-size`` when ``rollout.engine_args`` sets one, which must divide it);
@@ -35,7 +35,7 @@ Node addresses are unknown until the job runs: commands take ``hosts`` (one
 per cluster node); rendering without them prints ``node0``, ``node1``, ...
 
 Ports: rendering shows the default base (router 30000, engines from 30010). The
-runtime instead takes a per-job block of ``launchers.ports.BLOCK`` ports
+runtime instead takes a per-job block of ``slime.core.ports.BLOCK`` ports
 (:func:`port_blocks`: hashed from the job like the Ray port blocks, but in
 ``$SLIME_ENGINE_PORT_RANGE``, default 10000-20000, outside Ray's range) with the
 router at its base and engine ``j`` of a node at ``base + 10 (j + 1)``, so two
@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from slime.layout import Layout
+    from slime.spec.layout import Layout
     from slime.spec.types import Spec
 
 __all__ = [
@@ -74,10 +74,26 @@ ROUTER_PORT = 30000
 ENGINE_PORT_BASE = 30010
 PORT_STRIDE = 10  # http, http+1 = nccl, http+2 = multi-node dist-init
 ENGINE_PORT_RANGE = (10000, 20000)  # below Ray's default 20000-32000 and Linux's ephemeral 32768-60999
-_ENGINE_RESERVED = ("model-path", "model", "tp-size", "tensor-parallel-size", "base-gpu-id", "host", "port",
-                    "nccl-port", "nnodes", "node-rank", "dist-init-addr", "nccl-init-addr",
-                    # one engine per rollout.gpus_per_engine GPUs: these would make it use others
-                    "dp-size", "data-parallel-size", "attn-dp-size", "attention-data-parallel-size", "gpu-id-step")
+_ENGINE_RESERVED = (
+    "model-path",
+    "model",
+    "tp-size",
+    "tensor-parallel-size",
+    "base-gpu-id",
+    "host",
+    "port",
+    "nccl-port",
+    "nnodes",
+    "node-rank",
+    "dist-init-addr",
+    "nccl-init-addr",
+    # one engine per rollout.gpus_per_engine GPUs: these would make it use others
+    "dp-size",
+    "data-parallel-size",
+    "attn-dp-size",
+    "attention-data-parallel-size",
+    "gpu-id-step",
+)
 _ROUTER_RESERVED = ("worker-urls", "host", "port")
 
 
@@ -138,8 +154,10 @@ def flags_from_args(args: Mapping[str, Any], *, field_name: str, reserved: Seque
         hit = next((r for r in reserved if r.startswith(_norm(key))), None)
         if hit is not None:
             abbr = "" if hit == _norm(key) else f" (--{_norm(key)} abbreviates it)"
-            raise LaunchError(f"{field_name}.{key}: slime sets --{hit} itself from the spec and layout{abbr}; "
-                              f"remove it (change rollout.gpus_per_engine / model.path instead)")
+            raise LaunchError(
+                f"{field_name}.{key}: slime sets --{hit} itself from the spec and layout{abbr}; "
+                f"remove it (change rollout.gpus_per_engine / model.path instead)"
+            )
         flag = "--" + key.strip().lstrip("-")
         if value is None or value is False:
             continue
@@ -165,16 +183,24 @@ def _tp_size(spec: Spec) -> int:
     for key, value in spec.rollout.engine_args.items():
         if _norm(key) in ("pp-size", "pipeline-parallel-size"):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1 or gpe % value:
-                raise LaunchError(f"rollout.engine_args.{key}={value!r} must be a positive integer dividing "
-                                  f"rollout.gpus_per_engine={gpe}")
+                raise LaunchError(
+                    f"rollout.engine_args.{key}={value!r} must be a positive integer dividing "
+                    f"rollout.gpus_per_engine={gpe}"
+                )
             pp = value
     return gpe // pp
 
 
-def engine_commands(spec: Spec, layout: Layout | None = None, *, hosts: Sequence[str] | None = None,
-                    port_base: int = ENGINE_PORT_BASE, python: str = "python") -> list[EngineCommand]:
+def engine_commands(
+    spec: Spec,
+    layout: Layout | None = None,
+    *,
+    hosts: Sequence[str] | None = None,
+    port_base: int = ENGINE_PORT_BASE,
+    python: str = "python",
+) -> list[EngineCommand]:
     """Every engine process of the spec, engine by engine (node rank 0 first)."""
-    from slime.layout import plan_layout
+    from slime.spec.layout import plan_layout
 
     r = spec.rollout
     if r.backend != "sglang":
@@ -209,30 +235,56 @@ def engine_commands(spec: Spec, layout: Layout | None = None, *, hosts: Sequence
             if rank == 0:
                 argv += ["--host", hosts[node], "--port", str(port), "--nccl-port", str(port + 1)]
             if len(nodes) > 1:
-                argv += ["--nnodes", str(len(nodes)), "--node-rank", str(rank),
-                         "--dist-init-addr", f"{hosts[first]}:{port + 2}"]
-            out.append(EngineCommand(engine=i, node_rank=rank, nnodes=len(nodes), node=node, host=hosts[node],
-                                     gpus=gpus, port=port if rank == 0 else None,
-                                     ports=(port, port + 1) if rank == 0 else (),
-                                     argv=tuple(argv + derived + extra)))
+                argv += [
+                    "--nnodes",
+                    str(len(nodes)),
+                    "--node-rank",
+                    str(rank),
+                    "--dist-init-addr",
+                    f"{hosts[first]}:{port + 2}",
+                ]
+            out.append(
+                EngineCommand(
+                    engine=i,
+                    node_rank=rank,
+                    nnodes=len(nodes),
+                    node=node,
+                    host=hosts[node],
+                    gpus=gpus,
+                    port=port if rank == 0 else None,
+                    ports=(port, port + 1) if rank == 0 else (),
+                    argv=tuple(argv + derived + extra),
+                )
+            )
     return out
 
 
-def router_command(spec: Spec, engine_urls: Sequence[str], *, host: str, port: int = ROUTER_PORT,
-                   python: str = "python") -> RouterCommand | None:
+def router_command(
+    spec: Spec, engine_urls: Sequence[str], *, host: str, port: int = ROUTER_PORT, python: str = "python"
+) -> RouterCommand | None:
     """The sglang-router in front of several engines (None for a single engine)."""
     if len(engine_urls) < 2:
         return None
     extra = flags_from_args(spec.rollout.router_args, field_name="rollout.router_args", reserved=_ROUTER_RESERVED)
-    argv = [python, "-m", "sglang_router.launch_router", "--host", host, "--port", str(port),
-            "--worker-urls", *engine_urls, *extra]
+    argv = [
+        python,
+        "-m",
+        "sglang_router.launch_router",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--worker-urls",
+        *engine_urls,
+        *extra,
+    ]
     return RouterCommand(host=host, port=port, argv=tuple(argv))
 
 
 def port_blocks(key: str) -> Iterator[int]:
-    """Bases of the candidate engine port blocks of the job ``key``, its own first (``launchers.ports.candidates``
+    """Bases of the candidate engine port blocks of the job ``key``, its own first (``slime.core.ports.candidates``
     over ``$SLIME_ENGINE_PORT_RANGE``, which must lie outside ``$SLIME_RAY_PORT_RANGE``)."""
-    from launchers.ports import BLOCK, candidates, port_range
+    from slime.core.ports import BLOCK, candidates, port_range
 
     low, high = ENGINE_PORT_RANGE
     text = os.environ.get("SLIME_ENGINE_PORT_RANGE", "").strip()
@@ -241,28 +293,33 @@ def port_blocks(key: str) -> Iterator[int]:
             low, high = (int(x) for x in text.split("-"))
         except ValueError:
             raise LaunchError(f"SLIME_ENGINE_PORT_RANGE={text!r}: expected LOW-HIGH, e.g. 10000-20000") from None
-        if not (1024 <= low and high <= 65536 and high - low >= BLOCK):
-            raise LaunchError(f"SLIME_ENGINE_PORT_RANGE={text!r}: need 1024 <= LOW, HIGH <= 65536 and at least "
-                              f"{BLOCK} ports")
+        if not (low >= 1024 and high <= 65536 and high - low >= BLOCK):
+            raise LaunchError(
+                f"SLIME_ENGINE_PORT_RANGE={text!r}: need 1024 <= LOW, HIGH <= 65536 and at least {BLOCK} ports"
+            )
     ray_low, ray_high = port_range()
     if low < ray_high and ray_low < high:
-        raise LaunchError(f"engine ports {low}-{high} (SLIME_ENGINE_PORT_RANGE) overlap Ray's {ray_low}-{ray_high} "
-                          f"(SLIME_RAY_PORT_RANGE); set SLIME_ENGINE_PORT_RANGE to a range outside it")
+        raise LaunchError(
+            f"engine ports {low}-{high} (SLIME_ENGINE_PORT_RANGE) overlap Ray's {ray_low}-{ray_high} "
+            f"(SLIME_RAY_PORT_RANGE); set SLIME_ENGINE_PORT_RANGE to a range outside it"
+        )
     for block in candidates(key, (low, high)):
         yield block.base
 
 
 def render_engine_commands(spec: Spec, hosts: Sequence[str] | None = None) -> str:
     """Human-readable listing of every engine command and the router (what ``render`` prints)."""
-    from slime.layout import plan_layout
+    from slime.spec.layout import plan_layout
 
     layout = plan_layout(spec)
     cmds = engine_commands(spec, layout, hosts=hosts)
     r = spec.rollout
-    lines = [f"# SGLang rollout engines for {spec.name}: {len(layout.engines)} engine(s) x {r.gpus_per_engine} "
-             f"GPU(s), {'colocated with' if r.colocate else 'beside'} training",
-             f"# node addresses: {', '.join(hosts or [f'node{i}' for i in range(layout.nodes)])}"
-             + ("" if hosts else " (placeholders: the runtime substitutes each node's address)")]
+    lines = [
+        f"# SGLang rollout engines for {spec.name}: {len(layout.engines)} engine(s) x {r.gpus_per_engine} "
+        f"GPU(s), {'colocated with' if r.colocate else 'beside'} training",
+        f"# node addresses: {', '.join(hosts or [f'node{i}' for i in range(layout.nodes)])}"
+        + ("" if hosts else " (placeholders: the runtime substitutes each node's address)"),
+    ]
     for c in cmds:
         gpus = f"GPU {c.gpus[0]}" if len(c.gpus) == 1 else f"GPUs {c.gpus[0]}-{c.gpus[-1]}"
         role = f"node rank {c.node_rank}/{c.nnodes}, " if c.nnodes > 1 else ""

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slime.errors import InfraError
+from slime.core.errors import InfraError
 
 __all__ = ["EngineStartError", "ManagedProcess", "ProcessSpec", "busy_ports", "start_processes", "stop_all"]
 
@@ -111,8 +111,14 @@ class ManagedProcess:
             log.write(f"$ {shlex.join(self.spec.argv)}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
-                list(self.spec.argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env={**os.environ, **self.spec.env}, cwd=self.spec.cwd, start_new_session=True)
+                list(self.spec.argv),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **self.spec.env},
+                cwd=self.spec.cwd,
+                start_new_session=True,
+            )
         return self
 
     def alive(self) -> bool:
@@ -129,8 +135,13 @@ class ManagedProcess:
         return "\n".join("    " + line for line in text.splitlines()[-lines:]) or "    (empty log)"
 
     def error(self, message: str) -> EngineStartError:
-        return EngineStartError(f"{self.spec.name} ({self.spec.url or 'no URL'}): {message}", name=self.spec.name,
-                                url=self.spec.url, log_path=self.log_path, tail=self.log_tail())
+        return EngineStartError(
+            f"{self.spec.name} ({self.spec.url or 'no URL'}): {message}",
+            name=self.spec.name,
+            url=self.spec.url,
+            log_path=self.log_path,
+            tail=self.log_tail(),
+        )
 
     def stop(self, grace_s: float = 10.0) -> int | None:
         """Stop this process's group; return its exit code (None if it was never started)."""
@@ -160,8 +171,9 @@ def stop_all(processes: Sequence[ManagedProcess], grace_s: float = 10.0) -> None
         p.stop(grace_s)
 
 
-def start_processes(specs: Sequence[ProcessSpec], log_dir: str | Path, *, timeout_s: float = 600.0,
-                    interval_s: float = 0.5) -> list[ManagedProcess]:
+def start_processes(
+    specs: Sequence[ProcessSpec], log_dir: str | Path, *, timeout_s: float = 600.0, interval_s: float = 0.5
+) -> list[ManagedProcess]:
     """Start every process, then wait until each with a URL answers ``/health`` with 200.
 
     All-or-nothing: on any failure every process started here is stopped before
@@ -173,10 +185,14 @@ def start_processes(specs: Sequence[ProcessSpec], log_dir: str | Path, *, timeou
     for s in specs:
         busy = busy_ports(s.ports, s.bind_host)
         if busy:
-            raise EngineStartError(f"{s.name} ({s.url or 'no URL'}): port(s) {busy} already in use on this node; "
-                                   f"stop what holds them or change the port base",
-                                   name=s.name, url=s.url, log_path=Path(log_dir) / f"{s.name}.log",
-                                   tail="    (not started)")
+            raise EngineStartError(
+                f"{s.name} ({s.url or 'no URL'}): port(s) {busy} already in use on this node; "
+                f"stop what holds them or change the port base",
+                name=s.name,
+                url=s.url,
+                log_path=Path(log_dir) / f"{s.name}.log",
+                tail="    (not started)",
+            )
     started: list[ManagedProcess] = []
     try:
         for s in specs:
@@ -191,8 +207,10 @@ def start_processes(specs: Sequence[ProcessSpec], log_dir: str | Path, *, timeou
             if not waiting:
                 return started
             if time.monotonic() > deadline:
-                raise waiting[0].error(f"not healthy after {timeout_s:g} s (GET {waiting[0].spec.url}/health); "
-                                       f"{len(waiting)} of {len(started)} process(es) still starting")
+                raise waiting[0].error(
+                    f"not healthy after {timeout_s:g} s (GET {waiting[0].spec.url}/health); "
+                    f"{len(waiting)} of {len(started)} process(es) still starting"
+                )
             time.sleep(interval_s)
     except BaseException:
         stop_all(started)

@@ -38,10 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slime.errors import InfraError
+from slime.core.errors import InfraError
 
-__all__ = ["NcclWeightSync", "WeightSyncError", "buckets", "init_weight_update_group", "sync_delta",
-           "sync_from_disk"]
+__all__ = ["NcclWeightSync", "WeightSyncError", "buckets", "init_weight_update_group", "sync_delta", "sync_from_disk"]
 
 
 class WeightSyncError(InfraError):
@@ -56,8 +55,9 @@ async def _all(clients: Sequence[Any], call) -> list[Any]:
     return list(results)
 
 
-async def sync_from_disk(clients: Sequence[Any], model_path: str | Path, *, version: int | str | None = None,
-                         flush_cache: bool = True) -> list[dict]:
+async def sync_from_disk(
+    clients: Sequence[Any], model_path: str | Path, *, version: int | str | None = None, flush_cache: bool = True
+) -> list[dict]:
     """Every engine loads the HF checkpoint dir ``model_path`` (visible at that path on its node)."""
     payload: dict[str, Any] = {"model_path": str(model_path), "flush_cache": flush_cache}
     if version is not None:
@@ -72,8 +72,14 @@ async def sync_from_disk(clients: Sequence[Any], model_path: str | Path, *, vers
     return await _all(clients, one)
 
 
-async def sync_delta(clients: Sequence[Any], *, base_dir: str | Path, delta_dir: str | Path,
-                     target_dir: str | Path, version: int | str | None = None) -> Path:
+async def sync_delta(
+    clients: Sequence[Any],
+    *,
+    base_dir: str | Path,
+    delta_dir: str | Path,
+    target_dir: str | Path,
+    version: int | str | None = None,
+) -> Path:
     """Rebuild ``target_dir`` = base + delta on this node (checksums verified), then load it everywhere.
 
     Call once per engine node with that node's engines; ``target_dir`` becomes
@@ -87,18 +93,28 @@ async def sync_delta(clients: Sequence[Any], *, base_dir: str | Path, delta_dir:
 
 
 # ----------------------------------------------------------------------------- NCCL
-def init_weight_update_group(master_address: str, master_port: int, *, rank: int, world_size: int,
-                             group_name: str, backend: str = "nccl", timeout_s: float = 600.0):
+def init_weight_update_group(
+    master_address: str,
+    master_port: int,
+    *,
+    rank: int,
+    world_size: int,
+    group_name: str,
+    backend: str = "nccl",
+    timeout_s: float = 600.0,
+):
     """Join the trainer ↔ engines group (the same rendezvous as SGLang's ``init_custom_process_group``)."""
     from torch.distributed.distributed_c10d import Backend, PrefixStore, _new_process_group_helper, _world, rendezvous
 
     timeout = datetime.timedelta(seconds=timeout_s)
-    store, rank, world_size = next(rendezvous(f"tcp://{master_address}:{master_port}", rank, world_size,
-                                              timeout=timeout))
+    store, rank, world_size = next(
+        rendezvous(f"tcp://{master_address}:{master_port}", rank, world_size, timeout=timeout)
+    )
     store.set_timeout(timeout)
     store = PrefixStore(group_name, store)
-    pg, _ = _new_process_group_helper(world_size, rank, [], Backend(backend), store, group_name=group_name,
-                                      timeout=timeout)
+    pg, _ = _new_process_group_helper(
+        world_size, rank, [], Backend(backend), store, group_name=group_name, timeout=timeout
+    )
     _world.pg_group_ranks[pg] = {i: i for i in range(world_size)}
     return pg
 
@@ -140,15 +156,30 @@ class NcclWeightSync:
 
         async def one(pair):
             client, offset = pair
-            body = await client.post("/init_weights_update_group", {
-                "master_address": self.master_address, "master_port": self.master_port, "rank_offset": offset,
-                "world_size": self.world_size, "group_name": self.group_name, "backend": self.backend})
+            body = await client.post(
+                "/init_weights_update_group",
+                {
+                    "master_address": self.master_address,
+                    "master_port": self.master_port,
+                    "rank_offset": offset,
+                    "world_size": self.world_size,
+                    "group_name": self.group_name,
+                    "backend": self.backend,
+                },
+            )
             if not isinstance(body, dict) or not body.get("success"):
                 raise WeightSyncError(f"init_weights_update_group failed: {body}")
 
         pairs = list(zip(self.clients, offsets))
-        joined = asyncio.to_thread(init_weight_update_group, self.master_address, self.master_port, rank=0,
-                                   world_size=self.world_size, group_name=self.group_name, backend=self.backend)
+        joined = asyncio.to_thread(
+            init_weight_update_group,
+            self.master_address,
+            self.master_port,
+            rank=0,
+            world_size=self.world_size,
+            group_name=self.group_name,
+            backend=self.backend,
+        )
         results = await asyncio.gather(joined, *(one(p) for p in pairs), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
@@ -175,10 +206,13 @@ class NcclWeightSync:
             await _all(clients, lambda c: c.post("/flush_cache", None, idempotent=True, expect_json=False))
             for bucket in buckets(named_tensors, self.bucket_bytes):
                 tensors = [t.contiguous() for _, t in bucket]
-                payload = {"names": [n for n, _ in bucket],
-                           "dtypes": [str(t.dtype).removeprefix("torch.") for t in tensors],
-                           "shapes": [list(t.shape) for t in tensors], "group_name": self.group_name,
-                           "flush_cache": False}
+                payload = {
+                    "names": [n for n, _ in bucket],
+                    "dtypes": [str(t.dtype).removeprefix("torch.") for t in tensors],
+                    "shapes": [list(t.shape) for t in tensors],
+                    "group_name": self.group_name,
+                    "flush_cache": False,
+                }
                 if version is not None:
                     payload["weight_version"] = str(version)
 

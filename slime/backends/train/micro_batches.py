@@ -25,8 +25,9 @@ class MicroBatchPlan:
     oversized: list[int] = field(default_factory=list)  # rows longer than the token budget
 
 
-def plan_micro_batches(lengths: Sequence[int], *, micro_batch_size: int,
-                       max_tokens: int | None = None) -> MicroBatchPlan:
+def plan_micro_batches(
+    lengths: Sequence[int], *, micro_batch_size: int, max_tokens: int | None = None
+) -> MicroBatchPlan:
     """Row indices per micro-batch for rows of real length ``lengths``."""
     if micro_batch_size < 1:
         raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")

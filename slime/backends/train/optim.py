@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import torch
 
-__all__ = ["lr_at", "build_adamw", "set_lr"]
+__all__ = ["build_adamw", "lr_at", "set_lr"]
 
 
 def lr_at(step: int, *, lr: float, min_lr: float, warmup_steps: int, total_steps: int, schedule: str) -> float:
@@ -30,8 +30,9 @@ def lr_at(step: int, *, lr: float, min_lr: float, warmup_steps: int, total_steps
     raise ValueError(f"unknown lr_schedule {schedule!r}; valid: constant, linear, cosine")
 
 
-def build_adamw(params: Iterable[torch.nn.Parameter], *, lr: float, betas: tuple[float, float], eps: float,
-                weight_decay: float) -> torch.optim.AdamW:
+def build_adamw(
+    params: Iterable[torch.nn.Parameter], *, lr: float, betas: tuple[float, float], eps: float, weight_decay: float
+) -> torch.optim.AdamW:
     return torch.optim.AdamW(list(params), lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
 
 

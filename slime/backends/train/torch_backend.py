@@ -62,8 +62,9 @@ class TorchTrainBackend(TrainBackend):
     rank_info: RankInfo
 
     # ------------------------------------------------------------------ setup
-    def init(self, spec: Spec, rank: RankInfo, model_dir: Path, *,
-             role: Literal["actor", "critic", "ref"] = "actor") -> None:
+    def init(
+        self, spec: Spec, rank: RankInfo, model_dir: Path, *, role: Literal["actor", "critic", "ref"] = "actor"
+    ) -> None:
         from transformers import AutoModelForCausalLM
 
         from slime.backends.train.critic import ValueModel
@@ -75,8 +76,9 @@ class TorchTrainBackend(TrainBackend):
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         precision = spec.train.precision
-        self.autocast_dtype = ({"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-                               if self.device.type == "cuda" else None)
+        self.autocast_dtype = (
+            {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision) if self.device.type == "cuda" else None
+        )
         if role == "critic":
             self.model = ValueModel.from_pretrained(self.model_dir)
         else:
@@ -91,8 +93,9 @@ class TorchTrainBackend(TrainBackend):
         self._join_group(rank)
         opt = spec.train.optimizer
         self.base_lr = spec.algorithm.critic.lr if role == "critic" and spec.algorithm.critic else opt.lr
-        self.optimizer = build_adamw(self.model.parameters(), lr=self.base_lr, betas=opt.betas, eps=opt.eps,
-                                     weight_decay=opt.weight_decay)
+        self.optimizer = build_adamw(
+            self.model.parameters(), lr=self.base_lr, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay
+        )
         self.total_steps = (spec.rollout.num_rollouts or 1) * (spec.train.num_steps_per_rollout or 1)
 
     def _join_group(self, rank: RankInfo) -> None:
@@ -102,10 +105,13 @@ class TorchTrainBackend(TrainBackend):
 
         if rank.world_size <= 1 or dist.is_initialized():
             return
-        dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo",
-                                init_method=f"tcp://{rank.master_addr}:{rank.master_port}",
-                                rank=rank.rank, world_size=rank.world_size,
-                                timeout=datetime.timedelta(minutes=10))
+        dist.init_process_group(
+            "nccl" if self.device.type == "cuda" else "gloo",
+            init_method=f"tcp://{rank.master_addr}:{rank.master_port}",
+            rank=rank.rank,
+            world_size=rank.world_size,
+            timeout=datetime.timedelta(minutes=10),
+        )
 
     @property
     def world_size(self) -> int:
@@ -135,12 +141,16 @@ class TorchTrainBackend(TrainBackend):
         """Rows ``rows`` cut to their longest real length (right padding), moved to the device."""
         mb = batch.select(rows)
         length = max(2, int(mb.attention_mask.sum(dim=1).max()))
-        cut = TrainBatch(tokens=mb.tokens[:, :length], attention_mask=mb.attention_mask[:, :length],
-                         response_mask=mb.response_mask[:, :length - 1], kind=mb.kind)
+        cut = TrainBatch(
+            tokens=mb.tokens[:, :length],
+            attention_mask=mb.attention_mask[:, :length],
+            response_mask=mb.response_mask[:, : length - 1],
+            kind=mb.kind,
+        )
         for name in ("advantages", "old_log_probs", "ref_log_probs", "returns", "old_values", "rollout_log_probs"):
             value = getattr(mb, name)
             if value is not None:
-                setattr(cut, name, value[:, :length - 1].to(self.device))
+                setattr(cut, name, value[:, : length - 1].to(self.device))
         cut.tokens = cut.tokens.to(self.device)
         cut.attention_mask = cut.attention_mask.to(self.device)
         cut.response_mask = cut.response_mask.to(self.device)
@@ -154,8 +164,9 @@ class TorchTrainBackend(TrainBackend):
     def log_probs(self, batch: TrainBatch, *, temperature: float) -> torch.Tensor:
         if self.role == "critic":
             raise RuntimeError("log_probs is not defined on a critic rank; use values()")
-        return self._forward_only(batch, lambda mb: logprobs_from_logits(self._logits(mb), mb.tokens[:, 1:],
-                                                                         temperature))
+        return self._forward_only(
+            batch, lambda mb: logprobs_from_logits(self._logits(mb), mb.tokens[:, 1:], temperature)
+        )
 
     def values(self, batch: TrainBatch) -> torch.Tensor:
         if self.role != "critic":
@@ -193,8 +204,14 @@ class TorchTrainBackend(TrainBackend):
         else:
             opt = self.optimizer
             o = self.spec.train.optimizer
-            lr = lr_at(step, lr=self.base_lr, min_lr=min(o.min_lr, self.base_lr), warmup_steps=o.warmup_steps,
-                       total_steps=self.total_steps, schedule=o.lr_schedule)
+            lr = lr_at(
+                step,
+                lr=self.base_lr,
+                min_lr=min(o.min_lr, self.base_lr),
+                warmup_steps=o.warmup_steps,
+                total_steps=self.total_steps,
+                schedule=o.lr_schedule,
+            )
             if self.role == "critic":
                 if batch.returns is None or batch.old_values is None:
                     raise ValueError("a critic train_step needs TrainBatch.returns and old_values")
@@ -207,8 +224,7 @@ class TorchTrainBackend(TrainBackend):
         seq_agg = self.spec.algorithm.loss_agg == "seq_mean_token_mean" and batch.kind == "rl"
         mask = batch.response_mask.bool()
         local_tokens = float(mask.sum())
-        count = torch.tensor([local_tokens, float(mask.any(dim=1).sum())], dtype=torch.float64,
-                             device=self.device)
+        count = torch.tensor([local_tokens, float(mask.any(dim=1).sum())], dtype=torch.float64, device=self.device)
         self._all_reduce(count)
         global_tokens = max(float(count[0]), 1.0)
         global_seqs = max(float(count[1]), 1.0)
@@ -244,8 +260,13 @@ class TorchTrainBackend(TrainBackend):
     def _sft_opt(self) -> torch.optim.Optimizer:
         if self.sft_optimizer is None:
             o = self.spec.train.optimizer
-            self.sft_optimizer = build_adamw(self.model.parameters(), lr=self.spec.algorithm.sft_warmup_lr,
-                                             betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
+            self.sft_optimizer = build_adamw(
+                self.model.parameters(),
+                lr=self.spec.algorithm.sft_warmup_lr,
+                betas=o.betas,
+                eps=o.eps,
+                weight_decay=o.weight_decay,
+            )
         return self.sft_optimizer
 
     def _policy_loss(self, mb: TrainBatch, num_tokens: float | None):
@@ -255,18 +276,36 @@ class TorchTrainBackend(TrainBackend):
         logp = logprobs_from_logits(logits, mb.tokens[:, 1:], temperature)
         entropy = entropy_from_logits(logits, temperature) if a.entropy_coef > 0 else None
         old = mb.old_log_probs if mb.old_log_probs is not None else logp.detach()
-        return total_loss(logp, old, mb.advantages, mb.response_mask, estimator=a.estimator, eps_clip=a.eps_clip,
-                          eps_clip_high=a.eps_clip_high, dual_clip_c=a.dual_clip_c, entropy=entropy,
-                          entropy_coef=a.entropy_coef,
-                          ref_logp=mb.ref_log_probs if a.kl_loss_coef > 0 else None,
-                          kl_loss_coef=a.kl_loss_coef, kl_loss_type=a.kl_loss_type, agg=a.loss_agg,
-                          num_tokens=num_tokens)
+        return total_loss(
+            logp,
+            old,
+            mb.advantages,
+            mb.response_mask,
+            estimator=a.estimator,
+            eps_clip=a.eps_clip,
+            eps_clip_high=a.eps_clip_high,
+            dual_clip_c=a.dual_clip_c,
+            entropy=entropy,
+            entropy_coef=a.entropy_coef,
+            ref_logp=mb.ref_log_probs if a.kl_loss_coef > 0 else None,
+            kl_loss_coef=a.kl_loss_coef,
+            kl_loss_type=a.kl_loss_type,
+            agg=a.loss_agg,
+            num_tokens=num_tokens,
+        )
 
     def _value_loss(self, mb: TrainBatch, num_tokens: float | None):
         a = self.spec.algorithm
         clip = a.critic.value_clip if a.critic is not None else 0.2
-        return value_loss(self._values(mb), mb.old_values, mb.returns, mb.response_mask, value_clip=clip,
-                          agg=a.loss_agg, num_tokens=num_tokens)
+        return value_loss(
+            self._values(mb),
+            mb.old_values,
+            mb.returns,
+            mb.response_mask,
+            value_clip=clip,
+            agg=a.loss_agg,
+            num_tokens=num_tokens,
+        )
 
     def _sft_loss(self, mb: TrainBatch, num_tokens: float | None):
         logp = logprobs_from_logits(self._logits(mb), mb.tokens[:, 1:], 1.0)
@@ -285,7 +324,7 @@ class TorchTrainBackend(TrainBackend):
         offset = 0
         for p in params:
             n = p.grad.numel()
-            p.grad.copy_(flat[offset: offset + n].view_as(p.grad))
+            p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
             offset += n
 
     def _reduce_metrics(self, sums: dict[str, float]) -> dict[str, float]:
@@ -321,26 +360,31 @@ class TorchTrainBackend(TrainBackend):
         state: dict[str, Any] = {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
-            "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
-                    "cuda": torch.cuda.get_rng_state() if self.device.type == "cuda" else None},
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "python": random.getstate(),
+                "cuda": torch.cuda.get_rng_state() if self.device.type == "cuda" else None,
+            },
         }
         torch.save(state, self._file(ckpt_dir))
 
     def load(self, ckpt_dir: Path) -> None:
         path = self._file(ckpt_dir)
         if not path.is_file():
-            raise FileNotFoundError(f"checkpoint {ckpt_dir} has no {path.name} (was it saved with the same "
-                                    "number of trainer ranks?)")
+            raise FileNotFoundError(
+                f"checkpoint {ckpt_dir} has no {path.name} (was it saved with the same number of trainer ranks?)"
+            )
         try:
             state = torch.load(path, map_location=self.device, weights_only=False)
         except torch.OutOfMemoryError:
             raise
         except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as exc:  # what truncated files raise
-            from slime.runtime.checkpoint import CheckpointError
+            from slime.core.errors import CheckpointError
 
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0].split(". ")[0][:300]
-            raise CheckpointError(f"cannot load {path}: truncated, corrupted or unreadable "
-                                  f"({type(exc).__name__}: {first})") from None
+            raise CheckpointError(
+                f"cannot load {path}: truncated, corrupted or unreadable ({type(exc).__name__}: {first})"
+            ) from None
         self.model.load_state_dict(state["model"])
         if self.optimizer is not None and state.get("optimizer") is not None:
             self.optimizer.load_state_dict(state["optimizer"])

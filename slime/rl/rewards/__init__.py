@@ -21,7 +21,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import cast
 
-from slime.registry import Registry
+from slime.core.registry import Registry
 from slime.rl.plugins import RewardFn
 from slime.rl.sample import Sample
 
@@ -56,9 +56,7 @@ def make_reward_fn(
     """
     if type == "remote":
         if not url:
-            raise ValueError(
-                "reward.type 'remote' needs reward.url (the reward server's http(s) URL)"
-            )
+            raise ValueError("reward.type 'remote' needs reward.url (the reward server's http(s) URL)")
         remote = REWARDS.get("remote")(url, timeout_s=timeout_s, max_retries=max_retries)
         return cast(RewardFn, remote)
     if url is not None:
@@ -73,9 +71,7 @@ def make_reward_fn(
         return cast(RewardFn, REWARDS.get(type))
     from slime.rl.rewards.custom import wrap_reward
 
-    return wrap_reward(
-        REWARDS.get(type), type
-    )  # registered name or "pkg.mod:fn"; else UnknownPlugin
+    return wrap_reward(REWARDS.get(type), type)  # registered name or "pkg.mod:fn"; else UnknownPlugin
 
 
 async def batch_rewards(

@@ -24,7 +24,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from slime.registry import load_object
+from slime.core.registry import load_object
 from slime.rl.plugins import (
     PluginContractError,
     RewardFn,
@@ -66,8 +66,7 @@ def _user_frame(exc: BaseException, fn: Callable[..., Any]) -> str:
     mine = [
         f
         for f in frames
-        if not f.filename.startswith("<")
-        and (_norm(f.filename) == home or not _norm(f.filename).startswith(_NOT_USER))
+        if not f.filename.startswith("<") and (_norm(f.filename) == home or not _norm(f.filename).startswith(_NOT_USER))
     ]
     f = (mine or frames)[-1]
     return f" (at {f.filename}:{f.lineno} in {f.name})"
@@ -88,13 +87,10 @@ def _to_reward(value: Any, name: str) -> float:
         reward = float(value)
     except (TypeError, ValueError):
         raise RewardValueError(
-            f"reward function {name!r} returned {type(value).__name__} {value!r:.80}; "
-            "it must return a number"
+            f"reward function {name!r} returned {type(value).__name__} {value!r:.80}; it must return a number"
         ) from None
     if not math.isfinite(reward):
-        raise RewardValueError(
-            f"reward function {name!r} returned {reward}; rewards must be finite"
-        )
+        raise RewardValueError(f"reward function {name!r} returned {reward}; rewards must be finite")
     return reward
 
 

@@ -86,8 +86,5 @@ def labels_of(label: object, reward_name: str) -> list[str]:
         )
     items = label if isinstance(label, (list, tuple)) else [label]
     if not items:
-        raise ValueError(
-            f"the {reward_name!r} reward got an empty list as sample.label; "
-            "give at least one answer"
-        )
+        raise ValueError(f"the {reward_name!r} reward got an empty list as sample.label; give at least one answer")
     return [str(x) for x in items]

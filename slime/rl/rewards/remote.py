@@ -119,33 +119,25 @@ class RemoteReward:
     async def _post_once(self, body: str) -> float:
         self.attempts += 1
         session = self._get_session()
-        async with session.post(
-            self.url, data=body, headers={"Content-Type": "application/json"}
-        ) as resp:
+        async with session.post(self.url, data=body, headers={"Content-Type": "application/json"}) as resp:
             text = await resp.text()
             if resp.status >= 500 or resp.status == 429:
                 raise _RetryableStatus(resp.status, text)
             if resp.status >= 400:
                 raise RemoteRewardError(
-                    f"reward server {self.url} rejected the request with HTTP {resp.status} "
-                    f"(not retried): {text[:200]}"
+                    f"reward server {self.url} rejected the request with HTTP {resp.status} (not retried): {text[:200]}"
                 )
         try:
             return parse_reward_reply(text)
         except ValueError as exc:
-            raise RemoteRewardError(
-                f"reward server {self.url} sent an unusable reply: {exc}"
-            ) from None
+            raise RemoteRewardError(f"reward server {self.url} sent an unusable reply: {exc}") from None
 
     async def __call__(self, sample: Sample) -> float:
         try:
-            body = json.dumps(
-                {"prompt": sample.prompt, "response": sample.response, "label": sample.label}
-            )
+            body = json.dumps({"prompt": sample.prompt, "response": sample.response, "label": sample.label})
         except (TypeError, ValueError) as exc:
             raise ValueError(
-                f"sample.label of type {type(sample.label).__name__} cannot be sent as JSON to the "
-                f"remote reward: {exc}"
+                f"sample.label of type {type(sample.label).__name__} cannot be sent as JSON to the remote reward: {exc}"
             ) from None
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.max_retries + 1),

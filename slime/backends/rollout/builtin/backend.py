@@ -27,13 +27,19 @@ from typing import TYPE_CHECKING, Any
 from slime.backends.base import RolloutBackend
 
 if TYPE_CHECKING:
-    from slime.layout import Layout
+    from slime.spec.layout import Layout
     from slime.spec.types import Spec
 
 __all__ = ["BuiltinRolloutBackend", "EngineHost", "engine_kwargs"]
 
-_ENGINE_ARGS = ("max_running_requests", "context_length", "dtype", "num_threads", "max_prefill_tokens",
-                "max_cache_bytes")
+_ENGINE_ARGS = (
+    "max_running_requests",
+    "context_length",
+    "dtype",
+    "num_threads",
+    "max_prefill_tokens",
+    "max_cache_bytes",
+)
 
 
 def engine_kwargs(spec: Spec) -> dict[str, Any]:
@@ -42,8 +48,10 @@ def engine_kwargs(spec: Spec) -> dict[str, Any]:
     for key, value in spec.rollout.engine_args.items():
         name = key.replace("-", "_")
         if name not in _ENGINE_ARGS:
-            raise ValueError(f"rollout.engine_args.{key} is not an option of the built-in engine; valid: "
-                             f"{', '.join(_ENGINE_ARGS)} (SGLang flags need rollout.backend: sglang)")
+            raise ValueError(
+                f"rollout.engine_args.{key} is not an option of the built-in engine; valid: "
+                f"{', '.join(_ENGINE_ARGS)} (SGLang flags need rollout.backend: sglang)"
+            )
         out[name] = value
     return out
 
@@ -51,8 +59,16 @@ def engine_kwargs(spec: Spec) -> dict[str, Any]:
 class EngineHost:
     """Ray actor body: runs one built-in engine server in this process."""
 
-    def __init__(self, model_dir: str, *, seed: int, gpu_slot: bool, kwargs: dict[str, Any],
-                 weight_version: str = "0", host: str | None = None) -> None:
+    def __init__(
+        self,
+        model_dir: str,
+        *,
+        seed: int,
+        gpu_slot: bool,
+        kwargs: dict[str, Any],
+        weight_version: str = "0",
+        host: str | None = None,
+    ) -> None:
         from slime.runtime.resources import normal_priority
 
         normal_priority()
@@ -89,8 +105,9 @@ class BuiltinRolloutBackend(RolloutBackend):
         self.actors: list[Any] = []
         self.urls: list[str] = []
 
-    def start(self, spec: Spec, layout: Layout, placement: Any, model_dir: Path, *,
-              log_dir: Path | None = None) -> list[str]:  # log_dir unused: engines log through Ray
+    def start(
+        self, spec: Spec, layout: Layout, placement: Any, model_dir: Path, *, log_dir: Path | None = None
+    ) -> list[str]:  # log_dir unused: engines log through Ray
         import ray
 
         from slime.backends.rollout.client import EngineClient
@@ -102,15 +119,18 @@ class BuiltinRolloutBackend(RolloutBackend):
             kw = dict(kwargs)
             kw.setdefault("num_threads", torch_threads(layout, slot, "engine", spec.cluster.cpus_per_node))
             cls = ray.remote(EngineHost).options(max_concurrency=4, **placement_options(layout, placement, slot))
-            self.actors.append(cls.remote(str(model_dir), seed=spec.train.seed + i, gpu_slot=slot.gpu is not None,
-                                          kwargs=kw))
+            self.actors.append(
+                cls.remote(str(model_dir), seed=spec.train.seed + i, gpu_slot=slot.gpu is not None, kwargs=kw)
+            )
         timeout = spec.rollout.startup_timeout_s
         try:
             self.urls = ray.get([a.start.remote() for a in self.actors], timeout=timeout)
         except ray.exceptions.GetTimeoutError:
             self.stop()
-            raise TimeoutError(f"the {len(layout.engines)} built-in engine(s) did not start within {timeout:g} s "
-                               "(rollout.startup_timeout_s)") from None
+            raise TimeoutError(
+                f"the {len(layout.engines)} built-in engine(s) did not start within {timeout:g} s "
+                "(rollout.startup_timeout_s)"
+            ) from None
 
         async def wait_all() -> None:
             clients = [EngineClient(u) for u in self.urls]

@@ -71,7 +71,8 @@ def _check_supported(config, max_len: int) -> None:
     if mt not in SUPPORTED_MODEL_TYPES:
         raise UnsupportedModel(
             f"the built-in engine runs model_type in {SUPPORTED_MODEL_TYPES}, not {mt!r}; "
-            "use the SGLang backend for other architectures")
+            "use the SGLang backend for other architectures"
+        )
     if getattr(config, "hidden_act", "silu") != "silu":
         raise UnsupportedModel(f"hidden_act={config.hidden_act!r} is not supported (only 'silu')")
     layer_types = getattr(config, "layer_types", None)
@@ -80,8 +81,10 @@ def _check_supported(config, max_len: int) -> None:
         if any(t != "full_attention" for t in layer_types):
             raise UnsupportedModel("sliding-window attention layers are not supported by the built-in engine")
     elif window and window < max_len:  # Mistral style: one window for every layer
-        raise UnsupportedModel(f"the model attends through a sliding window of {window} tokens; the built-in "
-                               f"engine needs context_length <= {window} (got {max_len})")
+        raise UnsupportedModel(
+            f"the model attends through a sliding window of {window} tokens; the built-in "
+            f"engine needs context_length <= {window} (got {max_len})"
+        )
     if int(getattr(config, "num_hidden_layers", 0) or 0) < 1:
         raise UnsupportedModel("the model has no decoder layers (num_hidden_layers < 1)")
     if getattr(config, "mlp_bias", False):
@@ -109,8 +112,9 @@ class LeanDecoder:
     rows (default: per weight shape, where oneDNN starts to beat MKL).
     """
 
-    def __init__(self, hf_model, *, max_slots: int, max_len: int, onednn: bool = True,
-                 onednn_min_rows: int | None = None) -> None:
+    def __init__(
+        self, hf_model, *, max_slots: int, max_len: int, onednn: bool = True, onednn_min_rows: int | None = None
+    ) -> None:
         config = hf_model.config
         _check_supported(config, int(max_len))
         self.hf_model = hf_model
@@ -125,7 +129,7 @@ class LeanDecoder:
         self.vocab_size = config.vocab_size
         self.max_slots = int(max_slots)
         self.max_len = int(max_len)
-        self.scale = self.head_dim ** -0.5
+        self.scale = self.head_dim**-0.5
         self.onednn = bool(onednn)
         self.onednn_min_rows = None if onednn_min_rows is None else int(onednn_min_rows)
         n_layers = config.num_hidden_layers
@@ -154,8 +158,10 @@ class LeanDecoder:
             self._diag_strides = (hq * nkv * d, g * nkv * d + d, nkv * d, 1)  # [b, Hkv, G, D] view
         else:
             shape = (2, S, nkv, T, d)
-            self._kv_base = ((kv_i[None, :, None] * S + self._rows[:, None, None]) * nkv
-                             + torch.arange(nkv, device=self.device)[None, None, :]) * T  # [S, 2, Hkv]
+            self._kv_base = (
+                (kv_i[None, :, None] * S + self._rows[:, None, None]) * nkv
+                + torch.arange(nkv, device=self.device)[None, None, :]
+            ) * T  # [S, 2, Hkv]
         self.kv_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(n_layers)]
         self._build_rope()
         self.refresh_weights()
@@ -216,11 +222,18 @@ class LeanDecoder:
             if fold:
                 w_qkv, ln_in = w_qkv * ln_in[:, None], None
                 w_gate_up, ln_post = w_gate_up * ln_post[:, None], None
-            layers.append(_Layer(
-                ln_in=ln_in, qkv=self._linear(w_qkv, b_qkv), q_norm=q_norm, k_norm=k_norm,
-                o=self._linear(att.o_proj.weight.t(), att.o_proj.bias), ln_post=ln_post,
-                gate_up=self._linear(w_gate_up), down=self._linear(mlp.down_proj.weight.t()),
-            ))
+            layers.append(
+                _Layer(
+                    ln_in=ln_in,
+                    qkv=self._linear(w_qkv, b_qkv),
+                    q_norm=q_norm,
+                    k_norm=k_norm,
+                    o=self._linear(att.o_proj.weight.t(), att.o_proj.bias),
+                    ln_post=ln_post,
+                    gate_up=self._linear(w_gate_up),
+                    down=self._linear(mlp.down_proj.weight.t()),
+                )
+            )
         self.layers = layers
         self.embed = m.embed_tokens.weight.detach()
         lm_head = self.hf_model.lm_head.weight.detach().t()
@@ -231,8 +244,9 @@ class LeanDecoder:
         self.intermediate = mlp.down_proj.weight.shape[1]
 
     def _linear(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> Linear:
-        return Linear(weight.detach(), None if bias is None else bias.detach(), packed=self.onednn,
-                      min_rows=self.onednn_min_rows)
+        return Linear(
+            weight.detach(), None if bias is None else bias.detach(), packed=self.onednn, min_rows=self.onednn_min_rows
+        )
 
     # ----------------------------------------------------------------- pieces
     def _rms(self, x: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
@@ -249,7 +263,7 @@ class LeanDecoder:
         nq, nkv = self.n_heads, self.n_kv
         if L.q_norm is not None:
             qkv[..., :nq, :] = self._rms(qkv[..., :nq, :], L.q_norm)
-            qkv[..., nq: nq + nkv, :] = self._rms(qkv[..., nq: nq + nkv, :], L.k_norm)
+            qkv[..., nq : nq + nkv, :] = self._rms(qkv[..., nq : nq + nkv, :], L.k_norm)
         qk = qkv[..., : nq + nkv, :]
         # rotate_half(x) * sin == roll(x, D/2) * sin_signed; the temporaries make out=qk safe.
         torch.addcmul(qk * cos, torch.roll(qk, self.head_dim // 2, dims=-1), sin, out=qk)
@@ -258,7 +272,7 @@ class LeanDecoder:
     def _mlp_residual(self, L: _Layer, x: torch.Tensor) -> torch.Tensor:
         h = self._rms(x, L.ln_post)
         gu = L.gate_up(h.reshape(-1, h.shape[-1]))
-        a = F.silu(gu[:, : self.intermediate]).mul_(gu[:, self.intermediate:])
+        a = F.silu(gu[:, : self.intermediate]).mul_(gu[:, self.intermediate :])
         return L.down(a, residual=x.reshape(-1, x.shape[-1])).view_as(x)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -291,9 +305,14 @@ class LeanDecoder:
             else:
                 qkv = qkv.transpose(1, 2)
                 self.kv_cache[i][:, slots, :, :lp] = qkv[:, nq:].unflatten(1, (2, nkv)).transpose(0, 1)
-            o = F.scaled_dot_product_attention(qkv[:, :nq], qkv[:, nq: nq + nkv], qkv[:, nq + nkv:],
-                                               is_causal=True, scale=1.0 if self.folded else self.scale,
-                                               enable_gqa=self.group > 1)
+            o = F.scaled_dot_product_attention(
+                qkv[:, :nq],
+                qkv[:, nq : nq + nkv],
+                qkv[:, nq + nkv :],
+                is_causal=True,
+                scale=1.0 if self.folded else self.scale,
+                enable_gqa=self.group > 1,
+            )
             o = o.transpose(1, 2)  # [n, Lp, Hq, D]
             if i == len(self.layers) - 1:
                 # Only the last token's hidden state feeds the logits: the final layer's output
@@ -305,8 +324,9 @@ class LeanDecoder:
         return self._logits(x)  # [n, V]: _check_supported guarantees at least one layer
 
     @torch.inference_mode()
-    def decode(self, tokens: torch.Tensor, positions: torch.Tensor, kv_len: int,
-               same_position: bool = False) -> torch.Tensor:
+    def decode(
+        self, tokens: torch.Tensor, positions: torch.Tensor, kv_len: int, same_position: bool = False
+    ) -> torch.Tensor:
         """One step for slots ``0..len(tokens)-1``: feed ``tokens[b]`` at ``positions[b]``.
 
         ``kv_len`` must exceed every position; keys past a row's own position are
@@ -321,8 +341,8 @@ class LeanDecoder:
         mask = write_rows = None
         if same_position:  # one position: broadcast its cos/sin, write the cache through a slice
             pos = kv_len - 1
-            cos = self.cos[pos: pos + 1][:, None, :]
-            sin = self.sin_signed[pos: pos + 1][:, None, :]
+            cos = self.cos[pos : pos + 1][:, None, :]
+            sin = self.sin_signed[pos : pos + 1][:, None, :]
         else:
             cos = self.cos[positions][:, None, :]
             sin = self.sin_signed[positions][:, None, :]

@@ -82,19 +82,33 @@ class Engine:
     """Model + tokenizer + scheduler. Use :meth:`start` for a background thread,
     or :meth:`generate` to run requests synchronously in the calling thread."""
 
-    def __init__(self, model_path: str | Path, *, device: str = "cpu", dtype: str = "auto",
-                 max_running_requests: int = 256, context_length: int | None = None,
-                 seed: int | None = None, batch_window_s: float = 0.01, batch_window_max_s: float = 0.1,
-                 max_prefill_tokens: int = 16384, num_threads: int | None = None,
-                 max_cache_bytes: int | None = None, onednn: bool = True) -> None:
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        device: str = "cpu",
+        dtype: str = "auto",
+        max_running_requests: int = 256,
+        context_length: int | None = None,
+        seed: int | None = None,
+        batch_window_s: float = 0.01,
+        batch_window_max_s: float = 0.1,
+        max_prefill_tokens: int = 16384,
+        num_threads: int | None = None,
+        max_cache_bytes: int | None = None,
+        onednn: bool = True,
+    ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if num_threads:
             torch.set_num_threads(int(num_threads))
         self.model_path = str(model_path)
         self.device = torch.device(device)
-        torch_dtype = torch.float32 if dtype == "auto" and self.device.type == "cpu" else (
-            "auto" if dtype == "auto" else getattr(torch, dtype))
+        torch_dtype = (
+            torch.float32
+            if dtype == "auto" and self.device.type == "cpu"
+            else ("auto" if dtype == "auto" else getattr(torch, dtype))
+        )
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.hf_model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch_dtype).to(self.device)
         self.hf_model.eval().requires_grad_(False)
@@ -105,11 +119,9 @@ class Engine:
         if self.max_slots < 1:
             raise ValueError(f"max_running_requests must be >= 1, got {max_running_requests}")
         self._check_cache_budget(max_cache_bytes)
-        self.decoder = LeanDecoder(self.hf_model, max_slots=self.max_slots, max_len=self.context_length,
-                                   onednn=onednn)
+        self.decoder = LeanDecoder(self.hf_model, max_slots=self.max_slots, max_len=self.context_length, onednn=onednn)
         self.vocab_size = self.decoder.vocab_size
-        self.sampling = BatchSampling(self.max_slots, self.vocab_size, self.device, seed,
-                                      max_draws=self.context_length)
+        self.sampling = BatchSampling(self.max_slots, self.vocab_size, self.device, seed, max_draws=self.context_length)
         self.eos_ids = self._eos_ids()
         backend = getattr(self.tokenizer, "backend_tokenizer", None)
         plain = not getattr(self.tokenizer, "clean_up_tokenization_spaces", False)
@@ -131,18 +143,18 @@ class Engine:
         # Per-slot decoding state lives in tensors so a step needs no per-row Python.
         S, dev = self.max_slots, self.device
         self._arange = torch.arange(S, device=dev)
-        self._tok = torch.zeros(S, dtype=torch.long, device=dev)      # token fed next
-        self._pos = torch.zeros(S, dtype=torch.long, device=dev)      # its position
+        self._tok = torch.zeros(S, dtype=torch.long, device=dev)  # token fed next
+        self._pos = torch.zeros(S, dtype=torch.long, device=dev)  # its position
         self._active = torch.zeros(S, dtype=torch.long, device=dev)
-        self._ngen = torch.zeros(S, dtype=torch.long, device=dev)     # tokens generated
+        self._ngen = torch.zeros(S, dtype=torch.long, device=dev)  # tokens generated
         self._max_new = torch.zeros(S, dtype=torch.long, device=dev)
         self._stop_tab = torch.full((S, 4), -1, dtype=torch.long, device=dev)
         self._hist_tok = torch.zeros(S, self.context_length, dtype=torch.long, device=dev)
         self._hist_lp = torch.zeros(S, self.context_length, dtype=torch.float32, device=dev)
         self._stop_str_slots: set[int] = set()
-        self._hi = 0             # slots [0, hi) cover every running request
-        self._max_pos = 0        # largest position being fed
-        self._same_pos = True    # every running request is at that position (no mask needed)
+        self._hi = 0  # slots [0, hi) cover every running request
+        self._max_pos = 0  # largest position being fed
+        self._same_pos = True  # every running request is at that position (no mask needed)
         self._thread: threading.Thread | None = None
         self._stopping = False
 
@@ -155,17 +167,24 @@ class Engine:
             if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < self.vocab_size:
                 raise ValueError(f"input_ids contains {t!r}; token ids must be integers in [0, {self.vocab_size})")
         if len(input_ids) >= self.context_length:
-            raise ValueError(f"the input has {len(input_ids)} tokens; the context length is {self.context_length} "
-                             "(prompt + at least one new token must fit)")
+            raise ValueError(
+                f"the input has {len(input_ids)} tokens; the context length is {self.context_length} "
+                "(prompt + at least one new token must fit)"
+            )
         rid = uuid.uuid4().hex if rid is None else rid
         if not isinstance(rid, str) or not rid:
             raise ValueError(f"rid must be a non-empty string, got {rid!r}")
         stop_ids = set(params.stop_token_ids)
         if not params.ignore_eos:
             stop_ids |= self.eos_ids
-        req = _Request(rid=rid, input_ids=list(input_ids), params=params, future=Future(),
-                       max_new=min(params.max_new_tokens, self.context_length - len(input_ids)),
-                       stop_ids=frozenset(stop_ids))
+        req = _Request(
+            rid=rid,
+            input_ids=list(input_ids),
+            params=params,
+            future=Future(),
+            max_new=min(params.max_new_tokens, self.context_length - len(input_ids)),
+            stop_ids=frozenset(stop_ids),
+        )
         if params.stop:
             req.stop_window = max(len(self.tokenizer.encode(s, add_special_tokens=False)) for s in params.stop) + 2
         with self._lock:
@@ -176,20 +195,28 @@ class Engine:
         self._wake.set()
         return req.future
 
-    def abort(self, rid: str | None = None, *, abort_all: bool = False,
-              message: str = "Aborted by /abort_request") -> None:
+    def abort(
+        self, rid: str | None = None, *, abort_all: bool = False, message: str = "Aborted by /abort_request"
+    ) -> None:
         """Finish request ``rid`` (or all) at the next step, keeping its partial output."""
         with self._lock:
             self._aborts.append((None if abort_all else rid, message))
         self._wake.set()
 
-    def update_weights_from_disk(self, model_path: str, *, weight_version: str | None = None,
-                                 load_format: str | None = None, abort_all: bool = False) -> Future:
+    def update_weights_from_disk(
+        self,
+        model_path: str,
+        *,
+        weight_version: str | None = None,
+        load_format: str | None = None,
+        abort_all: bool = False,
+    ) -> Future:
         """Load an HF checkpoint once running requests finish; the future gives (success, message)."""
         return self._command(("disk", str(model_path), load_format), weight_version, abort_all)
 
-    def update_weights_from_tensors(self, named_tensors, *, weight_version: str | None = None,
-                                    abort_all: bool = False) -> Future:
+    def update_weights_from_tensors(
+        self, named_tensors, *, weight_version: str | None = None, abort_all: bool = False
+    ) -> Future:
         """In-memory update (colocated trainer): ``(hf_name, tensor)`` pairs, a subset allowed."""
         return self._command(("tensors", list(named_tensors)), weight_version, abort_all)
 
@@ -205,8 +232,9 @@ class Engine:
                 self.step()
         return fut
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams],
-                 rids: list[str] | None = None) -> list[Completion]:
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams], rids: list[str] | None = None
+    ) -> list[Completion]:
         """Run a batch to completion (in this thread unless the background thread runs)."""
         plist = params if isinstance(params, list) else [params] * len(prompts)
         if len(plist) != len(prompts):
@@ -369,8 +397,7 @@ class Engine:
             grown[:, : self._stop_tab.shape[1]] = self._stop_tab
             self._stop_tab = grown
         width = self._stop_tab.shape[1]
-        tab = torch.tensor([sorted(r.stop_ids) + [-1] * (width - len(r.stop_ids)) for r in ready],
-                           dtype=torch.long)
+        tab = torch.tensor([sorted(r.stop_ids) + [-1] * (width - len(r.stop_ids)) for r in ready], dtype=torch.long)
         logits = self.decoder.prefill(slots, tokens.to(dev), lengths_t)
         nxt, logp = sample_next(logits, self.sampling, rows=slots)
         self._tok[slots] = nxt
@@ -419,7 +446,7 @@ class Engine:
         for slot in list(self._stop_str_slots):
             r = self._running[slot]
             n = int(self._ngen[slot])
-            tail = self._detok(self._hist_tok[slot, max(0, n - r.stop_window): n].tolist(), False)
+            tail = self._detok(self._hist_tok[slot, max(0, n - r.stop_window) : n].tolist(), False)
             for stop in r.params.stop:
                 if stop in tail:
                     items.append((r, {"type": "stop", "matched": stop}))
@@ -482,14 +509,23 @@ class Engine:
                 cut = text.find(reason["matched"])
                 if cut >= 0:
                     text = text[:cut]
-            r.future.set_result(Completion(
-                rid=r.rid, output_ids=out_ids, logprobs=out_lps, text=text,
-                finish_reason=reason, prompt_tokens=len(r.input_ids), weight_version=self.weight_version,
-                e2e_latency=time.perf_counter() - r.created))
+            r.future.set_result(
+                Completion(
+                    rid=r.rid,
+                    output_ids=out_ids,
+                    logprobs=out_lps,
+                    text=text,
+                    finish_reason=reason,
+                    prompt_tokens=len(r.input_ids),
+                    weight_version=self.weight_version,
+                    e2e_latency=time.perf_counter() - r.created,
+                )
+            )
 
     def _fail_running(self, exc: Exception) -> None:
-        self._finish_many([(r, {"type": "abort", "message": f"engine error: {exc!r}"})
-                           for r in list(self._running.values())])
+        self._finish_many(
+            [(r, {"type": "abort", "message": f"engine error: {exc!r}"}) for r in list(self._running.values())]
+        )
         self._refresh_bounds()
 
     def _detok(self, ids: list[int], skip_special_tokens: bool) -> str:
@@ -513,13 +549,17 @@ class Engine:
             raise ValueError(
                 f"the KV cache for {self.max_slots} running requests x {self.context_length} tokens needs "
                 f"{need / gib:.1f} GiB, more than the {budget / gib:.1f} GiB allowed; lower max_running_requests "
-                "(--max-running-requests) or context_length (--context-length)")
+                "(--max-running-requests) or context_length (--context-length)"
+            )
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
         gen = getattr(self.hf_model, "generation_config", None)
-        for src in (getattr(gen, "eos_token_id", None), getattr(self.hf_model.config, "eos_token_id", None),
-                    self.tokenizer.eos_token_id):
+        for src in (
+            getattr(gen, "eos_token_id", None),
+            getattr(self.hf_model.config, "eos_token_id", None),
+            self.tokenizer.eos_token_id,
+        ):
             if isinstance(src, int):
                 ids.add(src)
             elif isinstance(src, (list, tuple)):

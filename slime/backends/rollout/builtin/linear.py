@@ -30,7 +30,7 @@ import functools
 
 import torch
 
-__all__ = ["Linear", "onednn_available", "MIN_MACS"]
+__all__ = ["MIN_MACS", "Linear", "onednn_available"]
 
 # Crossover measured on the CI machine (1 thread, thread CPU time): oneDNN breaks even with
 # MKL at ~700k multiply-adds per call for [K, N] = [128, 128], [128, 256], [128, 261] and
@@ -39,7 +39,7 @@ __all__ = ["Linear", "onednn_available", "MIN_MACS"]
 MIN_MACS = 600_000
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _ops():
     """(plain, fused-binary) oneDNN linear overloads, resolved once (the packet lookup costs ~1 us
     a call), or None when missing or numerically wrong here."""
@@ -58,8 +58,9 @@ def _ops():
             plain = plain_op(x, packed, None, "none", [], "")
             fused = binary_op(x, r, packed, b, "add")
         ref = x @ w.t()
-        ok = (torch.allclose(plain, ref, atol=1e-4, rtol=1e-5)
-              and torch.allclose(fused, ref + b + r, atol=1e-4, rtol=1e-5))
+        ok = torch.allclose(plain, ref, atol=1e-4, rtol=1e-5) and torch.allclose(
+            fused, ref + b + r, atol=1e-4, rtol=1e-5
+        )
     except (AttributeError, RuntimeError, NotImplementedError):
         return None
     return (plain_op, binary_op) if ok else None
@@ -80,8 +81,14 @@ class Linear:
 
     __slots__ = ("weight", "bias", "packed", "min_rows", "_plain", "_binary")
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, *, packed: bool = False,
-                 min_rows: int | None = None) -> None:
+    def __init__(
+        self,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        *,
+        packed: bool = False,
+        min_rows: int | None = None,
+    ) -> None:
         self.weight = weight.contiguous()
         self.bias = None if bias is None else bias.contiguous()
         if min_rows is None:

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["ControlError", "RLControl", "MEMORY_TAGS", "weights_checksum"]
+__all__ = ["MEMORY_TAGS", "ControlError", "RLControl", "weights_checksum"]
 
 log = logging.getLogger(__name__)
 MEMORY_TAGS = ("weights", "kv_cache", "cuda_graph")
@@ -63,8 +63,11 @@ def weights_checksum(named) -> str:
 
     h = hashlib.sha256()
     tensors = dict(named)
-    if "lm_head.weight" in tensors and "model.embed_tokens.weight" in tensors and \
-            tensors["lm_head.weight"].data_ptr() == tensors["model.embed_tokens.weight"].data_ptr():
+    if (
+        "lm_head.weight" in tensors
+        and "model.embed_tokens.weight" in tensors
+        and tensors["lm_head.weight"].data_ptr() == tensors["model.embed_tokens.weight"].data_ptr()
+    ):
         tensors.pop("lm_head.weight")
     for name in sorted(tensors):
         h.update(name.encode())
@@ -113,11 +116,15 @@ class RLControl:
         """Wait while paused; refuse while memory is released or weights are stale."""
         await self._running.wait()
         if self.released - {"cuda_graph"}:
-            raise ControlError(f"engine memory is released ({', '.join(sorted(self.released))}): "
-                               "POST /resume_memory_occupation (and load weights) before generating")
+            raise ControlError(
+                f"engine memory is released ({', '.join(sorted(self.released))}): "
+                "POST /resume_memory_occupation (and load weights) before generating"
+            )
         if self.weights_stale:
-            raise ControlError("the weights were released and resumed but not reloaded: update the weights "
-                               "(update_weights_from_disk / update_weights_from_distributed) before generating")
+            raise ControlError(
+                "the weights were released and resumed but not reloaded: update the weights "
+                "(update_weights_from_disk / update_weights_from_distributed) before generating"
+            )
 
     def weights_loaded(self) -> None:
         self.weights_stale = False
@@ -144,8 +151,10 @@ class RLControl:
             rank, world = int(body["rank_offset"]), int(body["world_size"])
             name = str(body["group_name"])
         except (KeyError, TypeError, ValueError) as exc:
-            raise ControlError("init_weights_update_group needs master_address, master_port, rank_offset, "
-                               f"world_size and group_name ({exc!r})") from None
+            raise ControlError(
+                "init_weights_update_group needs master_address, master_port, rank_offset, "
+                f"world_size and group_name ({exc!r})"
+            ) from None
         backend = str(body.get("backend") or "nccl")
         if backend == "nccl" and self.engine.device.type != "cuda":
             raise ControlError("backend 'nccl' needs a CUDA engine; this engine runs on CPU: use backend 'gloo'")
@@ -153,9 +162,17 @@ class RLControl:
             raise ControlError(f"a weight-update group named {name!r} already exists; destroy it first")
         timeout = float(body.get("timeout_s", 600.0))
         try:
-            group = await asyncio.to_thread(init_weight_update_group, addr, port, rank=rank, world_size=world,
-                                            group_name=name, backend=backend, timeout_s=timeout)
-        except Exception as exc:  # rendezvous failures: report, keep serving
+            group = await asyncio.to_thread(
+                init_weight_update_group,
+                addr,
+                port,
+                rank=rank,
+                world_size=world,
+                group_name=name,
+                backend=backend,
+                timeout_s=timeout,
+            )
+        except Exception as exc:  # noqa: BLE001 - rendezvous failures: report, keep serving
             return {"success": False, "message": f"failed to join weight-update group {name!r}: {exc}"}
         self.groups[name] = (group, backend)
         return {"success": True, "message": f"Joined weight-update group {name!r} as rank {rank} of {world}."}
@@ -174,15 +191,21 @@ class RLControl:
         import torch.distributed as dist
 
         names, dtypes, shapes = body.get("names"), body.get("dtypes"), body.get("shapes")
-        if not (isinstance(names, list) and isinstance(dtypes, list) and isinstance(shapes, list)
-                and len(names) == len(dtypes) == len(shapes) and names):
+        if not (
+            isinstance(names, list)
+            and isinstance(dtypes, list)
+            and isinstance(shapes, list)
+            and len(names) == len(dtypes) == len(shapes)
+            and names
+        ):
             raise ControlError("names, dtypes and shapes must be non-empty lists of the same length")
         name = str(body.get("group_name", "weight_update_group"))
         if name not in self.groups:
             raise ControlError(f"no weight-update group named {name!r}: POST /init_weights_update_group first")
         if "weights" in self.released:
-            raise ControlError("the weights are released: POST /resume_memory_occupation with tags ['weights'] "
-                               "before updating them")
+            raise ControlError(
+                "the weights are released: POST /resume_memory_occupation with tags ['weights'] before updating them"
+            )
         group, backend = self.groups[name]
         dev = self.engine.device if backend == "nccl" else torch.device("cpu")
         tensors = []
@@ -202,7 +225,8 @@ class RLControl:
         version = body.get("weight_version")
         fut = self.engine.update_weights_from_tensors(
             [(n, t.to(self.engine.device)) for n, t in zip(names, tensors)],
-            weight_version=None if version is None else str(version))
+            weight_version=None if version is None else str(version),
+        )
         ok, message = await asyncio.wrap_future(fut)
         if ok:
             self.weights_loaded()
@@ -220,16 +244,20 @@ class RLControl:
     # ------------------------------------------------------------------ memory
     def occupation(self) -> dict:
         decoder = self.engine.decoder
-        return {"released": sorted(self.released),
-                "weights_bytes": _bytes(self.engine.hf_model.parameters()),
-                "kv_cache_bytes": _bytes(decoder.kv_cache)}
+        return {
+            "released": sorted(self.released),
+            "weights_bytes": _bytes(self.engine.hf_model.parameters()),
+            "kv_cache_bytes": _bytes(decoder.kv_cache),
+        }
 
     async def release_memory_occupation(self, body: dict) -> dict:
         tags = _tags(body)
         busy = self.in_flight + self.engine.num_running
         if busy:
-            raise ControlError(f"cannot release memory while {busy} request(s) are running; "
-                               "POST /pause_generation (or wait for them) first")
+            raise ControlError(
+                f"cannot release memory while {busy} request(s) are running; "
+                "POST /pause_generation (or wait for them) first"
+            )
         before = self.occupation()
         decoder = self.engine.decoder
         if "kv_cache" in tags and "kv_cache" not in self.released:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["SamplingParams", "BatchSampling", "sample_next"]
+__all__ = ["BatchSampling", "SamplingParams", "sample_next"]
 
 # Known to SGLang, not implemented here: allowed only at these neutral values.
 _NEUTRAL = {
@@ -90,13 +90,23 @@ class SamplingParams:
         return self.temperature == 0.0 or self.top_k == 1
 
     @classmethod
-    def from_dict(cls, d: Any) -> "SamplingParams":
+    def from_dict(cls, d: Any) -> SamplingParams:
         if d is None:
             d = {}
         if not isinstance(d, dict):
             raise ValueError(f"sampling_params must be a JSON object, got {type(d).__name__}")
-        known = {"max_new_tokens", "temperature", "top_p", "top_k", "stop", "stop_token_ids", "ignore_eos",
-                 "skip_special_tokens", "no_stop_trim", "sampling_seed"}
+        known = {
+            "max_new_tokens",
+            "temperature",
+            "top_p",
+            "top_k",
+            "stop",
+            "stop_token_ids",
+            "ignore_eos",
+            "skip_special_tokens",
+            "no_stop_trim",
+            "sampling_seed",
+        }
         for key, value in d.items():
             if key in known or key in _IGNORED:
                 continue
@@ -104,10 +114,10 @@ class SamplingParams:
                 if value is not None and value != _NEUTRAL[key]:
                     raise ValueError(
                         f"sampling_params.{key}={value!r} is not supported by the built-in engine "
-                        f"(only the neutral value {_NEUTRAL[key]!r}); use the SGLang backend for it")
+                        f"(only the neutral value {_NEUTRAL[key]!r}); use the SGLang backend for it"
+                    )
                 continue
-            raise ValueError(
-                f"unknown sampling_params key {key!r}; supported: {', '.join(sorted(known))}")
+            raise ValueError(f"unknown sampling_params key {key!r}; supported: {', '.join(sorted(known))}")
         max_new = _num(d, "max_new_tokens", 128, int)
         if max_new < 0:
             raise ValueError(f"sampling_params.max_new_tokens must be >= 0, got {max_new}")
@@ -129,19 +139,22 @@ class SamplingParams:
             try:
                 s.encode("utf-8")
             except UnicodeEncodeError:
-                raise ValueError(f"sampling_params.stop {s!r} holds a lone surrogate, not valid Unicode text"
-                                 ) from None
+                raise ValueError(f"sampling_params.stop {s!r} holds a lone surrogate, not valid Unicode text") from None
         stop_ids = d.get("stop_token_ids") or ()
         if isinstance(stop_ids, int) and not isinstance(stop_ids, bool):
             stop_ids = (stop_ids,)
         if not isinstance(stop_ids, (list, tuple)) or not all(
-                isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in stop_ids):
+            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in stop_ids
+        ):
             raise ValueError(f"sampling_params.stop_token_ids must be a list of token ids, got {stop_ids!r}")
         seed = d.get("sampling_seed")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
-                                 or not SEED_MIN <= seed <= SEED_MAX):
-            raise ValueError(f"sampling_params.sampling_seed must be an integer in [-2**63, 2**64-1] "
-                             f"({SEED_MIN} to {SEED_MAX}), got {seed!r}")
+        if seed is not None and (
+            isinstance(seed, bool) or not isinstance(seed, int) or not SEED_MIN <= seed <= SEED_MAX
+        ):
+            raise ValueError(
+                f"sampling_params.sampling_seed must be an integer in [-2**63, 2**64-1] "
+                f"({SEED_MIN} to {SEED_MAX}), got {seed!r}"
+            )
         return cls(
             max_new_tokens=max_new,
             temperature=temperature,
@@ -166,8 +179,9 @@ class BatchSampling:
     ``n`` at once, so samples are those of sequential per-step draws.
     """
 
-    def __init__(self, max_slots: int, vocab_size: int, device: torch.device, seed: int | None,
-                 max_draws: int = 256) -> None:
+    def __init__(
+        self, max_slots: int, vocab_size: int, device: torch.device, seed: int | None, max_draws: int = 256
+    ) -> None:
         self.vocab_size = vocab_size
         self.max_slots = max_slots
         self.max_draws = int(max_draws)
@@ -211,11 +225,11 @@ class BatchSampling:
         idx = torch.tensor(slots, device=dev)
         greedy = [p.greedy for p in params]
         self.greedy[idx] = torch.tensor(greedy, device=dev)
-        self.temperature[idx] = torch.tensor([1.0 if g else p.temperature for p, g in zip(params, greedy)],
-                                             device=dev)
+        self.temperature[idx] = torch.tensor([1.0 if g else p.temperature for p, g in zip(params, greedy)], device=dev)
         self.top_p[idx] = torch.tensor([p.top_p for p in params], device=dev)
-        self.top_k[idx] = torch.tensor([self.vocab_size if p.top_k < 0 else min(p.top_k, self.vocab_size)
-                                        for p in params], device=dev)
+        self.top_k[idx] = torch.tensor(
+            [self.vocab_size if p.top_k < 0 else min(p.top_k, self.vocab_size) for p in params], device=dev
+        )
         seeded_slots, streams = [], []
         for slot, p, g, n in zip(slots, params, greedy, draws):
             filtered = not g and (p.top_p < 1.0 or 0 < p.top_k < self.vocab_size)
@@ -265,8 +279,9 @@ class BatchSampling:
             self.seeded[torch.tensor(unseed, device=self.device)] = False
 
 
-def sample_next(logits: torch.Tensor, bs: BatchSampling,
-                rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_next(
+    logits: torch.Tensor, bs: BatchSampling, rows: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row of fp32 ``logits`` [n, V]; return (tokens, log-probs).
 
     Row ``i`` uses the settings of slot ``rows[i]``, or of slot ``i`` when

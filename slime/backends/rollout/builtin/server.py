@@ -51,26 +51,44 @@ if __name__ == "__main__":
 
 from aiohttp import web
 
-from slime.http_server import BackgroundHTTPServer
+from slime.core.http_server import BackgroundHTTPServer
 
 from .generator import Completion, Engine
 from .rl_control import ControlError, RLControl
 from .sampling import SamplingParams
 
-__all__ = ["build_app", "start_server", "EngineServer", "main"]
+__all__ = ["EngineServer", "build_app", "main", "start_server"]
 
 log = logging.getLogger(__name__)
 
-_GENERATE_KEYS = {"input_ids", "text", "sampling_params", "rid", "return_logprob", "stream",
-                  "return_text_in_logprobs"}
+_GENERATE_KEYS = {"input_ids", "text", "sampling_params", "rid", "return_logprob", "stream", "return_text_in_logprobs"}
 # SGLang fields that change nothing here when left at these values.
-_GENERATE_NEUTRAL = {"logprob_start_len": (None, -1, 0), "top_logprobs_num": (None, 0),
-                     "token_ids_logprob": (None,), "image_data": (None,), "audio_data": (None,),
-                     "video_data": (None,), "input_embeds": (None,), "lora_path": (None,),
-                     "custom_logit_processor": (None,), "return_hidden_states": (None, False),
-                     "modalities": (None,), "session_params": (None,)}
-_GENERATE_IGNORED = {"log_metrics", "data_parallel_rank", "priority", "bootstrap_host", "bootstrap_port",
-                     "bootstrap_room", "extra_key", "no_logs", "routed_dp_rank", "background"}
+_GENERATE_NEUTRAL = {
+    "logprob_start_len": (None, -1, 0),
+    "top_logprobs_num": (None, 0),
+    "token_ids_logprob": (None,),
+    "image_data": (None,),
+    "audio_data": (None,),
+    "video_data": (None,),
+    "input_embeds": (None,),
+    "lora_path": (None,),
+    "custom_logit_processor": (None,),
+    "return_hidden_states": (None, False),
+    "modalities": (None,),
+    "session_params": (None,),
+}
+_GENERATE_IGNORED = {
+    "log_metrics",
+    "data_parallel_rank",
+    "priority",
+    "bootstrap_host",
+    "bootstrap_port",
+    "bootstrap_room",
+    "extra_key",
+    "no_logs",
+    "routed_dp_rank",
+    "background",
+}
 
 
 class BadRequest(ValueError):
@@ -126,10 +144,16 @@ class _Handlers:
             batched = isinstance(ids[0], list)
             prompts = ids if batched else [ids]
             for i, p in enumerate(prompts):
-                if not isinstance(p, list) or not p or not all(
-                        isinstance(t, int) and not isinstance(t, bool) for t in p):
-                    raise BadRequest(f"input_ids[{i}] must be a non-empty list of integers" if batched
-                                     else "input_ids must be a non-empty list of integers")
+                if (
+                    not isinstance(p, list)
+                    or not p
+                    or not all(isinstance(t, int) and not isinstance(t, bool) for t in p)
+                ):
+                    raise BadRequest(
+                        f"input_ids[{i}] must be a non-empty list of integers"
+                        if batched
+                        else "input_ids must be a non-empty list of integers"
+                    )
         else:
             text = body["text"]
             batched = isinstance(text, list)
@@ -166,7 +190,8 @@ class _Handlers:
         if return_logprob:
             tok = self.engine.tokenizer
             meta["output_token_logprobs"] = [
-                [lp, t, tok.decode([t]) if lp_text else None] for lp, t in zip(c.logprobs, c.output_ids)]
+                [lp, t, tok.decode([t]) if lp_text else None] for lp, t in zip(c.logprobs, c.output_ids)
+            ]
         return {"text": c.text, "output_ids": c.output_ids, "meta_info": meta}
 
     async def generate(self, request: web.Request) -> web.Response:
@@ -210,7 +235,7 @@ class _Handlers:
         try:
             fut = self.engine.submit([start_id], SamplingParams(max_new_tokens=1, temperature=0.0))
             await asyncio.wait_for(asyncio.wrap_future(fut), timeout=20)
-        except (asyncio.TimeoutError, ValueError):
+        except (TimeoutError, ValueError):
             return web.Response(status=503)
         return web.Response(status=200)
 
@@ -229,13 +254,17 @@ class _Handlers:
         if not isinstance(abort_all, bool):
             raise BadRequest("abort_all_requests must be true or false")
         fut = self.engine.update_weights_from_disk(
-            path, weight_version=None if version is None else str(version),
-            load_format=body.get("load_format"), abort_all=abort_all)
+            path,
+            weight_version=None if version is None else str(version),
+            load_format=body.get("load_format"),
+            abort_all=abort_all,
+        )
         ok, message = await asyncio.wrap_future(fut)
         if ok:
             self.control.weights_loaded()
-        return web.json_response({"success": ok, "message": message, "num_paused_requests": 0},
-                                 status=200 if ok else 400)
+        return web.json_response(
+            {"success": ok, "message": message, "num_paused_requests": 0}, status=200 if ok else 400
+        )
 
     async def update_weight_version(self, request: web.Request) -> web.Response:
         body = await _json_object(request)
@@ -245,26 +274,39 @@ class _Handlers:
         if body.get("abort_all_requests"):
             self.engine.abort(abort_all=True, message="Aborted for a weight version update")
         self.engine.weight_version = version
-        return web.json_response({"success": True, "message": f"Weight version updated to {version}",
-                                  "new_version": version})
+        return web.json_response(
+            {"success": True, "message": f"Weight version updated to {version}", "new_version": version}
+        )
 
     async def get_model_info(self, request: web.Request) -> web.Response:
         e = self.engine
-        return web.json_response({"model_path": e.model_path, "tokenizer_path": e.model_path,
-                                  "is_generation": True, "preferred_sampling_params": None,
-                                  "weight_version": e.weight_version})
+        return web.json_response(
+            {
+                "model_path": e.model_path,
+                "tokenizer_path": e.model_path,
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "weight_version": e.weight_version,
+            }
+        )
 
     async def get_weight_version(self, request: web.Request) -> web.Response:
         return web.json_response({"weight_version": self.engine.weight_version})
 
     async def get_server_info(self, request: web.Request) -> web.Response:
         e = self.engine
-        return web.json_response({
-            "model_path": e.model_path, "context_length": e.context_length,
-            "max_running_requests": e.max_slots, "device": str(e.device), "weight_version": e.weight_version,
-            "internal_states": [{"num_running_reqs": e.num_running}], "version": "slime-builtin",
-            "memory_occupation": self.control.occupation(),
-        })
+        return web.json_response(
+            {
+                "model_path": e.model_path,
+                "context_length": e.context_length,
+                "max_running_requests": e.max_slots,
+                "device": str(e.device),
+                "weight_version": e.weight_version,
+                "internal_states": [{"num_running_reqs": e.num_running}],
+                "version": "slime-builtin",
+                "memory_occupation": self.control.occupation(),
+            }
+        )
 
     async def abort_request(self, request: web.Request) -> web.Response:
         body = await _json_object(request)
@@ -318,12 +360,18 @@ def build_app(engine: Engine) -> web.Application:
     app.router.add_get("/get_weight_version", h.get_weight_version)
     app.router.add_get("/get_server_info", h.get_server_info)
     app.router.add_post("/abort_request", h.abort_request)
-    for name in ("init_weights_update_group", "update_weights_from_distributed", "destroy_weights_update_group",
-                 "pause_generation", "continue_generation", "release_memory_occupation",
-                 "resume_memory_occupation", "weights_checker"):
+    for name in (
+        "init_weights_update_group",
+        "update_weights_from_distributed",
+        "destroy_weights_update_group",
+        "pause_generation",
+        "continue_generation",
+        "release_memory_occupation",
+        "resume_memory_occupation",
+        "weights_checker",
+    ):
         app.router.add_post(f"/{name}", h.control_route(name))
     return app
-
 
 
 class EngineServer(BackgroundHTTPServer):
@@ -338,7 +386,7 @@ class EngineServer(BackgroundHTTPServer):
     def build_app(self) -> web.Application:
         return build_app(self.engine)
 
-    def start(self, timeout: float = 30.0) -> "EngineServer":
+    def start(self, timeout: float = 30.0) -> EngineServer:
         self.engine.start()
         return super().start(timeout)
 
@@ -348,8 +396,9 @@ class EngineServer(BackgroundHTTPServer):
         super().stop(timeout)
 
 
-def start_server(model_path: str | Path, *, host: str = "127.0.0.1", port: int = 0, seed: int | None = None,
-                 **engine_kwargs: Any) -> EngineServer:
+def start_server(
+    model_path: str | Path, *, host: str = "127.0.0.1", port: int = 0, seed: int | None = None, **engine_kwargs: Any
+) -> EngineServer:
     """Load the model and serve it from background threads; returns once listening.
 
     ``port=0`` picks a free port (read it from ``.port`` / ``.url``). Call
@@ -360,8 +409,10 @@ def start_server(model_path: str | Path, *, host: str = "127.0.0.1", port: int =
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m slime.backends.rollout.builtin.server",
-                                 description="Serve a model with the built-in engine (SGLang native API subset).")
+    ap = argparse.ArgumentParser(
+        prog="python -m slime.backends.rollout.builtin.server",
+        description="Serve a model with the built-in engine (SGLang native API subset).",
+    )
     ap.add_argument("--model-path", required=True, help="Hugging Face checkpoint directory")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=30000)
@@ -376,14 +427,23 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not (Path(args.model_path) / "config.json").is_file():
-        print(f"error: --model-path {args.model_path!r} is not a Hugging Face checkpoint directory "
-              "(no config.json)", file=sys.stderr)
+        print(
+            f"error: --model-path {args.model_path!r} is not a Hugging Face checkpoint directory (no config.json)",
+            file=sys.stderr,
+        )
         return 2
     try:
-        server = start_server(args.model_path, host=args.host, port=args.port, seed=args.seed,
-                              device=args.device, dtype=args.dtype,
-                              max_running_requests=args.max_running_requests,
-                              context_length=args.context_length, num_threads=args.num_threads)
+        server = start_server(
+            args.model_path,
+            host=args.host,
+            port=args.port,
+            seed=args.seed,
+            device=args.device,
+            dtype=args.dtype,
+            max_running_requests=args.max_running_requests,
+            context_length=args.context_length,
+            num_threads=args.num_threads,
+        )
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

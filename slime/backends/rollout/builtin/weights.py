@@ -47,8 +47,9 @@ def _shard_files(path: Path) -> list[Path]:
     return files
 
 
-def _copy_checked(model: torch.nn.Module, tensors: dict[str, torch.Tensor], source: str, *,
-                  require_all: bool, problems: list[str]) -> int:
+def _copy_checked(
+    model: torch.nn.Module, tensors: dict[str, torch.Tensor], source: str, *, require_all: bool, problems: list[str]
+) -> int:
     """Validate every tensor against ``model`` first; copy only if nothing is wrong."""
     # remove_duplicate=False: a tied lm_head.weight is listed (and may be in the file).
     params = dict(model.named_parameters(remove_duplicate=False))
@@ -79,8 +80,12 @@ def load_named_tensors(model: torch.nn.Module, named, *, require_all: bool = Fal
     """Copy ``(name, tensor)`` pairs (HF parameter names) into ``model``; a subset is allowed."""
     tensors = {}
     for item in named:
-        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
-                and isinstance(item[1], torch.Tensor)):
+        if not (
+            isinstance(item, tuple)
+            and len(item) == 2
+            and isinstance(item[0], str)
+            and isinstance(item[1], torch.Tensor)
+        ):
             raise WeightLoadError("named tensors must be (name, torch.Tensor) pairs")
         tensors[item[0]] = item[1]
     if not tensors:
@@ -99,7 +104,7 @@ def load_hf_weights(model: torch.nn.Module, path: str | Path, load_format: str |
     for f in files:
         try:
             with safe_open(str(f), framework="pt", device="cpu") as handle:
-                for name in handle.keys():
+                for name in handle.keys():  # noqa: SIM118
                     tensors[name] = handle.get_tensor(name)
         except (OSError, RuntimeError, ValueError) as exc:
             raise WeightLoadError(f"cannot read {f}: {exc}") from None

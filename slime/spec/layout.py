@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from slime.spec.types import Spec
 
-__all__ = ["Slot", "Layout", "LayoutError", "plan_layout", "layout_counts"]
+__all__ = ["Layout", "LayoutError", "Slot", "layout_counts", "plan_layout"]
 
 
 class LayoutError(ValueError):
@@ -101,21 +101,33 @@ def layout_counts(spec: Spec) -> LayoutCounts:
         total, offset = max(actor, rollout), 0
     else:
         total, offset = actor + rollout, actor
-    return LayoutCounts(actor_gpus=actor, rollout_gpus=rollout, total=total, offset=offset,
-                        available=c.nodes * c.gpus_per_node)
+    return LayoutCounts(
+        actor_gpus=actor, rollout_gpus=rollout, total=total, offset=offset, available=c.nodes * c.gpus_per_node
+    )
 
 
 def _cpu_layout(spec: Spec) -> Layout:
     nodes = spec.cluster.nodes
     if spec.train.nodes > nodes:
-        raise LayoutError(f"train.nodes={spec.train.nodes} exceeds cluster.nodes={nodes}", path="train.nodes",
-                          hint=f"set train.nodes <= {nodes} or raise cluster.nodes")
+        raise LayoutError(
+            f"train.nodes={spec.train.nodes} exceeds cluster.nodes={nodes}",
+            path="train.nodes",
+            hint=f"set train.nodes <= {nodes} or raise cluster.nodes",
+        )
     actor = tuple(Slot(node=n, gpu=None) for n in range(spec.train.nodes))
     n_engines = spec.rollout.num_engines or 1
     engines = tuple((Slot(node=i % nodes, gpu=None),) for i in range(n_engines))
     critic = actor if spec.algorithm.estimator == "ppo" else ()
-    return Layout(nodes=nodes, gpus_per_node=0, colocate=spec.rollout.colocate, actor=actor, critic=critic,
-                  engines=engines, total_slots=nodes, rollout_offset=0)
+    return Layout(
+        nodes=nodes,
+        gpus_per_node=0,
+        colocate=spec.rollout.colocate,
+        actor=actor,
+        critic=critic,
+        engines=engines,
+        total_slots=nodes,
+        rollout_offset=0,
+    )
 
 
 def plan_layout(spec: Spec) -> Layout:
@@ -125,11 +137,17 @@ def plan_layout(spec: Spec) -> Layout:
         return _cpu_layout(spec)
     gpn = c.gpus_per_node
     if (t.gpus_per_node or 0) > gpn:
-        raise LayoutError(f"train.gpus_per_node={t.gpus_per_node} exceeds cluster.gpus_per_node={gpn}",
-                          path="train.gpus_per_node", hint=f"set train.gpus_per_node <= {gpn}")
+        raise LayoutError(
+            f"train.gpus_per_node={t.gpus_per_node} exceeds cluster.gpus_per_node={gpn}",
+            path="train.gpus_per_node",
+            hint=f"set train.gpus_per_node <= {gpn}",
+        )
     if t.nodes > c.nodes:
-        raise LayoutError(f"train.nodes={t.nodes} exceeds cluster.nodes={c.nodes}", path="train.nodes",
-                          hint=f"set train.nodes <= {c.nodes} or raise cluster.nodes")
+        raise LayoutError(
+            f"train.nodes={t.nodes} exceeds cluster.nodes={c.nodes}",
+            path="train.nodes",
+            hint=f"set train.nodes <= {c.nodes} or raise cluster.nodes",
+        )
     n = layout_counts(spec)
     mode = "colocated: max(actor, rollout)" if r.colocate else "disaggregated: actor + rollout"
     if n.total > n.available:
@@ -141,7 +159,8 @@ def plan_layout(spec: Spec) -> Layout:
             f"{gpn})",
             path="rollout.gpus",
             hint=f"set rollout.gpus <= {n.available if r.colocate else n.available - n.actor_gpus}"
-                 + ("" if r.colocate else " or lower train.nodes/train.gpus_per_node") + ", or raise cluster.nodes",
+            + ("" if r.colocate else " or lower train.nodes/train.gpus_per_node")
+            + ", or raise cluster.nodes",
         )
     # Actor: train.gpus_per_node GPUs on each of the first train.nodes nodes.
     actor = tuple(Slot(node=nd, gpu=g) for nd in range(t.nodes) for g in range(t.gpus_per_node or 0))
@@ -150,15 +169,17 @@ def plan_layout(spec: Spec) -> Layout:
     engines: list[tuple[Slot, ...]] = []
     if r.colocate:
         actor_set = set(actor)
-        pool = list(actor) + [s for s in (Slot(node=i // gpn, gpu=i % gpn) for i in range(n.total)) if s not in actor_set]
+        pool = list(actor) + [
+            s for s in (Slot(node=i // gpn, gpu=i % gpn) for i in range(n.total)) if s not in actor_set
+        ]
     else:
         # Engines take the first free slots after the actor's, node by node; with
         # train.gpus_per_node < cluster.gpus_per_node the actor's slots are not a flat prefix.
         actor_set = set(actor)
         free = (Slot(node=i // gpn, gpu=i % gpn) for i in range(n.available))
-        pool = [s for s in free if s not in actor_set][:n.rollout_gpus]
+        pool = [s for s in free if s not in actor_set][: n.rollout_gpus]
     for i in range(n_engines):
-        slots = tuple(pool[i * gpe:(i + 1) * gpe])
+        slots = tuple(pool[i * gpe : (i + 1) * gpe])
         per_node = {nd: sum(1 for s in slots if s.node == nd) for nd in sorted({s.node for s in slots})}
         # The preflight's condition on the actual slots: every node the engine touches is fully covered.
         if len(per_node) > 1 and any(k != gpn for k in per_node.values()):
@@ -168,10 +189,18 @@ def plan_layout(spec: Spec) -> Layout:
                 f"an engine must fit in one node or cover all {gpn} GPUs of every node it spans",
                 path="rollout.gpus_per_engine",
                 hint="make rollout.gpus_per_engine divide cluster.gpus_per_node (or a multiple of it) and the "
-                     "actor's GPUs fill whole nodes (train.gpus_per_node = cluster.gpus_per_node)",
+                "actor's GPUs fill whole nodes (train.gpus_per_node = cluster.gpus_per_node)",
             )
         engines.append(slots)
     critic = actor if spec.algorithm.estimator == "ppo" else ()
     used = {*actor, *(s for e in engines for s in e)}
-    return Layout(nodes=c.nodes, gpus_per_node=gpn, colocate=r.colocate, actor=actor, critic=critic,
-                  engines=tuple(engines), total_slots=len(used), rollout_offset=n.offset)
+    return Layout(
+        nodes=c.nodes,
+        gpus_per_node=gpn,
+        colocate=r.colocate,
+        actor=actor,
+        critic=critic,
+        engines=tuple(engines),
+        total_slots=len(used),
+        rollout_offset=n.offset,
+    )

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["RunPaths", "TaskPaths", "new_run_name", "atomic_write"]
+__all__ = ["RunPaths", "TaskPaths", "atomic_write", "new_run_name"]
 
 
 def new_run_name(name: str, spec_text: str, now: float | None = None) -> str:
@@ -54,8 +54,15 @@ def atomic_write(path: Path, data: str | bytes, mode: int = 0o644) -> None:
 
 
 def _json_kind(v: object) -> str:
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null",
-            int: "a number", float: "a number"}.get(type(v), type(v).__name__)
+    return {
+        dict: "an object",
+        list: "an array",
+        str: "a string",
+        bool: "a boolean",
+        type(None): "null",
+        int: "a number",
+        float: "a number",
+    }.get(type(v), type(v).__name__)
 
 
 #: top-level jobs.json entries the job managers index into, and the type they need
@@ -70,9 +77,11 @@ def _jobs_shape_problem(doc: object) -> str | None:
         if key in doc and not isinstance(doc[key], kind):
             return f'has "{key}": {_json_kind(doc[key])}, not {_json_kind(kind())}'
     for a in doc.get("arrays") or []:
-        if not (isinstance(a, dict) and isinstance(a.get("job_id"), (str, int))
-                and all(isinstance(a.get(k), int) and not isinstance(a.get(k), bool)
-                        for k in ("first_task", "last_task"))):
+        if not (
+            isinstance(a, dict)
+            and isinstance(a.get("job_id"), (str, int))
+            and all(isinstance(a.get(k), int) and not isinstance(a.get(k), bool) for k in ("first_task", "last_task"))
+        ):
             return 'has an "arrays" entry that is not {"job_id", "first_task", "last_task"}'
     tasks = (doc.get("local") or {}).get("tasks")
     if tasks is not None and not (isinstance(tasks, dict) and all(isinstance(r, dict) for r in tasks.values())):

@@ -63,6 +63,5 @@ class Registry:
         close = difflib.get_close_matches(name, self._entries, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise UnknownPlugin(
-            f"unknown {self.kind} {name!r}{hint}; valid: {', '.join(self.names())}"
-            " or a 'package.module:function' path"
+            f"unknown {self.kind} {name!r}{hint}; valid: {', '.join(self.names())} or a 'package.module:function' path"
         )

@@ -31,8 +31,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BLOCK", "PortBlock", "port_range", "candidates", "port_free", "choose_block", "PortsExhausted", "Claim",
-           "claim_block", "shared_dir"]
+__all__ = [
+    "BLOCK",
+    "Claim",
+    "PortBlock",
+    "PortsExhausted",
+    "candidates",
+    "choose_block",
+    "claim_block",
+    "port_free",
+    "port_range",
+    "shared_dir",
+]
 
 BLOCK = 200
 _WORKER_FIRST = 12  # offsets 0..11 are the fixed ports below; workers get the rest of the block
@@ -65,8 +75,15 @@ class PortBlock:
         return range(self.base, self.base + BLOCK)
 
     def to_json(self) -> dict[str, int]:
-        return {"gcs": self.gcs, "node_manager": self.node_manager, "object_manager": self.object_manager,
-                "gloo": self.gloo, "nccl": self.nccl, "min_worker": self.min_worker, "max_worker": self.max_worker}
+        return {
+            "gcs": self.gcs,
+            "node_manager": self.node_manager,
+            "object_manager": self.object_manager,
+            "gloo": self.gloo,
+            "nccl": self.nccl,
+            "min_worker": self.min_worker,
+            "max_worker": self.max_worker,
+        }
 
 
 def port_range() -> tuple[int, int]:
@@ -78,7 +95,7 @@ def port_range() -> tuple[int, int]:
         low, high = (int(x) for x in text.split("-"))
     except ValueError:
         raise ValueError(f"SLIME_RAY_PORT_RANGE={text!r}: expected LOW-HIGH, e.g. 20000-32000") from None
-    if not (1024 <= low and high <= 65536 and high - low >= BLOCK):
+    if not (low >= 1024 and high <= 65536 and high - low >= BLOCK):
         raise ValueError(f"SLIME_RAY_PORT_RANGE={text!r}: need 1024 <= LOW, HIGH <= 65536 and at least {BLOCK} ports")
     return low, high
 
@@ -102,8 +119,14 @@ def port_free(port: int, host: str = "") -> bool:
     return True
 
 
-def choose_block(key: str, *, skip: set[int] = frozenset(), is_free: Callable[[int], bool] = port_free,
-                 low_high: tuple[int, int] | None = None, max_tries: int = 64) -> PortBlock:
+def choose_block(
+    key: str,
+    *,
+    skip: set[int] = frozenset(),
+    is_free: Callable[[int], bool] = port_free,
+    low_high: tuple[int, int] | None = None,
+    max_tries: int = 64,
+) -> PortBlock:
     """The first candidate block for ``key`` whose ports are all free (blocks in ``skip`` are passed over)."""
     for i, block in enumerate(candidates(key, low_high)):
         if i >= max_tries:
@@ -112,8 +135,10 @@ def choose_block(key: str, *, skip: set[int] = frozenset(), is_free: Callable[[i
             continue
         if all(is_free(p) for p in block.all_ports()):
             return block
-    raise PortsExhausted(f"no free block of {BLOCK} ports for {key!r} in {low_high or port_range()} after "
-                         f"{max_tries} candidates; set SLIME_RAY_PORT_RANGE to a less busy range")
+    raise PortsExhausted(
+        f"no free block of {BLOCK} ports for {key!r} in {low_high or port_range()} after "
+        f"{max_tries} candidates; set SLIME_RAY_PORT_RANGE to a less busy range"
+    )
 
 
 # --------------------------------------------------------------------------- claims
@@ -180,9 +205,16 @@ def _take(path: Path, key: str) -> bool:
         os.unlink(tmp)
 
 
-def claim_block(key: str, *, host: str, directory: Path, skip: set[int] = frozenset(),
-                is_free: Callable[[int], bool] = port_free, low_high: tuple[int, int] | None = None,
-                max_tries: int = 64) -> Claim:
+def claim_block(
+    key: str,
+    *,
+    host: str,
+    directory: Path,
+    skip: set[int] = frozenset(),
+    is_free: Callable[[int], bool] = port_free,
+    low_high: tuple[int, int] | None = None,
+    max_tries: int = 64,
+) -> Claim:
     """Like :func:`choose_block`, and the block is claimed for this process on ``host``."""
     shared_dir(directory)
     why: list[str] = []  # per block tried: what stopped it (for the error)
@@ -201,6 +233,8 @@ def claim_block(key: str, *, host: str, directory: Path, skip: set[int] = frozen
         why.append(f"{block.base}: port {busy} in use")
         path.unlink(missing_ok=True)
     shown = "; ".join(why[:4]) + (f"; ... ({len(why)} blocks)" if len(why) > 4 else "")
-    raise PortsExhausted(f"no free block of {BLOCK} ports for {key!r} in {low_high or port_range()} on {host} "
-                         f"({shown or 'no block fits in the range'}); set SLIME_RAY_PORT_RANGE to a less busy "
-                         "range, or free the ports named")
+    raise PortsExhausted(
+        f"no free block of {BLOCK} ports for {key!r} in {low_high or port_range()} on {host} "
+        f"({shown or 'no block fits in the range'}); set SLIME_RAY_PORT_RANGE to a less busy "
+        "range, or free the ports named"
+    )

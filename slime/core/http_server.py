@@ -2,7 +2,7 @@
 
 The built-in engine and the agent adapters both serve HTTP from a thread of a process that does
 other work (a Ray actor, a rollout loop), so they cannot own the main thread's event loop. The
-socket is bound in ``__init__`` (``slime.net.bind_listener``), so the port is known and a clash
+socket is bound in ``__init__`` (``slime.core.net.bind_listener``), so the port is known and a clash
 is reported with the address before any thread starts; ``start()`` returns once the site is
 listening or raises what went wrong; ``stop()`` stops the loop, runs the subclass's async
 cleanup on it, joins the thread and closes the socket.
@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from slime.net import bind_listener
+from slime.core.net import bind_listener
 
 __all__ = ["BackgroundHTTPServer"]
 
@@ -68,7 +68,7 @@ class BackgroundHTTPServer:
             self._runner = web.AppRunner(self.build_app(), access_log=None)
             self._loop.run_until_complete(self._runner.setup())
             self._loop.run_until_complete(web.SockSite(self._runner, self._sock).start())
-        except BaseException as exc:  # reported by start()
+        except BaseException as exc:  # noqa: BLE001 - reported by start()
             self._error = exc
             self._ready.set()
             return
