@@ -14,7 +14,10 @@ must sit inside one node unless it covers every GPU of each node it spans. On a
 CPU-only cluster (``cluster.gpus_per_node == 0``) every node has one CPU "slot":
 one trainer rank per train node, engines placed round-robin.
 
-Guaranteed: pure and deterministic (no I/O, no imports beyond the spec types).
+Guaranteed: pure and deterministic (no I/O, no imports beyond the spec types). Computed once
+per spec object: specs are frozen, so :func:`plan_layout` keeps the layouts of the last few
+specs it saw, and the validator's rule, the dry run's engine previews, the preflight's placement
+and the runtime's reuse one computation in a process instead of repeating it.
 """
 
 from __future__ import annotations
@@ -130,8 +133,25 @@ def _cpu_layout(spec: Spec) -> Layout:
     )
 
 
+_RECENT: dict[int, tuple[Spec, Layout]] = {}  # id(spec) -> (that spec, kept so its id stays its own; layout)
+_RECENT_SIZE = 64
+
+
 def plan_layout(spec: Spec) -> Layout:
-    """Place actor, critic and engines on slots, or raise LayoutError naming the numbers."""
+    """Place actor, critic and engines on slots, or raise LayoutError naming the numbers.
+
+    The same spec object gets the same Layout object (see the module doc); errors are not kept."""
+    hit = _RECENT.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    layout = _plan(spec)
+    if len(_RECENT) >= _RECENT_SIZE:
+        _RECENT.pop(next(iter(_RECENT)))
+    _RECENT[id(spec)] = (spec, layout)
+    return layout
+
+
+def _plan(spec: Spec) -> Layout:
     c, t, r = spec.cluster, spec.train, spec.rollout
     if c.gpus_per_node == 0:
         return _cpu_layout(spec)

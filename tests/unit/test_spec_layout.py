@@ -7,6 +7,8 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+import slime.spec.layout as layout_module
+from slime.cli.main import main
 from slime.spec.layout import LayoutError, Slot, layout_counts, plan_layout
 from slime.spec.resolve import resolve
 from slime.spec.types import Spec
@@ -228,3 +230,29 @@ def test_all_slots_are_exactly_the_roles_slots_on_their_nodes(edits, slots):
 )
 def test_layouts_filling_whole_nodes_keep_the_flat_slot_prefix(edits, n):
     assert gpus(plan_layout(resolved(spec(GPU_SPEC, **edits))).all_slots()) == flat(n)
+
+
+def test_a_render_plans_the_layout_once(monkeypatch, capsys):
+    """The validator's rule and the dry run's SGLang preview ask for the layout of the same spec object:
+    one computation (before: one per caller)."""
+    calls = []
+    plan = layout_module._plan
+
+    def counting(spec):
+        calls.append(spec)
+        return plan(spec)
+
+    monkeypatch.setattr(layout_module, "_plan", counting)
+    monkeypatch.setattr(layout_module, "_RECENT", {})
+    assert main(["render", str(ROOT / "specs" / "grpo-multinode.yaml")]) == 0
+    assert "python -m sglang.launch_server" in capsys.readouterr().out
+    assert len(calls) == 1
+
+
+def test_plan_layout_reuses_its_answer_only_for_the_same_spec_object():
+    loaded = load(GPU_SPEC)
+    again = load(GPU_SPEC)
+    first = layout_module.plan_layout(loaded.spec)
+    assert layout_module.plan_layout(loaded.spec) is first
+    other = layout_module.plan_layout(again.spec)  # an equal spec, another object: computed, equal
+    assert other == first and other is not first
