@@ -12,6 +12,8 @@ import json
 import sys
 from pathlib import Path
 
+from slime.core.errors import ExitCode
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="patches_command", metavar="ACTION")
@@ -48,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     action = getattr(args, "patches_command", None)
     if action is None:
         print("usage: slime-submit patches {check,apply,list} [--engine NAME]", file=sys.stderr)
-        return 2
+        return ExitCode.SPEC
     root = args.patches_dir
     try:
         pins = patches.load_pins(root)
@@ -56,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         unknown = [e for e in engines if e not in pins]
         if unknown:
             print(f"error: unknown engine(s) {unknown}; pinned: {', '.join(sorted(pins))}", file=sys.stderr)
-            return 2
+            return ExitCode.SPEC
         if action == "list":
             info = {
                 "pins": {
@@ -71,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
                 "applied": patches.applied_patches(root),
             }
             print(json.dumps(info, indent=2) if args.json else _list_text(info))
-            return 0
+            return ExitCode.OK
         if action == "check":
             results = [patches.check(e, args.version, root=root) for e in engines]
             if args.json:
@@ -82,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
                     for p in r.patches:
                         if not p["ok"]:
                             print("    " + p["output"].replace("\n", "\n    "))
-            return 0 if all(r.ok for r in results) else 1
+            return ExitCode.OK if all(r.ok for r in results) else 1
         applied = [rec for e in engines for rec in patches.apply(e, args.version, target=args.target, root=root)]
         print(
             json.dumps(applied, indent=2)
@@ -90,11 +92,11 @@ def run(args: argparse.Namespace) -> int:
             else "\n".join(f"{r['engine']} {r['version']}: {r['patch']} applied" for r in applied)
             or "nothing to apply: no patches for the selected engines"
         )
-        return 0
+        return ExitCode.OK
     except patches.PatchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         usage = ("unknown engine", "is pinned to", "is not installed here")
-        return 2 if any(w in str(exc) for w in usage) else 1
+        return ExitCode.SPEC if any(w in str(exc) for w in usage) else 1
 
 
 def _list_text(info: dict) -> str:
