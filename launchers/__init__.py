@@ -1,7 +1,12 @@
-"""Launchers: compile a resolved spec into a request (pure), render it, submit it.
+"""Launchers: one object per launcher (``launchers.base.Launcher``) compiles a spec, submits it and
+manages its runs (status, cancel, logs, job id → run dir).
 
-SLURM words live only in ``launchers.slurm``. This package may import
-``slime.spec``/``slime.core.paths``/``slime.spec.layout``; nothing under ``slime`` imports it.
+Submit side: ``base``, ``status``, ``quoting``, ``local``, ``slurm`` (SLURM words live only there).
+Node side: ``node`` (bootstrap, Ray, preflight, driver), started as ``python -m
+launchers.node.bootstrap`` by the batch script or the local launcher. The two sides never import
+each other; this package imports ``slime.core``/``slime.spec``/``slime.placement``/``slime.provenance``,
+never the training code, and nothing under ``slime`` but the CLI imports it (import-linter
+contracts in pyproject.toml).
 """
 
 from slime.core.registry import Registry
@@ -9,12 +14,12 @@ from slime.core.registry import Registry
 LAUNCHERS = Registry(
     "launcher",
     {
-        "local": "launchers.local:LocalLauncher",
-        "slurm": "launchers.slurm:SlurmLauncher",
+        "local": "launchers.local.launcher:LocalLauncher",
+        "slurm": "launchers.slurm.launcher:SlurmLauncher",
     },
 )
 
 
 def get_launcher(name: str):
-    """An instance of the launcher registered as ``name``."""
+    """An instance of the launcher registered as ``name`` (``UnknownPlugin`` names the known ones)."""
     return LAUNCHERS.get(name)()

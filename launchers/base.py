@@ -1,25 +1,48 @@
-"""The launcher interface: compile (pure) → render (pure) → submit (the one side effect).
+"""The launcher interface: one object per launcher, modelled on torchx's ``Scheduler``.
 
-A launcher turns a loaded, resolved spec into a :class:`Request`: the files of
-the run dir and the command that starts the job. ``Request.render()`` has no
-side effects (``--dry-run`` prints it); ``Launcher.submit`` creates the run dir
-atomically and starts the job, returning a :class:`Submission`.
+``dryrun`` (pure: torchx's ``submit_dryrun``) compiles a loaded, resolved spec into a
+:class:`DryRun` — the launcher's :class:`Request` (the run dir's files and the command that
+starts the job, with the specs it was made from) and the options it was compiled with;
+``DryRun.render()`` is what ``render`` / ``--dry-run`` print and ``DryRun.to_json()`` what they
+print with ``--json``. ``submit`` (torchx's ``schedule``) is the one side effect: it creates the
+run dir atomically and starts the job, returning a :class:`Submission`. The job commands go
+through the same object: ``status`` / ``statuses`` (torchx's ``describe`` / ``list``), ``cancel``,
+``log_files`` (what ``logs`` prints or follows) and ``find_run`` (a job id → its run dir).
+
+Guaranteed: ``dryrun`` reads no file and writes nothing (the run dir's name is derived from the
+spec and the time); a :class:`Request` holds the typed specs it was compiled from, so nothing
+downstream re-parses the files it renders.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import shlex
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, NamedTuple
 
 import msgspec
 
+from launchers.status import CancelResult, RunStatus
 from slime.core.errors import InfraError
 from slime.core.paths import RunPaths, TaskPaths, new_run_name
 from slime.spec import LoadedSpec
+from slime.spec.types import Spec
 
-__all__ = ["InfraError", "Launcher", "Request", "Submission", "SubmitOptions", "run_files", "task_spec_json"]
+__all__ = [
+    "DryRun",
+    "InfraError",
+    "Launcher",
+    "Request",
+    "RunFile",
+    "Submission",
+    "SubmitOptions",
+    "run_files",
+    "task_spec_json",
+]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -32,38 +55,90 @@ class SubmitOptions:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+class RunFile(NamedTuple):
+    """One file of the run dir: path relative to it, content, mode."""
+
+    path: str
+    content: str
+    mode: int
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Request:
-    """What a launcher would do: write ``files`` into ``run_dir`` and run ``command``."""
+    """What a launcher would do: write ``files`` into ``run_dir`` and run ``command``, for ``loaded``."""
 
     launcher: str
     run_dir: Path
-    files: tuple[tuple[str, str, int], ...]  # (path relative to run_dir, content, mode)
+    loaded: LoadedSpec  # the resolved base spec, one resolved spec per task, the spec file, its --set overrides
+    files: tuple[RunFile, ...]
     command: tuple[str, ...]
     notes: tuple[str, ...] = ()
-    overrides: tuple[str, ...] = ()  # the spec's --set overrides (spec.yaml is the file as given)
+
+    @property
+    def spec(self) -> Spec:
+        """The resolved base spec (``resolved.json``)."""
+        return self.loaded.spec
+
+    @property
+    def n_tasks(self) -> int:
+        return len(self.loaded.tasks)
+
+    @property
+    def source(self) -> Path:
+        """The spec file as given (git provenance is read next to it)."""
+        return self.loaded.source
+
+    @property
+    def overrides(self) -> tuple[str, ...]:
+        """The spec's ``--set`` overrides (``spec.yaml`` is the file as given)."""
+        return self.loaded.overrides
 
     def file(self, rel: str) -> str:
-        for path, content, _ in self.files:
-            if path == rel:
-                return content
+        for f in self.files:
+            if f.path == rel:
+                return f.content
         raise KeyError(rel)
 
     def render(self) -> str:
-        """Human-readable dry run: every file with its content, then the command."""
+        """Human-readable: every file with its content, then the command."""
         out = [f"# launcher: {self.launcher}", f"# run dir: {self.run_dir}"]
         if self.overrides:
             out.append("# overrides: " + " ".join(f"--set {o}" for o in self.overrides))
-        for note in self.notes:
-            out.append(f"# {note}")
-        for path, content, _ in self.files:
-            out.append(f"\n# ---- {path} ----")
-            out.append(content.rstrip("\n"))
-        out.append("\n# ---- command ----")
-        import shlex
-
-        out.append(" ".join(shlex.quote(c) for c in self.command))
+        out += [f"# {note}" for note in self.notes]
+        for f in self.files:
+            out += [f"\n# ---- {f.path} ----", f.content.rstrip("\n")]
+        out += ["\n# ---- command ----", " ".join(shlex.quote(c) for c in self.command)]
         return "\n".join(out) + "\n"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DryRun:
+    """What ``submit`` would do (torchx's ``AppDryRunInfo``): the request, the options it was compiled
+    with, and ``engines``: what the GPU engines would be started with, as (title, text) previews
+    (filled in by the caller: launchers never import the engines' code)."""
+
+    request: Request
+    options: SubmitOptions
+    engines: tuple[tuple[str, str], ...] = ()
+
+    def with_engines(self, engines: Mapping[str, str]) -> DryRun:
+        return replace(self, engines=tuple(engines.items()))
+
+    def render(self) -> str:
+        text = self.request.render()
+        for title, preview in self.engines:
+            text += f"\n# ---- {title} ----\n{preview.rstrip()}\n"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.request
+        return {
+            "launcher": r.launcher,
+            "run_dir": str(r.run_dir),
+            "files": {f.path: f.content for f in r.files},
+            "command": list(r.command),
+            "engines": dict(self.engines),
+        }
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -80,37 +155,68 @@ class Submission:
         return out
 
 
-class Launcher(Protocol):
-    name: str
+class Launcher(ABC):
+    """One launcher: compile and submit a spec, then follow, cancel and find its runs."""
 
-    def compile(self, loaded: LoadedSpec, options: SubmitOptions) -> Request: ...
+    name: ClassVar[str]
 
-    def submit(self, request: Request, options: SubmitOptions) -> Submission: ...
+    @abstractmethod
+    def dryrun(self, loaded: LoadedSpec, options: SubmitOptions) -> DryRun:
+        """Compile ``loaded`` (pure: nothing is read or written)."""
+
+    @abstractmethod
+    def submit(self, dryrun: DryRun) -> Submission:
+        """Create the run dir and start the job (refusing a duplicate of an active run unless ``--force``)."""
+
+    @abstractmethod
+    def status(self, paths: RunPaths) -> RunStatus:
+        """Every task's state (the run dir's records fill in what the scheduler no longer knows)."""
+
+    def statuses(self, runs: Sequence[RunPaths]) -> dict[Path, RunStatus]:
+        """Status of many runs of this launcher (``list``); a launcher may ask its scheduler once for all."""
+        return {p.root: self.status(p) for p in runs}
+
+    @abstractmethod
+    def cancel(self, paths: RunPaths, task: int | None = None) -> CancelResult:
+        """Stop the run (every task) or one task; an ended one is not an error (``message`` says so)."""
+
+    @abstractmethod
+    def log_files(self, paths: RunPaths, task: int, node: str | None = None) -> list[Path]:
+        """The files ``logs`` prints for ``task`` (``node``: that node's bootstrap log); some may not exist yet."""
+
+    def find_run(self, job_id: str, runs: Sequence[RunPaths]) -> tuple[RunPaths, int | None] | None:
+        """The run (and task, when ``job_id`` names one) of scheduler job ``job_id``, among ``runs``
+        (newest first), or None. This default looks for the id in each run's ``jobs.json``."""
+        for paths in runs:
+            doc = paths.read_jobs()
+            ids = {str(j) for j in doc.get("job_ids", [])} | {str(a.get("job_id")) for a in doc.get("arrays") or []}
+            if job_id in ids:
+                return paths, None
+        return None
 
 
 def task_spec_json(loaded: LoadedSpec, run_dir: Path, index: int) -> str:
     """The resolved spec of task ``index`` with run-dir derived values filled in."""
-    from msgspec.structs import replace
+    from msgspec.structs import replace as replace_struct
 
     spec = loaded.tasks[index].spec
     tp = TaskPaths(run_dir, index)
     if spec.train.checkpoint.dir is None:
-        spec = replace(
-            spec, train=replace(spec.train, checkpoint=replace(spec.train.checkpoint, dir=str(tp.checkpoints)))
-        )
+        ck = replace_struct(spec.train.checkpoint, dir=str(tp.checkpoints))
+        spec = replace_struct(spec, train=replace_struct(spec.train, checkpoint=ck))
     doc = {"task": index, "overrides": loaded.tasks[index].overrides, "spec": msgspec.to_builtins(spec)}
     return json.dumps(doc, indent=2) + "\n"
 
 
-def run_files(loaded: LoadedSpec, run_dir: Path) -> list[tuple[str, str, int]]:
+def run_files(loaded: LoadedSpec, run_dir: Path) -> list[RunFile]:
     """The files every launcher writes: the spec as given, the resolved base, one resolved spec per task."""
     files = [
-        ("spec.yaml", loaded.text, 0o644),
-        ("resolved.json", json.dumps(msgspec.to_builtins(loaded.spec), indent=2) + "\n", 0o644),
+        RunFile("spec.yaml", loaded.text, 0o644),
+        RunFile("resolved.json", json.dumps(msgspec.to_builtins(loaded.spec), indent=2) + "\n", 0o644),
     ]
     for task in loaded.tasks:
         rel = TaskPaths(Path("."), task.index).resolved.as_posix()
-        files.append((rel, task_spec_json(loaded, run_dir, task.index), 0o644))
+        files.append(RunFile(rel, task_spec_json(loaded, run_dir, task.index), 0o644))
     return files
 
 

@@ -1,7 +1,8 @@
 """Provenance: the run dir's ``lock.json`` (what exactly was submitted), duplicate refusal, rerun.
 
 ``lock.json`` is written by the launchers' ``submit`` right after the run dir is created
-(:func:`write_lock`) and holds:
+(:func:`write_lock`, from the launcher's ``Request``: its files, the typed specs it was compiled
+from, the spec file's path, the task count) and holds:
 
 * ``spec_sha256`` — SHA-256 of ``resolved.json`` as written (the resolved base spec; it does not
   contain the run dir, so submitting the same spec with the same overrides gives the same hash),
@@ -28,7 +29,7 @@ mangle unrelated text); a secret that short is not a secret.
 
 Duplicate refusal (:func:`refuse_duplicate`): a submit whose ``spec_sha256`` equals that of a
 run under the same logging dir, by the same launcher, that is still pending/running (asked of the
-launcher's job manager) is refused with :class:`DuplicateRun`, a :class:`SpecError` (exit code 2:
+launcher's ``status``) is refused with :class:`DuplicateRun`, a :class:`SpecError` (exit code 2:
 the request conflicts with what runs, nothing failed) naming the run and its jobs, unless
 ``--force``. Preflight-only runs neither refuse nor are refused. The hash, not the name, decides:
 the same spec with a different ``--set`` is a different job and may run side by side.
@@ -213,13 +214,14 @@ def _slime_version() -> str:
         return __version__
 
 
-def build_lock(
-    request: Any, options: Any, *, spec_path: Path | None = None, environ: Mapping[str, str] | None = None
-) -> dict[str, Any]:
-    """The lock document of a launcher ``Request`` (see the module doc)."""
+def build_lock(request: Any, options: Any, *, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The lock document of a launcher ``Request`` (``launchers.base.Request``; see the module doc)."""
+    import msgspec
+
     env = os.environ if environ is None else environ
     resolved_text = request.file("resolved.json")
-    resolved = json.loads(resolved_text)
+    resolved = msgspec.to_builtins(request.spec)
+    spec_path = request.source if Path(request.source).is_file() else None  # None: text, not a file ("<spec>")
     secrets = secret_values(resolved, env)
     files = {rel: spec_sha256(content) for rel, content, _ in request.files}
     script = next((c for rel, c, _ in request.files if rel == RunPaths(Path(".")).script.as_posix()), None)
@@ -237,7 +239,7 @@ def build_lock(
             "path": str(Path(spec_path).resolve()) if spec_path else None,
             "files": files,
             "overrides": [redact(o, secrets) for o in getattr(request, "overrides", ())],
-            "tasks": sum(1 for rel in files if rel.startswith("tasks/")),
+            "tasks": request.n_tasks,
             "resolved": redact_spec(resolved, secrets),
         },
         "slime_submit": {"version": _slime_version(), "path": str(Path(__file__).resolve().parents[1])},
@@ -285,9 +287,9 @@ def _user() -> str | None:
         return None
 
 
-def write_lock(paths: RunPaths, request: Any, options: Any, *, spec_path: Path | None = None) -> dict[str, Any]:
+def write_lock(paths: RunPaths, request: Any, options: Any) -> dict[str, Any]:
     """Build and write ``lock.json`` into the (just created) run dir; returns the document."""
-    doc = build_lock(request, options, spec_path=spec_path)
+    doc = build_lock(request, options)
     atomic_write(paths.lock, json.dumps(doc, indent=1) + "\n")
     return doc
 
@@ -410,14 +412,14 @@ def same_spec_runs(parent: Path, sha: str, launcher: str | None = None, *, limit
 def refuse_duplicate(request: Any, options: Any, status: Callable[[RunPaths], Any]) -> None:
     """Raise :class:`DuplicateRun` when ``request``'s spec is already active (see the module doc).
 
-    ``status(paths)`` is the launcher's job manager: it returns an object with ``state`` (our state)
-    and ``job_ids``."""
+    ``status(paths)`` is the launcher's ``status``: it returns an object with ``state`` (a
+    ``slime.core.states.RunState``) and ``job_ids``."""
     if getattr(options, "force", False) or getattr(options, "preflight_only", False):
         return
     sha = spec_sha256(request.file("resolved.json"))
     for paths in same_spec_runs(Path(request.run_dir).parent, sha, request.launcher):
         st = status(paths)
-        if st.state in ("pending", "running", "requeued", "suspended"):
+        if st.state.is_active:
             raise DuplicateRun(paths.root, list(st.job_ids), st.state)
 
 

@@ -1,6 +1,6 @@
 """The local launcher: the SLURM path minus sbatch, on this machine as a single node.
 
-``compile`` returns the run files plus the bootstrap command (``python -m launchers.bootstrap
+``dryrun`` returns the run files plus the bootstrap command (``python -m launchers.node.bootstrap
 RUN_DIR --task N --local``); ``submit`` creates the run dir atomically and runs that command in the
 foreground for each task in turn (sweeps run sequentially), streaming its output. The bootstrap
 starts a private Ray head (own ports, own temp dir), runs the preflight and then the driver,
@@ -8,8 +8,8 @@ exactly as on a SLURM node. The bootstrap's (and driver's) output goes to our st
 stdout holds only what the command prints as its result (``--json``). ``final_metrics`` is read
 from the last task's ``summary.json`` when the runtime wrote one.
 
-Each task's bootstrap PID and exit code go into ``jobs.json`` (``launchers.local_jobs``), which
-is how ``status``/``cancel`` follow a local run.
+Each task's bootstrap PID and exit code go into ``jobs.json`` (``launchers.local.jobs``), which
+is how ``status``/``cancel``/``logs`` (this object's other methods) follow a local run.
 
 ``SubmitOptions.extra``: ``python`` (interpreter, default this one), ``driver`` (module run after
 the preflight; ``$SLIME_DRIVER`` works too).
@@ -25,10 +25,22 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from launchers import local_jobs
-from launchers.base import Request, Submission, SubmitOptions, create_run_dir, default_run_dir, run_files
-from slime.core.errors import InfraError
+from launchers.base import (
+    DryRun,
+    Launcher,
+    Request,
+    Submission,
+    SubmitOptions,
+    create_run_dir,
+    default_run_dir,
+    run_files,
+)
+from launchers.local import jobs as local_jobs
+from launchers.status import CancelResult, RunStatus
+from slime.core.errors import ExitCode, InfraError
+from slime.core.paths import RunPaths
 from slime.spec import LoadedSpec
+from slime.spec.types import Spec
 
 __all__ = ["LocalLauncher", "bootstrap_command"]
 
@@ -36,7 +48,7 @@ __all__ = ["LocalLauncher", "bootstrap_command"]
 def bootstrap_command(
     python: str, run_dir: str, task: int, *, preflight_only: bool, driver: str | None
 ) -> tuple[str, ...]:
-    cmd = [python, "-m", "launchers.bootstrap", run_dir, "--task", str(task), "--local"]
+    cmd = [python, "-m", "launchers.node.bootstrap", run_dir, "--task", str(task), "--local"]
     if preflight_only:
         cmd.append("--preflight-only")
     if driver:
@@ -44,26 +56,25 @@ def bootstrap_command(
     return tuple(cmd)
 
 
-def job_env(resolved: dict) -> dict[str, str]:
+def job_env(spec: Spec) -> dict[str, str]:
     """The job's environment, as the SLURM script builds it: ours + ``cluster.env`` + each
     ``cluster.secrets`` entry read from its reference (env var, or a file's first line, stripped).
     Checked before anything is written: a missing secret fails the submit, naming it."""
-    c = resolved.get("cluster") or {}
-    env = {**os.environ, **{k: str(v) for k, v in (c.get("env") or {}).items()}}
-    for name, ref in sorted((c.get("secrets") or {}).items()):
-        if ref.get("env"):
-            if ref["env"] not in os.environ:
+    c = spec.cluster
+    env = {**os.environ, **{k: str(v) for k, v in c.env.items()}}
+    for name, ref in sorted(c.secrets.items()):
+        if ref.env:
+            if ref.env not in os.environ:
                 raise InfraError(
-                    f"cluster.secrets.{name}: environment variable {ref['env']} is not set; "
-                    "export it before slime-submit"
+                    f"cluster.secrets.{name}: environment variable {ref.env} is not set; export it before slime-submit"
                 )
-            env[name] = os.environ[ref["env"]]
+            env[name] = os.environ[ref.env]
         else:
             try:
-                with open(os.path.expanduser(ref["file"]), encoding="utf-8") as fh:
+                with open(os.path.expanduser(ref.file), encoding="utf-8") as fh:
                     env[name] = fh.readline().strip()
             except OSError as exc:
-                raise InfraError(f"cluster.secrets.{name}: cannot read file {ref['file']}: {exc.strerror}") from None
+                raise InfraError(f"cluster.secrets.{name}: cannot read file {ref.file}: {exc.strerror}") from None
     return env
 
 
@@ -102,14 +113,13 @@ def _run_foreground(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        return 130
+        return ExitCode.INTERRUPTED
 
 
-class LocalLauncher:
+class LocalLauncher(Launcher):
     name = "local"
 
-    def compile(self, loaded: LoadedSpec, options: SubmitOptions) -> Request:
-        self._spec_source = loaded.source  # for the lock's git provenance (slime.provenance)
+    def dryrun(self, loaded: LoadedSpec, options: SubmitOptions) -> DryRun:
         run_dir = default_run_dir(loaded, options)
         python = options.extra.get("python") or sys.executable
         command = bootstrap_command(
@@ -121,41 +131,62 @@ class LocalLauncher:
                 f"{len(loaded.tasks)} sweep tasks run one after another (the command below with "
                 f"--task 0 .. {len(loaded.tasks) - 1})"
             )
-        return Request(
+        request = Request(
             launcher=self.name,
             run_dir=run_dir,
+            loaded=loaded,
             files=tuple(run_files(loaded, run_dir)),
             command=command,
             notes=tuple(notes),
-            overrides=loaded.overrides,
         )
+        return DryRun(request=request, options=options)
 
-    def submit(self, request: Request, options: SubmitOptions) -> Submission:
+    def submit(self, dryrun: DryRun) -> Submission:
         from slime.provenance import refuse_duplicate, write_lock
 
-        env = job_env(json.loads(request.file("resolved.json")))
-        refuse_duplicate(request, options, local_jobs.run_status)  # same spec running: exit 2 unless --force
+        request, options = dryrun.request, dryrun.options
+        env = job_env(request.spec)
+        refuse_duplicate(request, options, self.status)  # same spec running: exit 2 unless --force
         paths = create_run_dir(request)
-        write_lock(paths, request, options, spec_path=getattr(self, "_spec_source", None))
-        n_tasks = sum(1 for rel, _, _ in request.files if rel.startswith("tasks/") and rel.endswith("/resolved.json"))
+        write_lock(paths, request, options)
+        n_tasks = request.n_tasks
         paths.write_jobs(
             {"launcher": self.name, "job_ids": [], "tasks": n_tasks, "preflight_only": options.preflight_only}
         )
         returncode = 0
         for task in range(n_tasks):
-            cmd = list(request.command)
-            cmd[cmd.index("--task") + 1] = str(task)
-            rc = _run_foreground(cmd, on_start=lambda pid, t=task: local_jobs.record_start(paths, t, pid), env=env)
+            rc = _run_foreground(
+                _with_task(request.command, task),
+                on_start=lambda pid, t=task: local_jobs.record_start(paths, t, pid),
+                env=env,
+            )
             local_jobs.record_exit(paths, task, rc)
             rc = shell_exit_code(rc, f"task {task}'s bootstrap", paths.task(task).logs)
             if rc != 0:
                 returncode = rc
                 break
-        summary = paths.task(n_tasks - 1).summary
-        final = None
-        if summary.exists():
-            try:
-                final = json.loads(summary.read_text())
-            except ValueError:
-                final = None
-        return Submission(run_dir=paths.root, returncode=returncode, final_metrics=final)
+        return Submission(run_dir=paths.root, returncode=returncode, final_metrics=_summary(paths, n_tasks - 1))
+
+    # ------------------------------------------------------------------ job management
+    def status(self, paths: RunPaths) -> RunStatus:
+        return local_jobs.run_status(paths)
+
+    def cancel(self, paths: RunPaths, task: int | None = None) -> CancelResult:
+        return local_jobs.cancel(paths, task)
+
+    def log_files(self, paths: RunPaths, task: int, node: str | None = None) -> list[Path]:
+        return local_jobs.log_files(paths, task, node)
+
+
+def _with_task(command: tuple[str, ...], task: int) -> list[str]:
+    cmd = list(command)
+    cmd[cmd.index("--task") + 1] = str(task)
+    return cmd
+
+
+def _summary(paths: RunPaths, task: int) -> dict | None:
+    """The runtime's ``summary.json`` of ``task`` (None when it wrote none)."""
+    try:
+        return json.loads(paths.task(task).summary.read_text())
+    except (OSError, ValueError):
+        return None

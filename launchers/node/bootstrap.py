@@ -1,29 +1,30 @@
-"""Per-node, per-job Ray bootstrap: ``python -m launchers.bootstrap RUN_DIR --task N``.
+"""Per-node, per-job Ray bootstrap: ``python -m launchers.node.bootstrap RUN_DIR --task N``.
 
 Runs once on every node of the job (SLURM: ``srun --ntasks-per-node=1``; local: once).
 Node rank 0 starts a Ray head, the others start workers and join it (meeting through files in
-the run dir: ``launchers.rendezvous``), the head waits for all nodes (bounded by
+the run dir: ``slime.core.rendezvous``), the head waits for all nodes (bounded by
 ``cluster.bootstrap_timeout_s``, polling ``ray.nodes()``, no fixed sleeps), runs the gating
-preflight (``launchers.preflight``), then the driver (``python -m slime.train RUN_DIR --task N``
+preflight (``launchers.node.preflight``), then the driver (``python -m slime.train RUN_DIR --task N``
 with ``RAY_ADDRESS`` set; ``--driver``/``$SLIME_DRIVER`` choose another module, e.g.
-``launchers.tinydriver`` in tests). ``--preflight-only`` stops after the preflight. Every node
-also starts the preflight's collective subprocess (``launchers.collective``) at once, so its
+``launchers.node.tinydriver`` in tests). ``--preflight-only`` stops after the preflight. Every node
+also starts the preflight's collective subprocess (``launchers.node.collective``) at once, so its
 torch import overlaps Ray's start-up. Node-rank → host comes from SLURM's node list, so
 ``$SLIME_RAY_TMPDIR`` (default /tmp/slime-ray) must name the same path on every node.
 
 Isolation between jobs on the same nodes: ports from a per-job block (``slime.core.ports``),
 a per-job, per-node ``--temp-dir`` (``/tmp/slime-ray/<job>-<task>-<rank>``), an explicit
-``--node-ip-address`` (``launchers.node``), and teardown that stops only the processes this
-job started (``launchers.rayproc``). Each node gives Ray the GPUs/CPUs SLURM allocated on it
+``--node-ip-address`` (``launchers.node.context``), and teardown that stops only the processes this
+job started (``launchers.node.rayproc``). Each node gives Ray the GPUs/CPUs SLURM allocated on it
 and a custom resource ``slime_node_<rank>`` so placement can pin bundles to nodes.
 
-Exit codes: 0 ok · 2 unreadable task spec · 3 infrastructure (a node failed to join in time,
-Ray failed to start, the preflight failed, a node's Ray died — the message names the node(s)
-and the fix; the failed node also records itself as ``failed`` in the rendezvous dir, which
-the restarts record reads) · 128+N stopped by signal N (also when the driver was killed by
-signal N) · otherwise the driver's exit code. With ``cluster.on_preflight_failure:
-requeue_excluding`` a node failure under SLURM requeues the job excluding the bad node(s),
-recorded in ``restarts.jsonl`` and counted against ``cluster.max_requeues``.
+Exit codes (``slime.core.errors.ExitCode``): 0 ok · 2 unreadable task spec · 3 infrastructure (a
+node failed to join in time, Ray failed to start, the preflight failed, a node's Ray died — the
+message names the node(s) and the fix) · 128+N stopped by signal N (also when the driver was
+killed by signal N) · otherwise the driver's exit code. A failure is recorded, not acted on: the
+failed node records itself as ``failed`` in the rendezvous dir and the head writes the report
+(``preflight.json``, ``bad_nodes``); what a scheduler does about it is the submit side's
+business (SLURM, ``cluster.on_preflight_failure: requeue_excluding``: the batch script's
+``launchers.slurm.restarts after`` step requeues the job excluding those nodes).
 
 Environment: on a node without an NVIDIA driver (``/dev/nvidiactl``: CPU torch) every process
 of the job (Ray, its workers, the driver) gets ``OMP_WAIT_POLICY=PASSIVE`` unless the job set
@@ -33,15 +34,14 @@ wall 18.5 s vs 128 s). GPU nodes keep OpenMP's default.
 
 Signals: TERM/INT stop everything (forwarded to the driver first, which gets
 ``DRIVER_GRACE_S`` to save). A stop request — the batch script's ``stop-<instance>`` file in
-the rendezvous dir (SLURM's time-limit or preemption warning; see ``launchers.rendezvous`` for
+the rendezvous dir (SLURM's time-limit or preemption warning; see ``slime.core.rendezvous`` for
 why not a signal), or USR1 to this process (local runs) — is for the driver only and reaches it
-as one USR1 once it can handle it (``launchers.driverproc``).
+as one USR1 once it can handle it (``launchers.node.driverproc``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -53,18 +53,16 @@ import traceback
 from pathlib import Path
 from typing import IO, Any
 
-import msgspec
-
-from launchers.driverproc import run_driver_process
-from launchers.node import NodeContext, detect_node, head_ip, worker_ip
-from launchers.rayproc import RayNode, RayStartError, prune_stale, temp_dir_for, temp_root
-from launchers.rendezvous import Rendezvous
+from launchers.node.context import NodeContext, detect_node, head_ip, worker_ip
+from launchers.node.driverproc import run_driver_process
+from launchers.node.rayproc import RayNode, RayStartError, prune_stale, temp_dir_for, temp_root
 from slime.core.errors import ExitCode, InfraError
-from slime.core.paths import RunPaths, TaskPaths
+from slime.core.paths import RunPaths
 from slime.core.ports import Claim, PortBlock, PortsExhausted, claim_block
-from slime.spec.types import Spec
+from slime.core.rendezvous import Rendezvous
+from slime.spec.task import load_task_spec
 
-__all__ = ["DRIVER_GRACE_S", "Bootstrap", "NodeFailure", "load_task_spec", "main", "object_store_bytes"]
+__all__ = ["DRIVER_GRACE_S", "Bootstrap", "NodeFailure", "main", "object_store_bytes"]
 
 DEFAULT_DRIVER = "slime.train"
 DRIVER_GRACE_S = 60.0
@@ -90,17 +88,6 @@ class Stopped(Exception):
 
 class HeadDone(Exception):
     """The head finished (or failed) before this worker joined."""
-
-
-def load_task_spec(tp: TaskPaths) -> Spec:
-    try:
-        doc = json.loads(tp.resolved.read_text())
-        return msgspec.convert(doc["spec"], type=Spec)
-    except (OSError, ValueError, KeyError, msgspec.ValidationError) as exc:
-        raise InfraError(
-            f"cannot read the task's resolved spec {tp.resolved}: {exc}. The run dir must be on a "
-            "filesystem every node sees (logging.dir)"
-        ) from None
 
 
 def node_env() -> dict[str, str]:
@@ -129,7 +116,10 @@ class Bootstrap:
         self.t0 = time.monotonic()
         self.paths = RunPaths(run_dir)
         self.tp = self.paths.task(task)
-        self.spec = load_task_spec(self.tp)
+        try:
+            self.spec = load_task_spec(self.tp.resolved)
+        except ValueError as exc:
+            raise InfraError(f"{exc}. The run dir must be on a filesystem every node sees (logging.dir)") from None
         self.ctx = detect_node(task, self.spec, local=local)
         self.preflight_only = preflight_only
         self.driver = driver or os.environ.get("SLIME_DRIVER") or DEFAULT_DRIVER
@@ -178,7 +168,7 @@ class Bootstrap:
             self.driver_proc.send_signal(signum)
 
     def _on_usr1(self, signum: int, _frame: Any) -> None:
-        self.usr1 = True  # launchers.driverproc delivers it once the driver handles USR1
+        self.usr1 = True  # launchers.node.driverproc delivers it once the driver handles USR1
 
     def _check_stop(self) -> None:
         if self.stop.is_set():
@@ -196,7 +186,7 @@ class Bootstrap:
             f"bootstrap of task {ctx.task}: node {ctx.rank} of {ctx.num_nodes} ({', '.join(ctx.hostnames)}), "
             f"job {ctx.job_id}, {ctx.gpus} GPU(s), {ctx.cpus} CPU(s)"
         )
-        rc = 1
+        rc = ExitCode.BUG
         prune_stale()  # Ray dirs that failed jobs kept for debugging, after a day
         self.start_collective()
         try:
@@ -216,7 +206,7 @@ class Bootstrap:
             rc = self.node_failure(NodeFailure([ctx.hostname], str(exc)))
         except Exception:  # noqa: BLE001 - a bug: say so with the traceback
             self.say("internal error (a bug):\n" + traceback.format_exc())
-            rc = 1
+            rc = ExitCode.BUG
         finally:
             self.teardown(rc)
         return rc
@@ -227,7 +217,7 @@ class Bootstrap:
         cmd = [
             sys.executable,
             "-m",
-            "launchers.collective",
+            "launchers.node.collective",
             str(self.paths.root),
             "--task",
             str(ctx.task),
@@ -409,7 +399,7 @@ class Bootstrap:
         )
 
     def preflight_then_driver(self) -> int:
-        from launchers.preflight import run_preflight, write_report
+        from launchers.node.preflight import run_preflight, write_report
 
         ctx = self.ctx
         self.say("running the preflight")
@@ -426,7 +416,7 @@ class Bootstrap:
             f"preflight passed in {result.report['seconds']:.1f} s ({time.monotonic() - self.t0:.1f} s since start)"
         )
         if self.preflight_only:
-            return 0
+            return ExitCode.OK
         import ray
 
         ray.shutdown()
@@ -473,7 +463,7 @@ class Bootstrap:
         if head is None:
             if self.rdv.done():
                 self.say("the head finished before this node joined")
-                return 0
+                return ExitCode.OK
             raise NodeFailure(
                 [ctx.head_host],
                 f"the Ray head on {ctx.head_host} did not publish its address within "
@@ -504,7 +494,7 @@ class Bootstrap:
         self.say(f"joined the Ray head at {address} as {ip}")
         while True:
             if self.rdv.done():
-                return 0
+                return ExitCode.OK
             if not self.ray.alive:
                 # Said at once (the head may fail because of it and finish first), judged below.
                 code = self.ray.proc.returncode if self.ray.proc is not None else None
@@ -520,21 +510,22 @@ class Bootstrap:
                     self.stop.wait(0.2)
                 if self.rdv.done() and self.rdv.done_rc() == 0:
                     self.node_state("stopped", ip=ip)  # a normal end: the head finished first
-                    return 0
+                    return ExitCode.OK
                 raise NodeFailure([ctx.hostname], lost)
             self.stop.wait(0.2)
             self._check_stop()
 
     # ------------------------------------------------------------------ failure, teardown
     def node_failure(self, exc: NodeFailure) -> int:
-        ctx, c = self.ctx, self.spec.cluster
+        """Record the failure (this node's rendezvous record; the head's report) and give exit code 3."""
+        ctx = self.ctx
         self.say(f"FAILED ({exc.stage}): {exc}")
-        if ctx.hostname in exc.hosts:  # read by the restarts record (launchers.slurm.restarts.bad_nodes)
+        if ctx.hostname in exc.hosts:  # read by the SLURM restart helper (launchers.slurm.restarts.bad_nodes)
             self.node_state("failed", error=str(exc)[:2000])
         if ctx.rank != 0:
             return ExitCode.INFRA
         if exc.stage == "bootstrap":  # the cluster doctor's answer, even without a preflight
-            from launchers.preflight import write_report
+            from launchers.node.preflight import write_report
 
             write_report(
                 self.tp,
@@ -554,43 +545,7 @@ class Bootstrap:
                     ],
                 },
             )
-        if c.on_preflight_failure == "requeue_excluding" and ctx.in_slurm and exc.hosts:
-            from launchers.slurm import restarts
-
-            b = restarts.budget(restarts.read(self.tp), msgspec.to_builtins(c))
-            if b.allows("requeues"):
-                self.requeue_excluding(exc.hosts, exc.stage, str(exc))
-            else:
-                self.say(
-                    f"not requeueing excluding {', '.join(exc.hosts)}: cluster.max_requeues allows no more "
-                    f"({b.words()})"
-                )
         return ExitCode.INFRA
-
-    def requeue_excluding(self, hosts: list[str], stage: str, error: str) -> None:
-        from launchers.slurm import restarts
-        from launchers.slurm.cluster import requeue_excluding
-
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue TERMs us; finish the update first
-        restarts.append(
-            self.tp,
-            {
-                "cause": "requeue_excluding",
-                "by": "slime",
-                "stage": stage,
-                "excluded": hosts,
-                "bad_nodes": hosts,
-                "job_id": self.ctx.job_id,
-                "restart": self.ctx.restart + 1,
-                "nodes": ",".join(self.ctx.hostnames),
-                "detail": error[:500],
-            },
-        )
-        try:
-            requeue_excluding(self.ctx.job_id, hosts)
-            self.say(f"requeued job {self.ctx.job_id} excluding {', '.join(hosts)}")
-        except InfraError as exc:
-            self.say(f"could not requeue: {exc}")
 
     def teardown(self, rc: int) -> None:
         if self.collective is not None and self.collective.poll() is None:
@@ -623,7 +578,7 @@ class Bootstrap:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m launchers.bootstrap", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m launchers.node.bootstrap", description=__doc__.split("\n")[0])
     p.add_argument("run_dir", type=Path)
     p.add_argument("--task", type=int, default=0)
     p.add_argument("--preflight-only", action="store_true")
@@ -636,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except InfraError as exc:
         print(f"slime bootstrap: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.SPEC
     boot.install_signals()
     return boot.run()
 

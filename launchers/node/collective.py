@@ -1,6 +1,6 @@
 """The preflight's cross-node collective, run by each node's bootstrap as a short-lived subprocess.
 
-``python -m launchers.collective RUN_DIR --task N --rank R --world W --instance I --wait S --timeout T``
+``python -m launchers.node.collective RUN_DIR --task N --rank R --world W --instance I --wait S --timeout T``
 
 Started by every node's bootstrap as soon as it starts, so that importing torch (the slowest part
 of the smoke test) overlaps Ray's start-up instead of following it. It then waits for the head's
@@ -63,7 +63,7 @@ def _wait_for(path: Path, done: Path, deadline: float) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m launchers.collective")
+    p = argparse.ArgumentParser(prog="python -m launchers.node.collective")
     p.add_argument("run_dir", type=Path)
     p.add_argument("--task", type=int, required=True)
     p.add_argument("--rank", type=int, required=True)
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wait", type=float, required=True, help="seconds to wait for the head's go-ahead")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the other nodes' ranks")
     args = p.parse_args(argv)
-    from launchers.rendezvous import Rendezvous
+    from slime.core.rendezvous import Rendezvous
 
     rdv = Rendezvous(RunPaths(args.run_dir).task(args.task).rendezvous, args.instance)
     host = socket.gethostname().split(".")[0]
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     addr, port = head.get("ip"), head.get("gloo_port")
     try:
         own = (rdv.node(args.rank) or {}).get("ip")
-        from launchers.node import interface_of
+        from launchers.node.context import interface_of
 
         iface = interface_of(own) if own else None
         if iface:

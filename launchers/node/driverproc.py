@@ -1,6 +1,6 @@
 """The job's driver process (``python -m slime.train RUN_DIR --task N``) as the head's bootstrap runs it.
 
-Kept apart from ``launchers.bootstrap`` because the way a stop reaches the driver is its own
+Kept apart from ``launchers.node.bootstrap`` because the way a stop reaches the driver is its own
 small protocol:
 
 * The driver starts with USR1 ignored: USR1's default action would kill it before it installed

@@ -1,7 +1,7 @@
 """The gating preflight: run on the Ray head after every node joined, before any training.
 
 Checks, each naming the node and the fix when it fails (the decisions themselves live in
-``launchers.preflight_checks``):
+``launchers.node.preflight_checks``):
 
 * ``ray_nodes`` — Ray sees every node of the job.
 * ``gpu_count`` / ``cuda_visible_devices`` — the GPUs a node really has for this job match
@@ -16,9 +16,9 @@ Checks, each naming the node and the fix when it fails (the decisions themselves
   pairs are distinct; non-colocated roles share no GPU; engines stay inside a node unless they
   span whole nodes.
 * ``collective`` — a gloo all_reduce across all nodes checking the sum, done by each node's
-  collective subprocess (``launchers.collective``, started with the bootstrap so torch's import
+  collective subprocess (``launchers.node.collective``, started with the bootstrap so torch's import
   overlaps Ray's start-up); with CUDA on every node also ``collective_nccl``, an NCCL all_reduce
-  over every GPU bundle (``launchers.preflight_tasks``, Ray tasks in the bundles).
+  over every GPU bundle (``launchers.node.preflight_tasks``, Ray tasks in the bundles).
 
 The go-ahead for the collective is given first, so it runs while the placement group is made and
 probed. ``ray`` is imported lazily. The report is written by :func:`write_report` (preflight.json
@@ -31,8 +31,8 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from launchers.node import NodeContext
-from launchers.preflight_checks import (
+from launchers.node.context import NodeContext
+from launchers.node.preflight_checks import (
     Check,
     PreflightResult,
     gpu_visibility,
@@ -42,9 +42,9 @@ from launchers.preflight_checks import (
     role_conflicts,
     write_report,
 )
-from launchers.preflight_tasks import nccl_rank
-from launchers.rendezvous import Rendezvous
+from launchers.node.preflight_tasks import nccl_rank
 from slime.core.ports import PortBlock
+from slime.core.rendezvous import Rendezvous
 from slime.placement import Placement, PlacementError, bundle_strategy, map_bundles, node_rank_of, reserve
 from slime.spec.layout import plan_layout
 from slime.spec.types import Spec
@@ -104,7 +104,7 @@ def _collective_check(
 
 
 def _gather_collective(rdv: Rendezvous, world: int, timeout_s: float) -> dict[int, dict[str, Any]]:
-    """The nodes' collective results (``launchers.collective``), waiting at most ``timeout_s``."""
+    """The nodes' collective results (``launchers.node.collective``), waiting at most ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
         got = rdv.collectives(world)

@@ -1,7 +1,7 @@
 """What the preflight runs in Ray tasks on real GPU nodes: the NCCL smoke test.
 
 * :func:`nccl_rank` — one per GPU bundle, only when every node has CUDA: an NCCL all_reduce over
-  every GPU of the job (the cross-node gloo test is ``launchers.collective``). Failures are
+  every GPU of the job (the cross-node gloo test is ``launchers.node.collective``). Failures are
   returned, not raised, so every rank's answer reaches the report.
 
 Each rank contributes ``rank + 1``; the expected sum is ``world * (world + 1) / 2``. gloo/NCCL are
@@ -23,7 +23,7 @@ __all__ = ["all_reduce", "nccl_rank"]
 def _pin_interface() -> None:
     import ray
 
-    from launchers.node import interface_of
+    from launchers.node.context import interface_of
 
     iface = interface_of(ray.util.get_node_ip_address())
     if iface:

@@ -1,6 +1,6 @@
-"""A stand-in driver for tests and cluster checks: ``python -m launchers.tinydriver RUN_DIR --task N``.
+"""A stand-in driver for tests and cluster checks: ``python -m launchers.node.tinydriver RUN_DIR --task N``.
 
-Selected with ``--driver launchers.tinydriver`` or ``SLIME_DRIVER=launchers.tinydriver``. It
+Selected with ``--driver launchers.node.tinydriver`` or ``SLIME_DRIVER=launchers.node.tinydriver``. It
 connects to the job's Ray cluster (``RAY_ADDRESS``, set by the bootstrap), runs one tiny task
 on every node, and writes what it saw to ``tasks/<N>/driver-probe.json``: the nodes (host, IP,
 node id), the cluster id and GCS address, the task's sweep overrides, signals received.
@@ -39,7 +39,7 @@ def _where() -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m launchers.tinydriver")
+    p = argparse.ArgumentParser(prog="python -m launchers.node.tinydriver")
     p.add_argument("run_dir", type=Path)
     p.add_argument("--task", type=int, default=0)
     args = p.parse_args(argv)

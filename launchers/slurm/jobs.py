@@ -12,10 +12,10 @@ Where a task's state comes from, in order (the first that knows the task wins):
    a task that never started is reported under the array's own id. A requeued job appears once
    per run: extra rows are its restarts. Rows whose ``WorkDir`` is not the run dir (a job id
    reused after the controller's state was wiped) are ignored.
-3. The run dir's own records (``launchers.local_jobs``): the script's closing line ``slime: task
+3. The run dir's own records (``launchers.status``): the script's closing line ``slime: task
    <i> finished with exit code <rc>``, the runtime's ``state.json``, a failed ``preflight.json``.
 
-``STATE_MAP`` is the one table from SLURM states to ours (``launchers.local_jobs.STATES``).
+``STATE_MAP`` is the one table from SLURM states to ours (``slime.core.states.RunState``).
 Restarts are the larger of SLURM's count and ``tasks/<i>/restarts.jsonl`` (which has the causes).
 Logs: the batch log ``logs/slurm-<array>_<index>.out`` (sweeps) or ``logs/slurm-<job>.out``
 (stdout and stderr of every node, as the script sets them), and the bootstrap's per-node logs
@@ -36,8 +36,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from launchers.local_jobs import (
-    ACTIVE,
+from launchers.slurm.cluster import _run, parse_record
+from launchers.status import (
+    CancelResult,
     RunStatus,
     TaskStatus,
     aggregate,
@@ -47,16 +48,15 @@ from launchers.local_jobs import (
     runtime_state,
     task_count,
 )
-from launchers.slurm.cluster import _run, parse_record
 from slime.core.errors import InfraError
 from slime.core.paths import RunPaths
+from slime.core.states import RunState
 
 __all__ = [
     "DEFAULT_SOURCES",
     "SACCT_FIELDS",
     "SQUEUE_FORMAT",
     "STATE_MAP",
-    "active",
     "cancel",
     "dropped_tasks",
     "expand_task_ids",
@@ -77,32 +77,32 @@ __all__ = [
     "tasks_from_records",
 ]
 
-#: SLURM job state → our state. The one table; anything missing maps to "unknown".
-STATE_MAP: dict[str, str] = {
-    "PENDING": "pending",
-    "RESV_DEL_HOLD": "pending",
-    "CONFIGURING": "running",
-    "RUNNING": "running",
-    "COMPLETING": "running",
-    "STAGE_OUT": "running",
-    "RESIZING": "running",
-    "SIGNALING": "running",
-    "COMPLETED": "succeeded",
-    "FAILED": "failed",
-    "NODE_FAIL": "failed",
-    "OUT_OF_MEMORY": "failed",
-    "BOOT_FAIL": "failed",
-    "DEADLINE": "failed",
-    "SPECIAL_EXIT": "failed",
-    "TIMEOUT": "timeout",
-    "CANCELLED": "cancelled",
-    "REVOKED": "cancelled",
-    "PREEMPTED": "requeued",
-    "REQUEUED": "requeued",
-    "REQUEUE_HOLD": "requeued",
-    "REQUEUE_FED": "requeued",
-    "SUSPENDED": "suspended",
-    "STOPPED": "suspended",
+#: SLURM job state → ours. The one table; anything missing maps to RunState.UNKNOWN.
+STATE_MAP: dict[str, RunState] = {
+    "PENDING": RunState.PENDING,
+    "RESV_DEL_HOLD": RunState.PENDING,
+    "CONFIGURING": RunState.RUNNING,
+    "RUNNING": RunState.RUNNING,
+    "COMPLETING": RunState.RUNNING,
+    "STAGE_OUT": RunState.RUNNING,
+    "RESIZING": RunState.RUNNING,
+    "SIGNALING": RunState.RUNNING,
+    "COMPLETED": RunState.SUCCEEDED,
+    "FAILED": RunState.FAILED,
+    "NODE_FAIL": RunState.FAILED,
+    "OUT_OF_MEMORY": RunState.FAILED,
+    "BOOT_FAIL": RunState.FAILED,
+    "DEADLINE": RunState.FAILED,
+    "SPECIAL_EXIT": RunState.FAILED,
+    "TIMEOUT": RunState.TIMEOUT,
+    "CANCELLED": RunState.CANCELLED,
+    "REVOKED": RunState.CANCELLED,
+    "PREEMPTED": RunState.REQUEUED,
+    "REQUEUED": RunState.REQUEUED,
+    "REQUEUE_HOLD": RunState.REQUEUED,
+    "REQUEUE_FED": RunState.REQUEUED,
+    "SUSPENDED": RunState.SUSPENDED,
+    "STOPPED": RunState.SUSPENDED,
 }
 # squeue's compact codes (%t) for the same states
 _SHORT = {
@@ -160,10 +160,10 @@ _START = re.compile(r"^slime: job (\d+) task (\d+)", re.M)
 _END = re.compile(r"^slime: task (\d+) finished with exit code (\d+)", re.M)
 
 
-def map_state(slurm_state: str | None) -> str:
-    """``'CANCELLED by 0'``, ``'CA'``, ``'RUNNING'`` → our state (``'unknown'`` when unmapped)."""
+def map_state(slurm_state: str | None) -> RunState:
+    """``'CANCELLED by 0'``, ``'CA'``, ``'RUNNING'`` → our state (``UNKNOWN`` when unmapped)."""
     word = (slurm_state or "").split()[0].rstrip("+") if (slurm_state or "").split() else ""
-    return STATE_MAP.get(_SHORT.get(word, word), "unknown")
+    return STATE_MAP.get(_SHORT.get(word, word), RunState.UNKNOWN)
 
 
 def explain_reason(reason: str | None) -> str | None:
@@ -267,11 +267,11 @@ def _null(v: str | None) -> str | None:
     return None if v in (None, "", "(null)", "None", "N/A", "Unknown") else v
 
 
-def _reason_for(state: str, rec: dict[str, str]) -> str | None:
+def _reason_for(state: RunState, rec: dict[str, str]) -> str | None:
     reason = rec.get("Reason")
-    if state in ("pending", "requeued", "suspended"):
+    if state in (RunState.PENDING, RunState.REQUEUED, RunState.SUSPENDED):
         return explain_reason(reason)
-    if state in ("failed", "timeout") and _null(reason):
+    if state in (RunState.FAILED, RunState.TIMEOUT) and _null(reason):
         return f"{reason} (exit code {rec.get('ExitCode', '?')})"
     return None
 
@@ -327,7 +327,7 @@ def dropped_tasks(
     return {
         t: TaskStatus(
             task=t,
-            state="cancelled",
+            state=RunState.CANCELLED,
             scheduler_state="CANCELLED",
             source=source,
             job_id=display_id(job, index),
@@ -396,7 +396,7 @@ def tasks_from_jobcomp(
             nodes=_null(rec.get("NodeList")),
             exit_code=_null(rec.get("ExitCode")),
             restarts=len(runs) - 1,
-            reason=f"exit code {rec.get('ExitCode')}" if state == "failed" else None,
+            reason=f"exit code {rec.get('ExitCode')}" if state == RunState.FAILED else None,
         )
     return out
 
@@ -426,19 +426,19 @@ def task_from_run_dir(paths: RunPaths, task: int, layout: dict[int, tuple[str, i
     if ends:
         rc = int(ends[-1].group(2))
         ts.exit_code = str(rc)
-        ts.state = "succeeded" if rc == 0 else "failed"
+        ts.state = RunState.SUCCEEDED if rc == 0 else RunState.FAILED
         ts.scheduler_state = f"exit {rc}"
         if rc:
             ts.reason = rt.get("error") or (pre.get("error") if pre.get("ok") is False else None) or _exit_words(rc)
     elif task in ((paths.read_jobs().get("cancelled") or {}).get("tasks") or []):
-        ts.state, ts.reason = "cancelled", "cancelled with slime-submit cancel (SLURM no longer knows the job)"
+        ts.state, ts.reason = RunState.CANCELLED, "cancelled with slime-submit cancel (SLURM no longer knows the job)"
     elif isinstance(pre, dict) and pre.get("ok") is False:
-        ts.state, ts.reason = "failed", f"preflight failed: {pre.get('error', '')}"
-    elif rt.get("state") in ("succeeded", "failed"):
-        ts.state, ts.scheduler_state = rt["state"], rt["state"]
+        ts.state, ts.reason = RunState.FAILED, f"preflight failed: {pre.get('error', '')}"
+    elif rt.get("state") in (RunState.SUCCEEDED, RunState.FAILED):
+        ts.state, ts.scheduler_state = RunState(rt["state"]), rt["state"]
         ts.reason = rt.get("error")
     else:
-        ts.state = "unknown"
+        ts.state = RunState.UNKNOWN
         ts.reason = f"SLURM no longer knows job {ts.job_id} and the run dir has no final record" + (
             f" (the runtime last said {rt.get('state')})" if rt.get("state") else ""
         )
@@ -486,7 +486,7 @@ def _status(
             ts.reason = f"{ts.reason or ''} ({notes[0]})".strip()
         ts.log = str(log_path(paths, t, layout)) if t in layout else None
         error = (runtime_state(paths.task(t)) or {}).get("error")
-        if ts.state in ("failed", "timeout") and error and error not in (ts.reason or ""):
+        if ts.state in (RunState.FAILED, RunState.TIMEOUT) and error and error not in (ts.reason or ""):
             ts.reason = f"{error} ({ts.reason})" if ts.reason else error  # the runtime says why, SLURM only how
         tasks.append(fill_from_records(ts, paths.task(t)))
     return RunStatus(
@@ -494,7 +494,7 @@ def _status(
         name=run_name(paths),
         launcher="slurm",
         job_ids=[str(j) for j in doc.get("job_ids", [])],
-        state=aggregate([t.state for t in tasks]),
+        state=aggregate(t.state for t in tasks),
         started=run_started(paths),
         tasks=tasks,
         preflight_only=bool(doc.get("preflight_only")),
@@ -520,33 +520,22 @@ def run_states(runs: list[RunPaths]) -> dict[Path, RunStatus]:
     return {p.root: _status(p, records, ("jobcomp", "rundir"), "squeue") for p in runs}
 
 
-def active(paths: RunPaths) -> bool:
-    """Whether any task of the run is pending, running, requeued or suspended."""
-    return run_status(paths).state in ACTIVE
+def _task_ended(task: int, state: RunState) -> str:
+    return f"task {task}'s state is unknown" if state == RunState.UNKNOWN else f"task {task} already ended ({state})"
 
 
-def _task_ended(task: int, state: str) -> str:
-    return f"task {task}'s state is unknown" if state == "unknown" else f"task {task} already ended ({state})"
-
-
-def cancel(paths: RunPaths, task: int | None = None) -> dict[str, Any]:
+def cancel(paths: RunPaths, task: int | None = None) -> CancelResult:
     """``scancel`` the run's jobs (every array), or one task (``JOB_INDEX`` of its array)."""
     status = run_status(paths)
     layout = task_layout(paths.read_jobs(), len(status.tasks))
     if task is not None and task not in range(len(status.tasks)):
         raise InfraError(f"--task {task}: run {paths.root} has tasks 0..{len(status.tasks) - 1}")
-    tasks = [t for t in status.tasks if t.state in ACTIVE and (task is None or t.task == task)]
+    tasks = [t for t in status.tasks if t.state.is_active and (task is None or t.task == task)]
     if task is not None and tasks and task not in layout:
         raise InfraError(f"run {paths.root} has no SLURM job for task {task} (jobs.json lists none)")
     if not tasks:
         what = _task_ended(task, status.tasks[task].state) if task is not None else f"the run is {status.state}"
-        return {
-            "run_dir": str(paths.root),
-            "cancelled": [],
-            "tasks": [],
-            "state": status.state,
-            "message": f"nothing to cancel: {what}",
-        }
+        return CancelResult(run_dir=paths.root, state=status.state, tasks=(), message=f"nothing to cancel: {what}")
     if task is None:
         targets = sorted({layout[t.task][0] for t in tasks}, key=int)
     else:
@@ -562,7 +551,9 @@ def cancel(paths: RunPaths, task: int | None = None) -> dict[str, Any]:
         tasks=sorted(set(rec.get("tasks", [])) | {t.task for t in tasks}),
     )
     paths.write_jobs(doc)
-    return {"run_dir": str(paths.root), "cancelled": targets, "tasks": [t.task for t in tasks], "state": "cancelled"}
+    return CancelResult(
+        run_dir=paths.root, state=RunState.CANCELLED, cancelled=tuple(targets), tasks=tuple(t.task for t in tasks)
+    )
 
 
 def log_path(paths: RunPaths, task: int, layout: dict[int, tuple[str, int | None]] | None = None) -> Path:

@@ -1,7 +1,7 @@
 """The SLURM launcher: spec → run dir + batch script (compile, pure) → sbatch (submit).
 
-SLURM words live only in this package. ``compile`` renders ``job.sbatch`` (see
-``launchers.slurm.script``) next to the run files; ``submit``:
+``dryrun`` renders ``job.sbatch`` (see ``launchers.slurm.script``) next to the run files;
+``submit``:
 
 1. refuses early when ``sbatch`` is missing, or when no node of the partition can hold the
    request (``launchers.slurm.cluster.check_fits``: names the constraint, e.g. gres gpu:4);
@@ -10,6 +10,9 @@ SLURM words live only in this package. ``compile`` renders ``job.sbatch`` (see
    ids in ``jobs.json``;
 4. with ``--preflight-only`` waits for the job(s) and prints each task's preflight table
    (a cluster doctor), returning 0 when every task passed and 3 otherwise.
+
+Job management (``status``/``statuses``/``cancel``/``log_files``/``find_run``) is
+``launchers.slurm.jobs``: scontrol, the job completion log, then the run dir's own records.
 
 Options read from ``SubmitOptions.extra``: ``python`` (interpreter on the nodes; default this
 one, or ``python3`` inside a container), ``driver`` (python module started after the preflight;
@@ -24,17 +27,27 @@ import shlex
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-import msgspec
-
-from launchers.base import Request, Submission, SubmitOptions, create_run_dir, default_run_dir, run_files
-from launchers.slurm import cluster
-from launchers.slurm.arrays import plan_arrays
+from launchers.base import (
+    DryRun,
+    Launcher,
+    Request,
+    RunFile,
+    Submission,
+    SubmitOptions,
+    create_run_dir,
+    default_run_dir,
+    run_files,
+)
+from launchers.slurm import cluster, jobs
+from launchers.slurm.arrays import ArrayChunk, plan_arrays
 from launchers.slurm.script import ScriptOptions, render_script
+from launchers.status import CancelResult, RunStatus, task_count
+from slime.core.errors import ExitCode
 from slime.core.paths import RunPaths
 from slime.spec import LoadedSpec
-from slime.spec.types import Spec
 
 __all__ = ["SlurmLauncher"]
 
@@ -45,11 +58,10 @@ def _console():
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-class SlurmLauncher:
+class SlurmLauncher(Launcher):
     name = "slurm"
 
-    def compile(self, loaded: LoadedSpec, options: SubmitOptions) -> Request:
-        self._spec_source = loaded.source  # for the lock's git provenance (slime.provenance)
+    def dryrun(self, loaded: LoadedSpec, options: SubmitOptions) -> DryRun:
         spec = loaded.spec
         run_dir = default_run_dir(loaded, options)
         python = options.extra.get("python") or ("python3" if spec.cluster.container else sys.executable)
@@ -63,45 +75,53 @@ class SlurmLauncher:
                 driver=options.extra.get("driver"),
             ),
         )
-        files = run_files(loaded, run_dir) + [(RunPaths(Path(".")).script.as_posix(), script, 0o755)]
+        files = run_files(loaded, run_dir) + [RunFile(RunPaths(Path(".")).script.as_posix(), script, 0o755)]
         notes = []
         if loaded.is_sweep:
             notes.append(
                 f"{len(loaded.tasks)} sweep task(s) as a job array; split into several arrays at submit "
                 "time if the cluster's MaxArraySize is smaller"
             )
-        return Request(
+        request = Request(
             launcher=self.name,
             run_dir=run_dir,
+            loaded=loaded,
             files=tuple(files),
             command=("sbatch", "--parsable", str(RunPaths(run_dir).script)),
             notes=tuple(notes),
-            overrides=loaded.overrides,
         )
+        return DryRun(request=request, options=options)
 
-    def submit(self, request: Request, options: SubmitOptions) -> Submission:
+    def submit(self, dryrun: DryRun) -> Submission:
+        from slime.provenance import refuse_duplicate, write_lock
+
+        request, options = dryrun.request, dryrun.options
         cluster.require_sbatch()
-        spec = msgspec.json.decode(request.file("resolved.json"), type=Spec)
-        n_tasks = sum(1 for rel, _, _ in request.files if rel.startswith("tasks/") and rel.endswith("/resolved.json"))
+        spec, n_tasks = request.spec, request.n_tasks
         partition, nodes = cluster.partition_nodes(spec.cluster.partition)
         cluster.check_fits(spec, nodes, partition)
         chunks = plan_arrays(n_tasks, cluster.max_array_size(), spec.sweep.max_parallel) if spec.sweep else []
 
-        from launchers.slurm.jobs import run_status
-        from slime.provenance import refuse_duplicate, write_lock
-
-        refuse_duplicate(request, options, run_status)  # same spec pending/running: exit 2 unless --force
+        refuse_duplicate(request, options, self.status)  # same spec pending/running: exit 2 unless --force
         paths = create_run_dir(request)
-        write_lock(paths, request, options, spec_path=getattr(self, "_spec_source", None))
+        write_lock(paths, request, options)
         paths.logs.mkdir(parents=True, exist_ok=True)
         for i in range(n_tasks):
             paths.task(i).logs.mkdir(parents=True, exist_ok=True)
+        job_ids = self._sbatch(paths, chunks, n_tasks, partition, options)
+        if options.preflight_only:
+            return self._wait_preflight(paths, job_ids, n_tasks, options)
+        return Submission(run_dir=paths.root, job_ids=tuple(job_ids))
 
+    def _sbatch(
+        self, paths: RunPaths, chunks: list[ArrayChunk], n_tasks: int, partition: str, options: SubmitOptions
+    ) -> list[str]:
+        """Submit the script (one array per chunk), recording the job ids in ``jobs.json`` whatever happens."""
         arrays, job_ids = [], []
         try:
             if not chunks:
                 job_ids.append(cluster.sbatch(str(paths.script), cwd=str(paths.root)))
-            for _k, chunk in enumerate(chunks):
+            for chunk in chunks:
                 split = len(chunks) > 1
                 jid = cluster.sbatch(
                     str(paths.script),
@@ -131,9 +151,36 @@ class SlurmLauncher:
                         "preflight_only": options.preflight_only,
                     }
                 )
-        if options.preflight_only:
-            return self._wait_preflight(paths, job_ids, n_tasks, options)
-        return Submission(run_dir=paths.root, job_ids=tuple(job_ids))
+        return job_ids
+
+    # ------------------------------------------------------------------ job management
+    def status(self, paths: RunPaths) -> RunStatus:
+        return jobs.run_status(paths)
+
+    def statuses(self, runs: Sequence[RunPaths]) -> dict[Path, RunStatus]:
+        return jobs.run_states(list(runs))  # one squeue call for all
+
+    def cancel(self, paths: RunPaths, task: int | None = None) -> CancelResult:
+        return jobs.cancel(paths, task)
+
+    def log_files(self, paths: RunPaths, task: int, node: str | None = None) -> list[Path]:
+        return jobs.log_files(paths, task, node)
+
+    def find_run(self, job_id: str, runs: Sequence[RunPaths]) -> tuple[RunPaths, int | None] | None:
+        """``123``, ``123_4`` (array index 4) or an array task's own id: the run whose ``jobs.json``
+        lists the job, else the job's ``WorkDir`` from SLURM (scontrol, then ``sacct -c``)."""
+        job, _, index = job_id.partition("_")
+        for paths in runs:
+            doc = paths.read_jobs()
+            ids = {str(j) for j in doc.get("job_ids", [])} | {str(a.get("job_id")) for a in doc.get("arrays") or []}
+            if job in ids:
+                layout = jobs.task_layout(doc, task_count(paths)) if index else {}
+                return paths, next((t for t, key in layout.items() if key == (job, int(index))), None)
+        if shutil.which("scontrol"):
+            found = jobs.find_run(job_id)
+            if found:
+                return RunPaths(found[0].resolve()), found[1]
+        return None
 
     # ------------------------------------------------------------------ --preflight-only
     def _wait_preflight(self, paths: RunPaths, job_ids: list[str], n_tasks: int, options: SubmitOptions) -> Submission:
@@ -174,4 +221,4 @@ class SlurmLauncher:
             elif not report.get("ok"):
                 ok = False
                 con.print(f"[red]task {i}: preflight failed[/]: {report.get('error', '')}")
-        return Submission(run_dir=paths.root, job_ids=tuple(job_ids), returncode=0 if ok else 3)
+        return Submission(run_dir=paths.root, job_ids=tuple(job_ids), returncode=ExitCode.OK if ok else ExitCode.INFRA)

@@ -14,23 +14,26 @@ script (``launchers.slurm.script``) at the two points where a decision is needed
     job ends FAILED): a job SLURM keeps requeueing cannot loop for ever.
 ``after`` (after the step, unless the batch shell got TERM: the job is being cancelled or
 requeued by SLURM then, and SIGKILL follows within KillWait)
-    exit 0: done. Exit 75 (the runtime saved a checkpoint after USR1): the cause is
-    ``preempted`` when slurmctld set the job's ``PreemptTime`` (a preemption with grace time:
-    SLURM sends ``--signal`` and, measured on 22.05, does *not* requeue a job that exits within
-    its grace time), ``time_limit`` when the time limit is within ``signal_grace_s`` (+ slack),
-    else ``requeued`` (someone sent USR1); the job requeues itself (``scontrol requeue``) while
-    ``cluster.max_requeues`` allows. Any other exit code is a failure: requeued while
-    ``cluster.max_failures`` allows, as ``node_failure`` naming the node(s) when the bootstrap
-    recorded which failed, else ``failure``. Nothing is done when slurmctld says the job is no
-    longer RUNNING or already counts a further restart (SLURM is requeueing or cancelling it).
+    exit 0: done. Nothing is done when slurmctld says the job is no longer RUNNING or already
+    counts a further restart (SLURM is requeueing or cancelling it). With
+    ``cluster.on_preflight_failure: requeue_excluding``, a step whose bootstrap or preflight failed
+    naming nodes (the head's report, ``preflight.json`` of this run: the node side only records the
+    failure and exits 3) is requeued with those nodes added to the job's ``ExcNodeList``, counted
+    against ``cluster.max_requeues`` (the job moves away from a bad node; it is not retried on
+    it). Exit 75 (the runtime saved a checkpoint after USR1): the cause is ``preempted`` when
+    slurmctld set the job's ``PreemptTime`` (a preemption with grace time: SLURM sends
+    ``--signal`` and, measured on 22.05, does *not* requeue a job that exits within its grace
+    time), ``time_limit`` when the time limit is within ``signal_grace_s`` (+ slack), else
+    ``requeued`` (someone sent USR1); the job requeues itself (``scontrol requeue``) while
+    ``cluster.max_requeues`` allows. Any other exit code (and a ``requeue_excluding`` the budget
+    or SLURM refused) is a failure: requeued while ``cluster.max_failures`` allows, as
+    ``node_failure`` naming the node(s) when the bootstrap recorded which failed, else ``failure``.
 
 ``tasks/<i>/restarts.jsonl`` gets one JSON line per restart (written before the requeue, or at
 the next start when SLURM requeued on its own): ``time, job_id, restart`` (the restart count
 it leads to), ``cause``, ``budget`` (requeues|failures), ``step``/``rollout_id`` reached,
 ``checkpoint`` to resume from, ``nodes`` it ran on, ``bad_nodes`` when a failure names them,
-``detail``. ``launchers.bootstrap``'s ``requeue_excluding`` writes ``requeue_excluding``
-records through :func:`append` too (counted against ``max_requeues``: the job moves away
-from a bad node, it is not retried on it).
+``detail``; a ``requeue_excluding`` record also has ``stage`` (bootstrap|preflight) and ``excluded``.
 
 Not guaranteed: a cause when the batch host itself died (slurmstepd wrote nothing): that
 restart is recorded as ``unknown`` and counted as a failure; exact counts if two runs of the
@@ -50,8 +53,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from launchers.status import metrics_tail, runtime_state
 from slime.core.errors import ExitCode
 from slime.core.paths import RunPaths, TaskPaths, atomic_write
+from slime.core.rendezvous import Rendezvous
 
 __all__ = [
     "FAILURE_CAUSES",
@@ -173,8 +178,6 @@ def _cluster(tp: TaskPaths) -> dict[str, Any]:
 
 def _progress(tp: TaskPaths) -> dict[str, Any]:
     """Step/rollout reached and the checkpoint a restart resumes from (the runtime's own records)."""
-    from launchers.local_jobs import metrics_tail, runtime_state
-
     step, rollout_id, _ = metrics_tail(tp)
     rt = runtime_state(tp) or {}
     return {"step": step, "rollout_id": rollout_id, "checkpoint": rt.get("checkpoint")}
@@ -199,15 +202,9 @@ def cause_from_log(text: str) -> tuple[str | None, str | None]:
 
 
 def bad_nodes(tp: TaskPaths, instance: str) -> list[str]:
-    """Nodes the bootstrap of run ``instance`` (``<job>.<restart>``) recorded as failed."""
-    hosts: list[str] = []
-    for path in sorted(tp.rendezvous.glob(f"node-{instance}-*.json")):
-        try:
-            rec = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if rec.get("state") in ("failed", "lost") and rec.get("host"):
-            hosts.append(str(rec["host"]))
+    """Nodes the bootstrap of run ``instance`` (``<job>.<restart>``) recorded as failed: their own
+    rendezvous records, and the nodes the head's report (``preflight.json``) names."""
+    hosts = Rendezvous(tp.rendezvous, instance).failed_hosts()
     try:
         pre = json.loads(tp.preflight_json.read_text())
     except (OSError, ValueError):
@@ -245,8 +242,6 @@ def _env_int(name: str) -> int:
 
 
 def _refuse(tp: TaskPaths, message: str) -> int:
-    from launchers.local_jobs import runtime_state
-
     print(f"slime: {message}", flush=True)
     doc = runtime_state(tp) or {}
     doc.update(state="failed", exit_code=ExitCode.INFRA, error=message, updated=time.time())
@@ -255,16 +250,8 @@ def _refuse(tp: TaskPaths, message: str) -> int:
 
 
 def _blame(tp: TaskPaths, hosts: list[str], instance: str) -> None:
-    from launchers.local_jobs import runtime_state
-
-    errors = []
-    for path in sorted(tp.rendezvous.glob(f"node-{instance}-*.json")):
-        try:
-            rec = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if rec.get("host") in hosts and rec.get("error"):
-            errors.append(str(rec["error"]).splitlines()[0])
+    records = Rendezvous(tp.rendezvous, instance).node_records()
+    errors = [str(r["error"]).splitlines()[0] for r in records if r.get("host") in hosts and r.get("error")]
     doc = runtime_state(tp) or {}
     words = f"node failure on {', '.join(hosts)}" + (f" ({'; '.join(errors)})" if errors else "")
     if words not in str(doc.get("error") or ""):
@@ -347,6 +334,88 @@ def _requeue(target: str) -> str | None:
     return None if proc.returncode == 0 else (proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}")
 
 
+def _running_record(job_id: str, task: int, restart: int) -> dict[str, str] | None:
+    """The job's scontrol record while this run of it may still decide (None, said why, otherwise)."""
+    try:
+        rec = _job_record(job_id)
+    except Exception as exc:  # noqa: BLE001 - no controller: do not requeue blind
+        rec, err = None, str(exc)
+    else:
+        err = "scontrol does not know the job"
+    if rec is None:
+        print(f"slime: not requeueing task {task}: cannot read job {job_id} from slurmctld ({err})", flush=True)
+        return None
+    restarts = rec.get("Restarts", "0")
+    if rec.get("JobState") != "RUNNING" or (restarts.isdigit() and int(restarts) > restart):
+        print(
+            f"slime: job {job_id} is {rec.get('JobState')} (restarts {restarts}): SLURM is ending or requeueing "
+            "it; nothing to do here",
+            flush=True,
+        )
+        return None
+    return rec
+
+
+def node_failure(tp: TaskPaths, instance: str) -> tuple[str, list[str], str] | None:
+    """(stage, nodes, error) when run ``instance``'s bootstrap or preflight failed naming nodes: the
+    report the head's bootstrap wrote (``preflight.json``; its ``stage`` is ``bootstrap`` when Ray
+    never came up), else None."""
+    try:
+        pre = json.loads(tp.preflight_json.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(pre, dict) or pre.get("instance") != instance or pre.get("ok") is not False:
+        return None
+    hosts = [str(h) for h in pre.get("bad_nodes") or []]
+    return (str(pre.get("stage") or "preflight"), hosts, str(pre.get("error") or "")) if hosts else None
+
+
+def requeue_excluding(tp: TaskPaths, cluster: dict[str, Any], *, job_id: str, restart: int, nodes: str | None) -> bool:
+    """``cluster.on_preflight_failure: requeue_excluding``: after a bootstrap/preflight failure that
+    named nodes, requeue the job with them excluded while ``cluster.max_requeues`` allows (the job
+    moves away from a bad node; it is not retried on it). True when the job was requeued."""
+    failure = node_failure(tp, f"{job_id}.{restart}")
+    if cluster.get("on_preflight_failure") != "requeue_excluding" or failure is None:
+        return False
+    stage, hosts, error = failure
+    b = budget(read(tp), cluster)
+    if not b.allows("requeues"):
+        print(
+            f"slime: not requeueing excluding {', '.join(hosts)}: cluster.max_requeues allows no more ({b.words()})",
+            flush=True,
+        )
+        return False
+    record = {"cause": "requeue_excluding", "by": "slime", "stage": stage, "excluded": hosts, "bad_nodes": hosts}
+    append(tp, {**record, "job_id": job_id, "restart": restart + 1, "nodes": nodes, "detail": error[:500]})
+    from launchers.slurm.cluster import requeue_excluding as requeue
+    from slime.core.errors import InfraError
+
+    try:
+        requeue(job_id, hosts)
+    except InfraError as exc:
+        print(f"slime: could not requeue: {exc}", flush=True)
+        return False
+    print(f"slime: requeued job {job_id} excluding {', '.join(hosts)}", flush=True)
+    return True
+
+
+def _cause(
+    tp: TaskPaths, rc: int, rec: dict[str, str], signal_name: str | None, cluster: dict[str, Any], instance: str
+) -> tuple[str, str, list[str]]:
+    """(cause, detail, bad nodes) of a step that ended with ``rc``."""
+    if rc == ExitCode.REQUEUE:
+        cause = usr1_cause(rec, float(cluster.get("signal_grace_s", 120))) if signal_name == "USR1" else "requeued"
+        detail = {
+            "preempted": f"preempted (PreemptTime {rec.get('PreemptTime')}); checkpoint saved in the grace time",
+            "time_limit": f"time limit {rec.get('TimeLimit')} near (EndTime {rec.get('EndTime')})",
+            "requeued": "stopped on request (USR1) after a checkpoint",
+        }[cause]
+        return cause, detail, []
+    bad = bad_nodes(tp, instance)
+    detail = f"exit code {rc}" + (f" after a failure on {', '.join(bad)}" if bad else "")
+    return ("node_failure" if bad else "failure"), detail, bad
+
+
 def after(
     run_dir: Path,
     task: int,
@@ -364,38 +433,14 @@ def after(
     if rc == 0:
         return 0
     cluster = _cluster(tp)
-    try:
-        rec = _job_record(job_id)
-    except Exception as exc:  # noqa: BLE001 - no controller: do not requeue blind
-        rec, err = None, str(exc)
-    else:
-        err = "scontrol does not know the job"
+    rec = _running_record(job_id, task, restart)
     if rec is None:
-        print(f"slime: not requeueing task {task}: cannot read job {job_id} from slurmctld ({err})", flush=True)
         return rc
-    restarts = rec.get("Restarts", "0")
-    if rec.get("JobState") != "RUNNING" or (restarts.isdigit() and int(restarts) > restart):
-        print(
-            f"slime: job {job_id} is {rec.get('JobState')} (restarts {restarts}): SLURM is ending or requeueing "
-            "it; nothing to do here",
-            flush=True,
-        )
+    if rc != ExitCode.REQUEUE and requeue_excluding(tp, cluster, job_id=job_id, restart=restart, nodes=nodes):
         return rc
     records = read(tp)
     b = budget(records, cluster)
-    detail = None
-    bad: list[str] = []
-    if rc == ExitCode.REQUEUE:
-        cause = usr1_cause(rec, float(cluster.get("signal_grace_s", 120))) if signal_name == "USR1" else "requeued"
-        detail = {
-            "preempted": f"preempted (PreemptTime {rec.get('PreemptTime')}); checkpoint saved in the grace time",
-            "time_limit": f"time limit {rec.get('TimeLimit')} near (EndTime {rec.get('EndTime')})",
-            "requeued": "stopped on request (USR1) after a checkpoint",
-        }[cause]
-    else:
-        bad = bad_nodes(tp, f"{job_id}.{restart}")
-        cause = "node_failure" if bad else "failure"
-        detail = f"exit code {rc}" + (f" after a failure on {', '.join(bad)}" if bad else "")
+    cause, detail, bad = _cause(tp, rc, rec, signal_name, cluster, f"{job_id}.{restart}")
     kind = kind_of(cause)
     if not b.allows(kind):
         limit = "cluster.max_requeues" if kind == "requeues" else "cluster.max_failures"
@@ -407,19 +452,9 @@ def after(
             if bad:  # status shows state.json's error: let it name the node, not only the symptom
                 _blame(tp, bad, f"{job_id}.{restart}")
         return rc
-    record = append(
-        tp,
-        {
-            "job_id": job_id,
-            "restart": restart + 1,
-            "cause": cause,
-            "by": "slime",
-            "nodes": nodes,
-            "bad_nodes": bad or None,
-            "detail": detail,
-            **_progress(tp),
-        },
-    )
+    progress = _progress(tp)
+    record = {"job_id": job_id, "restart": restart + 1, "cause": cause, "by": "slime", "nodes": nodes}
+    record = append(tp, {**record, "bad_nodes": bad or None, "detail": detail, **progress})
     failed = _requeue(target)
     if failed:
         print(f"slime: could not requeue job {target}: {failed}", flush=True)

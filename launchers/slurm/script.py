@@ -8,14 +8,14 @@ reads its resolved spec from ``$RUN_DIR/tasks/$TASK/resolved.json``.
 Structure (top to bottom): ``#SBATCH`` header → ``RUN_DIR``/``TASK`` → ``cluster.env`` exports
 → secrets exported from their reference (``{env: VAR}``: the job's copy of the submitting
 shell's VAR, passed by sbatch's default ``--export=ALL``; ``{file: PATH}``: first line of the
-file read inside the job) → signal forwarding → ``srun`` of ``launchers.bootstrap`` on every
+file read inside the job) → signal forwarding → ``srun`` of ``launchers.node.bootstrap`` on every
 node → wait → exit with the step's status.
 
 Signals and restarts: SLURM sends USR1 to the batch shell ``signal_grace_s`` before the time
 limit (``--signal=B:USR1@N``), and at preemption where the cluster grants grace time with
 ``preempt_send_user_signal``; TERM on scancel, ``scontrol requeue`` and preemption without
 grace (to every process of the job at once). USR1 becomes a stop file in the task's rendezvous
-dir (``launchers.rendezvous``), which the head's bootstrap turns into a USR1 to the driver only;
+dir (``slime.core.rendezvous``), which the head's bootstrap turns into a USR1 to the driver only;
 ``wait`` is re-entered until the step really exits, because a trapped signal makes ``wait``
 return early. ``python -m launchers.slurm.restarts`` runs before the step (records a restart
 SLURM made on its own, refuses to run once ``cluster.max_requeues``/``max_failures`` are spent)
@@ -313,7 +313,7 @@ def render_script(spec: Spec, opts: ScriptOptions) -> str:
         *container,
         q(opts.python),
         "-m",
-        "launchers.bootstrap",
+        "launchers.node.bootstrap",
         '"$RUN_DIR"',
         "--task",
         '"$TASK"',

@@ -59,7 +59,7 @@ def run_guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namesp
         return ExitCode.INFRA
     except KeyboardInterrupt:
         _error(as_json, "interrupted", "interrupted")
-        return 130
+        return ExitCode.INTERRUPTED
     except BrokenPipeError:
         return ExitCode.OK
     except Exception:  # noqa: BLE001 - a bug: say so, with the traceback, exit 1
@@ -112,7 +112,8 @@ def validate(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------- compile / submit
-def _compile(args: argparse.Namespace, *, preflight_only: bool = False, force: bool = False, preview: bool = False):
+def _dryrun(args: argparse.Namespace, *, preflight_only: bool = False, force: bool = False, preview: bool = False):
+    """(loaded spec, its launcher, the launcher's dry run) for ``args``."""
     from launchers import get_launcher
     from launchers.base import SubmitOptions
 
@@ -120,60 +121,32 @@ def _compile(args: argparse.Namespace, *, preflight_only: bool = False, force: b
     loaded = _load(args, check_paths="warn" if preview else True)
     launcher = get_launcher(loaded.spec.cluster.launcher)
     options = SubmitOptions(preflight_only=preflight_only, force=force)
-    return loaded, launcher, options, launcher.compile(loaded, options)
-
-
-def _engine_previews(loaded) -> dict[str, str]:
-    """What the GPU engines would be started with: the megatron-core arguments of the trainer ranks
-    and the SGLang commands, from the same (pure) functions the runtime calls."""
-    spec = loaded.tasks[0].spec if loaded.tasks and loaded.tasks[0].spec is not None else loaded.spec
-    task = " (sweep task 0)" if loaded.is_sweep else ""
-    out = {}
-    if spec.train.backend == "megatron":
-        from slime.backends.megatron.render import render_megatron_args
-
-        out[f"megatron-core arguments of the trainer ranks{task}"] = render_megatron_args(spec)
-    if spec.rollout.backend == "sglang":
-        from slime.backends.sglang.launch import render_engine_commands
-
-        out[f"SGLang engine commands{task}; node addresses are filled in at run time"] = render_engine_commands(spec)
-    return out
+    return loaded, launcher, launcher.dryrun(loaded, options)
 
 
 def render(args: argparse.Namespace) -> int:
+    from slime.backends.preview import engine_previews
+
     # submit --dry-run lands here too: show what that submit would run (--preflight-only changes the script)
-    loaded, _, _, request = _compile(
+    loaded, _, dry = _dryrun(
         args, preflight_only=getattr(args, "preflight_only", False), force=getattr(args, "force", False), preview=True
     )
-    engines = _engine_previews(loaded)
+    dry = dry.with_engines(engine_previews(loaded))
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "launcher": request.launcher,
-                    "run_dir": str(request.run_dir),
-                    "files": {p: c for p, c, _ in request.files},
-                    "command": list(request.command),
-                    "engines": engines,
-                },
-                indent=2,
-            )
-        )
+        print(json.dumps(dry.to_json(), indent=2))
     else:
         print_problems(list(loaded.warnings))
-        sys.stdout.write(request.render())
-        for title, text in engines.items():
-            sys.stdout.write(f"\n# ---- {title} ----\n{text.rstrip()}\n")
+        sys.stdout.write(dry.render())
     return ExitCode.OK
 
 
 def submit(args: argparse.Namespace) -> int:
     if args.dry_run:
         return render(args)
-    loaded, launcher, options, request = _compile(args, preflight_only=args.preflight_only, force=args.force)
+    loaded, launcher, dry = _dryrun(args, preflight_only=args.preflight_only, force=args.force)
     if not args.json:
         print_problems(list(loaded.warnings))
-    submission = launcher.submit(request, options)
+    submission = launcher.submit(dry)
     if args.json:
         print(json.dumps(submission.to_json(), indent=2))
     else:

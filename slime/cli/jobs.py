@@ -9,9 +9,10 @@ Which run (``TARGET``), in order:
    launcher submits from the run dir), from ``scontrol`` or the job completion log (``sacct -c``).
    No separate index file is kept: ``jobs.json`` and SLURM's own record are the index.
 
-State and logs come from the launcher's job manager (``launchers.slurm.jobs`` or
-``launchers.local_jobs``, named in ``jobs.json``). ``status`` also merges the preflight's
-hosts/GPUs into ``lock.json`` (``slime.provenance.update_lock_from_preflight``).
+State, logs, cancel and job ids come from the run's launcher object (``launchers.get_launcher``
+of the launcher named in ``jobs.json``: ``status``, ``statuses``, ``log_files``, ``cancel``,
+``find_run``). ``status`` also merges the preflight's hosts/GPUs into ``lock.json``
+(``slime.provenance.update_lock_from_preflight``).
 Exit codes: 0 ok · 2 usage (no such run, bad ``--task``, duplicate on ``rerun``) · 3 SLURM failed.
 This module imports only the standard library at import time (the CLI builds every parser).
 """
@@ -23,16 +24,15 @@ import json
 import os
 import re
 import shlex
-import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from slime.core.errors import ExitCode
+from slime.core.states import RunState
 
 __all__ = [
-    "MANAGERS",
     "configure_cancel",
     "configure_list",
     "configure_logs",
@@ -42,18 +42,18 @@ __all__ = [
     "resolve_target",
 ]
 
-MANAGERS = {"slurm": "launchers.slurm.jobs", "local": "launchers.local_jobs"}
 _JOB_ID = re.compile(r"\d+(_\d+)?")
 _COLORS = {
-    "succeeded": "green",
-    "running": "cyan",
-    "pending": "magenta",
-    "requeued": "magenta",
-    "suspended": "magenta",
-    "failed": "red",
-    "timeout": "red",
-    "cancelled": "yellow",
-    "unknown": "dim",
+    RunState.SUCCEEDED: "green",
+    RunState.RUNNING: "cyan",
+    RunState.PENDING: "magenta",
+    RunState.REQUEUED: "magenta",
+    RunState.SUSPENDED: "magenta",
+    RunState.PREEMPTED: "magenta",
+    RunState.FAILED: "red",
+    RunState.TIMEOUT: "red",
+    RunState.CANCELLED: "yellow",
+    RunState.UNKNOWN: "dim",
 }
 
 
@@ -95,27 +95,25 @@ def _common(p: argparse.ArgumentParser, *, target: bool = True, task: bool = Tru
 
 
 # ----------------------------------------------------------------------------- finding runs
-def _manager(launcher: str):
-    import importlib
+def _known() -> str:
+    from launchers import LAUNCHERS
 
-    if launcher not in MANAGERS:
-        raise UsageError(f"unknown launcher {launcher!r} in jobs.json; known: {', '.join(sorted(MANAGERS))}")
-    return importlib.import_module(MANAGERS[launcher])
+    return ", ".join(sorted(LAUNCHERS.names()))
+
+
+def _launcher(paths):
+    """The launcher object of the run (``launchers.base.Launcher``)."""
+    from launchers import LAUNCHERS, get_launcher
+    from launchers.status import launcher_name
+
+    name = launcher_name(paths)
+    if name not in LAUNCHERS:
+        raise UsageError(f"unknown launcher {name!r} in jobs.json; known: {_known()}")
+    return get_launcher(name)
 
 
 def _is_run(d: Path) -> bool:
     return (d / "jobs.json").is_file() or (d / "lock.json").is_file()
-
-
-def _launcher_of(paths) -> str:
-    launcher = paths.read_jobs().get("launcher")
-    if not launcher:
-        try:
-            lock = json.loads(paths.lock.read_text())
-        except (OSError, ValueError):
-            lock = None
-        launcher = lock.get("launcher") if isinstance(lock, dict) else None
-    return launcher if launcher and isinstance(launcher, str) else "local"
 
 
 def _warn_jobs(paths) -> str | None:
@@ -134,7 +132,7 @@ def _warn_jobs(paths) -> str | None:
 
 def find_runs(parent: Path) -> list:
     """Run dirs directly under ``parent``, newest first (by submit time)."""
-    from launchers.local_jobs import run_started
+    from launchers.status import run_started
     from slime.core.paths import RunPaths
 
     try:
@@ -143,11 +141,6 @@ def find_runs(parent: Path) -> list:
         return []
     runs = [RunPaths(d.resolve()) for d in dirs]
     return sorted(runs, key=lambda p: run_started(p) or 0.0, reverse=True)
-
-
-def _jobs_ids(paths) -> set[str]:
-    doc = paths.read_jobs()
-    return {str(j) for j in doc.get("job_ids", [])} | {str(a.get("job_id")) for a in doc.get("arrays") or []}
 
 
 def resolve_target(target: str | None, search: Path | None) -> tuple[Any, int | None]:
@@ -166,28 +159,26 @@ def resolve_target(target: str | None, search: Path | None) -> tuple[Any, int | 
             raise UsageError(f"{p} is not a run dir (it has no jobs.json or lock.json)")
         return RunPaths(p.resolve()), None
     if _JOB_ID.fullmatch(target):
-        job, _, index = target.partition("_")
-        for paths in find_runs(parent):
-            if job in _jobs_ids(paths):
-                task = None
-                if index:
-                    from launchers.local_jobs import task_count
-                    from launchers.slurm.jobs import task_layout
-
-                    layout = task_layout(paths.read_jobs(), task_count(paths))
-                    task = next((t for t, key in layout.items() if key == (job, int(index))), None)
-                return paths, task
-        if shutil.which("scontrol"):
-            from launchers.slurm.jobs import find_run
-
-            found = find_run(target)
-            if found:
-                return RunPaths(found[0].resolve()), found[1]
+        found = _find_job(target, find_runs(parent))
+        if found is not None:
+            return found
         raise UsageError(
             f"job {target}: no run under {parent.resolve()} lists it and SLURM does not know its "
             "run dir; pass the run dir instead (or --dir where the run lives)"
         )
     raise UsageError(f"{target!r} is neither a run dir nor a job id")
+
+
+def _find_job(job_id: str, runs: list) -> tuple[Any, int | None] | None:
+    """Ask each launcher about the job id, among its own runs (newest first)."""
+    from launchers import LAUNCHERS, get_launcher
+    from launchers.status import launcher_name
+
+    for name in LAUNCHERS.names():
+        found = get_launcher(name).find_run(job_id, [p for p in runs if launcher_name(p) == name])
+        if found is not None:
+            return found
+    return None
 
 
 def _task_arg(args: argparse.Namespace, implied: int | None, n: int) -> int | None:
@@ -220,7 +211,7 @@ def _when(t: float | None) -> str:
     return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t))} ({ago} ago)"
 
 
-def _state(s: str) -> str:
+def _state(s: RunState) -> str:
     return f"[{_COLORS.get(s, 'white')}]{s}[/]"
 
 
@@ -242,7 +233,7 @@ def status(args: argparse.Namespace) -> int:
 
     paths, implied = resolve_target(args.target, args.dir)
     problem = _warn_jobs(paths)
-    st = _manager(_launcher_of(paths)).run_status(paths)
+    st = _launcher(paths).status(paths)
     task = _task_arg(args, implied, len(st.tasks))
     update_lock_from_preflight(paths.root)
     doc = st.to_json()
@@ -299,16 +290,16 @@ def _tail(text: str, n: int | None) -> str:
 
 
 def logs(args: argparse.Namespace) -> int:
-    from launchers.local_jobs import ACTIVE, task_count
+    from launchers.status import task_count
 
     paths, implied = resolve_target(args.target, args.dir)
     _warn_jobs(paths)
-    mgr = _manager(_launcher_of(paths))
+    launcher = _launcher(paths)
     n = task_count(paths)
     task = _task_arg(args, implied, n)
     task = 0 if task is None else task
     if not args.follow:
-        files = mgr.log_files(paths, task, args.node)
+        files = launcher.log_files(paths, task, args.node)
         out = [
             {
                 "path": str(f),
@@ -323,12 +314,12 @@ def logs(args: argparse.Namespace) -> int:
         if not any(f["exists"] for f in out):
             from rich.markup import escape
 
-            st = mgr.run_status(paths).tasks[task].state
+            st = launcher.status(paths).tasks[task].state
             follow = f"slime-submit logs -f {shlex.quote(str(paths.root))} --task {task}"
             where = ", ".join(f["path"] for f in out)
             _console(stderr=True).print(
                 f"no log yet for task {task} ({st}): {escape(where)}"
-                + (f"; wait for it with `{escape(follow)}`" if st in ACTIVE else "")
+                + (f"; wait for it with `{escape(follow)}`" if st.is_active else "")
             )
         for f in out:
             if f["exists"]:
@@ -339,10 +330,10 @@ def logs(args: argparse.Namespace) -> int:
         if n > 1 and args.task is None and implied is None and not args.json:
             _console(stderr=True).print(f"[dim](task {task} of {n}; --task N for another)[/]")
         return ExitCode.OK
-    return _follow(paths, mgr, task, args, ACTIVE)
+    return _follow(paths, launcher, task, args)
 
 
-def _follow(paths, mgr, task: int, args: argparse.Namespace, active_states) -> int:
+def _follow(paths, launcher, task: int, args: argparse.Namespace) -> int:
     """Print new bytes as they arrive; stop once the task is no longer active (polled every ~2 s).
     The log files are listed again on every poll: a log that appears later (``logs -f`` started
     before the job wrote one, a node that joined late) is followed from its start."""
@@ -351,7 +342,7 @@ def _follow(paths, mgr, task: int, args: argparse.Namespace, active_states) -> i
 
     def drain() -> None:
         nonlocal first
-        for f in mgr.log_files(paths, task, args.node):
+        for f in launcher.log_files(paths, task, args.node):
             try:
                 size = f.stat().st_size
             except OSError:
@@ -380,8 +371,8 @@ def _follow(paths, mgr, task: int, args: argparse.Namespace, active_states) -> i
         now = time.monotonic()
         if now - last_check >= 2.0:
             last_check = now
-            state = mgr.run_status(paths).tasks[task].state
-            if state not in active_states:
+            state = launcher.status(paths).tasks[task].state
+            if not state.is_active:
                 drain()  # what the job wrote while it ended
                 break
         time.sleep(max(0.05, args.poll))
@@ -399,26 +390,27 @@ def configure_cancel(p: argparse.ArgumentParser) -> None:
 
 
 def cancel(args: argparse.Namespace) -> int:
-    from launchers.local_jobs import task_count
+    from launchers.status import task_count
 
     if args.target is None:
         raise UsageError("cancel needs a RUN_DIR or JOB_ID (it never guesses which run to stop)")
     paths, implied = resolve_target(args.target, args.dir)
     _warn_jobs(paths)
     task = _task_arg(args, implied, task_count(paths))
-    result = _manager(_launcher_of(paths)).cancel(paths, task)
+    result = _launcher(paths).cancel(paths, task)
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps(result.to_json(), indent=2))
     else:
         con = _console()
-        if result.get("cancelled"):
-            what = ", ".join(str(c) for c in result["cancelled"])
+        if result.cancelled:
+            what = ", ".join(str(c) for c in result.cancelled)
+            tasks = result.tasks if result.tasks is not None else result.cancelled
             con.print(
-                f"cancelled {what} (task{'s' if len(result.get('tasks', [])) != 1 else ''} "
-                f"{', '.join(str(t) for t in result.get('tasks', result['cancelled']))}) of {paths.root}"
+                f"cancelled {what} (task{'s' if len(result.tasks or ()) != 1 else ''} "
+                f"{', '.join(str(t) for t in tasks)}) of {paths.root}"
             )
         else:
-            con.print(result.get("message", "nothing to cancel"))
+            con.print(result.message or "nothing to cancel")
     return ExitCode.OK
 
 
@@ -434,18 +426,21 @@ def list_runs(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise UsageError("--limit must be at least 1")
     runs = find_runs(parent)[: args.limit]
+    from launchers import LAUNCHERS, get_launcher
+    from launchers.status import launcher_name
+
     by_launcher: dict[str, list] = {}
     for p in runs:
-        by_launcher.setdefault(_launcher_of(p), []).append(p)
+        by_launcher.setdefault(launcher_name(p), []).append(p)
     states: dict[Path, Any] = {}
     for launcher, group in by_launcher.items():
-        if launcher in MANAGERS:  # an unknown one is that run's problem, not the whole list's
-            states.update(_manager(launcher).run_states(group))
+        if launcher in LAUNCHERS:  # an unknown one is that run's problem, not the whole list's
+            states.update(get_launcher(launcher).statuses(group))
     rows, notes = [], {}
     for p in runs:
         st = states.get(p.root)
         if st is None:
-            launcher = _launcher_of(p)
+            launcher = launcher_name(p)
             notes[p.root] = "unknown launcher"
             rows.append(
                 {
@@ -453,12 +448,12 @@ def list_runs(args: argparse.Namespace) -> int:
                     "run_dir": str(p.root),
                     "launcher": launcher,
                     "job_ids": [],
-                    "state": "unknown",
+                    "state": RunState.UNKNOWN,
                     "started": None,
                     "last_step": None,
                     "tasks": 0,
                     "preflight_only": False,
-                    "problem": f"{p.root}: unknown launcher {launcher!r}; known: {', '.join(sorted(MANAGERS))}",
+                    "problem": f"{p.root}: unknown launcher {launcher!r}; known: {_known()}",
                 }
             )
             continue
@@ -545,7 +540,8 @@ def rerun(args: argparse.Namespace) -> int:
     options = SubmitOptions(
         preflight_only=bool((lock.get("options") or {}).get("preflight_only")), force=args.force, extra=extra
     )
-    request = launcher.compile(loaded, options)
+    dry = launcher.dryrun(loaded, options)
+    request = dry.request
     if spec_sha256(request.file("resolved.json")) != lock["spec_sha256"]:
         raise InfraError(
             f"rerun of {paths.root} would not submit the recorded resolved spec (hash differs): a bug; please report it"
@@ -572,7 +568,7 @@ def rerun(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(request.render())
         return ExitCode.OK
-    submission = launcher.submit(request, options)
+    submission = launcher.submit(dry)
     out = {
         **submission.to_json(),
         "rerun_of": str(paths.root),

@@ -178,7 +178,7 @@ def _stale(path: Path) -> bool:
     if pid == os.getpid():
         return False
     try:
-        return b"launchers.bootstrap" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return b"launchers.node.bootstrap" not in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return True
 

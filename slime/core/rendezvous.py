@@ -1,14 +1,19 @@
 """How the nodes of one job meet: small JSON files in ``tasks/<i>/rendezvous/`` of the run dir.
 
+The one owner of this file protocol, shared by its three parties: the node side
+(``launchers.node``: every file), the batch script (the stop file) and the SLURM restart helper
+(``launchers.slurm.restarts``: which nodes a failed run recorded as failed).
+
 The run dir is on a filesystem every node sees (the job reads its spec from it), so it is the
 simplest reliable channel (NeMo-Run's Ray template does the same with marker files):
 
 * ``head-<instance>.json``  written by node 0 as it launches its Ray: address, GCS and gloo ports
   (``ray start --address`` on the workers waits for the GCS by itself);
-* ``node-<instance>-<rank>.json``  each node's state (starting/joined/failed), address, the
-  CPUs/GPUs it gave Ray, its last error — the head names failed nodes from these;
+* ``node-<instance>-<rank>.json``  each node's state (starting/joined/failed/lost), address, the
+  CPUs/GPUs it gave Ray, its last error — the head names failed nodes from these, and so does
+  the restart helper once the step has ended (:meth:`Rendezvous.failed_hosts`);
 * ``preflight-<instance>`` written by node 0 when the preflight starts; each node's collective
-  subprocess (``launchers.collective``) then joins the all_reduce and writes
+  subprocess (``launchers.node.collective``) then joins the all_reduce and writes
   ``collective-<instance>-<rank>.json``;
 * ``done-<instance>``  written by node 0 when it finishes: workers then stop their Ray.
 * ``stop-<instance>``  written by the batch script when SLURM warns the job (USR1: time limit
@@ -31,7 +36,10 @@ from typing import Any
 
 from slime.core.paths import atomic_write
 
-__all__ = ["Rendezvous"]
+__all__ = ["FAILED_STATES", "Rendezvous"]
+
+#: node record states of a node that failed (its Ray did not start or join) or was lost (its Ray died)
+FAILED_STATES = ("failed", "lost")
 
 
 class Rendezvous:
@@ -103,6 +111,15 @@ class Rendezvous:
 
     def nodes(self, num_nodes: int) -> dict[int, dict[str, Any]]:
         return {r: info for r in range(num_nodes) if (info := self.node(r)) is not None}
+
+    def node_records(self) -> list[dict[str, Any]]:
+        """Every node record of this instance, whatever the number of nodes (by file name)."""
+        records = (self._read(p) for p in sorted(self.dir.glob(f"node-{self.instance}-*.json")))
+        return [r for r in records if isinstance(r, dict)]
+
+    def failed_hosts(self) -> list[str]:
+        """Hosts whose node recorded itself failed or lost in this instance."""
+        return [str(r["host"]) for r in self.node_records() if r.get("state") in FAILED_STATES and r.get("host")]
 
     def collectives(self, num_nodes: int) -> dict[int, dict[str, Any]]:
         return {r: info for r in range(num_nodes) if (info := self._read(self.collective_file(r))) is not None}

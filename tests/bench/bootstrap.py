@@ -88,15 +88,15 @@ def start_time(job: str) -> float:
 
 def run_slime(work: Path) -> tuple[float, float, dict]:
     from launchers.base import SubmitOptions
-    from launchers.slurm import SlurmLauncher
+    from launchers.slurm.launcher import SlurmLauncher
     from slime.spec import load_spec
 
     loaded = load_spec(SMOKE, overrides=[f"logging.dir={json.dumps(str(work / 'runs'))}"])
     launcher = SlurmLauncher()
     options = SubmitOptions(preflight_only=True, extra={"wait_timeout_s": 300})
-    request = launcher.compile(loaded, options)
+    dry = launcher.dryrun(loaded, options)
     t0 = time.time()
-    sub = launcher.submit(request, options)
+    sub = launcher.submit(dry)
     if sub.returncode != 0:
         raise SystemExit(f"slime preflight failed: see {sub.run_dir}")
     report = json.loads((sub.run_dir / "tasks/0/preflight.json").read_text())

@@ -103,10 +103,10 @@ def bare_loop(spec, model_dir: Path, rollouts: int, threads: int, tmp: Path) -> 
 
 def runtime_loop(overrides: list[str], logdir: Path) -> tuple[dict[str, list[float]], float, float]:
     from launchers.base import SubmitOptions, create_run_dir
-    from launchers.local import LocalLauncher
+    from launchers.local.launcher import LocalLauncher
 
     loaded = load(overrides, logdir)
-    run = create_run_dir(LocalLauncher().compile(loaded, SubmitOptions(run_name="bench"))).root
+    run = create_run_dir(LocalLauncher().dryrun(loaded, SubmitOptions(run_name="bench")).request).root
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["WANDB_MODE"] = "disabled"
     t = time.perf_counter()

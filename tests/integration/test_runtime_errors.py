@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("ray")
 
 from launchers.base import SubmitOptions, create_run_dir
-from launchers.local import LocalLauncher
+from launchers.local.launcher import LocalLauncher
 from slime.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def test_a_prompt_file_gone_bad_after_submit_fails_with_file_line_and_exit_2(tmp
             "logging.progress=false",
         ],
     )
-    run = create_run_dir(LocalLauncher().compile(loaded, SubmitOptions(run_name="bad"))).root
+    run = create_run_dir(LocalLauncher().dryrun(loaded, SubmitOptions(run_name="bad")).request).root
     with prompts.open("a") as fh:
         fh.write('{"prompt": "01+01=", "label": "2"\n')  # broken JSON on line 2001
     done = train(str(run))
@@ -70,7 +70,7 @@ def test_resuming_from_a_truncated_checkpoint_names_it_and_the_usable_one_with_e
             "logging.progress=false",
         ],
     )
-    run = create_run_dir(LocalLauncher().compile(loaded, SubmitOptions(run_name="damaged"))).root
+    run = create_run_dir(LocalLauncher().dryrun(loaded, SubmitOptions(run_name="damaged")).request).root
     ck = run / "tasks/0/checkpoints"
     state = {
         "format": 1,

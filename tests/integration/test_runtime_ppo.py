@@ -19,7 +19,7 @@ pytest.importorskip("ray")
 pytest.importorskip("torch")
 
 from launchers.base import SubmitOptions, create_run_dir
-from launchers.local import LocalLauncher
+from launchers.local.launcher import LocalLauncher
 from slime.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,7 +44,7 @@ def test_ppo_with_critic_reference_and_kl_penalty(tmp_path):
         f"logging.dir={tmp_path}",
     ]
     loaded = load_spec(REPO / "specs" / "quickstart.yaml", overrides=overrides)
-    run = create_run_dir(LocalLauncher().compile(loaded, SubmitOptions(run_name="ppo"))).root
+    run = create_run_dir(LocalLauncher().dryrun(loaded, SubmitOptions(run_name="ppo")).request).root
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["WANDB_MODE"] = "disabled"
     done = subprocess.run(

@@ -21,7 +21,7 @@ pytest.importorskip("ray")
 pytest.importorskip("torch")
 
 from launchers.base import SubmitOptions, create_run_dir
-from launchers.local import LocalLauncher
+from launchers.local.launcher import LocalLauncher
 from slime.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ OVERRIDES = [
 
 def make_run(parent: Path, name: str) -> Path:
     loaded = load_spec(REPO / "specs" / "quickstart.yaml", overrides=OVERRIDES + [f"logging.dir={parent}"])
-    request = LocalLauncher().compile(loaded, SubmitOptions(run_name=name))
+    request = LocalLauncher().dryrun(loaded, SubmitOptions(run_name=name)).request
     return create_run_dir(request).root
 
 

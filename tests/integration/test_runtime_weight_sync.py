@@ -23,7 +23,7 @@ pytest.importorskip("ray")
 pytest.importorskip("torch")
 
 from launchers.base import SubmitOptions, create_run_dir
-from launchers.local import LocalLauncher
+from launchers.local.launcher import LocalLauncher
 from slime.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,7 +44,7 @@ OVERRIDES = [
 
 def _run(parent: Path, name: str, extra: list[str]) -> tuple[list[dict], str, Path]:
     loaded = load_spec(REPO / "specs" / "quickstart.yaml", overrides=OVERRIDES + extra + [f"logging.dir={parent}"])
-    run = create_run_dir(LocalLauncher().compile(loaded, SubmitOptions(run_name=name))).root
+    run = create_run_dir(LocalLauncher().dryrun(loaded, SubmitOptions(run_name=name)).request).root
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(WANDB_MODE="offline", HF_HUB_OFFLINE="1")
     done = subprocess.run(

@@ -7,6 +7,7 @@ polluted by other tests) and lists which heavy top-level packages got imported.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -36,7 +37,8 @@ def _run(body: str, cwd: Path = ROOT) -> dict:
 def test_importing_the_control_plane_pulls_in_nothing_heavy():
     out = _run(
         "import slime.spec, slime.spec.migrate, slime.cli.main, slime.cli.commands, slime.spec.layout, "
-        "slime.core.paths, slime.core.registry, launchers, launchers.base\nrc = 0"
+        "slime.core.paths, slime.core.registry, launchers, launchers.base, launchers.status, "
+        "launchers.local.launcher, launchers.slurm.launcher, slime.backends.preview\nrc = 0"
     )
     assert out["heavy"] == [], out
 
@@ -93,7 +95,36 @@ def test_import_slime_args_imports_nothing_heavy(tmp_path: Path):
     assert out["heavy"] == [], out
 
 
-@pytest.mark.parametrize("module", ["slime.spec", "slime.cli.main", "launchers.base"])
+@pytest.mark.parametrize(
+    "module",
+    ["slime.spec", "slime.cli.main", "launchers.base", "launchers.local.launcher", "launchers.slurm.launcher"],
+)
 def test_each_module_alone(module):
     out = _run(f"import {module}\nrc = 0")
     assert out["heavy"] == [], out
+
+
+#: the import-linter contracts (pyproject.toml) of the control plane and the launchers' two sides
+CONTROL_PLANE_CONTRACTS = (
+    "control-plane-layers",
+    "control-plane-light",
+    "launchers-no-training-code",
+    "launcher-sides-independent",
+    "node-side-not-submit-side",
+    "submit-side-not-node-side",
+)
+
+
+def test_the_control_plane_and_launcher_contracts_hold():
+    """The layering, statically (function-level imports count): the CLI and the submit side import no
+    engine, no training code, and the node side and submit side never import each other."""
+    exe = Path(sys.executable).with_name("lint-imports")
+    if not exe.exists():
+        pytest.skip("import-linter is not installed (pip install -e '.[test]')")
+    args = [str(exe), "--no-cache"] + [a for c in CONTROL_PLANE_CONTRACTS for a in ("--contract", c)]
+    proc = subprocess.run(
+        args, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0 and f"Contracts: {len(CONTROL_PLANE_CONTRACTS)} kept, 0 broken" in proc.stdout, (
+        proc.stdout
+    )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from launchers.local_jobs import record_exit, record_start
+from launchers.local.jobs import record_exit, record_start
 from slime.cli.main import main
 from slime.core.paths import RunPaths
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from launchers import local_jobs
-from launchers.local_jobs import metrics_tail, pid_alive, record_exit, record_start, run_status
+from launchers.local import jobs as local_jobs
+from launchers.local.jobs import pid_alive, record_exit, record_start, run_status
+from launchers.status import metrics_tail
 from slime.core.errors import InfraError
 from slime.core.paths import RunPaths
 
@@ -61,7 +62,7 @@ def test_running_task_then_pending_task_then_exit_codes(tmp_path):
         assert [t.state for t in st.tasks] == ["running", "pending"]
         assert st.state == "running" and "starting" in st.tasks[0].reason  # no state.json yet
         assert "one at a time" in st.tasks[1].reason
-        assert local_jobs.active(paths)
+        assert run_status(paths).state.is_active
     finally:
         proc.kill()
         proc.wait()
@@ -79,7 +80,7 @@ def test_running_task_then_pending_task_then_exit_codes(tmp_path):
     st = run_status(paths)
     assert [t.state for t in st.tasks] == ["succeeded", "failed"] and st.state == "failed"
     assert st.tasks[1].reason == "boom: out of cheese" and st.tasks[1].exit_code == "1"
-    assert not local_jobs.active(paths)
+    assert not run_status(paths).state.is_active
 
 
 def test_a_vanished_process_without_exit_code_is_failed_not_running(tmp_path):
@@ -111,12 +112,12 @@ def test_cancel_signals_the_running_bootstrap_and_status_says_cancelled(tmp_path
     with pytest.raises(InfraError, match="only the running task"):
         local_jobs.cancel(paths, task=1)
     out = local_jobs.cancel(paths)
-    assert out["cancelled"] == [0] and out["pids"] == [proc.pid]
+    assert out.cancelled == (0,) and out.pids == (proc.pid,)
     assert proc.wait(timeout=10) == 143  # it got SIGTERM and exited through its handler
     record_exit(paths, 0, 143)
     st = run_status(paths)
     assert [t.state for t in st.tasks] == ["cancelled", "cancelled"]
-    assert local_jobs.cancel(paths)["cancelled"] == []  # nothing left to cancel
+    assert local_jobs.cancel(paths).cancelled == ()  # nothing left to cancel
 
 
 def test_runtime_state_without_pid_records_is_believed_and_checked(tmp_path):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from launchers.local_jobs import ACTIVE, STATES, aggregate
 from launchers.slurm.jobs import STATE_MAP, expand_task_ids, explain_reason, map_state
+from launchers.status import aggregate
+from slime.core.states import RunState
 
 # The contract from the issue, written out independently of the table in the code.
 EXPECTED = {
@@ -34,9 +35,10 @@ def test_every_slurm_state_of_the_contract_maps_as_specified(slurm, ours):
     assert map_state(slurm) == ours
 
 
-def test_the_table_only_produces_known_states():
-    assert set(STATE_MAP.values()) <= set(STATES)
-    assert {"pending", "running", "requeued", "suspended"} == ACTIVE
+def test_the_table_only_produces_run_states_and_its_active_ones_are_the_queued_and_running():
+    assert all(isinstance(v, RunState) for v in STATE_MAP.values())
+    assert {v for v in STATE_MAP.values() if v.is_active} == {"pending", "running", "requeued", "suspended"}
+    assert {v for v in STATE_MAP.values() if v.is_terminal} == {"succeeded", "failed", "timeout", "cancelled"}
 
 
 @pytest.mark.parametrize(
@@ -58,7 +60,7 @@ def test_the_table_only_produces_known_states():
     ],
 )
 def test_sacct_suffixes_short_codes_and_unknown_states(raw, ours):
-    assert map_state(raw) == ours
+    assert map_state(raw) == ours and isinstance(map_state(raw), RunState)
 
 
 @pytest.mark.parametrize(
@@ -102,4 +104,4 @@ def test_pending_reasons_are_explained_and_unknown_ones_pass_through():
     ],
 )
 def test_run_state_from_task_states(states, run):
-    assert aggregate(states) == run
+    assert aggregate(RunState(s) for s in states) == run

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from launchers.bootstrap import load_task_spec, object_store_bytes
-from launchers.node import (
+from launchers.node.bootstrap import main as bootstrap_main
+from launchers.node.bootstrap import object_store_bytes
+from launchers.node.context import (
     NodeContext,
     detect_node,
     head_ip,
@@ -29,9 +30,8 @@ from launchers.node import (
     route_source,
     worker_ip,
 )
-from launchers.rayproc import MARKER_ENV, RayNode, pids_using, prune_stale, ray_env, temp_dir_for
-from launchers.rendezvous import Rendezvous
-from slime.core.errors import InfraError
+from launchers.node.rayproc import MARKER_ENV, RayNode, pids_using, prune_stale, ray_env, temp_dir_for
+from slime.core.errors import ExitCode, InfraError
 from slime.core.paths import TaskPaths
 from slime.core.ports import (
     BLOCK,
@@ -43,6 +43,7 @@ from slime.core.ports import (
     port_free,
     port_range,
 )
+from slime.core.rendezvous import Rendezvous
 from slime.spec import load_spec_text
 
 
@@ -340,16 +341,24 @@ def test_a_failing_ray_start_reports_its_output(tmp_path, monkeypatch):
     assert err.port_conflict and "Address already in use" in err.tail and "exited with 1" in str(err)
 
 
-def test_task_spec_is_read_from_the_run_dir_or_named_when_missing(tmp_path):
+def test_task_spec_is_read_from_the_run_dir_or_named_when_missing(tmp_path, capsys):
+    from slime.spec.task import load_task_spec
+
     tp = TaskPaths(tmp_path, 0)
-    with pytest.raises(InfraError, match="resolved.json.*filesystem every node sees"):
-        load_task_spec(tp)
+    with pytest.raises(ValueError, match="resolved.json does not exist"):
+        load_task_spec(tp.resolved)
+    # the bootstrap says it as a usage error (exit 2) with what to check on a node
+    assert bootstrap_main([str(tmp_path), "--task", "0", "--local"]) == ExitCode.SPEC
+    assert "filesystem every node sees" in capsys.readouterr().err
     tp.dir.mkdir(parents=True)
+    tp.resolved.write_text("[1, 2]\n")
+    with pytest.raises(ValueError, match="cannot read the task's resolved spec"):
+        load_task_spec(tp.resolved)
     import msgspec
 
     spec = _spec()
     tp.resolved.write_text(json.dumps({"task": 0, "spec": msgspec.to_builtins(spec)}))
-    assert load_task_spec(tp) == spec
+    assert load_task_spec(tp.resolved) == spec
 
 
 def test_prune_removes_only_old_unused_dirs(tmp_path):

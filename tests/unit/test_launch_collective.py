@@ -1,6 +1,6 @@
 """The preflight's collective subprocess: two real ranks on this machine, real torch/gloo.
 
-Two ``python -m launchers.collective`` processes stand for two nodes (both on 127.0.0.1); the
+Two ``python -m launchers.node.collective`` processes stand for two nodes (both on 127.0.0.1); the
 rendezvous files are written the way the bootstrap writes them.
 """
 
@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from launchers.rendezvous import Rendezvous
 from slime.core.paths import RunPaths
+from slime.core.rendezvous import Rendezvous
 
 
 def _free_port() -> int:
@@ -28,7 +28,7 @@ def _start(run_dir: Path, rank: int, world: int, wait: float = 60) -> subprocess
         [
             sys.executable,
             "-m",
-            "launchers.collective",
+            "launchers.node.collective",
             str(run_dir),
             "--task",
             "0",

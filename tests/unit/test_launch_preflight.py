@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from launchers.preflight_checks import gpu_visibility, ray_resources, render_table, role_conflicts, write_report
+from launchers.node.preflight_checks import gpu_visibility, ray_resources, render_table, role_conflicts, write_report
 from slime.core.paths import TaskPaths
 from slime.placement import bundle_specs, node_rank_of, placement_from_infos
 from slime.spec.layout import Layout, Slot, plan_layout

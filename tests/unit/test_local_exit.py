@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from launchers.local import _run_foreground, shell_exit_code
+from launchers.local.launcher import _run_foreground, shell_exit_code
 
 
 def test_a_bootstrap_killed_by_sigkill_exits_137_and_says_so(tmp_path, capfd):

@@ -1,5 +1,5 @@
 """lock.json: contents, versions without imports, git state, redaction, preflight merge, duplicate
-refusal and rerun reconstruction. Real compiles (the launchers' own ``compile``), real git repos,
+refusal and rerun reconstruction. Real compiles (the launchers' own ``dryrun``), real git repos,
 real processes; nothing is submitted (the SLURM round trip is in tests/e2e/test_job_management.py)."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from launchers.base import SubmitOptions, create_run_dir
-from launchers.local import LocalLauncher
-from launchers.local_jobs import record_start, run_status
-from launchers.slurm import SlurmLauncher
+from launchers.local.jobs import record_start, run_status
+from launchers.local.launcher import LocalLauncher
+from launchers.slurm.launcher import SlurmLauncher
 from slime import provenance
 from slime.core.errors import InfraError
 from slime.provenance import (
@@ -69,15 +69,15 @@ def compiled(spec_file: Path, launcher_cls=SlurmLauncher, run_name: str = "prov-
     loaded = load_spec(str(spec_file))
     launcher = launcher_cls()
     options = SubmitOptions(run_name=run_name, extra=extra)
-    return loaded, launcher, options, launcher.compile(loaded, options)
+    return loaded, launcher, options, launcher.dryrun(loaded, options).request
 
 
 def test_lock_records_spec_hash_versions_script_and_options(spec_file, monkeypatch):
-    monkeypatch.setenv("SLIME_DRIVER", "launchers.tinydriver")
+    monkeypatch.setenv("SLIME_DRIVER", "launchers.node.tinydriver")
     monkeypatch.setattr(sys, "argv", ["slime-submit", str(spec_file), "--set", f"x.API_KEY={ENV_SECRET}"])
     loaded, _, options, request = compiled(spec_file)
     paths = create_run_dir(request)
-    write_lock(paths, request, options, spec_path=spec_file)
+    write_lock(paths, request, options)
     lock = read_lock(paths.root)
     assert lock["spec_sha256"] == hashlib.sha256(paths.resolved.read_bytes()).hexdigest()
     assert lock["launcher"] == "slurm" and lock["name"] == "prov" and lock["run_dir"] == str(paths.root)
@@ -90,7 +90,7 @@ def test_lock_records_spec_hash_versions_script_and_options(spec_file, monkeypat
     assert lock["python"]["version"] == ".".join(map(str, sys.version_info[:3]))
     assert lock["slime_submit"]["version"]
     assert lock["git"] is None  # tmp_path is not a git work tree
-    assert lock["options"]["driver_env"] == "launchers.tinydriver" and lock["options"]["preflight_only"] is False
+    assert lock["options"]["driver_env"] == "launchers.node.tinydriver" and lock["options"]["preflight_only"] is False
     assert (
         lock["script"]["text"].startswith("#!/bin/bash")
         and "slime_secret_env API_KEY PROV_TEST_SECRET" in lock["script"]["text"]
@@ -104,7 +104,7 @@ def test_no_secret_value_reaches_the_lock(spec_file, monkeypatch):
     monkeypatch.setenv("SOME_PASSWORD", "pw-from-the-environment-99")
     _, _, options, request = compiled(spec_file)
     paths = create_run_dir(request)
-    write_lock(paths, request, options, spec_path=spec_file)
+    write_lock(paths, request, options)
     text = paths.lock.read_text()
     for value in (ENV_SECRET, FILE_SECRET, "hf_plain_env_value_123", "pw-from-the-environment-99"):
         assert value not in text
@@ -240,7 +240,7 @@ def test_duplicate_of_a_running_local_run_is_refused_unless_forced(spec_file, tm
         refuse_duplicate(again, SubmitOptions(force=True), run_status)  # --force: allowed
         refuse_duplicate(again, SubmitOptions(preflight_only=True), run_status)  # a doctor run is never refused
         loaded = load_spec(str(spec_file), overrides=["rollout.num_rollouts=2"])
-        other = LocalLauncher().compile(loaded, SubmitOptions(run_name="prov-3"))
+        other = LocalLauncher().dryrun(loaded, SubmitOptions(run_name="prov-3")).request
         refuse_duplicate(other, opts2, run_status)  # a different resolved spec is another job
     finally:
         proc.kill()
@@ -253,14 +253,14 @@ def test_rerun_rebuilds_exactly_the_recorded_specs_with_a_fresh_checkpoint_dir(s
     spec_file.write_text(sweep)
     _, _, options, request = compiled(spec_file, python="/opt/py/bin/python3")
     paths = create_run_dir(request)
-    write_lock(paths, request, options, spec_path=spec_file)
+    write_lock(paths, request, options)
     lock = read_lock(paths.root)
     loaded = provenance.loaded_from_run(paths, lock)
     assert [t.overrides for t in loaded.tasks] == [{"train.seed": 1}, {"train.seed": 2}]
     assert all(t.spec.train.checkpoint.dir is None for t in loaded.tasks)  # not the old run's checkpoints
     extra, env = provenance.rerun_extra(paths, lock)
     assert extra["python"] == "/opt/py/bin/python3" and extra["rerun_of"]["run_dir"] == str(paths.root)
-    again = SlurmLauncher().compile(loaded, SubmitOptions(run_name="prov-again", extra=extra))
+    again = SlurmLauncher().dryrun(loaded, SubmitOptions(run_name="prov-again", extra=extra)).request
     assert again.file("resolved.json") == request.file("resolved.json")
     for i in (0, 1):
         rel = f"tasks/{i}/resolved.json"
@@ -279,12 +279,12 @@ def test_overrides_are_recorded_and_give_each_submit_its_own_run_dir(spec_file, 
     for seed in (7, 8):
         loaded = load_spec(str(spec_file), overrides=[f"train.seed={seed}", f"cluster.env.MY_TOKEN={ENV_SECRET}"])
         options = SubmitOptions()
-        requests.append((SlurmLauncher().compile(loaded, options), options))
+        requests.append((SlurmLauncher().dryrun(loaded, options).request, options))
     (first, options), (second, _) = requests
     assert first.run_dir != second.run_dir and first.run_dir.parent == second.run_dir.parent
     assert "# overrides: --set train.seed=7 --set cluster.env.MY_TOKEN=" in first.render()
     paths = create_run_dir(first)
-    write_lock(paths, first, options, spec_path=spec_file)
+    write_lock(paths, first, options)
     lock = read_lock(paths.root)
     assert lock["spec"]["overrides"] == ["train.seed=7", "cluster.env.MY_TOKEN=<redacted>"]
     assert ENV_SECRET not in paths.lock.read_text()

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from launchers.base import SubmitOptions
-from launchers.slurm import SlurmLauncher
+from launchers.slurm.launcher import SlurmLauncher
 from launchers.slurm.script import ScriptOptions, render_script
 from slime.spec import SpecError, load_spec_text
 
@@ -99,7 +99,7 @@ def spec_text(*, name: str = "golden", logdir: str = "/runs", sweep: dict | None
 
 def compile_script(text: str, **extra) -> str:
     loaded = load_spec_text(text, base_dir=Path("/specs"))
-    req = SlurmLauncher().compile(
+    dry = SlurmLauncher().dryrun(
         loaded,
         SubmitOptions(
             run_name="run-1",
@@ -107,7 +107,7 @@ def compile_script(text: str, **extra) -> str:
             extra={"python": "/opt/venv/bin/python", **extra},
         ),
     )
-    return req.file("job.sbatch")
+    return dry.request.file("job.sbatch")
 
 
 def bash_n(script: str, tmp_path: Path) -> None:
@@ -142,7 +142,7 @@ CASES = {
             secrets={"WANDB_API_KEY": {"env": "MY_WANDB_KEY"}, "HF_TOKEN": {"file": "/home/u/.hf token"}},
             container={"image": "nvcr.io#nvidia/pytorch:25.01-py3", "mounts": ["/data:/data:ro"], "workdir": "/work"},
         ),
-        extra=dict(preflight_only=True, driver="launchers.tinydriver"),
+        extra=dict(preflight_only=True, driver="launchers.node.tinydriver"),
     ),
 }
 
@@ -258,7 +258,7 @@ def test_hostile_values_reach_the_job_exactly_and_execute_nothing(tmp_path):
     assert f"--container-image={h('I')}" in args
     assert f"--container-mounts={one_line('M')};/dst,{logdir}:{logdir}" in args
     assert f"--container-workdir={h('W')}\nx" in args
-    assert args[args.index("launchers.bootstrap") + 1 :] == [run_dir, "--task", "0"]
+    assert args[args.index("launchers.node.bootstrap") + 1 :] == [run_dir, "--task", "0"]
     assert env["PLAIN"] == h("E") + "\nsecond line\n" and env["EMPTY"] == ""
     assert env["S1"] == h("S1") and env["S2"] == h("S2")
     assert env["SLIME_RUN_DIR"] == run_dir and env["SLIME_TASK"] == "0"

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from launchers.driverproc import catches
-from launchers.rendezvous import Rendezvous
+from launchers.node.driverproc import catches
 from launchers.slurm import restarts
 from slime.core.paths import RunPaths
+from slime.core.rendezvous import Rendezvous
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).parent))
@@ -215,6 +215,56 @@ def test_after_a_stop_with_the_requeue_budget_spent_the_task_stays_stopped(tmp_p
 
 
 # ----------------------------------------------------------------------------- the batch script's glue
+def failed_report(paths: RunPaths, instance: str, stage: str = "bootstrap", hosts: tuple[str, ...] = ("sn2",)) -> None:
+    """The report the head's bootstrap writes when Ray did not come up on ``hosts`` (or the preflight failed)."""
+    report = {"ok": False, "stage": stage, "instance": instance, "bad_nodes": list(hosts), "error": "missing: sn2"}
+    paths.task(0).preflight_json.write_text(json.dumps(report))
+
+
+def test_after_a_bootstrap_failure_naming_a_node_requeue_excluding_moves_the_job_off_it(tmp_path):
+    """cluster.on_preflight_failure: requeue_excluding is decided here, after the step: the node side
+    only recorded the failure (report, rendezvous records) and exited 3."""
+    paths = run_dir(tmp_path, on_preflight_failure="requeue_excluding")
+    failed_report(paths, "7.0")
+    rc, out, calls = after(paths, tmp_path, RUNNING, "--rc", "3")
+    assert rc == 3, out
+    assert calls == ["show job -o 7", "show job 7 -o", "requeue 7", "update JobId=7 ExcNodeList=sn2"]
+    (r,) = restarts.read(paths.task(0))
+    assert (r["cause"], r["budget"], r["stage"], r["excluded"], r["bad_nodes"], r["restart"], r["by"]) == (
+        "requeue_excluding",
+        "requeues",
+        "bootstrap",
+        ["sn2"],
+        ["sn2"],
+        1,
+        "slime",
+    )
+    assert r["detail"] == "missing: sn2" and "requeued job 7 excluding sn2" in out
+
+
+def test_requeue_excluding_spends_max_requeues_then_the_failure_budget_decides(tmp_path):
+    paths = run_dir(tmp_path, on_preflight_failure="requeue_excluding", max_requeues=0, max_failures=1)
+    failed_report(paths, "7.0", stage="preflight")
+    rc, out, calls = after(paths, tmp_path, RUNNING, "--rc", "3")
+    assert "not requeueing excluding sn2: cluster.max_requeues allows no more" in out
+    assert calls == ["show job -o 7", "requeue 7"]  # a plain requeue: within cluster.max_failures
+    (r,) = restarts.read(paths.task(0))
+    assert (r["cause"], r["bad_nodes"], r["budget"]) == ("node_failure", ["sn2"], "failures")
+
+
+def test_a_failed_preflight_is_a_plain_failure_without_requeue_excluding_or_from_an_earlier_run(tmp_path):
+    paths = run_dir(tmp_path / "a")  # on_preflight_failure: fail (the default)
+    failed_report(paths, "7.0")
+    rc, out, calls = after(paths, tmp_path / "a", RUNNING, "--rc", "3")
+    assert calls == ["show job -o 7", "requeue 7"]
+    assert [(r["cause"], r["bad_nodes"]) for r in restarts.read(paths.task(0))] == [("node_failure", ["sn2"])]
+    paths = run_dir(tmp_path / "b", on_preflight_failure="requeue_excluding")
+    failed_report(paths, "7.0")  # the report of the run before this restart (7.1)
+    rc, out, calls = after(paths, tmp_path / "b", RUNNING.replace("Restarts=0", "Restarts=1"), "--rc", "1", restart=1)
+    assert calls == ["show job -o 7", "requeue 7"] and "excluding" not in out
+    assert [r["cause"] for r in restarts.read(paths.task(0))] == ["failure"]
+
+
 def test_the_script_turns_usr1_into_a_stop_file_and_requeues_after_exit_75(tmp_path):
     """USR1 reaches the batch shell: no signal goes to srun (slurmstepd would hand it to every process of
     the step, Ray's included); the stop file for this run appears; the step's 75 leads to a self-requeue."""
@@ -327,7 +377,7 @@ def test_a_stop_request_reaches_the_driver_once_after_it_installed_its_handler(t
     once the handler exists, exactly once, and a driver killed by a signal is reported as 128+N."""
     import threading
 
-    from launchers.driverproc import run_driver_process
+    from launchers.node.driverproc import run_driver_process
 
     code = (
         "import signal, sys, time\ntime.sleep(1.5)\ngot = []\n"

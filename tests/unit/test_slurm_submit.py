@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from launchers.base import SubmitOptions
-from launchers.slurm import SlurmLauncher
+from launchers.slurm.launcher import SlurmLauncher
 from slime.core.errors import InfraError
 from slime.spec import load_spec_text
 
@@ -80,8 +80,8 @@ def _calls(rec: Path) -> list[list[str]]:
 
 def test_a_sweep_larger_than_max_array_size_is_split_into_chained_arrays_with_offsets(tmp_path, shims):
     launcher = SlurmLauncher()
-    request = launcher.compile(load_spec_text(_spec(tmp_path, 7)), SubmitOptions(run_name="r"))
-    sub = launcher.submit(request, SubmitOptions(run_name="r"))
+    dry = launcher.dryrun(load_spec_text(_spec(tmp_path, 7)), SubmitOptions(run_name="r"))
+    sub = launcher.submit(dry)
     assert sub.job_ids == ("100", "101", "102")
     script = str(sub.run_dir / "job.sbatch")
     assert _calls(shims) == [
@@ -100,8 +100,8 @@ def test_a_sweep_larger_than_max_array_size_is_split_into_chained_arrays_with_of
 
 def test_a_sweep_that_fits_uses_the_scripts_own_array_line(tmp_path, shims):
     launcher = SlurmLauncher()
-    request = launcher.compile(load_spec_text(_spec(tmp_path, 3)), SubmitOptions(run_name="r"))
-    sub = launcher.submit(request, SubmitOptions(run_name="r"))
+    dry = launcher.dryrun(load_spec_text(_spec(tmp_path, 3)), SubmitOptions(run_name="r"))
+    sub = launcher.submit(dry)
     ((*args, offset),) = _calls(shims)
     assert args == ["--parsable", str(sub.run_dir / "job.sbatch")] and offset == "offset=0"
     assert "#SBATCH --array=0-2%2" in (sub.run_dir / "job.sbatch").read_text()
@@ -110,9 +110,9 @@ def test_a_sweep_that_fits_uses_the_scripts_own_array_line(tmp_path, shims):
 def test_a_refused_submission_is_an_infra_error_and_what_was_submitted_is_recorded(tmp_path, shims, monkeypatch):
     monkeypatch.setenv("FAIL_AT", "1")
     launcher = SlurmLauncher()
-    request = launcher.compile(load_spec_text(_spec(tmp_path, 7)), SubmitOptions(run_name="r"))
+    dry = launcher.dryrun(load_spec_text(_spec(tmp_path, 7)), SubmitOptions(run_name="r"))
     with pytest.raises(InfraError, match="sbatch refused the job.*QOSMaxSubmitJobPerUserLimit"):
-        launcher.submit(request, SubmitOptions(run_name="r"))
+        launcher.submit(dry)
     jobs = json.loads((tmp_path / "runs/r/jobs.json").read_text())
     assert jobs["job_ids"] == ["100"]
 
@@ -123,16 +123,16 @@ def test_a_submission_sbatch_refuses_outright_leaves_no_run_dir(tmp_path, shims,
     in status/list as an unknown run."""
     monkeypatch.setenv("FAIL_AT", "0")
     launcher = SlurmLauncher()
-    request = launcher.compile(load_spec_text(_spec(tmp_path, tasks)), SubmitOptions(run_name="r"))
+    dry = launcher.dryrun(load_spec_text(_spec(tmp_path, tasks)), SubmitOptions(run_name="r"))
     with pytest.raises(InfraError, match="sbatch refused the job.*QOSMaxSubmitJobPerUserLimit"):
-        launcher.submit(request, SubmitOptions(run_name="r"))
+        launcher.submit(dry)
     assert not (tmp_path / "runs" / "r").exists()
 
 
 def test_no_sbatch_is_refused_before_anything_is_written(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     launcher = SlurmLauncher()
-    request = launcher.compile(load_spec_text(_spec(tmp_path, 2)), SubmitOptions(run_name="r"))
+    dry = launcher.dryrun(load_spec_text(_spec(tmp_path, 2)), SubmitOptions(run_name="r"))
     with pytest.raises(InfraError, match="sbatch is not on PATH.*cluster.launcher: local"):
-        launcher.submit(request, SubmitOptions(run_name="r"))
+        launcher.submit(dry)
     assert not (tmp_path / "runs").exists()

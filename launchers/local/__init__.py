@@ -1,0 +1,1 @@
+"""The local launcher (``launcher``: compile, submit, job management) and its run records (``jobs``)."""
