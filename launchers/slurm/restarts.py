@@ -57,6 +57,7 @@ from launchers.status import metrics_tail, runtime_state
 from slime.core.errors import ExitCode
 from slime.core.paths import RunPaths, TaskPaths, atomic_write
 from slime.core.rendezvous import Rendezvous
+from slime.core.states import RunState
 
 __all__ = [
     "FAILURE_CAUSES",
@@ -244,7 +245,7 @@ def _env_int(name: str) -> int:
 def _refuse(tp: TaskPaths, message: str) -> int:
     print(f"slime: {message}", flush=True)
     doc = runtime_state(tp) or {}
-    doc.update(state="failed", exit_code=ExitCode.INFRA, error=message, updated=time.time())
+    doc.update(state=RunState.FAILED, exit_code=ExitCode.INFRA, error=message, updated=time.time())
     atomic_write(tp.state, json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return ExitCode.INFRA
 
@@ -256,7 +257,7 @@ def _blame(tp: TaskPaths, hosts: list[str], instance: str) -> None:
     words = f"node failure on {', '.join(hosts)}" + (f" ({'; '.join(errors)})" if errors else "")
     if words not in str(doc.get("error") or ""):
         doc["error"] = words + (f"; then: {doc['error']}" if doc.get("error") else "")
-        doc.update(state="failed", updated=time.time())
+        doc.update(state=RunState.FAILED, updated=time.time())
         atomic_write(tp.state, json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 

@@ -14,7 +14,7 @@ of the launcher named in ``jobs.json``: ``status``, ``statuses``, ``log_files``,
 ``find_run``). ``status`` also merges the preflight's hosts/GPUs into ``lock.json``
 (``slime.provenance.update_lock_from_preflight``).
 Exit codes: 0 ok · 2 usage (no such run, bad ``--task``, duplicate on ``rerun``) · 3 SLURM failed.
-This module imports only the standard library at import time (the CLI builds every parser).
+This module imports only the standard library and slime.core at import time (the CLI builds every parser).
 """
 
 from __future__ import annotations
