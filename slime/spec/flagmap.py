@@ -203,7 +203,14 @@ def map_flag(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
         _pass_through(f, b, "train.backend_args", name[2:], "Megatron")
 
 
-_SWITCHES = {"--bf16", "--fp16", "--disable-grpo-std-normalization", "--use-kl-loss", "--use-wandb"}
+_SWITCHES = {
+    "--bf16",
+    "--fp16",
+    "--disable-grpo-std-normalization",
+    "--use-kl-loss",
+    "--use-wandb",
+    "--calculate-per-token-loss",
+}
 
 
 def _special(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
@@ -248,6 +255,8 @@ def _special(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
             b.unmapped.append((name, f"lr decay style {one!r}: slime/v1 has constant, cosine and linear"))
     elif name == "--disable-grpo-std-normalization":
         b.from_flag(f, "algorithm.normalize_std", False)
+    elif name == "--calculate-per-token-loss":
+        b.from_flag(f, "algorithm.loss_agg", "token_mean", " -- slime's mean over every trained token of the step")
     elif name == "--save-hf":
         b.from_flag(f, "train.checkpoint.save_hf", True, " -- the HF copy is written into the run dir")
     elif name == "--train-env-vars":
@@ -288,6 +297,16 @@ def finish(b: Builder, seen: dict[str, Flag], name: str | None) -> None:
             b.from_flag(coef, "algorithm.kl_loss_coef", coef_value)
         else:
             b.unmapped.append(("--kl-loss-coef", "slime ignores it without --use-kl-loss"))
+    kl_type = b.get("algorithm.kl_loss_type", "k1")  # slime's default when absent
+    if (b.get("algorithm.kl_coef", 0) or 0) > 0 and kl_type != "k1":
+        b.unmapped.append(
+            (
+                "--kl-loss-type",
+                f"slime also estimates the KL folded into the reward (--kl-coef) with {kl_type}; slime/v1 "
+                "estimates that one with k1 (algorithm.kl_loss_type applies to the KL loss only), so the "
+                "reward penalty differs",
+            )
+        )
     kl_used = (b.get("algorithm.kl_coef", 0) or 0) > 0 or (b.get("algorithm.kl_loss_coef", 0) or 0) > 0
     ref = seen.get("--ref-load")
     if ref is not None:

@@ -103,6 +103,7 @@ SPECIAL = frozenset(
         "--update-weight-transport",
         "--train-env-vars",
         "--disable-grpo-std-normalization",
+        "--calculate-per-token-loss",
     }
 )
 
@@ -254,7 +255,6 @@ SLIME_ONLY = frozenset(_REASONS) | frozenset(
         "--ref-ckpt-step",
         "--async-save",
         "--no-save-optim",
-        "--calculate-per-token-loss",
         "--num-critic-only-steps",
         "--loss-type",
         "--custom-loss-function-path",
@@ -357,6 +357,10 @@ SLIME_DEFAULTS: dict[str, tuple[object, str]] = {
     "data.shuffle": (False, "slime shuffles only with --rollout-shuffle"),
     "rollout.n_samples_per_prompt": (1, "slime's --n-samples-per-prompt default"),
     "algorithm.kl_loss_type": ("k1", "slime's --kl-loss-type default"),
+    "algorithm.loss_agg": (
+        "seq_mean_token_mean",
+        "slime averages each sample's token mean over the step's samples unless --calculate-per-token-loss",
+    ),
     "train.optimizer.weight_decay": (0.01, "Megatron's --weight-decay default"),
     "train.nodes": (1, "slime's --actor-num-nodes default"),
     "train.gpus_per_node": (8, "slime's --actor-num-gpus-per-node default"),

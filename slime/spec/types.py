@@ -327,9 +327,14 @@ class Algorithm(_Section, kw_only=True):
     ] = None
     gamma: Annotated[float, D("Discount factor (PPO, REINFORCE++).", ge=0, le=1)] = 1.0
     lam: Annotated[float, D("GAE lambda (PPO).", ge=0, le=1)] = field(default=1.0, name="lambda")
-    loss_agg: Annotated[Literal["token_mean", "seq_mean_token_mean"], D("How per-token losses are averaged.")] = (
-        "token_mean"
-    )
+    loss_agg: Annotated[
+        Literal["token_mean", "seq_mean_token_mean"],
+        D(
+            "How per-token losses are averaged over an optimizer step: 'token_mean' over every trained token "
+            "(slime's --calculate-per-token-loss); 'seq_mean_token_mean' each sample's mean over its trained "
+            "tokens, then the mean over samples (slime's default)."
+        ),
+    ] = "token_mean"
     critic: Annotated[Critic | None, D("Critic settings (derived for PPO).")] = None
     sft_warmup_steps: Annotated[int, D("Supervised warm-up steps on (prompt, label) before RL.", ge=0)] = 0
     sft_warmup_lr: Annotated[float, D("Learning rate of the SFT warm-up.", gt=0)] = 1e-3

@@ -1,0 +1,77 @@
+"""import-slime-args reproduces the maths slime trains with, or says loudly where it cannot.
+
+Each case here is a place where slime's default (flag absent) or a slime flag means something
+different from slime/v1's default: the imported spec must say what slime computes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from slime.rl.losses import policy_loss
+from slime.spec import load_spec_text
+from slime.spec.migrate import convert_slime_args
+
+BASE = "--hf-checkpoint /m --prompt-data /p.jsonl --num-rollout 3 --colocate --rm-type math "
+
+
+def spec_of(result):
+    return load_spec_text(result.yaml, file="imported.yaml").spec
+
+
+def yaml_line(result, key_text: str) -> str:
+    return next(ln for ln in result.yaml.splitlines() if ln.strip().startswith(key_text))
+
+
+# ----------------------------------------------------------------------------- loss aggregation
+def test_slime_default_averages_per_sample():
+    result = convert_slime_args(BASE)
+    assert spec_of(result).algorithm.loss_agg == "seq_mean_token_mean"
+    assert "unless --calculate-per-token-loss (flag absent)" in yaml_line(result, "loss_agg:")
+
+
+def test_calculate_per_token_loss_is_a_global_token_mean():
+    result = convert_slime_args(BASE + "--calculate-per-token-loss")
+    assert spec_of(result).algorithm.loss_agg == "token_mean"
+    assert "--calculate-per-token-loss (line 1)" in yaml_line(result, "loss_agg:")
+    assert ("--calculate-per-token-loss", "algorithm.loss_agg") in result.mapped
+
+
+def test_seq_mean_token_mean_is_what_slime_computes_by_default():
+    """slime's default reducer (loss.py, notes section 6): sum over samples of each sample's masked token
+    mean, divided by the step's sample count. Hand-computed on two samples of 2 and 3 trained tokens."""
+    # per-token losses -A*r with r = 1 (logp == old): -A. Sample 0: A = 1 on 2 tokens; sample 1: A = -2 on 3.
+    adv = torch.tensor([[1.0, 1.0, 0.0], [-2.0, -2.0, -2.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    logp = torch.zeros(2, 3)
+    # slime: (mean(-1, -1) + mean(2, 2, 2)) / 2 samples = (-1 + 2) / 2 = 0.5
+    loss, _ = policy_loss(logp, logp, adv, mask, agg="seq_mean_token_mean")
+    assert loss.item() == pytest.approx(0.5)
+    # --calculate-per-token-loss: (-1 - 1 + 2 + 2 + 2) / 5 tokens = 0.8
+    loss, _ = policy_loss(logp, logp, adv, mask, agg="token_mean")
+    assert loss.item() == pytest.approx(0.8)
+
+
+# ----------------------------------------------------------------------------- KL
+def test_kl_loss_type_default_is_slimes_k1_not_ours():
+    result = convert_slime_args(BASE + "--use-kl-loss --kl-loss-coef 0.01 --ref-load /ref")
+    s = spec_of(result)
+    assert (s.algorithm.kl_loss_type, s.algorithm.kl_loss_coef) == ("k1", 0.01)
+    assert "slime's --kl-loss-type default (flag absent)" in yaml_line(result, "kl_loss_type:")
+
+
+def test_kl_loss_type_given_is_kept():
+    result = convert_slime_args(BASE + "--use-kl-loss --kl-loss-coef 0.01 --kl-loss-type low_var_kl --ref-load /r")
+    assert spec_of(result).algorithm.kl_loss_type == "low_var_kl"
+
+
+def test_reward_kl_with_another_estimator_is_said_to_differ():
+    """slime estimates the reward KL (--kl-coef) with --kl-loss-type too; slime/v1 uses k1 there."""
+    flags = BASE.replace("--colocate", "--colocate --advantage-estimator ppo") + "--kl-coef 0.05 --ref-load /r "
+    assert "--kl-loss-type" not in dict(convert_slime_args(flags).unmapped)  # k1 (slime's default): same maths
+    unmapped = dict(convert_slime_args(flags + "--kl-loss-type k3").unmapped)
+    assert unmapped["--kl-loss-type"] == (
+        "slime also estimates the KL folded into the reward (--kl-coef) with k3; slime/v1 estimates that "
+        "one with k1 (algorithm.kl_loss_type applies to the KL loss only), so the reward penalty differs"
+    )
