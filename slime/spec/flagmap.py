@@ -22,7 +22,9 @@ from typing import Any
 from slime.spec.bashargs import Word
 from slime.spec.slime_flags import (
     ARCHITECTURE,
+    BOXED_RM_TYPES,
     DIRECT,
+    RM_TYPES,
     SLIME_DEFAULTS,
     SLIME_ONLY,
     SLIME_SGLANG_OWN,
@@ -35,7 +37,6 @@ __all__ = ["IMPLIED", "Builder", "Flag", "Key", "dedupe", "finish", "map_flag", 
 IMPLIED = "implied by model.path config.json"
 _UNRESOLVED = re.compile(r"\$\(|\$\{|\$[A-Za-z_]")
 _REPEATABLE = {"--rollout-sample-hook-path"}
-_RM_TYPES = {"math": "math", "dapo": "math", "deepscaler": "math", "f1": "f1", "remote_rm": "remote"}
 
 
 @dataclass
@@ -62,6 +63,7 @@ class Builder:
         self.unmapped: list[tuple[str, str]] = []
         self.placeholders: list[tuple[str, str]] = []
         self.notes: list[tuple[str, str]] = []
+        self.differences: list[tuple[str, str]] = []  # (flag as written, what slime computes that the spec does not)
 
     def set(self, path: str | Key, value: Any, comment: str) -> None:
         self.values[_key(path)] = (value, comment)
@@ -221,16 +223,7 @@ def _special(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
     if name == "--rm-type" and one is None:
         b.unmapped.append((name, "needs one value"))
     elif name == "--rm-type":
-        kind = (one or "").removeprefix("boxed_")
-        if kind in _RM_TYPES:
-            b.from_flag(
-                f,
-                "reward.type",
-                _RM_TYPES[kind],
-                "" if kind == _RM_TYPES[kind] else f" -- slime's '{kind}' grader -> math",
-            )
-        else:
-            b.unmapped.append((name, f"no built-in {one!r} reward in slime/v1: port it as reward.type: custom"))
+        _rm_type(f, one or "", b)
     elif name == "--custom-rm-path" and one is None:
         b.unmapped.append((name, "needs one value: the reward function's dotted path"))
     elif name == "--custom-rm-path":
@@ -276,6 +269,29 @@ def _special(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
     # updates) depend on other flags: ``finish`` maps them once every flag is known.
 
 
+def _rm_type(f: Flag, kind: str, b: Builder) -> None:
+    boxed = kind.startswith("boxed_")
+    entry = (BOXED_RM_TYPES if boxed else RM_TYPES).get(kind.removeprefix("boxed_"))
+    if entry is None and boxed:
+        b.unmapped.append(
+            (
+                f.name,
+                f"slime's {kind!r} grades only the \\boxed{{}} content of the response (boxed_math and "
+                "boxed_deepscaler then almost never score); slime/v1 has no such variant: port it as "
+                "reward.type: custom",
+            )
+        )
+    elif entry is None:
+        b.unmapped.append((f.name, f"no built-in {kind!r} reward in slime/v1: port it as reward.type: custom"))
+    else:
+        reward_type, differs = entry
+        b.from_flag(
+            f, "reward.type", reward_type, " -- scored differently: see 'Differs from slime' below" * bool(differs)
+        )
+        if differs:
+            b.differences.append((f.shown(), differs))
+
+
 # ----------------------------------------------------------------------------- cross-flag mapping
 def _num(f: Flag | None, kind: str, b: Builder) -> Any:
     if f is None:
@@ -299,9 +315,9 @@ def finish(b: Builder, seen: dict[str, Flag], name: str | None) -> None:
             b.unmapped.append(("--kl-loss-coef", "slime ignores it without --use-kl-loss"))
     kl_type = b.get("algorithm.kl_loss_type", "k1")  # slime's default when absent
     if (b.get("algorithm.kl_coef", 0) or 0) > 0 and kl_type != "k1":
-        b.unmapped.append(
+        b.differences.append(
             (
-                "--kl-loss-type",
+                seen["--kl-loss-type"].shown(),
                 f"slime also estimates the KL folded into the reward (--kl-coef) with {kl_type}; slime/v1 "
                 "estimates that one with k1 (algorithm.kl_loss_type applies to the KL loss only), so the "
                 "reward penalty differs",
@@ -342,6 +358,7 @@ def finish(b: Builder, seen: dict[str, Flag], name: str | None) -> None:
         else:
             b.from_flag(load, "train.checkpoint.load", load.values[0])
 
+    _reward_key(b, seen.get("--reward-key"))
     _weight_sync(b, seen)
     _eval_sets(b, seen)
     _wandb(b, seen)
@@ -351,6 +368,33 @@ def finish(b: Builder, seen: dict[str, Flag], name: str | None) -> None:
     _cluster(b, seen)
     _required(b)
     b.set("name", name or _job_name(b), "from --name" if name else "derived from the model directory")
+
+
+def _reward_key(b: Builder, key: Flag | None) -> None:
+    """slime's dapo grader returns {score, acc, pred}: slime needs --reward-key score; slime/v1's dapo is the score."""
+    value = key.values[0] if key is not None and len(key.values) == 1 else None
+    if b.get("reward.type") == "dapo":
+        if key is None:
+            b.differences.append(
+                (
+                    "--rm-type dapo",
+                    "slime needs --reward-key score with it (its grader returns a dict); slime/v1 "
+                    "rewards the score (+1/-1)",
+                )
+            )
+        elif value == "score":
+            b.mapped.append((key.name, "reward.type dapo (its +1/-1 score)"))
+        else:
+            b.unmapped.append(
+                (
+                    key.name,
+                    f"slime would reward dapo's {' '.join(key.values)!r}; slime/v1's dapo reward is its score (+1/-1)",
+                )
+            )
+    elif key is not None:
+        b.unmapped.append(
+            (key.name, "slime picks this key out of a reward returned as a dict; slime/v1 rewards are numbers")
+        )
 
 
 def _weight_sync(b: Builder, seen: dict[str, Flag]) -> None:

@@ -55,6 +55,7 @@ class ConversionResult:
     placeholders: list[tuple[str, str]] = field(default_factory=list)  # (spec path, what to put there)
     notes: list[tuple[str, str]] = field(default_factory=list)  # (shell text, why it was left as written)
     problems: list[Problem] = field(default_factory=list)  # validation of the generated spec
+    differences: list[tuple[str, str]] = field(default_factory=list)  # (flag, what slime computes that v1 does not)
 
     @property
     def valid(self) -> bool:
@@ -67,6 +68,7 @@ class ConversionResult:
             "unmapped": [{"flag": f, "reason": r} for f, r in self.unmapped],
             "placeholders": [{"path": p, "why": w} for p, w in self.placeholders],
             "notes": [{"text": t, "why": w} for t, w in self.notes],
+            "differences": [{"flag": f, "slime": w} for f, w in self.differences],
             "problems": [p.to_json() for p in self.problems],
         }
 
@@ -199,6 +201,9 @@ def convert_slime_args(text: str, name: str | None = None) -> ConversionResult:
         f"{len(b.mapped)} flag(s) mapped, {len(b.unmapped)} not mapped (listed at the end).",
     ]
     footer: list[str] = []
+    if b.differences:
+        footer += ["Differs from slime (mapped, but slime/v1 computes this differently):"]
+        footer += [f"  {flag}: {why}" for flag, why in b.differences]
     if b.unmapped:
         footer += ["Not mapped (no slime/v1 field, or not resolvable without running the script):"]
         footer += [f"  {flag}: {why}" for flag, why in b.unmapped]
@@ -212,6 +217,7 @@ def convert_slime_args(text: str, name: str | None = None) -> ConversionResult:
         placeholders=b.placeholders,
         notes=b.notes,
         problems=_validate(text_out),
+        differences=b.differences,
     )
 
 

@@ -289,7 +289,13 @@ class Data(_Section, kw_only=True):
 class Reward(_Section, kw_only=True):
     """How a response is scored."""
 
-    type: Annotated[Literal["exact", "math", "f1", "remote", "custom"], D("Reward function.")] = "exact"
+    type: Annotated[
+        Literal["exact", "math", "dapo", "deepscaler", "f1", "remote", "custom"],
+        D(
+            "Reward function: exact, math (boxed or last number), dapo (slime's +1/-1 'Answer:' grader), "
+            "deepscaler (slime's: a boxed answer after </think>), f1, remote (reward.url) or custom."
+        ),
+    ] = "exact"
     custom: Annotated[
         Annotated[str, Meta(pattern=PLUGIN_PATTERN)] | None, D("'package.module:function' for type custom.")
     ] = None

@@ -103,7 +103,7 @@ def test_launch_script_becomes_a_valid_spec():
         ("aime24", "/mnt/shared/data/aime-2024.jsonl", 25, 8, 0.9),
         ("math500", "/mnt/shared/data/math 500.jsonl", 25, 8, 0.9),
     ]  # the quoted path keeps its space
-    assert s.reward.type == "math"
+    assert s.reward.type == "deepscaler"  # slime's grader, not math (its scores differ)
     a = s.algorithm
     assert (a.estimator, a.eps_clip, a.eps_clip_high, a.kl_loss_coef, a.kl_loss_type, a.entropy_coef) == (
         "grpo",
@@ -203,10 +203,11 @@ def test_disaggregated_flags_with_equals_signs():
     assert (s.rollout.epochs, s.rollout.num_rollouts) == (2, None)
     assert s.data.prompts == "/data/gsm8k/train.jsonl"  # ${DATA_ROOT:-/data}
     assert (s.data.input_key, s.data.label_key, s.data.shuffle) == ("question", "answer", False)
-    assert s.reward.type == "math" and s.algorithm.kl_loss_coef == 0.0
+    assert s.reward.type == "exact" and s.algorithm.kl_loss_coef == 0.0  # boxed_math has no v1 equivalent
     assert s.rollout.engine_args == {"cuda-graph-max-bs": 128}
     unmapped = dict(result.unmapped)
     assert "slime ignores it without --use-kl-loss" in unmapped["--kl-loss-coef"]
+    assert "grades only the \\boxed{} content" in unmapped["--rm-type"]
     assert "layer spec" in unmapped["--spec"]
     assert "given again on line" in unmapped["--rollout-batch-size"]
     assert "not defined in this file" in unmapped['"${MODEL_ARGS[@]}"'.strip('"')]
@@ -460,7 +461,7 @@ def test_cli_prints_yaml_and_json_report(capsys):
     assert load_spec_text(out, file="x.yaml").spec.name == "disagg-job"
     assert main(["import-slime-args", "--json", str(DISAGG)]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert set(report) == {"valid", "mapped", "unmapped", "placeholders", "notes", "problems"}
+    assert set(report) == {"valid", "mapped", "unmapped", "placeholders", "notes", "problems", "differences"}
     assert report["valid"] is True
     assert {"flag": "--rollout-stop", "path": "rollout.stop"} in report["mapped"]
     assert all(set(u) == {"flag", "reason"} for u in report["unmapped"])

@@ -16,6 +16,11 @@ from slime.spec.migrate import convert_slime_args
 BASE = "--hf-checkpoint /m --prompt-data /p.jsonl --num-rollout 3 --colocate --rm-type math "
 
 
+def reward_of(flags: str):
+    result = convert_slime_args(BASE.replace("--rm-type math ", "") + flags)
+    return result, spec_of(result).reward.type
+
+
 def spec_of(result):
     return load_spec_text(result.yaml, file="imported.yaml").spec
 
@@ -69,9 +74,63 @@ def test_kl_loss_type_given_is_kept():
 def test_reward_kl_with_another_estimator_is_said_to_differ():
     """slime estimates the reward KL (--kl-coef) with --kl-loss-type too; slime/v1 uses k1 there."""
     flags = BASE.replace("--colocate", "--colocate --advantage-estimator ppo") + "--kl-coef 0.05 --ref-load /r "
-    assert "--kl-loss-type" not in dict(convert_slime_args(flags).unmapped)  # k1 (slime's default): same maths
-    unmapped = dict(convert_slime_args(flags + "--kl-loss-type k3").unmapped)
-    assert unmapped["--kl-loss-type"] == (
+    assert "--kl-loss-type" not in str(convert_slime_args(flags).differences)  # k1 (slime's default): the same
+    result = convert_slime_args(flags + "--kl-loss-type k3")
+    assert dict(result.differences)["--kl-loss-type k3"] == (
         "slime also estimates the KL folded into the reward (--kl-coef) with k3; slime/v1 estimates that "
         "one with k1 (algorithm.kl_loss_type applies to the KL loss only), so the reward penalty differs"
+    )
+
+    assert "Differs from slime" in result.yaml
+
+
+# ----------------------------------------------------------------------------- reward types
+@pytest.mark.parametrize("kind", ["dapo", "deepscaler"])
+def test_dapo_and_deepscaler_keep_their_own_grader(kind):
+    result, reward = reward_of(f"--rm-type {kind} --reward-key score")
+    assert reward == kind
+    assert ("--rm-type", "reward.type") in result.mapped
+
+
+def test_dapo_needs_slimes_score_key():
+    result, _ = reward_of("--rm-type dapo --reward-key score")
+    assert ("--reward-key", "reward.type dapo (its +1/-1 score)") in result.mapped and result.differences == []
+    result, _ = reward_of("--rm-type dapo --reward-key acc")
+    assert dict(result.unmapped)["--reward-key"] == (
+        "slime would reward dapo's 'acc'; slime/v1's dapo reward is its score (+1/-1)"
+    )
+    result, _ = reward_of("--rm-type dapo")
+    assert dict(result.differences)["--rm-type dapo"].startswith("slime needs --reward-key score with it")
+
+
+@pytest.mark.parametrize(
+    "kind, reward, differs",
+    [
+        ("math", "math", "slime's math scores 0 without a \\boxed{} answer"),
+        ("deepscaler", "deepscaler", "the </think> and \\boxed{} rules are slime's, but answers are graded"),
+        ("f1", "f1", "slime scores the whole response"),
+        ("boxed_f1", "f1", "slime's boxed_f1 scores 0 when the response has no \\boxed{}"),
+        ("remote_rm --rm-url http://rm:1/s", "remote", None),
+        ("boxed_remote_rm --rm-url http://rm:1/s", "remote", None),
+    ],
+)
+def test_grader_differences_are_written_out(kind, reward, differs):
+    result, got = reward_of(f"--rm-type {kind}")
+    assert got == reward
+    flag = f"--rm-type {kind.split()[0]}"
+    if differs is None:
+        assert result.differences == []
+    else:
+        assert dict(result.differences)[flag].startswith(differs)
+        assert "scored differently: see 'Differs from slime' below" in yaml_line(result, "type:")
+        assert f"#   {flag}: {differs}" in result.yaml
+
+
+@pytest.mark.parametrize("kind", ["boxed_math", "boxed_deepscaler", "boxed_dapo"])
+def test_boxed_graders_without_an_equivalent_are_not_mapped(kind):
+    result, reward = reward_of(f"--rm-type {kind}")
+    assert reward == "exact" and "reward.type" in dict(result.placeholders)
+    assert dict(result.unmapped)["--rm-type"] == (
+        f"slime's '{kind}' grades only the \\boxed{{}} content of the response (boxed_math and "
+        "boxed_deepscaler then almost never score); slime/v1 has no such variant: port it as reward.type: custom"
     )

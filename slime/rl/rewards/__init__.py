@@ -4,6 +4,8 @@ Built-in types (``reward.type`` in a spec):
 
 - ``exact``  normalised string equality of the final answer and the label
 - ``math``   last ``\\boxed{}`` (or last number) compared after normalisation
+- ``dapo``   slime's DAPO grader: +1/-1, the last ``Answer:`` in the last 300 characters
+- ``deepscaler`` slime's deepscaler rule: a ``\\boxed{}`` answer after ``</think>``, else 0
 - ``f1``     SQuAD token F1 of the final answer and the label
 - ``remote`` POST to a reward server (``url``), with bounded retries
 - ``custom`` a user ``"package.module:function"`` (sync or async)
@@ -32,12 +34,14 @@ REWARDS = Registry(
     {
         "exact": "slime.rl.rewards.string_match:exact_reward",
         "math": "slime.rl.rewards.math_answer:math_reward",
+        "dapo": "slime.rl.rewards.dapo:dapo_reward",
+        "deepscaler": "slime.rl.rewards.deepscaler:deepscaler_reward",
         "f1": "slime.rl.rewards.string_match:f1_reward",
         "remote": "slime.rl.rewards.remote:RemoteReward",
         "custom": "slime.rl.rewards.custom:load_custom_reward",
     },
 )
-_BUILTIN_FNS = ("exact", "math", "f1")
+_BUILTIN_FNS = ("exact", "math", "dapo", "deepscaler", "f1")
 
 
 def make_reward_fn(
