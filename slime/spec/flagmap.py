@@ -391,9 +391,15 @@ def _reward_key(b: Builder, key: Flag | None) -> None:
                     f"slime would reward dapo's {' '.join(key.values)!r}; slime/v1's dapo reward is its score (+1/-1)",
                 )
             )
+    elif key is not None and value and b.get("reward.type") in ("custom", "remote"):
+        b.from_flag(key, "reward.key", value)
     elif key is not None:
         b.unmapped.append(
-            (key.name, "slime picks this key out of a reward returned as a dict; slime/v1 rewards are numbers")
+            (
+                key.name,
+                "slime picks this key out of a reward returned as a dict; slime/v1's built-in rewards return "
+                "numbers (reward.key is for custom and remote rewards)",
+            )
         )
 
 

@@ -523,6 +523,12 @@ def reward(s: Spec) -> Iterator[Finding]:
         yield ("reward.url", "reward.type remote needs reward.url", "e.g. url: http://reward-host:8000/score")
     if rw.type != "remote" and rw.url:
         yield ("reward.url", f"reward.url is set but reward.type is '{rw.type}'", "set type: remote, or remove url")
+    if rw.key is not None and rw.type not in ("custom", "remote"):
+        yield (
+            "reward.key",
+            f"reward.key picks the reward out of a dict, but the '{rw.type}' reward returns a number",
+            "remove reward.key (it is for custom and remote rewards)",
+        )
 
 
 @rule

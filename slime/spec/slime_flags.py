@@ -219,6 +219,8 @@ _REASONS = {
     "--eval-label-key": "eval sets use data.label_key in slime/v1",
     "--eval-config": "eval YAML configs are not in slime/v1; list eval sets under data.eval",
     "--use-fault-tolerance": "restarts are set by cluster.max_failures/max_requeues",
+    "--group-rm": "slime calls the reward on a whole group (args, samples); slime/v1 calls it per sample: "
+    "rewrite a group reward function to score one sample",
 }
 
 # The rest of slime's own flags (names from its parser); none has a slime/v1 field.

@@ -300,6 +300,13 @@ class Reward(_Section, kw_only=True):
         Annotated[str, Meta(pattern=PLUGIN_PATTERN)] | None, D("'package.module:function' for type custom.")
     ] = None
     url: Annotated[Annotated[str, Meta(pattern=r"^https?://")] | None, D("Reward server URL for type remote.")] = None
+    key: Annotated[
+        Annotated[str, Meta(min_length=1)] | None,
+        D(
+            "For a custom function returning a dict or a remote server replying with a JSON object: the key "
+            "holding the reward (slime's --reward-key; default: a number, or a server's 'reward' key)."
+        ),
+    ] = None
     timeout_s: Annotated[float, D("Per-request timeout for remote rewards.", gt=0)] = 30.0
     max_retries: Annotated[int, D("Retries of transient remote-reward failures.", ge=0)] = 3
 
