@@ -163,6 +163,15 @@ def convert_slime_args(text: str, name: str | None = None) -> ConversionResult:
     flags, strays = parse_flags(script.words)
     for w in strays:
         b.unmapped.append((w.text, f"a value with no flag before it (line {w.line})"))
+    for line, end, text in script.early_end:
+        b.unmapped.append(
+            (
+                f"line {line}: {text}",
+                f"not part of the {script.entry} command, which ends on line {end} (no trailing '\\'): bash runs "
+                "this line as a command of its own and slime never sees these flags; if they are meant for "
+                f"{script.entry}, end line {end} with '\\'",
+            )
+        )
     for w in script.unknown_arrays:
         b.unmapped.append(
             (

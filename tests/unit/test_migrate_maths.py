@@ -134,3 +134,43 @@ def test_boxed_graders_without_an_equivalent_are_not_mapped(kind):
         f"slime's '{kind}' grades only the \\boxed{{}} content of the response (boxed_math and "
         "boxed_deepscaler then almost never score); slime/v1 has no such variant: port it as reward.type: custom"
     )
+
+
+# ----------------------------------------------------------------------------- a command that ends early
+EARLY_END = """\
+#!/bin/bash
+PERF_ARGS=(
+   --tensor-model-parallel-size 2
+)
+python3 train.py \\
+   --hf-checkpoint /m \\
+   --prompt-data /p.jsonl \\
+   --num-rollout 3 --colocate --rm-type dapo --reward-key score
+   --rollout-batch-size 64 \\
+   --n-samples-per-prompt 4
+   ${PERF_ARGS[@]}
+echo done
+"""
+
+
+def test_a_line_after_the_command_that_looks_like_a_continuation_is_named():
+    """Line 8 lacks its trailing backslash: bash ends the command there and runs lines 9-10 and 11 as
+    commands of their own, so slime never sees those flags. The import keeps them out and says so."""
+    result = convert_slime_args(EARLY_END)
+    s = spec_of(result)
+    assert (s.rollout.batch_size, s.rollout.n_samples_per_prompt, s.train.parallel.tensor) == (16, 1, 1)
+    unmapped = dict(result.unmapped)
+    assert unmapped["line 9: --rollout-batch-size 64 --n-samples-per-prompt 4"] == (
+        "not part of the train.py command, which ends on line 8 (no trailing '\\'): bash runs this line as a "
+        "command of its own and slime never sees these flags; if they are meant for train.py, end line 8 with '\\'"
+    )
+    assert "line 11: --tensor-model-parallel-size 2" in unmapped
+    assert "#   line 9: --rollout-batch-size 64" in result.yaml
+
+
+def test_a_well_continued_command_gets_no_such_warning():
+    text = EARLY_END.replace("score\n", "score \\\n").replace("prompt 4\n", "prompt 4 \\\n")
+    result = convert_slime_args(text)
+    assert not any(flag.startswith("line ") for flag, _ in result.unmapped)
+    s = spec_of(result)
+    assert (s.rollout.batch_size, s.rollout.n_samples_per_prompt, s.train.parallel.tensor) == (64, 4, 2)
