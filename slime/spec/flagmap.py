@@ -2,7 +2,7 @@
 
 ``parse_flags`` splits shell words into flags and their values; ``map_flag``
 maps one flag through the tables of ``slime.spec.slime_flags`` (direct fields,
-pass-through to ``train.backend_args``/``rollout.engine_args``/``router_args``,
+pass-through to ``train.backend_args``/``rollout.engine_args``, router flags listed as unused,
 implied architecture flags, slime-only flags with reasons); ``finish`` maps the
 flags whose meaning depends on others (KL and the reference model, Adam betas,
 resume, eval sets, W&B, weight sync), fills slime's defaults where they differ
@@ -190,7 +190,13 @@ def map_flag(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
     elif name.startswith("--sglang-"):
         _pass_through(f, b, "rollout.engine_args", name[len("--sglang-") :], "SGLang")
     elif name.startswith("--router-"):
-        _pass_through(f, b, "rollout.router_args", name[len("--router-") :], "router")
+        b.unmapped.append(
+            (
+                name,
+                "slime-submit's rollout manager sends requests straight to the engines and spreads them itself "
+                "(no sglang-router in the request path), so router settings have nothing to act on",
+            )
+        )
     elif name in SLIME_ONLY:
         b.unmapped.append((name, slime_only_reason(name)))
     elif name == "--spec":

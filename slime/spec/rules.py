@@ -485,6 +485,47 @@ def sampling(s: Spec) -> Iterator[Finding]:
 
 
 @rule
+def engine_support(s: Spec) -> Iterator[Finding]:
+    """Settings the rollout engines (as the runtime drives them) cannot honour."""
+    r = s.rollout
+    if r.router_args:
+        yield (
+            "rollout.router_args",
+            "the rollout manager sends requests straight to the engines and spreads them itself; the "
+            "sglang-router is not in the request path, so router settings would do nothing",
+            "remove rollout.router_args",
+        )
+    if r.backend == "builtin" and r.gpus_per_engine > 1:
+        n = r.gpus_per_engine
+        yield (
+            "rollout.gpus_per_engine",
+            f"the built-in engine runs on one device; gpus_per_engine {n} would leave {n - 1} of each engine's "
+            f"{n} GPUs idle",
+            "set rollout.gpus_per_engine: 1 (more GPUs give more engines), or rollout.backend: sglang",
+        )
+
+
+@rule
+def weight_sync_support(s: Spec) -> Iterator[Finding]:
+    """Weight-sync modes the runtime cannot carry out for this layout."""
+    r, pipeline = s.rollout, s.train.parallel.pipeline
+    if r.weight_sync == "delta" and r.backend == "builtin":
+        yield (
+            "rollout.weight_sync",
+            "delta weight sync is implemented for SGLang engines only; the built-in engine would load every "
+            "tensor from disk each time",
+            "use weight_sync: disk (or remove it) with rollout.backend: builtin",
+        )
+    if r.weight_sync == "nccl" and pipeline > 1:
+        yield (
+            "rollout.weight_sync",
+            f"weight_sync nccl broadcasts the policy from trainer rank 0, which holds only the first of "
+            f"{pipeline} pipeline stages",
+            "use weight_sync: disk, or remove weight_sync (derived: disk when pipeline > 1)",
+        )
+
+
+@rule
 def algorithm(s: Spec) -> Iterator[Finding]:
     a, m = s.algorithm, s.model
     if (a.kl_coef > 0 or a.kl_loss_coef > 0) and m.ref_path is None:

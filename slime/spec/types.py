@@ -252,7 +252,7 @@ class Rollout(_Section, kw_only=True):
     stop: Annotated[tuple[str, ...], D("Stop strings.")] = ()
     weight_sync: Annotated[
         Literal["disk", "nccl", "delta"] | None,
-        D("How new weights reach engines (derived: nccl for disaggregated sglang, else disk)."),
+        D("How new weights reach engines (derived: nccl for disaggregated sglang without pipeline stages, else disk)."),
     ] = None
     engine_args: Annotated[
         dict[str, Scalar], D("Engine server flags passed through verbatim (e.g. SGLang's 'mem-fraction-static').")

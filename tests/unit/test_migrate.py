@@ -90,7 +90,7 @@ def test_launch_script_becomes_a_valid_spec():
     assert (r.batch_size, r.n_samples_per_prompt, r.num_rollouts) == (32, 8, 400)
     assert (r.max_prompt_len, r.max_response_len, r.temperature, r.top_p) == (1024, 4096, 0.9, 1.0)
     assert r.engine_args == {"mem-fraction-static": 0.7, "enable-metrics": True}
-    assert r.router_args == {"balance-abs-threshold": 16}
+    assert r.router_args == {}  # --router-balance-abs-threshold: no router in the request path (listed)
     d = s.data
     assert (d.prompts, d.input_key, d.label_key, d.apply_chat_template, d.shuffle) == (
         "/mnt/shared/data/dapo-math-17k.jsonl",
@@ -160,6 +160,7 @@ def test_unmapped_flags_have_reasons():
         "--eval-max-response-len",
         "--eval-top-p",
         "--sglang-cuda-graph-bs",
+        "--router-balance-abs-threshold",
     }
     assert "several values (1 2 4 8 16 32 64)" in unmapped["--sglang-cuda-graph-bs"]
     assert all(reason for reason in unmapped.values())
@@ -302,6 +303,7 @@ def test_individual_mappings(flags, path, value):
         ("--ci-test", "CI self-checks"),
         ("--custom-generate-function-path a.b.c", "plug-ins"),
         ("--sglang-router-port 3000", "starts the router itself"),
+        ("--router-policy cache_aware", "no sglang-router in the request path"),
         ("--rollout-batch-size abc", "not an integer"),
         ("--rollout-batch-size", "needs a value"),
         ("--seq-length", None),
@@ -437,7 +439,7 @@ def test_cli_writes_a_spec_that_validates(tmp_path, capsys):
     out = tmp_path / "job.yaml"
     assert main(["import-slime-args", str(COLOCATED), "-o", str(out)]) == 0
     err = capsys.readouterr().err
-    assert "not mapped: --balance-data" in err and "5 not mapped" in err
+    assert "not mapped: --balance-data" in err and "6 not mapped" in err
     assert main(["validate", str(out)]) == 0
 
 

@@ -10,6 +10,7 @@ import json
 import os
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from slime.backends.megatron.config import MegatronConfigError
@@ -189,7 +190,12 @@ def test_trust_remote_code_follows_auto_map(tmp_path):
 
 
 def test_router_only_for_several_engines_with_router_args():
-    spec = _spec("rollout.router_args.policy=cache_aware")
+    # validate refuses router_args (the rollout manager does not use the router); the command builder still
+    # converts them, for when it does
+    base = _spec()
+    spec = msgspec.structs.replace(
+        base, rollout=msgspec.structs.replace(base.rollout, router_args={"policy": "cache_aware"})
+    )
     cmd = router_command(spec, ["http://a:1", "http://b:2"], host="a")
     assert list(cmd.argv) == [
         "python",
@@ -210,7 +216,7 @@ def test_router_only_for_several_engines_with_router_args():
 
 def test_non_sglang_specs_are_refused():
     with pytest.raises(LaunchError, match="rollout.backend is 'builtin'"):
-        engine_commands(_spec("rollout.backend=builtin"))
+        engine_commands(_spec("rollout.backend=builtin", "rollout.gpus_per_engine=1"))
 
 
 def test_each_node_starts_only_its_own_engine_processes():

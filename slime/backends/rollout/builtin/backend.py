@@ -13,7 +13,8 @@ training steps.
 ``rollout.engine_args`` maps onto the engine's options (``-`` or ``_``):
 ``max_running_requests``, ``context_length``, ``dtype``, ``num_threads``,
 ``max_prefill_tokens``, ``max_cache_bytes``; anything else is rejected with the
-valid names. Devices: CUDA when the slot is a GPU slot and CUDA is available in
+valid names. ``model.tokenizer``, when it is not the model's own directory, is the engines'
+tokenizer too (``tokenizer_path``). Devices: CUDA when the slot is a GPU slot and CUDA is available in
 the actor (Ray narrows ``CUDA_VISIBLE_DEVICES`` to the bundle's GPU), else CPU.
 """
 
@@ -53,6 +54,9 @@ def engine_kwargs(spec: Spec) -> dict[str, Any]:
                 f"{', '.join(_ENGINE_ARGS)} (SGLang flags need rollout.backend: sglang)"
             )
         out[name] = value
+    tokenizer = spec.model.tokenizer
+    if tokenizer and tokenizer != spec.model.path:  # decode with what the rollout manager encodes with
+        out["tokenizer_path"] = tokenizer
     return out
 
 
