@@ -307,6 +307,15 @@ def _statements(tokens: list[tuple]) -> list[list[tuple]]:
 _DECLARE = {"export", "local", "declare", "readonly", "typeset"}
 
 
+def _shown(cmd: list[Word], limit: int = 80) -> str:
+    """The words of a statement for a message: whole when short, else cut at a word with the count."""
+    text = " ".join(w.text.lstrip("\0") for w in cmd)
+    if len(text) <= limit:
+        return text
+    kept = text[:limit].rsplit(" ", 1)[0]
+    return f"{kept} ... ({len(cmd) - len(kept.split())} more words)"
+
+
 def read_script(text: str) -> Script:
     """The flags of the last ``train*.py`` command in ``text`` (or, without one, every flag in it)."""
     env = _Env()
@@ -368,7 +377,7 @@ def read_script(text: str) -> Script:
             script.early_end, entry_end = [], max(lines)
             continue
         if entry_end is not None and cmd[0].text.lstrip("\0").startswith(("--", "${")):
-            script.early_end.append((lines[0], entry_end, " ".join(w.text.lstrip("\0") for w in cmd)))
+            script.early_end.append((lines[0], entry_end, _shown(cmd)))
         else:
             entry_end = None  # another command: what follows it is not the train.py command's
         if cmd[0].text.startswith("--"):

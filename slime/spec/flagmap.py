@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slime.spec.bashargs import Word
+from slime.spec.engine_flags import sglang_reserved
 from slime.spec.slime_flags import (
     ARCHITECTURE,
     BOXED_RM_TYPES,
@@ -187,6 +188,14 @@ def map_flag(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
         b.mapped.append((name, IMPLIED))
     elif name in SLIME_SGLANG_OWN:
         b.unmapped.append((name, SLIME_SGLANG_OWN[name]))
+    elif name.startswith("--sglang-") and (hit := sglang_reserved(name[len("--sglang-") :])) is not None:
+        b.unmapped.append(
+            (
+                name,
+                f"slime-submit sets --{hit} itself from the spec and the layout (one engine per "
+                "rollout.gpus_per_engine GPUs); its engines cannot take it from engine_args",
+            )
+        )
     elif name.startswith("--sglang-"):
         _pass_through(f, b, "rollout.engine_args", name[len("--sglang-") :], "SGLang")
     elif name.startswith("--router-"):

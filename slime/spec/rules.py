@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Literal
 
+from slime.spec.engine_flags import BUILTIN_ENGINE_ARGS, builtin_engine_arg, normalize_flag, sglang_reserved
 from slime.spec.layout import LayoutError, plan_layout
 from slime.spec.resolve import model_config
 from slime.spec.types import Spec
@@ -503,6 +504,26 @@ def engine_support(s: Spec) -> Iterator[Finding]:
             f"{n} GPUs idle",
             "set rollout.gpus_per_engine: 1 (more GPUs give more engines), or rollout.backend: sglang",
         )
+
+
+@rule
+def engine_args_known(s: Spec) -> Iterator[Finding]:
+    """The engine arguments the launch would refuse (one table: slime.spec.engine_flags)."""
+    r = s.rollout
+    for key in r.engine_args:
+        if r.backend == "sglang" and (hit := sglang_reserved(key)) is not None:
+            abbr = "" if hit == normalize_flag(key) else f" (--{normalize_flag(key)} abbreviates it)"
+            yield (
+                f"rollout.engine_args.{key}",
+                f"slime-submit sets --{hit} itself from the spec and the layout{abbr}",
+                "remove it (change rollout.gpus_per_engine / model.path / model.tokenizer instead)",
+            )
+        elif r.backend == "builtin" and builtin_engine_arg(key) is None:
+            yield (
+                f"rollout.engine_args.{key}",
+                f"'{key}' is not an option of the built-in engine",
+                f"valid: {', '.join(BUILTIN_ENGINE_ARGS)} (SGLang flags need rollout.backend: sglang)",
+            )
 
 
 @rule

@@ -13,9 +13,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from slime.backends.rollout.builtin.backend import engine_kwargs
 from slime.backends.sglang.launch import LaunchError, engine_commands
+from slime.spec import SpecError
 from slime.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,10 +67,13 @@ def test_sglang_engines_get_tokenizer_path(tmp_path):
     for c in engine_commands(spec):
         i = c.argv.index("--tokenizer-path")
         assert c.argv[i + 1] == str(tmp_path)
-    bad = load_spec(spec_file, overrides=["rollout.engine_args.tokenizer-path=/x"]).tasks[0].spec
-    with pytest.raises(LaunchError) as info:
+    with pytest.raises(SpecError) as info:  # validate refuses an engine_args tokenizer-path
+        load_spec(spec_file, overrides=["rollout.engine_args.tokenizer-path=/x"])
+    assert "rollout.engine_args.tokenizer-path: slime-submit sets --tokenizer-path itself" in str(info.value)
+    bad = replace(plain, rollout=replace(plain.rollout, engine_args={"tokenizer-path": "/x"}))
+    with pytest.raises(LaunchError) as exc:  # and so does the launch, for a spec that skipped validate
         engine_commands(bad)
-    assert str(info.value) == (
+    assert str(exc.value) == (
         "rollout.engine_args.tokenizer-path: slime sets --tokenizer-path itself from the spec and layout; "
         "remove it (change rollout.gpus_per_engine / model.path / model.tokenizer instead)"
     )

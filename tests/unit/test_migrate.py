@@ -304,6 +304,7 @@ def test_individual_mappings(flags, path, value):
         ("--custom-generate-function-path a.b.c", "plug-ins"),
         ("--sglang-router-port 3000", "starts the router itself"),
         ("--router-policy cache_aware", "no sglang-router in the request path"),
+        ("--sglang-dp-size 8", "slime-submit sets --dp-size itself"),
         ("--rollout-batch-size abc", "not an integer"),
         ("--rollout-batch-size", "needs a value"),
         ("--seq-length", None),

@@ -54,6 +54,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from slime.spec.engine_flags import SGLANG_RESERVED
+
 if TYPE_CHECKING:
     from slime.spec.layout import Layout
     from slime.spec.types import Spec
@@ -76,27 +78,7 @@ ROUTER_PORT = 30000
 ENGINE_PORT_BASE = 30010
 PORT_STRIDE = 10  # http, http+1 = nccl, http+2 = multi-node dist-init
 ENGINE_PORT_RANGE = (10000, 20000)  # below Ray's default 20000-32000 and Linux's ephemeral 32768-60999
-_ENGINE_RESERVED = (
-    "model-path",
-    "model",
-    "tp-size",
-    "tensor-parallel-size",
-    "base-gpu-id",
-    "host",
-    "port",
-    "nccl-port",
-    "nnodes",
-    "node-rank",
-    "dist-init-addr",
-    "nccl-init-addr",
-    # one engine per rollout.gpus_per_engine GPUs: these would make it use others
-    "dp-size",
-    "data-parallel-size",
-    "attn-dp-size",
-    "attention-data-parallel-size",
-    "gpu-id-step",
-    "tokenizer-path",  # model.tokenizer: the rollout manager tokenizes with the same one
-)
+_ENGINE_RESERVED = SGLANG_RESERVED  # one table with validate (slime.spec.engine_flags)
 _ROUTER_RESERVED = ("worker-urls", "host", "port")
 
 
