@@ -263,6 +263,17 @@ def _special(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
             b.unmapped.append((name, f"lr decay style {one!r}: slime/v1 has constant, cosine and linear"))
     elif name == "--disable-grpo-std-normalization":
         b.from_flag(f, "algorithm.normalize_std", False)
+    elif name == "--loss-type" and one == "policy_loss":
+        b.mapped.append((name, "algorithm.estimator (slime's default RL policy loss)"))
+    elif name == "--loss-type":
+        b.unmapped.append(
+            (
+                name,
+                f"slime's {' '.join(vals) or 'empty'} loss (sft_loss: a supervised fine-tuning job; value_loss: a "
+                "critic; custom_loss: a plug-in) has no slime/v1 equivalent: the imported spec trains the RL "
+                "policy loss of algorithm.estimator, a different job",
+            )
+        )
     elif name == "--calculate-per-token-loss":
         b.from_flag(f, "algorithm.loss_agg", "token_mean", " -- slime's mean over every trained token of the step")
     elif name == "--save-hf":
@@ -377,12 +388,42 @@ def finish(b: Builder, seen: dict[str, Flag], name: str | None) -> None:
     _weight_sync(b, seen)
     _eval_sets(b, seen)
     _wandb(b, seen)
+    _length_limits(b)
     for path, (value, why) in SLIME_DEFAULTS.items():
         if not b.has(path):
             b.set(path, value, f"{why} (flag absent)")
     _cluster(b, seen)
     _required(b)
     b.set("name", name or _job_name(b), "from --name" if name else "derived from the model directory")
+
+
+def _length_limits(b: Builder) -> None:
+    """slime filters no prompt and caps no response unless told; slime/v1 always has both limits."""
+    ctx, response = b.get("model.max_context_len"), b.get("rollout.max_response_len")
+    room = ctx - response if isinstance(ctx, int) and isinstance(response, int) else 0
+    if not b.has("rollout.max_prompt_len") and room >= 1:
+        b.set(
+            "rollout.max_prompt_len",
+            room,
+            "slime filters no prompt (flag absent): the longest that leaves max_response_len in the context "
+            "(SGLang refuses longer ones)",
+        )
+    elif not b.has("rollout.max_prompt_len"):
+        b.differences.append(
+            (
+                "--rollout-max-prompt-len (absent)",
+                "slime keeps every prompt; slime/v1 skips prompts longer than rollout.max_prompt_len (512 unless "
+                "set): set it above your longest prompt",
+            )
+        )
+    if not b.has("rollout.max_response_len"):
+        b.differences.append(
+            (
+                "--rollout-max-response-len (absent)",
+                "slime sends no max_new_tokens (the engine's default applies); slime/v1 stops responses at "
+                "rollout.max_response_len (1024 unless set)",
+            )
+        )
 
 
 def _reward_key(b: Builder, key: Flag | None) -> None:

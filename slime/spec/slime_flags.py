@@ -115,6 +115,7 @@ SPECIAL = frozenset(
         "--disable-grpo-std-normalization",
         "--calculate-per-token-loss",
         "--reward-key",
+        "--loss-type",
     }
 )
 
@@ -269,7 +270,6 @@ SLIME_ONLY = frozenset(_REASONS) | frozenset(
         "--async-save",
         "--no-save-optim",
         "--num-critic-only-steps",
-        "--loss-type",
         "--custom-loss-function-path",
         "--disable-compute-advantages-and-returns",
         "--custom-advantage-function-path",

@@ -305,6 +305,7 @@ def test_individual_mappings(flags, path, value):
         ("--sglang-router-port 3000", "starts the router itself"),
         ("--router-policy cache_aware", "no sglang-router in the request path"),
         ("--sglang-dp-size 8", "slime-submit sets --dp-size itself"),
+        ("--loss-type sft_loss", "sft_loss: a supervised fine-tuning job"),
         ("--rollout-batch-size abc", "not an integer"),
         ("--rollout-batch-size", "needs a value"),
         ("--seq-length", None),

@@ -94,7 +94,8 @@ def test_dapo_and_deepscaler_keep_their_own_grader(kind):
 
 def test_dapo_needs_slimes_score_key():
     result, _ = reward_of("--rm-type dapo --reward-key score")
-    assert ("--reward-key", "reward.type dapo (its +1/-1 score)") in result.mapped and result.differences == []
+    assert ("--reward-key", "reward.type dapo (its +1/-1 score)") in result.mapped
+    assert "--rm-type dapo" not in dict(result.differences)
     result, _ = reward_of("--rm-type dapo --reward-key acc")
     assert dict(result.unmapped)["--reward-key"] == (
         "slime would reward dapo's 'acc'; slime/v1's dapo reward is its score (+1/-1)"
@@ -119,7 +120,7 @@ def test_grader_differences_are_written_out(kind, reward, differs):
     assert got == reward
     flag = f"--rm-type {kind.split()[0]}"
     if differs is None:
-        assert result.differences == []
+        assert flag not in dict(result.differences)
     else:
         assert dict(result.differences)[flag].startswith(differs)
         assert "scored differently: see 'Differs from slime' below" in yaml_line(result, "type:")
@@ -174,3 +175,23 @@ def test_a_well_continued_command_gets_no_such_warning():
     assert not any(flag.startswith("line ") for flag, _ in result.unmapped)
     s = spec_of(result)
     assert (s.rollout.batch_size, s.rollout.n_samples_per_prompt, s.train.parallel.tensor) == (64, 4, 2)
+
+
+# ----------------------------------------------------------------------------- length limits
+def test_slime_filters_no_prompt_unless_told():
+    result = convert_slime_args(BASE + "--rollout-max-response-len 64")
+    assert dict(result.differences)["--rollout-max-prompt-len (absent)"].startswith("slime keeps every prompt")
+    result = convert_slime_args(BASE + "--rollout-max-response-len 64 --rollout-max-context-len 4096")
+    assert spec_of(result).rollout.max_prompt_len == 4096 - 64
+    assert "(absent)" not in str(result.differences)
+    assert "slime filters no prompt (flag absent): the longest that leaves" in yaml_line(result, "max_prompt_len:")
+    result = convert_slime_args(BASE + "--rollout-max-prompt-len 100 --rollout-max-response-len 64")
+    assert spec_of(result).rollout.max_prompt_len == 100 and "(absent)" not in str(result.differences)
+
+
+def test_slime_caps_no_response_unless_told():
+    result = convert_slime_args(BASE + "--rollout-max-prompt-len 100")
+    assert dict(result.differences)["--rollout-max-response-len (absent)"] == (
+        "slime sends no max_new_tokens (the engine's default applies); slime/v1 stops responses at "
+        "rollout.max_response_len (1024 unless set)"
+    )
