@@ -6,6 +6,8 @@ different from slime/v1's default: the imported spec must say what slime compute
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -13,6 +15,7 @@ from slime.rl.losses import policy_loss
 from slime.spec import load_spec_text
 from slime.spec.migrate import convert_slime_args
 
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slime_scripts"
 BASE = "--hf-checkpoint /m --prompt-data /p.jsonl --num-rollout 3 --colocate --rm-type math "
 
 
@@ -195,3 +198,19 @@ def test_slime_caps_no_response_unless_told():
         "slime sends no max_new_tokens (the engine's default applies); slime/v1 stops responses at "
         "rollout.max_response_len (1024 unless set)"
     )
+
+
+def test_slimes_own_kimi_script_ends_early_and_is_said_to():
+    """Found importing THUDM/slime's scripts: run-kimi-k2-Instruct.sh lacks a backslash (fixture: an excerpt)."""
+    path = FIXTURES / "run-kimi-k2-instruct-excerpt.sh"
+    result = convert_slime_args(path.read_text())
+    early = {f: why for f, why in result.unmapped if f.startswith("line ")}
+    assert list(early) == [
+        "line 31: ${MODEL_ARGS[@]} --hf-checkpoint $BASE_DIR/Kimi-K2-Instruct/ --save-interval 20 ... (12 more words)"
+    ]
+    assert "which ends on line 30 (no trailing '\\')" in early[next(iter(early))]
+    assert "model.path" in dict(result.placeholders)  # what bash would run has no --hf-checkpoint
+    fixed = path.read_text().replace("1024 * 1024))\n", "1024 * 1024)) \\\n")
+    s = spec_of(convert_slime_args(fixed))
+    assert s.model.path.endswith("$BASE_DIR/Kimi-K2-Instruct")  # (relative: resolved against the spec's dir)
+    assert (s.rollout.batch_size, s.train.num_steps_per_rollout) == (128, 4)
