@@ -2,8 +2,13 @@
 # Install everything slime-submit and its tests need on a fresh Debian machine (Python 3.11).
 #   - Debian packages (as root): SLURM + munge for the local test cluster, bubblewrap for the agent
 #     sandbox, iproute2/procps for network namespaces. Skipped (with a note) when not root.
-#   - A virtualenv at .venv with torch 2.13.0 (CPU wheel, installed FIRST so nothing pulls a CUDA
-#     build) and the project with its runtime, agent and test extras.
+#   - A virtualenv at .venv with torch 2.13.0, installed FIRST so that the extras do not resolve it,
+#     then the project with its runtime, agent and test extras.
+#     Which torch build: a plain `pip install torch==2.13.0` takes what the machine's package index
+#     offers. Our CI machines' pip configuration serves the CPU wheel (2.13.0+cpu); on a stock machine
+#     pip resolves from PyPI and gets the multi-GB CUDA build. For the CPU build there, set
+#     TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu (passed as --index-url), or install it first:
+#       .venv/bin/pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 # Idempotent: re-running only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +32,8 @@ fi
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-# torch first, pinned: an unpinned resolve takes a multi-GB CUDA build.
-.venv/bin/python -c 'import torch' 2>/dev/null || .venv/bin/python -m pip install -q torch==2.13.0
+# torch first, pinned (see the header for which build the index gives); an installed torch is kept.
+.venv/bin/python -c 'import torch' 2>/dev/null ||
+  .venv/bin/python -m pip install -q torch==2.13.0 ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
 .venv/bin/python -m pip install -q -e '.[runtime,agent,megatron,test]'
 echo "ci/install.sh: ready (.venv/bin/slime-submit)"

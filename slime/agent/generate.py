@@ -245,18 +245,9 @@ def shutdown_adapters() -> None:
 
 
 def _reward_from_spec(spec: Any) -> Any:
-    from slime.rl.rewards import make_reward_fn
+    from slime.rl.rewards import make_reward_fn, reward_from_spec
 
-    r = getattr(spec, "reward", None)
-    if r is None:
-        return make_reward_fn("exact")
-    return make_reward_fn(
-        r.type,
-        custom=r.custom if r.type == "custom" else None,
-        url=r.url if r.type == "remote" else None,
-        timeout_s=r.timeout_s,
-        max_retries=r.max_retries,
-    )
+    return make_reward_fn("exact") if getattr(spec, "reward", None) is None else reward_from_spec(spec)
 
 
 class AgentRunner:

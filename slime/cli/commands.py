@@ -262,6 +262,8 @@ def import_slime_args(args: argparse.Namespace) -> int:
         con = _console(stderr=True)
         for flag, why in result.unmapped:
             con.print(f"[yellow]not mapped[/]: {flag} ({why})")
+        for flag, why in result.differences:
+            con.print(f"[yellow]differs from slime[/]: {flag} ({why})")
         if result.problems:
             print_problems(list(result.problems))
         con.print(f"mapped {len(result.mapped)} flag(s); {len(result.unmapped)} not mapped (listed above)")

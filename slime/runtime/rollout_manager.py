@@ -128,7 +128,7 @@ class RolloutManager:
         from transformers import AutoTokenizer
 
         from slime.data.jsonl import PromptDataset
-        from slime.rl.rewards import make_reward_fn
+        from slime.rl.rewards import reward_from_spec
         from slime.runtime.resources import normal_priority
 
         normal_priority()
@@ -153,14 +153,7 @@ class RolloutManager:
             self._check_sft_labels()
         self._sft_dataset = None
         self._eval_sets: dict[str, Any] = {}
-        rw = spec.reward
-        self.reward_fn = make_reward_fn(
-            rw.type,
-            custom=rw.custom if rw.type == "custom" else None,
-            url=rw.url if rw.type == "remote" else None,
-            timeout_s=rw.timeout_s,
-            max_retries=rw.max_retries,
-        )
+        self.reward_fn = reward_from_spec(spec)  # slime-style (args, sample) plug-ins get the spec's values
         self._loop = asyncio.new_event_loop()
         self.clients = []
         self.set_engines(self._urls)

@@ -8,6 +8,10 @@ expansion, integer ``$(( ... ))`` arithmetic, redirections, and
 written on (for array elements: the line inside the array), so the generated
 spec can say where each value came from.
 
+A statement right after the ``train*.py`` command that starts with a flag or an array expansion
+(the command ended early: a missing trailing backslash) is listed in ``Script.early_end``; bash runs
+it as a command of its own, so its flags are not the command's.
+
 Not handled, by design (reported in ``Script.notes`` instead): command
 substitution ``$(...)`` is never executed, ``source``d files are not read, and
 variables the script does not assign (environment) are left as written.
@@ -50,6 +54,9 @@ class Script:
     entry_line: int | None = None
     notes: list[tuple[str, str]] = field(default_factory=list)  # (what, why)
     unknown_arrays: list[Word] = field(default_factory=list)
+    # statements right after the command that look like more of its flags but are not part of it (a
+    # missing trailing backslash): (their first line, the command's last line, their words)
+    early_end: list[tuple[int, int, str]] = field(default_factory=list)
 
 
 # ----------------------------------------------------------------------------- lexing
@@ -300,11 +307,21 @@ def _statements(tokens: list[tuple]) -> list[list[tuple]]:
 _DECLARE = {"export", "local", "declare", "readonly", "typeset"}
 
 
+def _shown(cmd: list[Word], limit: int = 80) -> str:
+    """The words of a statement for a message: whole when short, else cut at a word with the count."""
+    text = " ".join(w.text.lstrip("\0") for w in cmd)
+    if len(text) <= limit:
+        return text
+    kept = text[:limit].rsplit(" ", 1)[0]
+    return f"{kept} ... ({len(cmd) - len(kept.split())} more words)"
+
+
 def read_script(text: str) -> Script:
     """The flags of the last ``train*.py`` command in ``text`` (or, without one, every flag in it)."""
     env = _Env()
     script = Script()
     loose: list[Word] = []  # without a train.py command: array contents and flag-list statements, in order
+    entry_end: int | None = None  # last line of the train.py command, while flag-like statements follow it
     try:
         statements = _statements(_tokens(text))
     except RecursionError:
@@ -353,10 +370,17 @@ def read_script(text: str) -> Script:
             )
             continue
         entry = next((i for i, w in enumerate(cmd) if _TRAIN_SCRIPT.search(w.text)), None)
+        lines = [tok[2] for tok in words if tok[0] == "word"]
         if entry is not None:
             script.entry, script.entry_line = cmd[entry].text, cmd[entry].line
             script.words = cmd[entry + 1 :]
-        elif cmd[0].text.startswith("--"):
+            script.early_end, entry_end = [], max(lines)
+            continue
+        if entry_end is not None and cmd[0].text.lstrip("\0").startswith(("--", "${")):
+            script.early_end.append((lines[0], entry_end, _shown(cmd)))
+        else:
+            entry_end = None  # another command: what follows it is not the train.py command's
+        if cmd[0].text.startswith("--"):
             loose.extend(cmd)
     if script.entry is None:
         script.words = loose

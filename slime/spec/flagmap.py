@@ -2,7 +2,7 @@
 
 ``parse_flags`` splits shell words into flags and their values; ``map_flag``
 maps one flag through the tables of ``slime.spec.slime_flags`` (direct fields,
-pass-through to ``train.backend_args``/``rollout.engine_args``/``router_args``,
+pass-through to ``train.backend_args``/``rollout.engine_args``, router flags listed as unused,
 implied architecture flags, slime-only flags with reasons); ``finish`` maps the
 flags whose meaning depends on others (KL and the reference model, Adam betas,
 resume, eval sets, W&B, weight sync), fills slime's defaults where they differ
@@ -20,9 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from slime.spec.bashargs import Word
+from slime.spec.engine_flags import sglang_reserved
 from slime.spec.slime_flags import (
     ARCHITECTURE,
+    BOXED_RM_TYPES,
     DIRECT,
+    RM_TYPES,
     SLIME_DEFAULTS,
     SLIME_ONLY,
     SLIME_SGLANG_OWN,
@@ -35,7 +38,6 @@ __all__ = ["IMPLIED", "Builder", "Flag", "Key", "dedupe", "finish", "map_flag", 
 IMPLIED = "implied by model.path config.json"
 _UNRESOLVED = re.compile(r"\$\(|\$\{|\$[A-Za-z_]")
 _REPEATABLE = {"--rollout-sample-hook-path"}
-_RM_TYPES = {"math": "math", "dapo": "math", "deepscaler": "math", "f1": "f1", "remote_rm": "remote"}
 
 
 @dataclass
@@ -62,6 +64,7 @@ class Builder:
         self.unmapped: list[tuple[str, str]] = []
         self.placeholders: list[tuple[str, str]] = []
         self.notes: list[tuple[str, str]] = []
+        self.differences: list[tuple[str, str]] = []  # (flag as written, what slime computes that the spec does not)
 
     def set(self, path: str | Key, value: Any, comment: str) -> None:
         self.values[_key(path)] = (value, comment)
@@ -185,10 +188,24 @@ def map_flag(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
         b.mapped.append((name, IMPLIED))
     elif name in SLIME_SGLANG_OWN:
         b.unmapped.append((name, SLIME_SGLANG_OWN[name]))
+    elif name.startswith("--sglang-") and (hit := sglang_reserved(name[len("--sglang-") :])) is not None:
+        b.unmapped.append(
+            (
+                name,
+                f"slime-submit sets --{hit} itself from the spec and the layout (one engine per "
+                "rollout.gpus_per_engine GPUs); its engines cannot take it from engine_args",
+            )
+        )
     elif name.startswith("--sglang-"):
         _pass_through(f, b, "rollout.engine_args", name[len("--sglang-") :], "SGLang")
     elif name.startswith("--router-"):
-        _pass_through(f, b, "rollout.router_args", name[len("--router-") :], "router")
+        b.unmapped.append(
+            (
+                name,
+                "slime-submit's rollout manager sends requests straight to the engines and spreads them itself "
+                "(no sglang-router in the request path), so router settings have nothing to act on",
+            )
+        )
     elif name in SLIME_ONLY:
         b.unmapped.append((name, slime_only_reason(name)))
     elif name == "--spec":
@@ -203,7 +220,14 @@ def map_flag(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
         _pass_through(f, b, "train.backend_args", name[2:], "Megatron")
 
 
-_SWITCHES = {"--bf16", "--fp16", "--disable-grpo-std-normalization", "--use-kl-loss", "--use-wandb"}
+_SWITCHES = {
+    "--bf16",
+    "--fp16",
+    "--disable-grpo-std-normalization",
+    "--use-kl-loss",
+    "--use-wandb",
+    "--calculate-per-token-loss",
+}
 
 
 def _special(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
@@ -214,16 +238,7 @@ def _special(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
     if name == "--rm-type" and one is None:
         b.unmapped.append((name, "needs one value"))
     elif name == "--rm-type":
-        kind = (one or "").removeprefix("boxed_")
-        if kind in _RM_TYPES:
-            b.from_flag(
-                f,
-                "reward.type",
-                _RM_TYPES[kind],
-                "" if kind == _RM_TYPES[kind] else f" -- slime's '{kind}' grader -> math",
-            )
-        else:
-            b.unmapped.append((name, f"no built-in {one!r} reward in slime/v1: port it as reward.type: custom"))
+        _rm_type(f, one or "", b)
     elif name == "--custom-rm-path" and one is None:
         b.unmapped.append((name, "needs one value: the reward function's dotted path"))
     elif name == "--custom-rm-path":
@@ -248,6 +263,19 @@ def _special(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
             b.unmapped.append((name, f"lr decay style {one!r}: slime/v1 has constant, cosine and linear"))
     elif name == "--disable-grpo-std-normalization":
         b.from_flag(f, "algorithm.normalize_std", False)
+    elif name == "--loss-type" and one == "policy_loss":
+        b.mapped.append((name, "algorithm.estimator (slime's default RL policy loss)"))
+    elif name == "--loss-type":
+        b.unmapped.append(
+            (
+                name,
+                f"slime's {' '.join(vals) or 'empty'} loss (sft_loss: a supervised fine-tuning job; value_loss: a "
+                "critic; custom_loss: a plug-in) has no slime/v1 equivalent: the imported spec trains the RL "
+                "policy loss of algorithm.estimator, a different job",
+            )
+        )
+    elif name == "--calculate-per-token-loss":
+        b.from_flag(f, "algorithm.loss_agg", "token_mean", " -- slime's mean over every trained token of the step")
     elif name == "--save-hf":
         b.from_flag(f, "train.checkpoint.save_hf", True, " -- the HF copy is written into the run dir")
     elif name == "--train-env-vars":
@@ -265,6 +293,29 @@ def _special(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
                 b.unmapped.append((name, f"{k!r} is not an environment variable name"))
     # The rest (--use-kl-loss, --kl-loss-coef, betas, --load, --ref-load, eval, wandb, weight
     # updates) depend on other flags: ``finish`` maps them once every flag is known.
+
+
+def _rm_type(f: Flag, kind: str, b: Builder) -> None:
+    boxed = kind.startswith("boxed_")
+    entry = (BOXED_RM_TYPES if boxed else RM_TYPES).get(kind.removeprefix("boxed_"))
+    if entry is None and boxed:
+        b.unmapped.append(
+            (
+                f.name,
+                f"slime's {kind!r} grades only the \\boxed{{}} content of the response (boxed_math and "
+                "boxed_deepscaler then almost never score); slime/v1 has no such variant: port it as "
+                "reward.type: custom",
+            )
+        )
+    elif entry is None:
+        b.unmapped.append((f.name, f"no built-in {kind!r} reward in slime/v1: port it as reward.type: custom"))
+    else:
+        reward_type, differs = entry
+        b.from_flag(
+            f, "reward.type", reward_type, " -- scored differently: see 'Differs from slime' below" * bool(differs)
+        )
+        if differs:
+            b.differences.append((f.shown(), differs))
 
 
 # ----------------------------------------------------------------------------- cross-flag mapping
@@ -288,6 +339,16 @@ def finish(b: Builder, seen: dict[str, Flag], name: str | None) -> None:
             b.from_flag(coef, "algorithm.kl_loss_coef", coef_value)
         else:
             b.unmapped.append(("--kl-loss-coef", "slime ignores it without --use-kl-loss"))
+    kl_type = b.get("algorithm.kl_loss_type", "k1")  # slime's default when absent
+    if (b.get("algorithm.kl_coef", 0) or 0) > 0 and kl_type != "k1":
+        b.differences.append(
+            (
+                seen["--kl-loss-type"].shown(),
+                f"slime also estimates the KL folded into the reward (--kl-coef) with {kl_type}; slime/v1 "
+                "estimates that one with k1 (algorithm.kl_loss_type applies to the KL loss only), so the "
+                "reward penalty differs",
+            )
+        )
     kl_used = (b.get("algorithm.kl_coef", 0) or 0) > 0 or (b.get("algorithm.kl_loss_coef", 0) or 0) > 0
     ref = seen.get("--ref-load")
     if ref is not None:
@@ -323,15 +384,79 @@ def finish(b: Builder, seen: dict[str, Flag], name: str | None) -> None:
         else:
             b.from_flag(load, "train.checkpoint.load", load.values[0])
 
+    _reward_key(b, seen.get("--reward-key"))
     _weight_sync(b, seen)
     _eval_sets(b, seen)
     _wandb(b, seen)
+    _length_limits(b)
     for path, (value, why) in SLIME_DEFAULTS.items():
         if not b.has(path):
             b.set(path, value, f"{why} (flag absent)")
     _cluster(b, seen)
     _required(b)
     b.set("name", name or _job_name(b), "from --name" if name else "derived from the model directory")
+
+
+def _length_limits(b: Builder) -> None:
+    """slime filters no prompt and caps no response unless told; slime/v1 always has both limits."""
+    ctx, response = b.get("model.max_context_len"), b.get("rollout.max_response_len")
+    room = ctx - response if isinstance(ctx, int) and isinstance(response, int) else 0
+    if not b.has("rollout.max_prompt_len") and room >= 1:
+        b.set(
+            "rollout.max_prompt_len",
+            room,
+            "slime filters no prompt (flag absent): the longest that leaves max_response_len in the context "
+            "(SGLang refuses longer ones)",
+        )
+    elif not b.has("rollout.max_prompt_len"):
+        b.differences.append(
+            (
+                "--rollout-max-prompt-len (absent)",
+                "slime keeps every prompt; slime/v1 skips prompts longer than rollout.max_prompt_len (512 unless "
+                "set): set it above your longest prompt",
+            )
+        )
+    if not b.has("rollout.max_response_len"):
+        b.differences.append(
+            (
+                "--rollout-max-response-len (absent)",
+                "slime sends no max_new_tokens (the engine's default applies); slime/v1 stops responses at "
+                "rollout.max_response_len (1024 unless set)",
+            )
+        )
+
+
+def _reward_key(b: Builder, key: Flag | None) -> None:
+    """slime's dapo grader returns {score, acc, pred}: slime needs --reward-key score; slime/v1's dapo is the score."""
+    value = key.values[0] if key is not None and len(key.values) == 1 else None
+    if b.get("reward.type") == "dapo":
+        if key is None:
+            b.differences.append(
+                (
+                    "--rm-type dapo",
+                    "slime needs --reward-key score with it (its grader returns a dict); slime/v1 "
+                    "rewards the score (+1/-1)",
+                )
+            )
+        elif value == "score":
+            b.mapped.append((key.name, "reward.type dapo (its +1/-1 score)"))
+        else:
+            b.unmapped.append(
+                (
+                    key.name,
+                    f"slime would reward dapo's {' '.join(key.values)!r}; slime/v1's dapo reward is its score (+1/-1)",
+                )
+            )
+    elif key is not None and value and b.get("reward.type") in ("custom", "remote"):
+        b.from_flag(key, "reward.key", value)
+    elif key is not None:
+        b.unmapped.append(
+            (
+                key.name,
+                "slime picks this key out of a reward returned as a dict; slime/v1's built-in rewards return "
+                "numbers (reward.key is for custom and remote rewards)",
+            )
+        )
 
 
 def _weight_sync(b: Builder, seen: dict[str, Flag]) -> None:

@@ -55,6 +55,7 @@ class ConversionResult:
     placeholders: list[tuple[str, str]] = field(default_factory=list)  # (spec path, what to put there)
     notes: list[tuple[str, str]] = field(default_factory=list)  # (shell text, why it was left as written)
     problems: list[Problem] = field(default_factory=list)  # validation of the generated spec
+    differences: list[tuple[str, str]] = field(default_factory=list)  # (flag, what slime computes that v1 does not)
 
     @property
     def valid(self) -> bool:
@@ -67,6 +68,7 @@ class ConversionResult:
             "unmapped": [{"flag": f, "reason": r} for f, r in self.unmapped],
             "placeholders": [{"path": p, "why": w} for p, w in self.placeholders],
             "notes": [{"text": t, "why": w} for t, w in self.notes],
+            "differences": [{"flag": f, "slime": w} for f, w in self.differences],
             "problems": [p.to_json() for p in self.problems],
         }
 
@@ -161,6 +163,15 @@ def convert_slime_args(text: str, name: str | None = None) -> ConversionResult:
     flags, strays = parse_flags(script.words)
     for w in strays:
         b.unmapped.append((w.text, f"a value with no flag before it (line {w.line})"))
+    for line, end, text in script.early_end:
+        b.unmapped.append(
+            (
+                f"line {line}: {text}",
+                f"not part of the {script.entry} command, which ends on line {end} (no trailing '\\'): bash runs "
+                "this line as a command of its own and slime never sees these flags; if they are meant for "
+                f"{script.entry}, end line {end} with '\\'",
+            )
+        )
     for w in script.unknown_arrays:
         b.unmapped.append(
             (
@@ -199,6 +210,9 @@ def convert_slime_args(text: str, name: str | None = None) -> ConversionResult:
         f"{len(b.mapped)} flag(s) mapped, {len(b.unmapped)} not mapped (listed at the end).",
     ]
     footer: list[str] = []
+    if b.differences:
+        footer += ["Differs from slime (mapped, but slime/v1 computes this differently):"]
+        footer += [f"  {flag}: {why}" for flag, why in b.differences]
     if b.unmapped:
         footer += ["Not mapped (no slime/v1 field, or not resolvable without running the script):"]
         footer += [f"  {flag}: {why}" for flag, why in b.unmapped]
@@ -212,6 +226,7 @@ def convert_slime_args(text: str, name: str | None = None) -> ConversionResult:
         placeholders=b.placeholders,
         notes=b.notes,
         problems=_validate(text_out),
+        differences=b.differences,
     )
 
 

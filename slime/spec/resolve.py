@@ -32,7 +32,7 @@ DERIVED_FROM: dict[str, tuple[str, ...]] = {
     "train.gpus_per_node": ("cluster.gpus_per_node",),
     "rollout.gpus": ("rollout.colocate", "cluster.gpus_per_node", "train.nodes", "train.gpus_per_node"),
     "rollout.num_engines": ("cluster.gpus_per_node", "rollout.gpus", "rollout.gpus_per_engine"),
-    "rollout.weight_sync": ("rollout.backend", "rollout.colocate"),
+    "rollout.weight_sync": ("rollout.backend", "rollout.colocate", "train.parallel.pipeline"),
     "rollout.num_rollouts": ("rollout.epochs", "data.prompts", "rollout.batch_size"),
     "rollout.over_sampling_batch_size": ("rollout.batch_size",),
     "train.global_batch_size": ("rollout.batch_size", "rollout.n_samples_per_prompt", "train.num_steps_per_rollout"),
@@ -131,7 +131,9 @@ def resolve(spec: Spec, base_dir: Path) -> Spec:
             num_engines = 1
         elif gpus and gpus >= r.gpus_per_engine:
             num_engines = gpus // r.gpus_per_engine
-    weight_sync = r.weight_sync or ("nccl" if r.backend == "sglang" and not r.colocate else "disk")
+    # nccl needs the whole policy on trainer rank 0: not so with pipeline stages
+    collective = r.backend == "sglang" and not r.colocate and t.parallel.pipeline == 1
+    weight_sync = r.weight_sync or ("nccl" if collective else "disk")
     num_rollouts = r.num_rollouts
     if num_rollouts is None and r.epochs is not None:
         rows = count_jsonl_rows(d.prompts)

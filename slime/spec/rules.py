@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Literal
 
+from slime.spec.engine_flags import BUILTIN_ENGINE_ARGS, builtin_engine_arg, normalize_flag, sglang_reserved
 from slime.spec.layout import LayoutError, plan_layout
 from slime.spec.resolve import model_config
 from slime.spec.types import Spec
@@ -485,6 +486,67 @@ def sampling(s: Spec) -> Iterator[Finding]:
 
 
 @rule
+def engine_support(s: Spec) -> Iterator[Finding]:
+    """Settings the rollout engines (as the runtime drives them) cannot honour."""
+    r = s.rollout
+    if r.router_args:
+        yield (
+            "rollout.router_args",
+            "the rollout manager sends requests straight to the engines and spreads them itself; the "
+            "sglang-router is not in the request path, so router settings would do nothing",
+            "remove rollout.router_args",
+        )
+    if r.backend == "builtin" and r.gpus_per_engine > 1:
+        n = r.gpus_per_engine
+        yield (
+            "rollout.gpus_per_engine",
+            f"the built-in engine runs on one device; gpus_per_engine {n} would leave {n - 1} of each engine's "
+            f"{n} GPUs idle",
+            "set rollout.gpus_per_engine: 1 (more GPUs give more engines), or rollout.backend: sglang",
+        )
+
+
+@rule
+def engine_args_known(s: Spec) -> Iterator[Finding]:
+    """The engine arguments the launch would refuse (one table: slime.spec.engine_flags)."""
+    r = s.rollout
+    for key in r.engine_args:
+        if r.backend == "sglang" and (hit := sglang_reserved(key)) is not None:
+            abbr = "" if hit == normalize_flag(key) else f" (--{normalize_flag(key)} abbreviates it)"
+            yield (
+                f"rollout.engine_args.{key}",
+                f"slime-submit sets --{hit} itself from the spec and the layout{abbr}",
+                "remove it (change rollout.gpus_per_engine / model.path / model.tokenizer instead)",
+            )
+        elif r.backend == "builtin" and builtin_engine_arg(key) is None:
+            yield (
+                f"rollout.engine_args.{key}",
+                f"'{key}' is not an option of the built-in engine",
+                f"valid: {', '.join(BUILTIN_ENGINE_ARGS)} (SGLang flags need rollout.backend: sglang)",
+            )
+
+
+@rule
+def weight_sync_support(s: Spec) -> Iterator[Finding]:
+    """Weight-sync modes the runtime cannot carry out for this layout."""
+    r, pipeline = s.rollout, s.train.parallel.pipeline
+    if r.weight_sync == "delta" and r.backend == "builtin":
+        yield (
+            "rollout.weight_sync",
+            "delta weight sync is implemented for SGLang engines only; the built-in engine would load every "
+            "tensor from disk each time",
+            "use weight_sync: disk (or remove it) with rollout.backend: builtin",
+        )
+    if r.weight_sync == "nccl" and pipeline > 1:
+        yield (
+            "rollout.weight_sync",
+            f"weight_sync nccl broadcasts the policy from trainer rank 0, which holds only the first of "
+            f"{pipeline} pipeline stages",
+            "use weight_sync: disk, or remove weight_sync (derived: disk when pipeline > 1)",
+        )
+
+
+@rule
 def algorithm(s: Spec) -> Iterator[Finding]:
     a, m = s.algorithm, s.model
     if (a.kl_coef > 0 or a.kl_loss_coef > 0) and m.ref_path is None:
@@ -523,6 +585,12 @@ def reward(s: Spec) -> Iterator[Finding]:
         yield ("reward.url", "reward.type remote needs reward.url", "e.g. url: http://reward-host:8000/score")
     if rw.type != "remote" and rw.url:
         yield ("reward.url", f"reward.url is set but reward.type is '{rw.type}'", "set type: remote, or remove url")
+    if rw.key is not None and rw.type not in ("custom", "remote"):
+        yield (
+            "reward.key",
+            f"reward.key picks the reward out of a dict, but the '{rw.type}' reward returns a number",
+            "remove reward.key (it is for custom and remote rewards)",
+        )
 
 
 @rule

@@ -10,7 +10,17 @@ the importer never drops one silently.
 
 from __future__ import annotations
 
-__all__ = ["ARCHITECTURE", "DIRECT", "SLIME_DEFAULTS", "SLIME_ONLY", "SLIME_SGLANG_OWN", "SPECIAL", "slime_only_reason"]
+__all__ = [
+    "ARCHITECTURE",
+    "BOXED_RM_TYPES",
+    "DIRECT",
+    "RM_TYPES",
+    "SLIME_DEFAULTS",
+    "SLIME_ONLY",
+    "SLIME_SGLANG_OWN",
+    "SPECIAL",
+    "slime_only_reason",
+]
 
 # flag -> (spec path, kind); kind: int | float | str | bool (a switch) | list (several values)
 DIRECT: dict[str, tuple[str, str]] = {
@@ -103,6 +113,9 @@ SPECIAL = frozenset(
         "--update-weight-transport",
         "--train-env-vars",
         "--disable-grpo-std-normalization",
+        "--calculate-per-token-loss",
+        "--reward-key",
+        "--loss-type",
     }
 )
 
@@ -207,6 +220,8 @@ _REASONS = {
     "--eval-label-key": "eval sets use data.label_key in slime/v1",
     "--eval-config": "eval YAML configs are not in slime/v1; list eval sets under data.eval",
     "--use-fault-tolerance": "restarts are set by cluster.max_failures/max_requeues",
+    "--group-rm": "slime calls the reward on a whole group (args, samples); slime/v1 calls it per sample: "
+    "rewrite a group reward function to score one sample",
 }
 
 # The rest of slime's own flags (names from its parser); none has a slime/v1 field.
@@ -254,9 +269,7 @@ SLIME_ONLY = frozenset(_REASONS) | frozenset(
         "--ref-ckpt-step",
         "--async-save",
         "--no-save-optim",
-        "--calculate-per-token-loss",
         "--num-critic-only-steps",
-        "--loss-type",
         "--custom-loss-function-path",
         "--disable-compute-advantages-and-returns",
         "--custom-advantage-function-path",
@@ -305,7 +318,6 @@ SLIME_ONLY = frozenset(_REASONS) | frozenset(
         "--check-weight-update-equal",
         "--http-proxy",
         "--use-distributed-post",
-        "--reward-key",
         "--eval-reward-key",
         "--group-rm",
         "--custom-reward-post-process-path",
@@ -357,10 +369,49 @@ SLIME_DEFAULTS: dict[str, tuple[object, str]] = {
     "data.shuffle": (False, "slime shuffles only with --rollout-shuffle"),
     "rollout.n_samples_per_prompt": (1, "slime's --n-samples-per-prompt default"),
     "algorithm.kl_loss_type": ("k1", "slime's --kl-loss-type default"),
+    "algorithm.loss_agg": (
+        "seq_mean_token_mean",
+        "slime averages each sample's token mean over the step's samples unless --calculate-per-token-loss",
+    ),
     "train.optimizer.weight_decay": (0.01, "Megatron's --weight-decay default"),
     "train.nodes": (1, "slime's --actor-num-nodes default"),
     "train.gpus_per_node": (8, "slime's --actor-num-gpus-per-node default"),
     "train.precision": ("bf16", "slime trains in bf16 unless --fp16"),
     "train.backend": ("megatron", "slime trains with Megatron"),
     "rollout.backend": ("sglang", "slime generates with SGLang"),
+}
+
+
+# slime's --rm-type graders (slime/rollout/rm_hub/) -> (slime/v1 reward.type, how slime/v1 scores
+# differently; "" = the same rules). The import writes the difference out, so it is never silent.
+RM_TYPES: dict[str, tuple[str, str]] = {
+    "math": (
+        "math",
+        "slime's math scores 0 without a \\boxed{} answer and also accepts answers equal only under sympy "
+        "simplification; slime/v1's math falls back to the response's last number and compares normalised "
+        "strings and exact fractions",
+    ),
+    "dapo": ("dapo", ""),
+    "deepscaler": (
+        "deepscaler",
+        "the </think> and \\boxed{} rules are slime's, but answers are graded like slime/v1's math (normalised "
+        "strings, exact fractions): an answer equal to the label only under sympy simplification scores 0 "
+        "here and 1 in slime",
+    ),
+    "f1": (
+        "f1",
+        "slime scores the whole response (and 0 when one side is yes/no/noanswer and they differ); "
+        "slime/v1's f1 scores the final answer (\\boxed{}, after ####, or after 'answer is')",
+    ),
+    "remote_rm": ("remote", ""),
+}
+
+# boxed_<type>: slime first replaces the response by its last \boxed{} content ("" without one).
+BOXED_RM_TYPES: dict[str, tuple[str, str]] = {
+    "f1": (
+        "f1",
+        "slime's boxed_f1 scores 0 when the response has no \\boxed{} (slime/v1's f1 then reads the text after "
+        "#### or 'answer is', or the whole response), and 0 when one side is yes/no/noanswer and they differ",
+    ),
+    "remote_rm": ("remote", ""),  # remote_rm sends the sample itself: the box changes nothing
 }

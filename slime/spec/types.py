@@ -252,7 +252,7 @@ class Rollout(_Section, kw_only=True):
     stop: Annotated[tuple[str, ...], D("Stop strings.")] = ()
     weight_sync: Annotated[
         Literal["disk", "nccl", "delta"] | None,
-        D("How new weights reach engines (derived: nccl for disaggregated sglang, else disk)."),
+        D("How new weights reach engines (derived: nccl for disaggregated sglang without pipeline stages, else disk)."),
     ] = None
     engine_args: Annotated[
         dict[str, Scalar], D("Engine server flags passed through verbatim (e.g. SGLang's 'mem-fraction-static').")
@@ -289,11 +289,24 @@ class Data(_Section, kw_only=True):
 class Reward(_Section, kw_only=True):
     """How a response is scored."""
 
-    type: Annotated[Literal["exact", "math", "f1", "remote", "custom"], D("Reward function.")] = "exact"
+    type: Annotated[
+        Literal["exact", "math", "dapo", "deepscaler", "f1", "remote", "custom"],
+        D(
+            "Reward function: exact, math (boxed or last number), dapo (slime's +1/-1 'Answer:' grader), "
+            "deepscaler (slime's: a boxed answer after </think>), f1, remote (reward.url) or custom."
+        ),
+    ] = "exact"
     custom: Annotated[
         Annotated[str, Meta(pattern=PLUGIN_PATTERN)] | None, D("'package.module:function' for type custom.")
     ] = None
     url: Annotated[Annotated[str, Meta(pattern=r"^https?://")] | None, D("Reward server URL for type remote.")] = None
+    key: Annotated[
+        Annotated[str, Meta(min_length=1)] | None,
+        D(
+            "For a custom function returning a dict or a remote server replying with a JSON object: the key "
+            "holding the reward (slime's --reward-key; default: a number, or a server's 'reward' key)."
+        ),
+    ] = None
     timeout_s: Annotated[float, D("Per-request timeout for remote rewards.", gt=0)] = 30.0
     max_retries: Annotated[int, D("Retries of transient remote-reward failures.", ge=0)] = 3
 
@@ -327,9 +340,14 @@ class Algorithm(_Section, kw_only=True):
     ] = None
     gamma: Annotated[float, D("Discount factor (PPO, REINFORCE++).", ge=0, le=1)] = 1.0
     lam: Annotated[float, D("GAE lambda (PPO).", ge=0, le=1)] = field(default=1.0, name="lambda")
-    loss_agg: Annotated[Literal["token_mean", "seq_mean_token_mean"], D("How per-token losses are averaged.")] = (
-        "token_mean"
-    )
+    loss_agg: Annotated[
+        Literal["token_mean", "seq_mean_token_mean"],
+        D(
+            "How per-token losses are averaged over an optimizer step: 'token_mean' over every trained token "
+            "(slime's --calculate-per-token-loss); 'seq_mean_token_mean' each sample's mean over its trained "
+            "tokens, then the mean over samples (slime's default)."
+        ),
+    ] = "token_mean"
     critic: Annotated[Critic | None, D("Critic settings (derived for PPO).")] = None
     sft_warmup_steps: Annotated[int, D("Supervised warm-up steps on (prompt, label) before RL.", ge=0)] = 0
     sft_warmup_lr: Annotated[float, D("Learning rate of the SFT warm-up.", gt=0)] = 1e-3

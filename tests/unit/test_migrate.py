@@ -90,7 +90,7 @@ def test_launch_script_becomes_a_valid_spec():
     assert (r.batch_size, r.n_samples_per_prompt, r.num_rollouts) == (32, 8, 400)
     assert (r.max_prompt_len, r.max_response_len, r.temperature, r.top_p) == (1024, 4096, 0.9, 1.0)
     assert r.engine_args == {"mem-fraction-static": 0.7, "enable-metrics": True}
-    assert r.router_args == {"balance-abs-threshold": 16}
+    assert r.router_args == {}  # --router-balance-abs-threshold: no router in the request path (listed)
     d = s.data
     assert (d.prompts, d.input_key, d.label_key, d.apply_chat_template, d.shuffle) == (
         "/mnt/shared/data/dapo-math-17k.jsonl",
@@ -103,7 +103,7 @@ def test_launch_script_becomes_a_valid_spec():
         ("aime24", "/mnt/shared/data/aime-2024.jsonl", 25, 8, 0.9),
         ("math500", "/mnt/shared/data/math 500.jsonl", 25, 8, 0.9),
     ]  # the quoted path keeps its space
-    assert s.reward.type == "math"
+    assert s.reward.type == "deepscaler"  # slime's grader, not math (its scores differ)
     a = s.algorithm
     assert (a.estimator, a.eps_clip, a.eps_clip_high, a.kl_loss_coef, a.kl_loss_type, a.entropy_coef) == (
         "grpo",
@@ -160,6 +160,7 @@ def test_unmapped_flags_have_reasons():
         "--eval-max-response-len",
         "--eval-top-p",
         "--sglang-cuda-graph-bs",
+        "--router-balance-abs-threshold",
     }
     assert "several values (1 2 4 8 16 32 64)" in unmapped["--sglang-cuda-graph-bs"]
     assert all(reason for reason in unmapped.values())
@@ -203,10 +204,11 @@ def test_disaggregated_flags_with_equals_signs():
     assert (s.rollout.epochs, s.rollout.num_rollouts) == (2, None)
     assert s.data.prompts == "/data/gsm8k/train.jsonl"  # ${DATA_ROOT:-/data}
     assert (s.data.input_key, s.data.label_key, s.data.shuffle) == ("question", "answer", False)
-    assert s.reward.type == "math" and s.algorithm.kl_loss_coef == 0.0
+    assert s.reward.type == "exact" and s.algorithm.kl_loss_coef == 0.0  # boxed_math has no v1 equivalent
     assert s.rollout.engine_args == {"cuda-graph-max-bs": 128}
     unmapped = dict(result.unmapped)
     assert "slime ignores it without --use-kl-loss" in unmapped["--kl-loss-coef"]
+    assert "grades only the \\boxed{} content" in unmapped["--rm-type"]
     assert "layer spec" in unmapped["--spec"]
     assert "given again on line" in unmapped["--rollout-batch-size"]
     assert "not defined in this file" in unmapped['"${MODEL_ARGS[@]}"'.strip('"')]
@@ -301,6 +303,9 @@ def test_individual_mappings(flags, path, value):
         ("--ci-test", "CI self-checks"),
         ("--custom-generate-function-path a.b.c", "plug-ins"),
         ("--sglang-router-port 3000", "starts the router itself"),
+        ("--router-policy cache_aware", "no sglang-router in the request path"),
+        ("--sglang-dp-size 8", "slime-submit sets --dp-size itself"),
+        ("--loss-type sft_loss", "sft_loss: a supervised fine-tuning job"),
         ("--rollout-batch-size abc", "not an integer"),
         ("--rollout-batch-size", "needs a value"),
         ("--seq-length", None),
@@ -436,7 +441,7 @@ def test_cli_writes_a_spec_that_validates(tmp_path, capsys):
     out = tmp_path / "job.yaml"
     assert main(["import-slime-args", str(COLOCATED), "-o", str(out)]) == 0
     err = capsys.readouterr().err
-    assert "not mapped: --balance-data" in err and "5 not mapped" in err
+    assert "not mapped: --balance-data" in err and "6 not mapped" in err
     assert main(["validate", str(out)]) == 0
 
 
@@ -460,7 +465,7 @@ def test_cli_prints_yaml_and_json_report(capsys):
     assert load_spec_text(out, file="x.yaml").spec.name == "disagg-job"
     assert main(["import-slime-args", "--json", str(DISAGG)]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert set(report) == {"valid", "mapped", "unmapped", "placeholders", "notes", "problems"}
+    assert set(report) == {"valid", "mapped", "unmapped", "placeholders", "notes", "problems", "differences"}
     assert report["valid"] is True
     assert {"flag": "--rollout-stop", "path": "rollout.stop"} in report["mapped"]
     assert all(set(u) == {"flag", "reason"} for u in report["unmapped"])

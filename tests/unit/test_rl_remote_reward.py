@@ -191,3 +191,21 @@ def test_parse_reward_reply_and_unserialisable_label() -> None:
     assert fn.attempts == 0
     with pytest.raises(ValueError, match="max_retries must be an integer >= 0"):
         RemoteReward("http://127.0.0.1:9/", max_retries=-1)
+
+
+def test_reward_key_picks_the_entry_of_a_slime_style_reply() -> None:
+    """slime's remote_rm returns the server's JSON body; --reward-key (reward.key) picks the reward."""
+
+    async def dapo_like(request: web.Request) -> web.Response:
+        return web.json_response({"score": -1.0, "acc": False, "pred": "41"})
+
+    async def main() -> None:
+        async with reward_server({"/score": dapo_like}) as base:
+            fn = make_reward_fn("remote", url=f"{base}/score", max_retries=0, key="score")
+            assert await fn(SAMPLE) == -1.0
+            await fn.aclose()
+            async with _client(f"{base}/score", max_retries=0) as plain:
+                with pytest.raises(RemoteRewardError, match=r"reply object has no 'reward' key \(reward.key\)"):
+                    await plain(SAMPLE)
+
+    asyncio.run(main())

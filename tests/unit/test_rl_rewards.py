@@ -141,6 +141,9 @@ def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
             def two(args, sample):
                 return 1.0
 
+            def three(a, b, c):
+                return 1.0
+
             NOT_A_FUNCTION = 3
             """
         )
@@ -167,8 +170,10 @@ def test_custom_sync_and_async(user_module: str) -> None:
 def test_custom_errors_name_the_path(user_module: str) -> None:
     with pytest.raises(RewardValueError, match="'my_rewards_mod:words' returned str 'high'"):
         asyncio.run(make_reward_fn("custom", custom=f"{user_module}:words")(Sample()))
-    with pytest.raises(PluginContractError, match="cannot be called with one argument"):
-        make_reward_fn("custom", custom=f"{user_module}:two")
+    with pytest.raises(PluginContractError, match="cannot be called with one argument or two; expected def f"):
+        make_reward_fn("custom", custom=f"{user_module}:three")
+    with pytest.raises(PluginContractError, match=r"takes \(args, sample\), slime's convention, but no spec values"):
+        make_reward_fn("custom", custom=f"{user_module}:two")  # without the spec: use reward_from_spec
     with pytest.raises(PluginContractError, match="not callable \\(got int\\)"):
         make_reward_fn("custom", custom=f"{user_module}:NOT_A_FUNCTION")
     with pytest.raises(UnknownPlugin, match="has no attribute 'missing'"):

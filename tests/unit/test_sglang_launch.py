@@ -10,6 +10,7 @@ import json
 import os
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from slime.backends.megatron.config import MegatronConfigError
@@ -22,6 +23,7 @@ from slime.backends.sglang.launch import (
     render_engine_commands,
     router_command,
 )
+from slime.spec import SpecError
 from slime.spec.load import load_spec
 from tests.unit.test_megatron_config import QWEN25_7B
 
@@ -32,6 +34,12 @@ SPEC = ROOT / "specs" / "grpo-multinode.yaml"
 
 def _spec(*overrides: str, path: Path = SPEC):
     return load_spec(path, overrides=list(overrides)).tasks[0].spec
+
+
+def _with_engine_args(args: dict):
+    """The example spec with ``rollout.engine_args`` set after validation (validate would refuse it)."""
+    base = _spec()
+    return msgspec.structs.replace(base, rollout=msgspec.structs.replace(base.rollout, engine_args=args))
 
 
 def _golden(name: str, text: str) -> None:
@@ -133,7 +141,7 @@ def test_pp_size_divides_gpus_per_engine_and_reserved_keys_are_rejected_from_spe
     with pytest.raises(LaunchError, match="pp-size=3 must be a positive integer dividing"):
         engine_commands(_spec("rollout.engine_args.pp-size=3"))
     with pytest.raises(LaunchError, match="rollout.engine_args.tp-size: slime sets --tp-size itself"):
-        engine_commands(_spec("rollout.engine_args.tp-size=4"))
+        engine_commands(_with_engine_args({"tp-size": 4}))
 
 
 @pytest.mark.parametrize(
@@ -151,7 +159,9 @@ def test_pp_size_divides_gpus_per_engine_and_reserved_keys_are_rejected_from_spe
 def test_engine_args_cannot_reach_placement_flags_even_abbreviated(key, flag):
     # argparse (allow_abbrev) would expand e.g. --base-gpu to --base-gpu-id, overriding slime's value
     with pytest.raises(LaunchError, match=rf"rollout\.engine_args\.{key}: slime sets --{flag} itself"):
-        engine_commands(_spec(f"rollout.engine_args.{key}=2"))
+        engine_commands(_with_engine_args({key: 2}))  # a spec that skipped validate
+    with pytest.raises(SpecError, match=rf"rollout\.engine_args\.{key}: slime-submit sets --{flag} itself"):
+        _spec(f"rollout.engine_args.{key}=2")  # validate refuses it first (the same table)
 
 
 def test_engine_args_keys_with_equals_are_rejected():
@@ -189,7 +199,12 @@ def test_trust_remote_code_follows_auto_map(tmp_path):
 
 
 def test_router_only_for_several_engines_with_router_args():
-    spec = _spec("rollout.router_args.policy=cache_aware")
+    # validate refuses router_args (the rollout manager does not use the router); the command builder still
+    # converts them, for when it does
+    base = _spec()
+    spec = msgspec.structs.replace(
+        base, rollout=msgspec.structs.replace(base.rollout, router_args={"policy": "cache_aware"})
+    )
     cmd = router_command(spec, ["http://a:1", "http://b:2"], host="a")
     assert list(cmd.argv) == [
         "python",
@@ -210,7 +225,9 @@ def test_router_only_for_several_engines_with_router_args():
 
 def test_non_sglang_specs_are_refused():
     with pytest.raises(LaunchError, match="rollout.backend is 'builtin'"):
-        engine_commands(_spec("rollout.backend=builtin"))
+        engine_commands(
+            msgspec.structs.replace(_spec(), rollout=msgspec.structs.replace(_spec().rollout, backend="builtin"))
+        )
 
 
 def test_each_node_starts_only_its_own_engine_processes():

@@ -6,7 +6,9 @@ same argv the runtime executes and golden tests pin it.
 
 Per engine ``i`` (GPU slots from ``slime.spec.layout.plan_layout``):
 
-* ``--model-path`` = ``model.path``; ``--tp-size`` = ``gpus_per_engine`` (divided by
+* ``--model-path`` = ``model.path``; ``--tokenizer-path`` = ``model.tokenizer`` when it is another
+  directory (engines then decode with the tokenizer the rollout manager encodes with);
+  ``--tp-size`` = ``gpus_per_engine`` (divided by
   ``pp-size`` when ``rollout.engine_args`` sets one, which must divide it);
 * ``--base-gpu-id`` = the GPU id of the engine's first slot on its node;
 * ``--host`` = the node's address, ``--port`` = ``port_base + 10 j`` where ``j``
@@ -52,6 +54,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from slime.spec.engine_flags import SGLANG_RESERVED
+
 if TYPE_CHECKING:
     from slime.spec.layout import Layout
     from slime.spec.types import Spec
@@ -74,26 +78,7 @@ ROUTER_PORT = 30000
 ENGINE_PORT_BASE = 30010
 PORT_STRIDE = 10  # http, http+1 = nccl, http+2 = multi-node dist-init
 ENGINE_PORT_RANGE = (10000, 20000)  # below Ray's default 20000-32000 and Linux's ephemeral 32768-60999
-_ENGINE_RESERVED = (
-    "model-path",
-    "model",
-    "tp-size",
-    "tensor-parallel-size",
-    "base-gpu-id",
-    "host",
-    "port",
-    "nccl-port",
-    "nnodes",
-    "node-rank",
-    "dist-init-addr",
-    "nccl-init-addr",
-    # one engine per rollout.gpus_per_engine GPUs: these would make it use others
-    "dp-size",
-    "data-parallel-size",
-    "attn-dp-size",
-    "attention-data-parallel-size",
-    "gpu-id-step",
-)
+_ENGINE_RESERVED = SGLANG_RESERVED  # one table with validate (slime.spec.engine_flags)
 _ROUTER_RESERVED = ("worker-urls", "host", "port")
 
 
@@ -156,7 +141,7 @@ def flags_from_args(args: Mapping[str, Any], *, field_name: str, reserved: Seque
             abbr = "" if hit == _norm(key) else f" (--{_norm(key)} abbreviates it)"
             raise LaunchError(
                 f"{field_name}.{key}: slime sets --{hit} itself from the spec and layout{abbr}; "
-                f"remove it (change rollout.gpus_per_engine / model.path instead)"
+                f"remove it (change rollout.gpus_per_engine / model.path / model.tokenizer instead)"
             )
         flag = "--" + key.strip().lstrip("-")
         if value is None or value is False:
@@ -215,6 +200,8 @@ def engine_commands(
         raise LaunchError(f"{len(hosts)} host address(es) given for {layout.nodes} node(s)")
     extra = flags_from_args(r.engine_args, field_name="rollout.engine_args", reserved=_ENGINE_RESERVED)
     common = [python, "-m", "sglang.launch_server", "--model-path", spec.model.path, "--tp-size", str(_tp_size(spec))]
+    if spec.model.tokenizer and spec.model.tokenizer != spec.model.path:
+        common += ["--tokenizer-path", spec.model.tokenizer]
     derived: list[str] = []
     if _needs_remote_code(spec.model.path) and "--trust-remote-code" not in extra:
         derived.append("--trust-remote-code")

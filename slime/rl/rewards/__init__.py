@@ -4,9 +4,11 @@ Built-in types (``reward.type`` in a spec):
 
 - ``exact``  normalised string equality of the final answer and the label
 - ``math``   last ``\\boxed{}`` (or last number) compared after normalisation
+- ``dapo``   slime's DAPO grader: +1/-1, the last ``Answer:`` in the last 300 characters
+- ``deepscaler`` slime's deepscaler rule: a ``\\boxed{}`` answer after ``</think>``, else 0
 - ``f1``     SQuAD token F1 of the final answer and the label
 - ``remote`` POST to a reward server (``url``), with bounded retries
-- ``custom`` a user ``"package.module:function"`` (sync or async)
+- ``custom`` a user ``"package.module:function"`` (sync or async; ``f(sample)`` or slime's ``f(args, sample)``)
 
 Every reward the factory returns is an async ``RewardFn``: ``await fn(sample) ->
 float``. Names registered later with ``REWARDS.register(name, "pkg.mod:fn")``
@@ -19,25 +21,31 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from slime.core.registry import Registry
 from slime.rl.plugins import RewardFn
 from slime.rl.sample import Sample
 
-__all__ = ["REWARDS", "batch_rewards", "make_reward_fn"]
+if TYPE_CHECKING:
+    from slime.rl.rewards.custom import SlimeArgs
+    from slime.spec.types import Spec
+
+__all__ = ["REWARDS", "batch_rewards", "make_reward_fn", "reward_from_spec"]
 
 REWARDS = Registry(
     "reward",
     {
         "exact": "slime.rl.rewards.string_match:exact_reward",
         "math": "slime.rl.rewards.math_answer:math_reward",
+        "dapo": "slime.rl.rewards.dapo:dapo_reward",
+        "deepscaler": "slime.rl.rewards.deepscaler:deepscaler_reward",
         "f1": "slime.rl.rewards.string_match:f1_reward",
         "remote": "slime.rl.rewards.remote:RemoteReward",
         "custom": "slime.rl.rewards.custom:load_custom_reward",
     },
 )
-_BUILTIN_FNS = ("exact", "math", "f1")
+_BUILTIN_FNS = ("exact", "math", "dapo", "deepscaler", "f1")
 
 
 def make_reward_fn(
@@ -47,31 +55,54 @@ def make_reward_fn(
     url: str | None = None,
     timeout_s: float = 30.0,
     max_retries: int = 5,
+    key: str | None = None,
+    args: SlimeArgs | None = None,
 ) -> RewardFn:
-    """The async reward function for a spec's ``reward`` section.
+    """The async reward function for a spec's ``reward`` section (:func:`reward_from_spec` passes it all).
 
-    ``url`` (with ``timeout_s``, ``max_retries``) is for ``remote`` only and
-    ``custom`` for ``custom`` only; giving either to another type is an error, so
-    a typo in the type cannot silently score with the wrong function.
+    ``url`` (with ``timeout_s``, ``max_retries``) is for ``remote`` only, ``custom`` for ``custom``
+    only and ``key`` for those two; giving one to another type is an error, so a typo in the type
+    cannot silently score with the wrong function. ``args`` is what a custom function written in
+    slime's ``(args, sample)`` convention receives.
     """
+    if key is not None and type in _BUILTIN_FNS:  # they return numbers; registered names may return dicts
+        raise ValueError(f"reward.key is only used with reward.type 'custom' or 'remote', not {type!r}")
     if type == "remote":
         if not url:
             raise ValueError("reward.type 'remote' needs reward.url (the reward server's http(s) URL)")
-        remote = REWARDS.get("remote")(url, timeout_s=timeout_s, max_retries=max_retries)
+        remote = REWARDS.get("remote")(url, timeout_s=timeout_s, max_retries=max_retries, key=key)
         return cast(RewardFn, remote)
     if url is not None:
         raise ValueError(f"reward.url is only used with reward.type 'remote', not {type!r}")
     if type == "custom":
         if not custom:
             raise ValueError("reward.type 'custom' needs reward.custom: 'package.module:function'")
-        return cast(RewardFn, REWARDS.get("custom")(custom))
+        return cast(RewardFn, REWARDS.get("custom")(custom, args=args, key=key))
     if custom is not None:
         raise ValueError(f"reward.custom is only used with reward.type 'custom', not {type!r}")
     if type in _BUILTIN_FNS:
         return cast(RewardFn, REWARDS.get(type))
     from slime.rl.rewards.custom import wrap_reward
 
-    return wrap_reward(REWARDS.get(type), type)  # registered name or "pkg.mod:fn"; else UnknownPlugin
+    # a registered name or "pkg.mod:fn"; else UnknownPlugin
+    return wrap_reward(REWARDS.get(type), type, args=args, key=key)
+
+
+def reward_from_spec(spec: Spec) -> RewardFn:
+    """The reward function of a (resolved) spec, including the slime-named ``args`` for slime-style plug-ins."""
+    from slime.rl.rewards.custom import SlimeArgs
+    from slime.spec.slime_args import slime_args
+
+    r = spec.reward
+    return make_reward_fn(
+        r.type,
+        custom=r.custom if r.type == "custom" else None,
+        url=r.url if r.type == "remote" else None,
+        timeout_s=r.timeout_s,
+        max_retries=r.max_retries,
+        key=r.key,
+        args=SlimeArgs(**slime_args(spec)),
+    )
 
 
 async def batch_rewards(

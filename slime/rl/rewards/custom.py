@@ -1,17 +1,26 @@
 """The ``custom`` reward: a user function named ``"package.module:function"``.
 
-The function takes one :class:`~slime.rl.sample.Sample` and returns a number
-(``bool`` counts as 1.0/0.0). It may be ``async def`` (awaited on the event
-loop) or a plain function, which runs in a worker thread (``asyncio.to_thread``)
-so that a scorer doing blocking I/O does not stall concurrent generation. A
-plain function must therefore be thread-safe.
+Two calling conventions, told apart by the function's signature:
 
-Guaranteed: a bad path, a non-callable, a function that cannot take one
-positional argument, or a non-numeric/non-finite return value raises a clear
-error naming the path; an exception the function raises becomes a
-:class:`RewardFunctionError` (a user error, exit 2) naming the path, the exception and the
-innermost frame of the user's code. Not guaranteed: CPU-bound sync scorers run in parallel
-(threads share the GIL).
+- slime-submit's ``f(sample)``: one :class:`~slime.rl.sample.Sample`;
+- THUDM/slime's ``f(args, sample)`` (a function that cannot take one positional argument but can take
+  two): ``args`` is a :class:`SlimeArgs` namespace holding the spec's values under slime's argument
+  names (``args.n_samples_per_prompt``, ``args.rm_url``, ... see ``slime.spec.slime_args``); reading
+  a slime option with no slime/v1 field raises an ``AttributeError`` that says so.
+
+The function returns a number (``bool`` counts as 1.0/0.0), or a dict when ``reward.key`` names the
+entry holding the reward (slime's ``--reward-key``). It may be ``async def`` (awaited on the event
+loop) or a plain function, which runs in a worker thread (``asyncio.to_thread``) so that a scorer
+doing blocking I/O does not stall concurrent generation. A plain function must therefore be
+thread-safe.
+
+Guaranteed: a bad path, a non-callable, a function that takes neither ``(sample)`` nor ``(args,
+sample)``, or a non-numeric/non-finite return value raises a clear error naming the path; an
+exception the function raises becomes a :class:`RewardFunctionError` (a user error, exit 2) naming
+the path, the exception and the innermost frame of the user's code. A module that imports THUDM/slime's
+own packages (``slime.utils...``) is refused with what to import instead. Not guaranteed: CPU-bound
+sync scorers run in parallel (threads share the GIL); slime's batch form (``--group-rm``) is not
+supported.
 """
 
 from __future__ import annotations
@@ -21,10 +30,11 @@ import math
 import os
 import sysconfig
 import traceback
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from slime.core.registry import load_object
+from slime.core.registry import UnknownPlugin, load_object
 from slime.rl.plugins import (
     PluginContractError,
     RewardFn,
@@ -34,7 +44,7 @@ from slime.rl.plugins import (
 )
 from slime.rl.sample import Sample
 
-__all__ = ["RewardFunctionError", "RewardValueError", "load_custom_reward", "wrap_reward"]
+__all__ = ["RewardFunctionError", "RewardValueError", "SlimeArgs", "load_custom_reward", "wrap_reward"]
 
 
 class RewardValueError(ValueError):
@@ -80,7 +90,36 @@ def _raised(exc: Exception, fn: Callable[..., Any], name: str) -> RewardFunction
     )
 
 
-def _to_reward(value: Any, name: str) -> float:
+class SlimeArgs(types.SimpleNamespace):
+    """slime's argument namespace for plug-ins written for THUDM/slime: the spec's values, slime's names."""
+
+    def __getattr__(self, name: str) -> Any:  # called only for a name the namespace does not hold
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(
+            f"args.{name}: slime's option {name!r} has no slime/v1 field, so the args handed to plug-ins written "
+            "for slime do not hold it; read it another way (e.g. from sample.metadata or an environment variable)"
+        )
+
+
+def _pick(value: Any, name: str, key: str | None) -> Any:
+    if not isinstance(value, Mapping):
+        return value
+    if key is None:
+        raise RewardValueError(
+            f"reward function {name!r} returned a dict ({', '.join(map(str, value))}); set reward.key to the "
+            "entry holding the reward (slime's --reward-key)"
+        )
+    if key not in value:
+        raise RewardValueError(
+            f"reward function {name!r} returned a dict without reward.key {key!r} (it has: "
+            f"{', '.join(map(str, value))})"
+        )
+    return value[key]
+
+
+def _to_reward(value: Any, name: str, key: str | None = None) -> float:
+    value = _pick(value, name, key)
     if isinstance(value, bool):
         return float(value)
     try:
@@ -94,36 +133,65 @@ def _to_reward(value: Any, name: str) -> float:
     return reward
 
 
-def wrap_reward(fn: Callable[..., Any], name: str) -> RewardFn:
-    """Turn a sync or async ``fn(sample) -> number`` into an async ``RewardFn`` returning float."""
+def _bind(fn: Callable[..., Any], name: str, args: SlimeArgs | None) -> Callable[[Sample], Any]:
+    """``fn`` as a one-argument call, in whichever convention its signature has (see the module docstring)."""
+    if accepts_positional(fn, 1):
+        return fn
+    if accepts_positional(fn, 2):
+        if args is None:
+            raise PluginContractError(
+                f"reward {name!r} takes (args, sample), slime's convention, but no spec values were given for "
+                "args; build it with slime.rl.rewards.reward_from_spec"
+            )
+        return lambda sample: fn(args, sample)
+    raise PluginContractError(
+        f"reward {name!r} cannot be called with one argument or two; expected def f(sample) -> float, "
+        "or slime's async def f(args, sample) -> float"
+    )
+
+
+def wrap_reward(
+    fn: Callable[..., Any], name: str, *, args: SlimeArgs | None = None, key: str | None = None
+) -> RewardFn:
+    """Turn a sync or async ``fn(sample)`` or ``fn(args, sample)`` into an async ``RewardFn`` returning float.
+
+    ``args``: the namespace for slime-convention functions; ``key``: the entry of a returned dict.
+    """
     if not callable(fn):
         raise PluginContractError(f"reward {name!r} is not callable (got {type(fn).__name__})")
-    if not accepts_positional(fn, 1):
-        raise PluginContractError(
-            f"reward {name!r} cannot be called with one argument; expected def f(sample) -> float"
-        )
+    call = _bind(fn, name, args)
     if is_async_callable(fn):
 
         async def reward(sample: Sample) -> float:
             try:
-                value = await fn(sample)
+                value = await call(sample)
             except Exception as exc:  # the user's bug, reported as such (not a runtime traceback)
                 raise _raised(exc, fn, name) from exc
-            return _to_reward(value, name)
+            return _to_reward(value, name, key)
 
     else:
 
         async def reward(sample: Sample) -> float:
             try:
-                value = await maybe_await(await asyncio.to_thread(fn, sample))
+                value = await maybe_await(await asyncio.to_thread(call, sample))
             except Exception as exc:  # the user's bug, reported as such (not a runtime traceback)
                 raise _raised(exc, fn, name) from exc
-            return _to_reward(value, name)
+            return _to_reward(value, name, key)
 
     reward.__qualname__ = reward.__name__ = f"reward[{name}]"
     return reward
 
 
-def load_custom_reward(path: str) -> RewardFn:
+def load_custom_reward(path: str, *, args: SlimeArgs | None = None, key: str | None = None) -> RewardFn:
     """Import ``"package.module:function"`` and wrap it; ``UnknownPlugin`` if it is absent."""
-    return wrap_reward(load_object(path), path)
+    try:
+        fn = load_object(path)
+    except UnknownPlugin as exc:
+        missing = getattr(exc.__cause__, "name", None) or ""
+        if missing.startswith("slime.") or missing == "slime":
+            raise UnknownPlugin(
+                f"{exc}: the module imports THUDM/slime's own {missing!r}, which slime-submit does not have; "
+                "import Sample from slime.rl.sample instead (or drop the import)"
+            ) from exc
+        raise
+    return wrap_reward(fn, path, args=args, key=key)

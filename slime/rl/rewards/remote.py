@@ -1,6 +1,7 @@
 """The ``remote`` reward: POST ``{prompt, response, label}`` to a reward server.
 
-The server answers ``{"reward": x}`` or a bare number (JSON or plain text).
+The server answers ``{"reward": x}`` (``{key: x}`` with ``reward.key``, slime's ``--reward-key``) or a
+bare number (JSON or plain text).
 
 Retries: connection errors, timeouts, HTTP 5xx and HTTP 429 (rate limiting,
 the one 4xx that means "try later") are retried with full-jitter exponential
@@ -54,16 +55,17 @@ def _is_transient(exc: BaseException) -> bool:
     )
 
 
-def parse_reward_reply(text: str) -> float:
-    """``{"reward": x}``, a JSON number or a plain-text number -> float; else ``ValueError``."""
+def parse_reward_reply(text: str, key: str | None = None) -> float:
+    """``{"reward": x}`` (or ``{key: x}``), a JSON number or a plain-text number -> float; else ``ValueError``."""
     try:
         value: Any = json.loads(text)
     except json.JSONDecodeError:
         value = text.strip()
     if isinstance(value, dict):
-        if "reward" not in value:
-            raise ValueError(f"reply object has no 'reward' key: {text[:200]!r}")
-        value = value["reward"]
+        key = key or "reward"
+        if key not in value:
+            raise ValueError(f"reply object has no {key!r} key (reward.key): {text[:200]!r}")
+        value = value[key]
     if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
         raise ValueError(f"reward must be a number, got {text[:200]!r}")
     try:
@@ -87,6 +89,7 @@ class RemoteReward:
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
         headers: dict[str, str] | None = None,
+        key: str | None = None,
     ) -> None:
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ValueError(f"reward.url must be an http:// or https:// URL, got {url!r}")
@@ -102,6 +105,7 @@ class RemoteReward:
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self.headers = dict(headers or {})
+        self.key = key  # the reply object's entry holding the reward (default 'reward')
         self.attempts = 0  # HTTP requests sent, retries included (for metrics)
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -128,7 +132,7 @@ class RemoteReward:
                     f"reward server {self.url} rejected the request with HTTP {resp.status} (not retried): {text[:200]}"
                 )
         try:
-            return parse_reward_reply(text)
+            return parse_reward_reply(text, self.key)
         except ValueError as exc:
             raise RemoteRewardError(f"reward server {self.url} sent an unusable reply: {exc}") from None
 

@@ -13,7 +13,8 @@ training steps.
 ``rollout.engine_args`` maps onto the engine's options (``-`` or ``_``):
 ``max_running_requests``, ``context_length``, ``dtype``, ``num_threads``,
 ``max_prefill_tokens``, ``max_cache_bytes``; anything else is rejected with the
-valid names. Devices: CUDA when the slot is a GPU slot and CUDA is available in
+valid names. ``model.tokenizer``, when it is not the model's own directory, is the engines'
+tokenizer too (``tokenizer_path``). Devices: CUDA when the slot is a GPU slot and CUDA is available in
 the actor (Ray narrows ``CUDA_VISIBLE_DEVICES`` to the bundle's GPU), else CPU.
 """
 
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slime.backends.base import RolloutBackend
+from slime.spec.engine_flags import BUILTIN_ENGINE_ARGS, builtin_engine_arg
 
 if TYPE_CHECKING:
     from slime.spec.layout import Layout
@@ -32,27 +34,21 @@ if TYPE_CHECKING:
 
 __all__ = ["BuiltinRolloutBackend", "EngineHost", "engine_kwargs"]
 
-_ENGINE_ARGS = (
-    "max_running_requests",
-    "context_length",
-    "dtype",
-    "num_threads",
-    "max_prefill_tokens",
-    "max_cache_bytes",
-)
-
 
 def engine_kwargs(spec: Spec) -> dict[str, Any]:
     """``rollout.engine_args`` as keyword arguments of the built-in ``Engine``."""
     out: dict[str, Any] = {}
     for key, value in spec.rollout.engine_args.items():
-        name = key.replace("-", "_")
-        if name not in _ENGINE_ARGS:
+        name = builtin_engine_arg(key)
+        if name is None:  # validate refuses it first (rules.engine_args_known)
             raise ValueError(
                 f"rollout.engine_args.{key} is not an option of the built-in engine; valid: "
-                f"{', '.join(_ENGINE_ARGS)} (SGLang flags need rollout.backend: sglang)"
+                f"{', '.join(BUILTIN_ENGINE_ARGS)} (SGLang flags need rollout.backend: sglang)"
             )
         out[name] = value
+    tokenizer = spec.model.tokenizer
+    if tokenizer and tokenizer != spec.model.path:  # decode with what the rollout manager encodes with
+        out["tokenizer_path"] = tokenizer
     return out
 
 

@@ -86,6 +86,7 @@ class Engine:
         self,
         model_path: str | Path,
         *,
+        tokenizer_path: str | Path | None = None,
         device: str = "cpu",
         dtype: str = "auto",
         max_running_requests: int = 256,
@@ -109,7 +110,8 @@ class Engine:
             if dtype == "auto" and self.device.type == "cpu"
             else ("auto" if dtype == "auto" else getattr(torch, dtype))
         )
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.tokenizer_path = str(tokenizer_path or model_path)  # model.tokenizer, when it is another dir
+        self.tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_path)
         self.hf_model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch_dtype).to(self.device)
         self.hf_model.eval().requires_grad_(False)
         cfg = self.hf_model.config

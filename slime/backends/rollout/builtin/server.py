@@ -283,7 +283,7 @@ class _Handlers:
         return web.json_response(
             {
                 "model_path": e.model_path,
-                "tokenizer_path": e.model_path,
+                "tokenizer_path": e.tokenizer_path,
                 "is_generation": True,
                 "preferred_sampling_params": None,
                 "weight_version": e.weight_version,
@@ -414,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Serve a model with the built-in engine (SGLang native API subset).",
     )
     ap.add_argument("--model-path", required=True, help="Hugging Face checkpoint directory")
+    ap.add_argument("--tokenizer-path", default=None, help="tokenizer directory (default: the model's)")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=30000)
     ap.add_argument("--seed", type=int, default=None, help="engine sampling seed (repeatable runs)")
@@ -438,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
             host=args.host,
             port=args.port,
             seed=args.seed,
+            tokenizer_path=args.tokenizer_path,
             device=args.device,
             dtype=args.dtype,
             max_running_requests=args.max_running_requests,
