@@ -95,12 +95,12 @@ def _rate(th: dict | None) -> str:
 # ----------------------------------------------------------------------------- list
 LIST_COLUMNS = (
     Col("ID"),
-    Col("NAME", flex=True, min_width=8),
+    Col("NAME", flex=True, min_width=8, cap=24),
     Col("STATE"),
     Col("TASKS", priority=4, justify="right"),
     Col("STEP", priority=1, justify="right"),
     Col("STARTED", priority=2),
-    Col("JOBS", priority=3, flex=True, min_width=6),
+    Col("JOBS", priority=3, flex=True, min_width=6, cap=16),
     Col("LAUNCHER", priority=5),
     Col("RUN DIR", priority=6, flex=True, min_width=12),
 )
@@ -161,12 +161,12 @@ STATUS_COLUMNS = (
     Col("METRIC", priority=2),
     Col("EVAL", priority=3),
     Col("THROUGHPUT", priority=3, justify="right"),
-    Col("RESTARTS", priority=4, flex=True, min_width=3),
+    Col("RESTARTS", priority=4),
     Col("JOB", priority=4),
     Col("STEP", priority=5, justify="right"),
-    Col("NODES", priority=5, flex=True, min_width=6),
+    Col("NODES", priority=5, flex=True, min_width=6, cap=16),
     Col("SOURCE", priority=7),
-    Col("REASON", flex=True, min_width=12),
+    Col("REASON", flex=True, min_width=12, cap=40),
 )
 
 

@@ -5,14 +5,16 @@ narrow (it would squeeze every column alike, or wrap cells over several lines). 
 does that before rich renders, at the width rich offers (so a resized terminal under ``status
 --watch`` refits every refresh):
 
-1. every column at its natural width (the widest cell);
-2. too wide: columns with a short form (cells given as ``(full, short)``, which keep the value:
+0. every column at its natural width (the widest cell); columns with no content are left out;
+1. too wide: columns with a short form (cells given as ``(full, short)``, which keep the value:
    ``reward=0.75`` for ``rollout/reward_mean=0.75``) switch to it, least important (largest
    ``priority``) first, until the table fits;
-3. still too wide: the least important column left gives way, a ``flex`` one (names, reasons) first
-   shortened with an ellipsis down to ``min_width``, then dropped whole (``priority`` 0 never goes),
-   so a less important column goes before a more important one is shortened;
-4. past that, rich cuts the remaining columns with an ellipsis.
+2. still too wide: ``flex`` columns (names, reasons) are cut to their ``cap`` with an ellipsis;
+3. still too wide: the least important column left gives way, a flex one first shortened down to
+   ``min_width``, then dropped whole (``priority`` 0 never goes), so a less important column goes
+   before a more important one is shortened;
+4. room left over goes back: full forms first (most important column first), then cut columns;
+5. past that (a terminal narrower than the never-dropped columns), rich cuts with an ellipsis.
 
 Every column is ``no_wrap``: a row is one line, always. ``wide=True`` (``-o wide``) keeps every
 column at full width and form, for terminals that are wide enough or output that is piped on.
@@ -42,6 +44,7 @@ class Col:
     priority: int = 0  # 0: never dropped; larger: dropped earlier
     flex: bool = False  # may be shortened with an ellipsis
     min_width: int = 8  # a flex column is not shortened below this
+    cap: int | None = None  # a flex column is cut to this before any column is dropped
     justify: str = "left"
     wide_only: bool = False  # shown with -o wide only
 
@@ -62,41 +65,50 @@ class FitTable:
     rows: Sequence[Sequence[Cell]]
     wide: bool = False
 
+    def _natural(self, i: int, short: bool) -> int:
+        forms = [(c[1] if short else c[0]) if isinstance(c, tuple) else c for c in (row[i] for row in self.rows)]
+        return max([len(self.cols[i].header)] + [_width(f) for f in forms])
+
     def layout(self, width: int) -> tuple[list[int], list[bool], dict[int, int]]:
-        """(shown column indexes, short form used per column, widths of shortened flex columns)."""
-        cols = list(self.cols)
-        shown = [i for i, c in enumerate(cols) if self.wide or not c.wide_only]
-        short = [False] * len(cols)
-
-        def natural(i: int) -> int:
-            cells = [row[i] for row in self.rows]
-            forms = [(c[1] if short[i] else c[0]) if isinstance(c, tuple) else c for c in cells]
-            return max([len(cols[i].header)] + [_width(f) for f in forms])
-
-        def total(widths: dict[int, int]) -> int:
-            return sum(widths.values()) + GAP * (len(widths) - 1)
-
-        widths = {i: natural(i) for i in shown}
-        shrunk: dict[int, int] = {}
+        """(shown column indexes, short form used per column, widths of cut flex columns)."""
+        cols = self.cols
         if self.wide:
-            return shown, short, shrunk
+            return list(range(len(cols))), [False] * len(cols), {}
+        empty = {i for i in range(len(cols)) if all(not _width(_full(row[i])) for row in self.rows)}
+        shown = [i for i, c in enumerate(cols) if not c.wide_only and i not in empty]
+        full = {i: self._natural(i, False) for i in shown}
+        short = [False] * len(cols)
+        widths = dict(full)
+
+        def excess() -> int:
+            return sum(widths.values()) + GAP * (len(widths) - 1) - width
+
         by_least = sorted(shown, key=lambda i: (-cols[i].priority, -i))
-        for i in by_least:  # short forms keep the information: they go first
-            if total(widths) <= width:
+        has_short = [i for i in by_least if any(isinstance(row[i], tuple) for row in self.rows)]
+        for i in has_short:  # 1. short forms keep the information
+            if excess() <= 0:
                 break
-            if any(isinstance(row[i], tuple) for row in self.rows):
-                short[i] = True
-                widths[i] = natural(i)
-        for i in by_least:  # then shorten (flex) or drop, least important first
-            excess = total(widths) - width
-            if excess <= 0:
+            short[i], widths[i] = True, self._natural(i, True)
+        for i in by_least:  # 2. flex columns down to their cap
+            if excess() <= 0:
                 break
-            if cols[i].flex and widths[i] > cols[i].min_width:
-                widths[i] = shrunk[i] = max(cols[i].min_width, widths[i] - excess)
-            if total(widths) > width and cols[i].priority > 0:
+            if cols[i].flex and cols[i].cap is not None:
+                widths[i] = min(widths[i], cols[i].cap)
+        for i in by_least:  # 3. least important first: shorten to min_width, else drop
+            if excess() <= 0:
+                break
+            if cols[i].flex:
+                widths[i] = max(min(widths[i], cols[i].min_width), widths[i] - excess())
+            if excess() > 0 and cols[i].priority > 0:
                 del widths[i]
-                shrunk.pop(i, None)
-        return [i for i in shown if i in widths], short, shrunk
+        for i in reversed(has_short):  # 4. room left: full forms back, most important first
+            if i in widths and short[i] and excess() + full[i] - widths[i] <= 0:
+                short[i], widths[i] = False, full[i]
+        for i in reversed(by_least):  # then cut flex columns get it
+            if i in widths and excess() < 0 and widths[i] < (natural := self._natural(i, short[i])):
+                widths[i] = min(natural, widths[i] - excess())
+        kept = [i for i in shown if i in widths]
+        return kept, short, {i: widths[i] for i in kept if widths[i] < self._natural(i, short[i])}
 
     def table(self, width: int) -> Table:
         shown, short, shrunk = self.layout(width)
