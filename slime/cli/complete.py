@@ -19,7 +19,8 @@ What completes (``slime-submit completion SHELL`` prints the script; the README 
   ``pipeline``, ...; a lone match descends by itself), list items as ``.0.``; ``--set`` leaves end
   in ``=`` so the value follows without a space;
 * run targets (``status``/``logs``/``cancel``/``rerun``): the short ids of the runs under
-  ``--dir`` (``$SLIME_RUNS_DIR``, else ``./runs``), described by name and start time; a prefix that
+  ``--dir`` (``$SLIME_RUNS_DIR``, else ``./runs``), newest first (by the time in the dir's name,
+  so nothing is read), described by name and start time; a prefix that
   matches no id completes run dir names; a path (``./``, ``/``, ``~``) completes as files.
 
 Not guaranteed: completions of a schema other than ``slime/v1``, or of fields an ``anyOf`` adds
@@ -122,12 +123,10 @@ def run_completions(prefix: str, parent: Path) -> dict[str, str]:
     if prefix.startswith((".", "/", "~")):
         return {}  # a path: the shell's own file completion takes over
     try:
-        names = sorted(
-            (d.name for d in parent.iterdir() if (d / "jobs.json").is_file() or (d / "lock.json").is_file()),
-            reverse=True,
-        )
+        names = [d.name for d in parent.iterdir() if (d / "jobs.json").is_file() or (d / "lock.json").is_file()]
     except OSError:
         return {}
+    names.sort(key=lambda n: (n.rsplit("-", 3)[1:3], n) if RUN_NAME.match(n) else ([], n), reverse=True)  # newest first
     ids = {}
     for name in names:
         m = RUN_NAME.match(name)
@@ -164,10 +163,20 @@ def shell_script(shell: str, prog: str = "slime-submit") -> str:
     return argcomplete.shellcode([prog], shell=shell)
 
 
-def autocomplete(parser: Any) -> None:
-    """Answer the completion request in the environment (argcomplete exits), if there is one."""
+def autocomplete(parser: Any, commands: set[str]) -> None:
+    """Answer the completion request in the environment (argcomplete exits), if there is one.
+    ``slime-submit SPEC --set ...`` means ``submit SPEC``, as on a real command line: the line
+    argcomplete sees gets the ``submit`` inserted once SPEC is typed."""
     if "_ARGCOMPLETE" not in os.environ:
         return
     import argcomplete
 
+    line, point = os.environ.get("COMP_LINE", ""), int(os.environ.get("COMP_POINT") or 0)
+    words = line[:point].split()
+    if len(words) >= 2 and (len(words) > 2 or line[:point].endswith((" ", "\t"))):
+        first = words[1]
+        if not first.startswith("-") and first not in commands:
+            at = line.index(first, len(words[0]))
+            os.environ["COMP_LINE"] = f"{line[:at]}submit {line[at:]}"
+            os.environ["COMP_POINT"] = str(point + len("submit "))
     argcomplete.autocomplete(parser, always_complete_options=False)

@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     extra.register(SUBCOMMANDS)
     parser = build_parser()
-    complete.autocomplete(parser)  # a shell's completion request: answered here, then exits
+    complete.autocomplete(parser, _known_commands(parser))  # a shell's completion request: answered, then exits
     args_list = list(sys.argv[1:] if argv is None else argv)
     # `slime-submit SPEC ...` means `slime-submit submit SPEC ...`.
     if args_list and not args_list[0].startswith("-") and args_list[0] not in _known_commands(parser):
