@@ -59,7 +59,7 @@ def _watch_live(fetch, interval: float, wide: bool) -> int:
             if st.state.is_active:
                 footer = f"[dim]every {every} · {now} · Ctrl-C stops watching[/]"
             else:
-                footer = f"[dim]the run is {st.state}; stopped watching at {now}[/]"
+                footer = f"[dim]run ended ({st.state}); stopped watching at {now}[/]"
             live.update(StatusView(doc, wide=wide, footer=footer), refresh=True)
             if not st.state.is_active:
                 return ExitCode.OK

@@ -41,7 +41,7 @@ def test_watch_of_an_ended_run_draws_once_and_returns(tmp_path, capsys, monkeypa
     rc = main(["status", "--dir", str(tmp_path / "runs"), "--watch", "30"])
     out = capsys.readouterr().out
     assert rc == 0 and time.monotonic() - t0 < 20  # no 30 s wait for a run that has ended
-    assert "the run is succeeded; stopped watching" in out and out.count("TASK") == 1
+    assert "run ended (succeeded); stopped watching" in out and out.count("TASK") == 1
 
 
 def test_watch_seconds_and_targets(tmp_path, capsys):
