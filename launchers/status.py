@@ -17,7 +17,12 @@ all written by others:
   last :data:`THROUGHPUT_WINDOW` lines as response tokens per second of step time
   (``rollout/response_len_mean`` × the spec's ``rollout.batch_size × n_samples_per_prompt`` ÷
   ``time/step_s``; agent episodes that split into several samples make that an estimate);
-* ``tasks/<i>/restarts.jsonl`` — one line per restart with its cause.
+* ``tasks/<i>/restarts.jsonl`` — one line per restart with its cause;
+* ``tasks/<i>/resolved.json`` — only for the computed throughput's batch size.
+
+Elapsed time (``TaskStatus.elapsed_s``): from the launcher's start/end record when it sets
+``TaskStatus.started``/``ended`` (local runs), else from ``state.json``'s ``started`` (this attempt:
+a requeued job starts again) to ``updated`` once ended, or to now while active.
 
 Not guaranteed: anything about a record its writer left torn (a torn last line is skipped).
 """

@@ -56,8 +56,21 @@ class Tmux:
     def send(self, line: str) -> None:
         self.tmux("send-keys", "-t", "t", line, "Enter")
 
-    def screen(self, joined: bool = False) -> list[str]:
-        text = self.tmux("capture-pane", "-p", "-t", "t", *(["-J"] if joined else []))
+    def screen(self) -> list[str]:
+        return self._lines(self.tmux("capture-pane", "-p", "-t", "t"))
+
+    def screens(self) -> tuple[list[str], list[str]]:
+        """The screen as drawn and with wrapped lines joined (-J), captured by one tmux command
+        sequence, so a redraw cannot fall between the two."""
+        out = self.tmux(
+            "capture-pane", "-p", "-t", "t", ";", "display-message", "-p", "__SPLIT__", ";",
+            "capture-pane", "-p", "-J", "-t", "t",
+        )  # fmt: skip
+        plain, joined = out.split("__SPLIT__\n")
+        return self._lines(plain), self._lines(joined)
+
+    @staticmethod
+    def _lines(text: str) -> list[str]:
         return [ln.rstrip() for ln in text.rstrip("\n").split("\n")]
 
     def run(self, command: str, timeout: float = 90) -> tuple[int, list[str]]:
@@ -81,8 +94,9 @@ class Tmux:
         subprocess.run(["tmux", "-S", self.sock, "kill-server"], capture_output=True)
 
 
-def assert_unwrapped(screen: list[str], joined: list[str]) -> None:
+def assert_unwrapped(screens: tuple[list[str], list[str]]) -> None:
     """Same lines with -J as without: the terminal wrapped nothing; and nothing past 80 columns."""
+    screen, joined = screens
     assert [ln for ln in screen if ln] == [ln for ln in joined if ln], "\n".join(joined)
     assert all(len(ln) <= 80 for ln in screen)
 
@@ -121,7 +135,7 @@ def runs(tmp_path):
 def test_list_and_status_read_at_80_columns(term, runs):
     rc, screen = term.run("slime-submit list --dir runs")  # the session's directory is runs' parent
     assert rc == 0
-    assert_unwrapped(screen, term.screen(joined=True))
+    assert_unwrapped(term.screens())
     rows = [ln for ln in screen if re.match(r"^[0-9a-f]{6}  ", ln)]
     assert [r.split()[0] for r in rows] == ["c0ffee", "b0b0b0", "a1b2c3"], "\n".join(screen)
     assert "…" in rows[1]  # the long name is cut on its line
@@ -129,7 +143,7 @@ def test_list_and_status_read_at_80_columns(term, runs):
 
     rc, screen = term.run("slime-submit status c0f --dir runs")
     assert rc == 0
-    assert_unwrapped(screen, term.screen(joined=True))
+    assert_unwrapped(term.screens())
     header = next(ln for ln in screen if ln.startswith("TASK"))
     assert header.split() == ["TASK", "STATE", "ROLLOUT", "ELAPSED", "METRIC", "EVAL", "THROUGHPUT"]
     assert len([ln for ln in screen if re.match(r"^ +\d  succeeded", ln)]) == 3
@@ -144,14 +158,14 @@ def test_status_watch_redraws_in_place_until_the_run_ends(term, tmp_path):
         term.send("slime-submit status d00 --dir runs --watch 0.5; echo __rc=$?__")
         seen, deadline = [], time.monotonic() + 120
         while time.monotonic() < deadline:
-            screen = term.screen()
+            screen, joined = term.screens()
             if any(ln.startswith("__rc=") for ln in screen):
                 break
             if any(ln.startswith("TASK") for ln in screen):
                 seen.append(screen)
                 # redrawn in place: one table on the screen at any time, never a scrolled pile
                 assert sum(ln.startswith("TASK") for ln in screen) == 1, "\n".join(screen)
-                assert_unwrapped(screen, term.screen(joined=True))
+                assert_unwrapped((screen, joined))
             time.sleep(0.3)
         rc, final = term.wait_rc(10)
     finally:
@@ -167,7 +181,7 @@ def test_status_watch_redraws_in_place_until_the_run_ends(term, tmp_path):
     assert any("every 0.5s" in ln and "Ctrl-C stops watching" in ln for ln in running)
     assert sum(ln.startswith("TASK") for ln in final) == 1
     assert any("run ended (succeeded); stopped watching" in ln for ln in final)
-    assert_unwrapped(final, term.screen(joined=True))
+    assert_unwrapped(term.screens())
     print("\n".join(running))  # a captured watch screen, for the record
     print("\n".join(final))
 
