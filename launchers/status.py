@@ -9,9 +9,20 @@ state *is* these records; SLURM falls back on them once slurmctld forgot a job).
 all written by others:
 
 * ``jobs.json`` — the launcher's record (job ids, task count, submit time; ``launcher`` names it);
-* ``tasks/<i>/state.json`` — the runtime's state (running/succeeded/failed/preempted, pid, host);
-* ``tasks/<i>/metrics.jsonl`` — only its tail is read (last step and headline metric);
-* ``tasks/<i>/restarts.jsonl`` — one line per restart with its cause.
+* ``tasks/<i>/state.json`` — the runtime's state (running/succeeded/failed/preempted, pid, host,
+  ``started``/``updated`` times, ``num_rollouts``);
+* ``tasks/<i>/metrics.jsonl`` — only its tail is read: the last step and headline metric, the newest
+  eval metric (``eval/*``: the tail's last 64 KiB, else up to 1 MiB), and the throughput:
+  the runtime's own ``perf/*`` tokens/s (or samples/s) when a line has one, else computed over the
+  last :data:`THROUGHPUT_WINDOW` lines as response tokens per second of step time
+  (``rollout/response_len_mean`` × the spec's ``rollout.batch_size × n_samples_per_prompt`` ÷
+  ``time/step_s``; agent episodes that split into several samples make that an estimate);
+* ``tasks/<i>/restarts.jsonl`` — one line per restart with its cause;
+* ``tasks/<i>/resolved.json`` — only for the computed throughput's batch size.
+
+Elapsed time (``TaskStatus.elapsed_s``): from the launcher's start/end record when it sets
+``TaskStatus.started``/``ended`` (local runs), else from ``state.json``'s ``started`` (this attempt:
+a requeued job starts again) to ``updated`` once ended, or to now while active.
 
 Not guaranteed: anything about a record its writer left torn (a torn last line is skipped).
 """
@@ -20,6 +31,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,11 +43,13 @@ from slime.core.states import RunState
 
 __all__ = [
     "HEADLINE_METRICS",
+    "THROUGHPUT_WINDOW",
     "CancelResult",
     "RunStatus",
     "TaskStatus",
     "aggregate",
     "fill_from_records",
+    "latest_eval",
     "launcher_name",
     "metrics_tail",
     "restart_causes",
@@ -43,11 +58,19 @@ __all__ = [
     "runtime_state",
     "runtime_word",
     "task_count",
+    "throughput",
 ]
 
 #: the first of these a metrics line has is shown as "the" metric
 HEADLINE_METRICS = ("rollout/reward_mean", "eval/accuracy", "sft/loss", "train/loss")
+#: metrics lines the computed throughput averages over
+THROUGHPUT_WINDOW = 5
 _TAIL_BYTES = 64 * 1024
+_EVAL_TAIL_BYTES = 1 << 20
+_PERF_UNITS = (
+    (re.compile(r"^perf/.*tok(en)?s?_?(per_?s(ec)?|/s)$"), "tok/s"),
+    (re.compile(r"^perf/.*samples?_?(per_?s(ec)?|/s)$"), "samples/s"),
+)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -68,6 +91,12 @@ class TaskStatus:
     rollout_id: int | None = None
     metric: dict[str, Any] | None = None  # {"name", "value"}
     log: str | None = None
+    started: float | None = None  # when this attempt started (launcher record, else the runtime's)
+    ended: float | None = None  # when it ended (None while active)
+    elapsed_s: float | None = None  # ended (or now) - started
+    num_rollouts: int | None = None  # the runtime's planned rollouts (progress: rollout_id + 1 of these)
+    throughput: dict[str, Any] | None = None  # {"name", "value", "unit"}: perf/* or computed
+    eval: dict[str, Any] | None = None  # the newest eval metric: {"name", "value", "rollout_id"}
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -155,7 +184,8 @@ def runtime_word(text: str | None, default: RunState = RunState.UNKNOWN) -> RunS
 
 
 # ----------------------------------------------------------------------------- run-dir records
-def _tail_lines(path: Path, nbytes: int = _TAIL_BYTES) -> list[str]:
+def _tail(path: Path, nbytes: int) -> tuple[list[str], bool]:
+    """The last lines within ``nbytes`` of ``path``, and whether that was the whole file."""
     try:
         with path.open("rb") as fh:
             fh.seek(0, os.SEEK_END)
@@ -163,24 +193,109 @@ def _tail_lines(path: Path, nbytes: int = _TAIL_BYTES) -> list[str]:
             fh.seek(max(0, size - nbytes))
             data = fh.read()
     except OSError:
-        return []
+        return [], True
     lines = data.decode("utf-8", "replace").splitlines()
-    return lines[1:] if size > nbytes else lines  # the first line may be cut
+    return (lines[1:], False) if size > nbytes else (lines, True)  # the first line may be cut
 
 
-def metrics_tail(tp: TaskPaths) -> tuple[int | None, int | None, dict[str, Any] | None]:
-    """(step, rollout_id, headline metric) of the last complete metrics line, reading only the tail."""
-    for line in reversed(_tail_lines(tp.metrics)):
+def _tail_lines(path: Path, nbytes: int = _TAIL_BYTES) -> list[str]:
+    return _tail(path, nbytes)[0]
+
+
+def _records(path: Path, nbytes: int = _TAIL_BYTES) -> tuple[list[dict[str, Any]], bool]:
+    """The complete JSON-object lines of the file's tail, newest first (torn lines skipped)."""
+    lines, whole = _tail(path, nbytes)
+    out = []
+    for line in reversed(lines):
         try:
             rec = json.loads(line)
         except ValueError:
             continue  # a torn line
-        if not isinstance(rec, dict):
-            continue
-        metric = next(({"name": k, "value": rec[k]} for k in HEADLINE_METRICS if rec.get(k) is not None), None)
-        step, rid = rec.get("step"), rec.get("rollout_id")
-        return (step if isinstance(step, int) else None, rid if isinstance(rid, int) else None, metric)
-    return None, None, None
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out, whole
+
+
+def _num(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _headline(rec: dict[str, Any]) -> tuple[int | None, int | None, dict[str, Any] | None]:
+    metric = next(({"name": k, "value": rec[k]} for k in HEADLINE_METRICS if rec.get(k) is not None), None)
+    step, rid = rec.get("step"), rec.get("rollout_id")
+    return (step if isinstance(step, int) else None, rid if isinstance(rid, int) else None, metric)
+
+
+def metrics_tail(tp: TaskPaths) -> tuple[int | None, int | None, dict[str, Any] | None]:
+    """(step, rollout_id, headline metric) of the last complete metrics line, reading only the tail."""
+    records, _ = _records(tp.metrics)
+    return _headline(records[0]) if records else (None, None, None)
+
+
+def _eval_name(rec: dict[str, Any]) -> str | None:
+    keys = [k for k in rec if k.startswith("eval/") and _num(rec[k])]
+    for pick in (
+        lambda k: k == "eval/accuracy",
+        lambda k: k.endswith("/accuracy"),
+        lambda k: k.endswith("/reward"),
+        lambda k: True,
+    ):
+        found = next((k for k in keys if pick(k)), None)
+        if found:
+            return found
+    return None
+
+
+def _first_eval(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    for rec in records:
+        name = _eval_name(rec)
+        if name:
+            rid = rec.get("rollout_id")
+            return {"name": name, "value": rec[name], "rollout_id": rid if isinstance(rid, int) else None}
+    return None
+
+
+def latest_eval(tp: TaskPaths, tail: tuple[list[dict[str, Any]], bool] | None = None) -> dict[str, Any] | None:
+    """The newest eval metric: ``eval/accuracy``, else a set's accuracy, else its reward.
+    Evals run every few rollouts, so past the usual tail up to 1 MiB of the file is read.
+    ``tail``: the usual tail's records (newest first) and whether they are the whole file."""
+    records, whole = tail if tail is not None else _records(tp.metrics)
+    found = _first_eval(records)
+    if found is None and not whole:
+        found = _first_eval(_records(tp.metrics, _EVAL_TAIL_BYTES)[0])
+    return found
+
+
+def _samples_per_rollout(tp: TaskPaths) -> int | None:
+    from slime.spec.task import load_task_spec
+
+    try:
+        rollout = load_task_spec(tp.resolved).rollout
+    except ValueError:
+        return None
+    return rollout.batch_size * rollout.n_samples_per_prompt
+
+
+def throughput(tp: TaskPaths, records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """``{"name", "value", "unit"}``: the runtime's ``perf/*`` rate if the newest lines have one,
+    else response tokens per second of step time over the last lines (see the module doc)."""
+    window = records[:THROUGHPUT_WINDOW]
+    for rec in window:
+        for pattern, unit in _PERF_UNITS:
+            keys = sorted((k for k in rec if pattern.match(k) and _num(rec[k])), key=lambda k: (k.count("/"), k))
+            if keys:
+                return {"name": keys[0], "value": rec[keys[0]], "unit": unit}
+    steps = [
+        r
+        for r in window
+        if _num(r.get("time/step_s")) and _num(r.get("rollout/response_len_mean")) and r.get("rollout_id", -1) >= 0
+    ]
+    seconds = sum(r["time/step_s"] for r in steps)
+    samples = _samples_per_rollout(tp) if steps and seconds > 0 else None
+    if not samples:
+        return None
+    tokens = sum(r["rollout/response_len_mean"] * samples for r in steps)
+    return {"name": "response tokens / step time", "value": tokens / seconds, "unit": "tok/s"}
 
 
 def restart_causes(tp: TaskPaths) -> list[str]:
@@ -244,10 +359,26 @@ def launcher_name(paths: RunPaths) -> str:
 
 
 def fill_from_records(ts: TaskStatus, tp: TaskPaths) -> TaskStatus:
-    """Add last step/metric and restart causes (what SLURM cannot know) to ``ts``."""
-    ts.step, ts.rollout_id, ts.metric = metrics_tail(tp)
+    """Add what SLURM cannot know to ``ts``: last step/metric, newest eval, throughput, progress,
+    elapsed time (from ``ts.started``/``ts.ended`` when the launcher set them, else the runtime's
+    ``state.json``) and restart causes."""
+    records, whole = _records(tp.metrics)
+    if records:
+        ts.step, ts.rollout_id, ts.metric = _headline(records[0])
+        ts.eval = latest_eval(tp, (records, whole))
+        ts.throughput = throughput(tp, records)
     ts.restart_causes = restart_causes(tp)
     ts.restarts = max(ts.restarts, len(ts.restart_causes))
+    rt = runtime_state(tp) or {}
+    if isinstance(rt.get("num_rollouts"), int):
+        ts.num_rollouts = rt["num_rollouts"]
+    if ts.started is None and _num(rt.get("started")):
+        ts.started = float(rt["started"])
+        if not ts.state.is_active and ts.ended is None and _num(rt.get("updated")):
+            ts.ended = float(rt["updated"])
+    if ts.started is not None:
+        end = ts.ended if ts.ended is not None else (time.time() if ts.state.is_active else None)
+        ts.elapsed_s = max(0.0, end - ts.started) if end is not None else None
     return ts
 
 

@@ -5,6 +5,9 @@ the PID record the local launcher keeps in ``jobs.json``: ``local: {host, launch
 {i: {pid, started_at, exit_code, ended_at}}}`` through :func:`record_start` / :func:`record_exit`,
 and ``cancelled: {at, tasks}`` added by :func:`cancel`.
 
+The PID record's ``started_at``/``ended_at`` are the task's start and end (``status`` shows the
+elapsed time from them).
+
 Local states: a task whose bootstrap PID is alive (and is still our process: its command line
 names the run dir) is running; tasks after it are pending (local sweeps run one after another);
 an exit code decides the rest. A PID is only checked on the host that recorded it; elsewhere
@@ -118,6 +121,8 @@ def _local_task(paths: RunPaths, i: int, doc: dict, running_seen: bool) -> TaskS
         source="process",
         scheduler_state=rt.get("state"),
         log=str(next(iter(sorted(tp.logs.glob("*.out"))), "")) or None,
+        started=_time(rec.get("started_at")),
+        ended=_time(rec.get("ended_at")),
     )
     if "exit_code" in rec:
         rc = rec["exit_code"]
@@ -138,6 +143,10 @@ def _local_task(paths: RunPaths, i: int, doc: dict, running_seen: bool) -> TaskS
     else:
         _never_started(ts, doc, here=here, cancelled=bool(cancelled), running_seen=running_seen)
     return fill_from_records(ts, tp)
+
+
+def _time(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _from_pid(ts: TaskStatus, paths: RunPaths, pid: int, local: dict, *, here: bool, cancelled: bool, runtime: dict):

@@ -78,19 +78,19 @@ def _error(as_json: bool, kind: str, message: str) -> None:
 
 
 def _load(args: argparse.Namespace, *, check_paths: bool | Literal["warn"] = False):
-    from slime.spec import load_spec
+    from slime.cli.init_cmd import load_checked  # load_spec, and no <FILL: ...> placeholder left
 
-    return load_spec(args.spec, overrides=args.overrides, check_paths=check_paths)
+    return load_checked(args.spec, overrides=args.overrides, check_paths=check_paths)
 
 
 # ----------------------------------------------------------------------------- validate
 def validate(args: argparse.Namespace) -> int:
-    from slime.spec import load_spec
+    from slime.cli.init_cmd import load_checked
 
     results, all_problems, failed = [], [], False
     for path in args.specs:
         try:
-            loaded = load_spec(path, overrides=args.overrides, check_paths=args.check_paths)
+            loaded = load_checked(path, overrides=args.overrides, check_paths=args.check_paths)
         except SpecError as exc:
             failed = True
             all_problems.extend(exc.problems)

@@ -1,4 +1,4 @@
-"""Subcommands beyond the spec ones (job management, patches), registered by name.
+"""Subcommands beyond the spec ones (job management, init, completion, patches), registered by name.
 
 Each entry maps a subcommand to ``"module:configure"``; ``configure(parser)``
 adds its arguments and ``set_defaults(func=...)``. Modules are imported only
@@ -16,6 +16,8 @@ ENTRIES: dict[str, tuple[str, str]] = {
     "list": ("slime.cli.jobs:configure_list", "recent runs as a table: name, run dir, job ids, state, last step"),
     "rerun": ("slime.cli.jobs:configure_rerun", "submit exactly what a run dir's lock.json recorded, as a new run"),
     "patches": ("slime.cli.patches_cmd:configure", "check/apply our patches to the pinned SGLang and megatron-core"),
+    "init": ("slime.cli.init_cmd:configure", "write a commented starter spec from an example (-o FILE)"),
+    "completion": ("slime.cli.complete:configure", "print the shell completion script (bash, zsh, fish)"),
 }
 
 

@@ -4,17 +4,24 @@ Which run (``TARGET``), in order:
 
 1. omitted — the newest run under ``--dir`` (default ``$SLIME_RUNS_DIR``, else ``./runs``);
 2. an existing directory — that run dir;
-3. a job id (``123``, ``123_4`` for array index 4, or an array task's own id) — the run under
-   ``--dir`` whose ``jobs.json`` lists it; else SLURM is asked for the job's ``WorkDir`` (the
-   launcher submits from the run dir), from ``scontrol`` or the job completion log (``sacct -c``).
+3. a plain job id (``123``) that a run under ``--dir`` lists in its ``jobs.json``;
+4. a short id — the hash a run dir's name ends with (``<name>-<YYYYmmdd>-<HHMMSS>-<hash>``), or a
+   unique prefix of it, or the run dir's whole name — among the runs under ``--dir``; a prefix that
+   several runs share is a usage error listing them;
+5. a job id (``123``, ``123_4`` for array index 4, or an array task's own id) — through the run's
+   launcher: ``jobs.json`` again, else SLURM is asked for the job's ``WorkDir`` (the launcher submits
+   from the run dir), from ``scontrol`` or the job completion log (``sacct -c``).
    No separate index file is kept: ``jobs.json`` and SLURM's own record are the index.
 
 State, logs, cancel and job ids come from the run's launcher object (``launchers.get_launcher``
 of the launcher named in ``jobs.json``: ``status``, ``statuses``, ``log_files``, ``cancel``,
-``find_run``). ``status`` also merges the preflight's hosts/GPUs into ``lock.json``
+``find_run``). Tables (``list``, ``status``) are drawn by :mod:`slime.cli.jobs_view`: one line per
+row at the terminal's width, ``-o wide`` for every column; ``status --watch`` is :mod:`slime.cli.watch`.
+``status`` also merges the preflight's hosts/GPUs into ``lock.json``
 (``slime.provenance.update_lock_from_preflight``).
 Exit codes: 0 ok · 2 usage (no such run, bad ``--task``, duplicate on ``rerun``) · 3 SLURM failed.
-This module imports only the standard library and slime.core at import time (the CLI builds every parser).
+This module imports only the standard library, slime.core and slime.cli.runids at import time (the CLI
+builds every parser, and shell completion builds it on every TAB).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from slime.cli.runids import short_id
 from slime.core.errors import ExitCode
 from slime.core.states import RunState
 
@@ -42,19 +50,10 @@ __all__ = [
     "resolve_target",
 ]
 
+WATCH_DEFAULT_S = 2.0
+WATCH_MIN_S, WATCH_MAX_S = 0.2, 3600.0
 _JOB_ID = re.compile(r"\d+(_\d+)?")
-_COLORS = {
-    RunState.SUCCEEDED: "green",
-    RunState.RUNNING: "cyan",
-    RunState.PENDING: "magenta",
-    RunState.REQUEUED: "magenta",
-    RunState.SUSPENDED: "magenta",
-    RunState.PREEMPTED: "magenta",
-    RunState.FAILED: "red",
-    RunState.TIMEOUT: "red",
-    RunState.CANCELLED: "yellow",
-    RunState.UNKNOWN: "dim",
-}
+_PLAIN_JOB_ID = re.compile(r"\d+")
 
 
 class UsageError(Exception):
@@ -158,15 +157,53 @@ def resolve_target(target: str | None, search: Path | None) -> tuple[Any, int | 
         if not _is_run(p):
             raise UsageError(f"{p} is not a run dir (it has no jobs.json or lock.json)")
         return RunPaths(p.resolve()), None
+    runs = find_runs(parent)
+    if _PLAIN_JOB_ID.fullmatch(target):  # a job id the runs' own jobs.json list goes before a short id
+        found = _find_job_in_records(target, runs)
+        if found is not None:
+            return found
+    matches = _short_id_matches(target, runs)
+    if len(matches) == 1:
+        return matches[0], None
+    if matches:
+        listed = ", ".join(f"{short_id(m.root.name)} ({m.root.name})" for m in matches)
+        raise UsageError(
+            f"{target!r} matches {len(matches)} runs under {parent.resolve()}: {listed}; give more of the id"
+        )
     if _JOB_ID.fullmatch(target):
-        found = _find_job(target, find_runs(parent))
+        found = _find_job(target, runs)
         if found is not None:
             return found
         raise UsageError(
-            f"job {target}: no run under {parent.resolve()} lists it and SLURM does not know its "
-            "run dir; pass the run dir instead (or --dir where the run lives)"
+            f"job {target}: no run under {parent.resolve()} lists it (nor has it as a short id) and SLURM "
+            "does not know its run dir; pass the run dir instead (or --dir where the run lives)"
         )
-    raise UsageError(f"{target!r} is neither a run dir nor a job id")
+    raise UsageError(
+        f"{target!r} is neither a run dir nor a job id, nor the short id of a run under {parent.resolve()} "
+        "(the hash a run dir's name ends with: `slime-submit list` shows them)"
+    )
+
+
+def _short_id_matches(target: str, runs: list) -> list:
+    """Runs under --dir whose short id starts with ``target``, or whose dir name is ``target``."""
+    exact = [p for p in runs if p.root.name == target]
+    if exact:
+        return exact
+    return [p for p in runs if short_id(p.root.name).startswith(target.lower())]
+
+
+def _find_job_in_records(job_id: str, runs: list) -> tuple[Any, int | None] | None:
+    """The run whose ``jobs.json`` lists the job: ``Launcher.find_run``'s base implementation, which
+    reads the launchers' records only (a launcher's own may also ask SLURM, which comes later)."""
+    from launchers import LAUNCHERS, get_launcher
+    from launchers.base import Launcher
+    from launchers.status import launcher_name
+
+    for name in LAUNCHERS.names():
+        found = Launcher.find_run(get_launcher(name), job_id, [p for p in runs if launcher_name(p) == name])
+        if found is not None:
+            return found
+    return None
 
 
 def _find_job(job_id: str, runs: list) -> tuple[Any, int | None] | None:
@@ -195,81 +232,92 @@ def _console(stderr: bool = False):
     return Console(stderr=stderr, highlight=False, soft_wrap=True)
 
 
-def _when(t: float | None) -> str:
-    if t is None:
-        return "?"
-    age = time.time() - t
-    ago = (
-        f"{age:.0f}s"
-        if age < 120
-        else f"{age / 60:.0f}m"
-        if age < 7200
-        else f"{age / 3600:.0f}h"
-        if age < 172800
-        else f"{age / 86400:.0f}d"
+def _output(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=("wide",),
+        default=None,
+        help="wide: every column, at full width (the default drops and shortens columns to fit the terminal)",
     )
-    return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t))} ({ago} ago)"
 
 
-def _state(s: RunState) -> str:
-    return f"[{_COLORS.get(s, 'white')}]{s}[/]"
+def _print_view(view, wide: bool) -> None:
+    """Print a list/status view: fitted to the terminal, or (``-o wide``) as wide as the table needs."""
+    con = _console()
+    if wide:
+        from rich.console import Console
 
-
-def _metric(m: dict | None) -> str:
-    if not m:
-        return ""
-    v = m.get("value")
-    return f"{m['name']}={v:.4g}" if isinstance(v, (int, float)) else f"{m['name']}={v}"
+        con = Console(highlight=False, soft_wrap=True, width=max(con.width, view.natural_width()))
+    con.print(view)
 
 
 # ----------------------------------------------------------------------------- status
 def configure_status(p: argparse.ArgumentParser) -> None:
     _common(p)
+    _output(p)
+    p.add_argument(
+        "-w",
+        "--watch",
+        nargs="?",
+        const=str(WATCH_DEFAULT_S),
+        default=None,
+        metavar="SECONDS",
+        help=f"redraw every SECONDS (default {WATCH_DEFAULT_S:g}) until the run ends; Ctrl-C stops (exit 130)",
+    )
     p.set_defaults(func=_guard(status))
+
+
+def _status_doc(paths, launcher, task: int | None, problem: str | None) -> tuple[Any, dict]:
+    st = launcher.status(paths)
+    doc = st.to_json()
+    doc["problem"] = problem
+    if task is not None:
+        doc["tasks"] = [t for t in doc["tasks"] if t["task"] == task]
+    return st, doc
 
 
 def status(args: argparse.Namespace) -> int:
     from slime.provenance import update_lock_from_preflight
 
+    interval = _watch_interval(args)
     paths, implied = resolve_target(args.target, args.dir)
     problem = _warn_jobs(paths)
-    st = _launcher(paths).status(paths)
+    launcher = _launcher(paths)
+    st, doc = _status_doc(paths, launcher, None, problem)
     task = _task_arg(args, implied, len(st.tasks))
     update_lock_from_preflight(paths.root)
-    doc = st.to_json()
-    doc["problem"] = problem
+    if interval is not None:
+        from slime.cli.watch import watch_status
+
+        return watch_status(lambda: _status_doc(paths, launcher, task, problem), interval, args)
     if task is not None:
         doc["tasks"] = [t for t in doc["tasks"] if t["task"] == task]
     if args.json:
         print(json.dumps(doc, indent=2))
         return ExitCode.OK
-    from rich.markup import escape
-    from rich.table import Table
+    from slime.cli.jobs_view import StatusView
 
-    con = _console()
-    ids = ", ".join(st.job_ids) or "-"
-    con.print(
-        f"[bold]{escape(st.name)}[/] {_state(st.state)}  launcher {st.launcher}  job {escape(ids)}  "
-        f"submitted {_when(st.started)}" + ("  [dim](preflight only)[/]" if st.preflight_only else "")
-    )
-    con.print(f"run dir: {escape(st.run_dir)}")
-    table = Table(show_edge=False, pad_edge=False)
-    for col in ("task", "state", "job", "nodes", "restarts", "step", "metric", "reason / detail"):
-        table.add_column(col, overflow="fold")
-    for t in doc["tasks"]:
-        restarts = str(t["restarts"]) + (f" ({', '.join(t['restart_causes'])})" if t["restart_causes"] else "")
-        table.add_row(
-            str(t["task"]),
-            _state(t["state"]),
-            escape(t["job_id"] or "-"),
-            escape(t["nodes"] or "-"),
-            escape(restarts),
-            "-" if t["step"] is None else str(t["step"]),
-            escape(_metric(t["metric"])),
-            escape(t["reason"] or "") + (f" [dim]\\[{t['source']}][/]"),
-        )
-    con.print(table)
+    _print_view(StatusView(doc, wide=args.output == "wide"), args.output == "wide")
     return ExitCode.OK
+
+
+def _watch_interval(args: argparse.Namespace) -> float | None:
+    """``--watch [SECONDS]``: argparse hands ``--watch RUN`` the run as SECONDS; take it back as the target."""
+    if args.watch is None:
+        return None
+    try:
+        seconds = float(args.watch)
+    except ValueError:
+        if args.target is not None:
+            raise UsageError(f"--watch {args.watch}: SECONDS must be a number") from None
+        args.target, seconds = args.watch, WATCH_DEFAULT_S
+    if not WATCH_MIN_S <= seconds <= WATCH_MAX_S:
+        raise UsageError(
+            f"--watch {args.watch}: SECONDS must be between {WATCH_MIN_S:g} and {WATCH_MAX_S:g} "
+            f"(to watch a run whose id is all digits, put it before --watch)"
+        )
+    return seconds
 
 
 # ----------------------------------------------------------------------------- logs
@@ -417,6 +465,7 @@ def cancel(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- list
 def configure_list(p: argparse.ArgumentParser) -> None:
     _common(p, target=False, task=False)
+    _output(p)
     p.add_argument("--limit", type=int, default=20, metavar="N", help="at most N runs, newest first (default 20)")
     p.set_defaults(func=_guard(list_runs))
 
@@ -478,28 +527,13 @@ def list_runs(args: argparse.Namespace) -> int:
         print(json.dumps({"dir": str(Path(parent).resolve()), "runs": rows}, indent=2))
         return ExitCode.OK
     from rich.markup import escape
-    from rich.table import Table
 
+    from slime.cli.jobs_view import ListView
+
+    wide = args.output == "wide"
+    view = ListView(str(Path(parent).resolve()), rows, {str(k): v for k, v in notes.items()}, wide=wide)
+    _print_view(view, wide)
     con = _console()
-    if not rows:
-        con.print(f"no runs under {escape(str(Path(parent).resolve()))}")
-        return ExitCode.OK
-    con.print(f"runs under {escape(str(Path(parent).resolve()))}, newest first:")
-    table = Table(show_edge=False, pad_edge=False)
-    for col in ("name", "run dir", "launcher", "job ids", "state", "started", "last step"):
-        table.add_column(col, overflow="fold")
-    for p, r in zip(runs, rows):
-        note = f" [yellow]({notes[p.root]})[/]" if p.root in notes else ""
-        table.add_row(
-            escape(r["name"]),
-            escape(Path(r["run_dir"]).name),
-            escape(r["launcher"]),
-            escape(", ".join(r["job_ids"]) or "-"),
-            _state(r["state"]) + (f" ({r['tasks']} tasks)" if r["tasks"] > 1 else "") + note,
-            _when(r["started"]),
-            "-" if r["last_step"] is None else str(r["last_step"]),
-        )
-    con.print(table)
     for r in rows:
         if r["problem"]:
             con.print(

@@ -1,9 +1,15 @@
+# PYTHON_ARGCOMPLETE_OK  (argcomplete's global completion looks for this marker)
 """``slime-submit``: the front door. Thin: parse arguments, call the spec/launcher layers, map errors.
 
 Exit codes: 0 ok · 2 spec or usage error · 3 infrastructure error (SLURM, Ray,
 preflight, a node) · 1 a bug. Humans get rich output; ``--json`` prints one
 JSON document on stdout for scripts. The CLI is the composition root: it is
 the one place under ``slime`` that reaches into ``launchers`` (lazily, by name).
+
+Cold start matters (shell completion builds this parser on every TAB): building it imports
+the standard library, ``slime.core`` and the small ``slime.cli`` modules that register
+arguments; each command's module (the spec layer, rich, the launchers) is imported when the
+command runs (``"module:function"`` references, resolved by :func:`_command`).
 """
 
 from __future__ import annotations
@@ -12,11 +18,23 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from slime.cli import commands
+from slime.cli.complete import run_completer, spec_field_completer
 from slime.core.errors import ExitCode
 
 # name -> (module:function implementing it, help)
-SUBCOMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {}
+SUBCOMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], str]] = {}
+
+
+def _command(ref: str) -> Callable[[argparse.Namespace], int]:
+    """A subcommand function named ``"module:function"``, imported when it runs."""
+
+    def run(args: argparse.Namespace) -> int:
+        from slime.core.registry import load_object
+
+        return load_object(ref)(args)
+
+    run.__qualname__ = ref
+    return run
 
 
 def _spec_args(p: argparse.ArgumentParser, *, many: bool = False) -> None:
@@ -31,8 +49,21 @@ def _spec_args(p: argparse.ArgumentParser, *, many: bool = False) -> None:
         default=[],
         metavar="PATH=VALUE",
         help="override a field before validation (value parsed as YAML); repeatable",
-    )
+    ).completer = spec_field_completer("=")  # type: ignore[attr-defined]
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+
+def _version_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--version", dest="show_version", action="store_true", help="print slime-submit's version and exit"
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        dest="version_verbose",
+        action="store_true",
+        help="with --version: also the Python and engine versions a run's lock.json records",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Validate, compile and run an RL post-training job spec. "
         "`slime-submit SPEC` submits (SLURM) or runs (local) it.",
     )
+    _version_args(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("submit", help="validate, compile and submit/run a spec (the default command)")
@@ -48,36 +80,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print what would be written and run; change nothing")
     p.add_argument("--preflight-only", action="store_true", help="bootstrap Ray + run the preflight, then stop")
     p.add_argument("--force", action="store_true", help="submit even if this spec's job is already pending/running")
-    p.set_defaults(func=commands.submit)
+    p.set_defaults(func=_command("slime.cli.commands:submit"))
 
     p = sub.add_parser("validate", help="check spec(s): schema and cross-field rules, every problem at once")
     _spec_args(p, many=True)
     p.add_argument("--check-paths", action="store_true", help="also require local data/model paths to exist")
-    p.set_defaults(func=commands.validate)
+    p.set_defaults(func=_command("slime.cli.commands:validate"))
 
     p = sub.add_parser("render", help="print the script/command the launcher would run (side-effect free)")
     _spec_args(p)
-    p.set_defaults(func=commands.render)
+    p.set_defaults(func=_command("slime.cli.commands:render"))
 
     p = sub.add_parser("schema", help="print the JSON Schema (for editors' YAML language servers)")
     p.add_argument("--api-version", default="slime/v1")
-    p.set_defaults(func=commands.schema)
+    p.set_defaults(func=_command("slime.cli.commands:schema"))
 
     p = sub.add_parser("explain", help="type, default and description of a spec field")
-    p.add_argument("field", metavar="FIELD", help="dotted path, e.g. train.parallel.tensor (or a section)")
+    p.add_argument(
+        "field", metavar="FIELD", help="dotted path, e.g. train.parallel.tensor (or a section)"
+    ).completer = spec_field_completer()  # type: ignore[attr-defined]
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=commands.explain)
+    p.set_defaults(func=_command("slime.cli.commands:explain"))
 
     p = sub.add_parser("import-slime-args", help="convert a slime train.py flag list into a v1 spec")
     p.add_argument("file", metavar="FILE", help="file with the flags (a launch script or a flag list; '-' = stdin)")
     p.add_argument("-o", "--output", help="write the spec here instead of stdout")
     p.add_argument("--name", default=None, help="job name for the spec")
     p.add_argument("--json", action="store_true", help="print the mapping report as JSON")
-    p.set_defaults(func=commands.import_slime_args)
+    p.set_defaults(func=_command("slime.cli.commands:import_slime_args"))
 
-    for name, (func, help_text) in SUBCOMMANDS.items():
+    for name, (configure, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text)
-        func(p)  # registers its own arguments and sets func
+        configure(p)  # registers its own arguments and sets func
+        for action in p._actions:  # run targets complete to the short ids of the runs under --dir
+            if action.dest == "target":
+                action.completer = run_completer  # type: ignore[attr-defined]
     return parser
 
 
@@ -89,11 +126,12 @@ def _known_commands(parser: argparse.ArgumentParser) -> set[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from slime.cli import extra  # registers job-management subcommands, if present
+    from slime.cli import complete, extra  # extra: job management, init, completion, patches
 
     extra.register(SUBCOMMANDS)
-    args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    complete.autocomplete(parser, _known_commands(parser))  # a shell's completion request: answered, then exits
+    args_list = list(sys.argv[1:] if argv is None else argv)
     # `slime-submit SPEC ...` means `slime-submit submit SPEC ...`.
     if args_list and not args_list[0].startswith("-") and args_list[0] not in _known_commands(parser):
         args_list.insert(0, "submit")
@@ -104,10 +142,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(args_list)
     except SystemExit as exc:  # argparse: usage errors exit 2, --help exits 0
         return int(exc.code or 0)
+    if args.show_version or args.version_verbose:
+        from slime.cli.version import print_version
+
+        return print_version(args)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return ExitCode.SPEC
-    return commands.run_guarded(args.func, args)
+    from slime.cli.commands import run_guarded
+
+    return run_guarded(args.func, args)
 
 
 if __name__ == "__main__":  # pragma: no cover
