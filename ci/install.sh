@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Install everything slime-submit and its tests need on a fresh Debian machine (Python 3.11).
-#   - Debian packages (as root): SLURM + munge for the local test cluster, bubblewrap for the agent
-#     sandbox, iproute2/procps for network namespaces. Skipped (with a note) when not root.
+#   - Debian packages (as root): SLURM + munge for the local test cluster, bubblewrap and libseccomp2
+#     (its seccomp filter, loaded by pyseccomp) for the agent sandbox, iproute2/procps for network
+#     namespaces. Skipped (with a note) when not root.
 #   - A virtualenv at .venv with torch 2.13.0 (CPU wheel, installed FIRST so nothing pulls a CUDA
 #     build) and the project with its runtime, agent and test extras.
 # Idempotent: re-running only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(slurmctld slurmd slurm-client munge bubblewrap iproute2 procps)
+APT_PACKAGES=(slurmctld slurmd slurm-client munge bubblewrap libseccomp2 iproute2 procps)
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()
   for p in "${APT_PACKAGES[@]}"; do
