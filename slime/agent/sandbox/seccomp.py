@@ -83,10 +83,13 @@ class SeccompUnavailable(IsolationUnavailable):
     """The seccomp filter cannot be built here (library missing, unsupported architecture)."""
 
 
-@cache
 def filter_bpf(machine: str | None = None) -> bytes:
-    """The compiled filter for this machine (built once per process)."""
-    machine = machine or platform.machine()
+    """The compiled filter for ``machine`` (default: this one), built once per process."""
+    return _build(machine or platform.machine())
+
+
+@cache
+def _build(machine: str) -> bytes:
     if machine not in _ABIS:
         raise SeccompUnavailable(
             f"the sandbox's seccomp filter is built and tested for {', '.join(_ABIS)} only; this machine "
