@@ -3,7 +3,8 @@
 Run by hand:  python tests/bench/sandbox.py [--n 200] [--concurrency 1,8,32]
 
 Prints, for the local bubblewrap sandbox (or the unisolated fallback if bwrap is
-unusable here, which is said in the output):
+unusable here, which is said in the output) with what it enforces on this host
+(seccomp, memory cgroup, /work tmpfs: each one is part of the measured cost):
 - latency of start + exec('true') per sandbox (median, p90) and of exec('true')
   on a started sandbox, against ``asyncio`` spawning ``true`` directly;
 - throughput of N sandboxes doing start + exec('true') + close at several
@@ -57,6 +58,7 @@ async def main(n: int, levels: list[int], unisolated: bool) -> None:
     probe = LocalSandbox(**kw)
     await probe.start()
     mode = "bwrap" if probe.isolated else "UNISOLATED fallback"
+    enforcement = getattr(probe, "enforcement", {})  # absent before the hardening
     # Warm sandbox: exec only.
     for _ in range(5):
         await probe.exec("true", timeout=30)
@@ -82,6 +84,8 @@ async def main(n: int, levels: list[int], unisolated: bool) -> None:
         close.append(b)
 
     print(f"# sandbox benchmark ({mode}), n={n}, cpus={os.cpu_count()}")
+    for key, value in enforcement.items():
+        print(f"#   {key}: {value if len(value) < 90 else value[:87] + '...'}")
     print("latency                       median       p90    ratio(median vs bare)")
     base = statistics.median(bare)
     for name, xs in (

@@ -351,3 +351,45 @@ def test_without_a_memory_cgroup_the_fallback_is_stated_and_warned_once(monkeypa
         "sandbox memory is capped per process only, not in total (cgroup v2 has no memory controller here "
         "(simulated)); the worst case is max_procs x memory_mb"
     ]
+
+
+# -- leftovers of a killed process -----------------------------------------------------------------
+
+_START_AND_DIE = """
+import asyncio, json, os, sys
+from slime.agent.sandbox.local import LocalSandbox
+
+async def main():
+    sb = LocalSandbox(workdir_root=sys.argv[1])
+    await sb.start()
+    await sb.exec("head -c 1M /dev/zero > /work/data", timeout=10)
+    cg = sb._res.cgroup
+    print(json.dumps([str(sb.host_workdir), str(cg.path) if cg else None]), flush=True)
+    if sys.argv[2] == "die":
+        os._exit(0)  # no close(): as if killed
+    await sb.close()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the tmpfs and the cgroup this sweeps need root")
+def test_what_a_killed_process_left_is_swept_by_the_next_sandbox(work_root):
+    import subprocess
+    import sys
+
+    def start(mode: str) -> tuple[Path, Path | None]:
+        out = subprocess.run(
+            [sys.executable, "-c", _START_AND_DIE, str(work_root), mode],
+            capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": os.getcwd()},
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        work, cg = json.loads(out.stdout)
+        return Path(work), Path(cg) if cg else None
+
+    work, cg = start("die")
+    assert os.path.ismount(work) and (work / "data").stat().st_size == 1 << 20
+    assert cg is None or cg.is_dir()
+    start("close")  # a later sandbox on the machine sweeps what the dead one left
+    assert not work.parent.exists() and not os.path.ismount(work)
+    assert cg is None or not cg.exists()

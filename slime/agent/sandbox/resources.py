@@ -46,8 +46,12 @@ class Resources:
         self.work_mounted = False
         self.cgroup: cgroup.MemoryCgroup | None = None
         self.enforcement: dict[str, str] = {}
-        self._mount_work(work_mb, uid, gid)
-        self._make_cgroup(name, total_memory_mb)
+        try:
+            self._mount_work(work_mb, uid, gid)
+            self._make_cgroup(name, total_memory_mb)
+        except BaseException:
+            self.release()
+            raise
 
     @property
     def work(self) -> Path:
