@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything slime-submit and its tests need on a fresh Debian machine (Python 3.11).
-#   - Debian packages (as root): SLURM + munge for the local test cluster, bubblewrap for the agent
-#     sandbox, iproute2/procps for network namespaces, tmux for the real-terminal CLI test, zsh and
+#   - Debian packages (as root): SLURM + munge for the local test cluster, bubblewrap and libseccomp2 for the
+#     agent sandbox, iproute2/procps for network namespaces, tmux for the real-terminal CLI test, zsh and
 #     fish for the shell-completion tests. Skipped (with a note) when not root.
 #   - A virtualenv at .venv with torch 2.13.0, installed FIRST so that the extras do not resolve it,
 #     then the project with its runtime, agent and test extras.
@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(slurmctld slurmd slurm-client munge bubblewrap iproute2 procps tmux zsh fish)
+APT_PACKAGES=(slurmctld slurmd slurm-client munge bubblewrap libseccomp2 iproute2 procps tmux zsh fish)
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()
   for p in "${APT_PACKAGES[@]}"; do

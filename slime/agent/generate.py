@@ -93,11 +93,21 @@ def sandbox_kwargs(sandbox_spec: Any) -> tuple[str, dict[str, Any]]:
             "max_file_mb": sb.max_file_mb,
             "allow_unisolated": sb.allow_unisolated,
             "wall_timeout_s": sb.timeout_s,
+            **({"work_mb": sb.work_mb} if sb.work_mb is not None else {}),
+            **({"total_memory_mb": sb.total_memory_mb} if sb.total_memory_mb is not None else {}),
         }
     if sb.backend == "e2b":
         if not sb.api_key_secret:
             raise ValueError("agent.sandbox.api_key_secret is required for the e2b backend")
-        kwargs: dict[str, Any] = {"api_key_ref": f"env:{sb.api_key_secret}", "network": sb.network}
+        # work_mb / total_memory_mb are refused for e2b by the spec rules; the per-process limits hold.
+        kwargs: dict[str, Any] = {
+            "api_key_ref": f"env:{sb.api_key_secret}",
+            "network": sb.network,
+            "memory_mb": sb.memory_mb,
+            "cpu_time_s": sb.cpu_time_s,
+            "max_procs": sb.max_procs,
+            "max_file_mb": sb.max_file_mb,
+        }
         if sb.image:
             kwargs["template"] = sb.image
         return "e2b", kwargs

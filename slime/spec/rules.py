@@ -15,7 +15,7 @@ from typing import Literal
 from slime.spec.engine_flags import BUILTIN_ENGINE_ARGS, builtin_engine_arg, normalize_flag, sglang_reserved
 from slime.spec.layout import LayoutError, plan_layout
 from slime.spec.resolve import model_config
-from slime.spec.types import Spec
+from slime.spec.types import SandboxSpec, Spec
 
 Finding = tuple[str, str, str | None]
 Rule = Callable[[Spec], Iterator[Finding]]
@@ -620,6 +620,7 @@ def agent(s: Spec) -> Iterator[Finding]:
     if ag is None:
         return
     sb = ag.sandbox
+    yield from _sandbox_fields_honoured(sb)
     if sb.backend == "e2b":
         if not sb.api_key_secret:
             yield (
@@ -633,6 +634,36 @@ def agent(s: Spec) -> Iterator[Finding]:
                 f"'{sb.api_key_secret}' is not a cluster.secrets entry",
                 f"known secrets: {', '.join(s.cluster.secrets) or 'none'}",
             )
+
+
+def _sandbox_fields_honoured(sb: SandboxSpec) -> Iterator[Finding]:
+    """Sandbox fields one backend cannot honour are refused, never ignored."""
+    if sb.backend == "e2b":
+        template = "the VM's size comes from its E2B template and cannot be set per sandbox"
+        if sb.work_mb is not None:
+            yield (
+                "agent.sandbox.work_mb",
+                f"the e2b backend cannot cap /work: {template}",
+                "remove work_mb, or build an E2B template with the disk you need and name it in agent.sandbox.image",
+            )
+        if sb.total_memory_mb is not None:
+            yield (
+                "agent.sandbox.total_memory_mb",
+                f"the e2b backend cannot cap a sandbox's total memory: {template}",
+                "remove total_memory_mb, or build an E2B template with --memory-mb and name it in agent.sandbox.image",
+            )
+        if sb.allow_unisolated:
+            yield (
+                "agent.sandbox.allow_unisolated",
+                "allow_unisolated is a fallback of the local backend; an e2b sandbox is always a separate VM",
+                "remove allow_unisolated",
+            )
+    elif sb.image is not None:
+        yield (
+            "agent.sandbox.image",
+            "image names an E2B template; the local backend runs tools on this machine's own /usr",
+            "remove image, or use backend: e2b",
+        )
 
 
 def _over_context(s: Spec) -> str | None:

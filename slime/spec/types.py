@@ -367,6 +367,13 @@ class SandboxSpec(_Section, kw_only=True):
     cpu_time_s: Annotated[int, D("CPU-time limit per tool process, seconds.", ge=1)] = 10
     max_procs: Annotated[int, D("Process-count limit inside the sandbox.", ge=1)] = 64
     max_file_mb: Annotated[int, D("Largest file a tool may write, MiB.", ge=1)] = 16
+    work_mb: Annotated[
+        PosInt | None, D("Size cap of the sandbox's /work, MiB (local: a tmpfs, default 256; e2b: refused).")
+    ] = None
+    total_memory_mb: Annotated[
+        Annotated[int, Meta(ge=16)] | None,
+        D("Memory cap for all of one sandbox's processes together, MiB (local: a cgroup; e2b: refused)."),
+    ] = None
     allow_unisolated: Annotated[bool, D("Run without isolation when bubblewrap is unavailable (unsafe).")] = False
     api_key_secret: Annotated[str | None, D("Name of the cluster.secrets entry holding the E2B API key.")] = None
 

@@ -364,6 +364,41 @@ def test_lifetime_limit(server):
     assert server.created[0]["body"]["timeout"] == 1
 
 
+def test_per_process_limits_are_set_by_ulimit_before_the_command(server):
+    show = "ulimit -t; ulimit -v; ulimit -u; ulimit -f; ulimit -c"
+    write_2mb = ["python3", "-c", "open('big', 'wb').write(bytes(2 << 20))"]
+
+    async def go(**limits):
+        async with make(server, **limits) as sb:
+            shown = await sb.exec(show, timeout=10)
+            big = await sb.exec(write_2mb, timeout=10)
+            alloc = await sb.exec(["python3", "-c", "b = bytearray(512 << 20); print('allocated')"], timeout=20)
+            return shown, big, alloc
+
+    shown, big, alloc = run(go(cpu_time_s=3, memory_mb=256, max_procs=32, max_file_mb=1))
+    assert shown.stdout.split() == ["3", str(256 * 1024), "32", "1024", "0"]
+    assert not big.ok and "File too large" in big.stderr  # EFBIG: the 1 MiB file cap (Python ignores SIGXFSZ)
+    assert alloc.returncode != 0 and "MemoryError" in alloc.stderr
+    # Able to fail: without limits the same commands run unbounded.
+    shown, big, alloc = run(go())
+    assert shown.stdout.split()[:2] == ["unlimited", "unlimited"]
+    assert big.ok and alloc.ok and alloc.stdout == "allocated\n"
+
+
+def test_a_refused_ulimit_runs_nothing():
+    from slime.agent.sandbox.e2b import ULIMIT_FAILED_RC, _ulimit_prefix
+
+    prefix = _ulimit_prefix(None, None, None, 1)
+    assert prefix == "ulimit -c 0 -f 1024 || exit 125\n"
+    # Raising a limit above one already set is refused to a non-root user: the command never runs.
+    drop = {"user": 65534, "group": 65534, "extra_groups": []} if os.geteuid() == 0 else {}
+    res = subprocess.run(
+        ["bash", "-c", "ulimit -f 10\n" + prefix + "echo ran"], capture_output=True, text=True, timeout=10, **drop
+    )
+    assert res.returncode == ULIMIT_FAILED_RC and "ran" not in res.stdout
+    assert _ulimit_prefix(None, None, None, None) == ""
+
+
 def test_secret_references_and_errors(monkeypatch, tmp_path):
     monkeypatch.setenv("MY_E2B_KEY", "k-env")
     assert resolve_secret_ref("env:MY_E2B_KEY") == "k-env"
@@ -387,6 +422,10 @@ def test_bad_arguments_and_registry():
         E2BSandbox(lifetime_s=0)
     with pytest.raises(ValueError, match="workdir"):
         E2BSandbox(workdir="relative")
+    with pytest.raises(ValueError, match=r"E2BSandbox\(memory_mb=...\) must be a positive integer or None"):
+        E2BSandbox(memory_mb=0)
+    with pytest.raises(ValueError, match="max_procs"):
+        E2BSandbox(max_procs=True)
     sb = make_sandbox("e2b", api_key_ref="env:X")
     assert isinstance(sb, E2BSandbox) and isinstance(sb, Sandbox)
     with pytest.raises(SandboxError, match="not started"):

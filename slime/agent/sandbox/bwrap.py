@@ -3,21 +3,35 @@
 Kept apart from the sandbox's lifecycle so that the mount layout (what the
 sandboxed command can see) reads in one place. See ``local.py`` for what is and
 is not isolated.
+
+:class:`CallFds` are the descriptors one call hands bubblewrap: the seccomp
+program (``--seccomp``) and the cgroup handshake. bubblewrap writes its
+sandbox process's pid to ``--info-fd`` right after creating it, and that
+process waits on ``--block-fd`` after its setup, before it applies the
+seccomp filter and execs the command. The caller moves the pid into the
+sandbox's cgroup in between, so the command and everything it starts run
+inside the cgroup from their first instruction.
 """
 
 from __future__ import annotations
 
 import glob
+import json
 import os
 import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from slime.agent.sandbox.cgroup import MemoryCgroup
+from slime.agent.sandbox.processes import read_small
+from slime.agent.sandbox.seccomp import pipe_with
+
 __all__ = [
     "AGENT_UID",
     "INIT_ARGV",
     "SANDBOX_WORKDIR",
+    "CallFds",
     "Limits",
     "bwrap_prefix",
     "features",
@@ -132,3 +146,53 @@ def may_traverse(st: os.stat_result, uid: int, gid: int) -> bool:
     if st.st_gid == gid:
         return bool(st.st_mode & stat.S_IXGRP)
     return bool(st.st_mode & stat.S_IXOTH)
+
+
+class CallFds:
+    """bwrap options and descriptors of one call (see the module docstring)."""
+
+    def __init__(self, program: bytes | None, join_cgroup: bool) -> None:
+        self.argv: list[str] = []
+        self.child_fds: list[int] = []  # bwrap's ends, closed here once it started
+        self.info_r = self.block_w = -1
+        try:
+            if program is not None:
+                fd = pipe_with(program)
+                self.child_fds.append(fd)
+                self.argv += ["--seccomp", str(fd)]
+            if join_cgroup:
+                self.info_r, info_w = os.pipe()
+                self.child_fds.append(info_w)
+                block_r, self.block_w = os.pipe()
+                self.child_fds.append(block_r)
+                self.argv += ["--info-fd", str(info_w), "--block-fd", str(block_r)]
+        except BaseException:
+            self.close()
+            raise
+
+    def started(self) -> None:
+        """bwrap holds its copies now: drop ours, or EOF would never come."""
+        for fd in self.child_fds:
+            os.close(fd)
+        self.child_fds = []
+
+    async def join(self, cgroup: MemoryCgroup) -> None:
+        """Move bwrap's sandbox process into ``cgroup``, then let it go on.
+
+        Raises OSError if the move fails: the caller must then kill the call,
+        whose process is still waiting and has run nothing of the command.
+        """
+        fd, self.info_r = self.info_r, -1
+        info = await read_small(fd)
+        if info.strip():  # empty: bwrap failed before creating the process
+            cgroup.add(int(json.loads(info)["child-pid"]))
+        try:
+            os.write(self.block_w, b"1")
+        except BrokenPipeError:  # bwrap already exited; its status says why
+            pass
+
+    def close(self) -> None:
+        for fd in [*self.child_fds, self.info_r, self.block_w]:
+            if fd >= 0:
+                os.close(fd)
+        self.child_fds, self.info_r, self.block_w = [], -1, -1

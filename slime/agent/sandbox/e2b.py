@@ -30,8 +30,20 @@ Guaranteed here:
   other process groups may outlive it inside the VM until the VM is killed
   (on ``close`` or at the end of its lifetime); the VM boundary contains them.
 
+- Per-process limits, when given (``cpu_time_s``, ``memory_mb`` as address
+  space, ``max_procs``, ``max_file_mb``; no core dumps then): every command
+  runs after bash's ``ulimit`` sets them, soft and hard, inside the VM (E2B's
+  API has no per-sandbox or per-command limits). ``max_procs`` counts every
+  process of the sandbox's user in the VM, concurrent commands included. If
+  ``ulimit`` refuses, the command does not run and ``exec`` returns 125.
+
 Not guaranteed: anything about the isolation of the VM itself (that is E2B's
 service), and output beyond ``max_output_bytes`` (cut, ``output_truncated``).
+The rlimits bound runaway code, not an adversary: E2B's stock template gives
+its user passwordless ``sudo``, and root may raise them; the VM is the
+boundary. A sandbox's total memory and disk are fixed by its E2B template
+(set when the template is built), so the spec refuses ``work_mb`` and
+``total_memory_mb`` for this backend rather than ignore them.
 """
 
 from __future__ import annotations
@@ -144,6 +156,31 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, (ConnectionError, TimeoutError))
 
 
+# Exit status of a command that never ran because ulimit refused its limits.
+ULIMIT_FAILED_RC = 125
+
+
+def _ulimit_prefix(
+    cpu_time_s: int | None, memory_mb: int | None, max_procs: int | None, max_file_mb: int | None
+) -> str:
+    """bash's ulimit line that sets the limits given (units: seconds, KiB, processes, KiB)."""
+    flags = [
+        (flag, value)
+        for flag, value in (
+            ("-t", cpu_time_s),
+            ("-v", None if memory_mb is None else memory_mb * 1024),
+            ("-u", max_procs),
+            ("-f", None if max_file_mb is None else max_file_mb * 1024),
+        )
+        if value is not None
+    ]
+    if not flags:
+        return ""
+    opts = " ".join(f"{flag} {value}" for flag, value in [("-c", 0), *flags])
+    # Its own line, so the command after it parses exactly as it would alone.
+    return f"ulimit {opts} || exit {ULIMIT_FAILED_RC}\n"
+
+
 class E2BSandbox(BaseSandbox):
     """One E2B sandbox VM (see the module docstring)."""
 
@@ -166,7 +203,16 @@ class E2BSandbox(BaseSandbox):
         domain: str | None = None,
         api_url: str | None = None,
         sandbox_url: str | None = None,
+        cpu_time_s: int | None = None,
+        memory_mb: int | None = None,
+        max_procs: int | None = None,
+        max_file_mb: int | None = None,
     ) -> None:
+        limits = {"cpu_time_s": cpu_time_s, "memory_mb": memory_mb, "max_procs": max_procs, "max_file_mb": max_file_mb}
+        for name, value in limits.items():
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise ValueError(f"E2BSandbox({name}=...) must be a positive integer or None, got {value!r}")
+        self._ulimit = _ulimit_prefix(cpu_time_s, memory_mb, max_procs, max_file_mb)
         if not isinstance(lifetime_s, int) or isinstance(lifetime_s, bool) or lifetime_s <= 0:
             raise ValueError(f"E2BSandbox(lifetime_s=...) must be a positive integer of seconds, got {lifetime_s!r}")
         if not isinstance(max_attempts, int) or max_attempts < 1:
@@ -330,7 +376,7 @@ class E2BSandbox(BaseSandbox):
 
     async def _exec(self, req: ExecRequest) -> ExecResult:
         budget = min(req.timeout, self._require_running())
-        command = req.cmd if isinstance(req.cmd, str) else shlex.join(req.cmd)
+        command = self._ulimit + (req.cmd if isinstance(req.cmd, str) else shlex.join(req.cmd))
         cwd = self._path(req.workdir) if req.workdir else self.workdir
 
         async def run_once() -> ExecResult:

@@ -18,7 +18,8 @@ What one ``exec`` gets (isolated mode):
 - Filesystem: read-only ``/usr`` (with the ``/bin``, ``/lib*`` links), a few
   read-only ``/etc`` files (dynamic loader, certificates, alternatives, time
   zone, generated passwd/group) and any ``ro_binds``; a writable ``/work``
-  (this sandbox's private directory, persistent across ``exec`` calls); a fresh
+  (this sandbox's private directory, persistent across ``exec`` calls; a
+  tmpfs of ``work_mb`` when the caller is root, see ``workfs.py``); a fresh
   size-capped tmpfs ``/tmp`` and ``/dev/shm`` per call (not persistent); a
   minimal ``/dev`` (null, zero, random, tty...) read-only; a ``/proc`` that shows
   only the sandbox's processes. The root is read-only. ``/root``, ``/home``,
@@ -33,18 +34,36 @@ What one ``exec`` gets (isolated mode):
   double-forked ones included. When the command exits normally PID 1 exits
   too, with the same effect, so nothing outlives an ``exec`` call. If this
   Python process dies, ``--die-with-parent`` takes the namespace down.
+- A seccomp filter (``seccomp.py``) applied by bubblewrap just before the
+  command starts: ptrace, mount and the new mount API, kexec, bpf,
+  perf_event_open, userfaultfd, the keyring calls, unshare/setns/namespace
+  clones and io_uring fail with EPERM. ``seccomp=False`` turns it off (tests
+  and debugging only; the spec cannot).
+- A total memory cap (``total_memory_mb``, default twice ``memory_mb`` plus
+  every tmpfs size) on all the sandbox's processes and tmpfs pages together:
+  a memory cgroup per sandbox where the host allows one (``cgroup.py``);
+  exceeding it OOM-kills inside the sandbox only.
 - The host-side ``write_file``/``read_file`` never follow symlinks the command
   planted in ``/work`` (see ``hostfs.py``) and never block on FIFOs.
 - Several ``exec`` calls of one sandbox may run at once; they share ``/work``.
 
 What is NOT isolated (know this before running hostile code):
 
-- The kernel is shared: a kernel exploit escapes. There is no seccomp filter.
-- Memory and CPU are bounded by rlimits, not cgroups: RLIMIT_AS is per process,
-  so the worst case is about ``max_procs × memory_mb`` (plus tmpfs sizes);
-  RLIMIT_CPU is per process too, and the wall timeout bounds the total.
-- Disk: RLIMIT_FSIZE caps each file, not the sum; ``/work`` lives on the host
-  disk without a quota.
+- The kernel is shared: a kernel exploit through a syscall the seccomp filter
+  allows escapes (it is a deny list, not an allow list). The filter exists
+  for x86_64 only; elsewhere the sandbox refuses to start (or, with
+  ``allow_unisolated``, runs unisolated).
+- Memory in total is capped only where a memory cgroup can be made: cgroup v2
+  with a delegated parent (``$SLIME_SANDBOX_CGROUP``) or this process at the
+  hierarchy's root, or the cgroup v1 memory controller writable (as root).
+  Otherwise (typically not root) only the per-process RLIMIT_AS holds, the
+  worst case is about ``max_procs × memory_mb`` plus the tmpfs sizes, and a
+  warning is logged once; :attr:`LocalSandbox.enforcement` says which applies.
+- CPU is bounded per process (RLIMIT_CPU) and by the wall timeout, not by a
+  CPU cgroup: a sandbox may use every core until its timeout.
+- Disk: ``/work`` is a size-capped tmpfs only when the caller is root (a host
+  mount); otherwise it lives on the host disk and only each file is capped
+  (RLIMIT_FSIZE), with a warning. The tmpfs counts against the memory cap.
 - Timing and cache side channels, CPU load seen by other tenants, and
   ``/proc/cpuinfo``-style host facts are visible.
 - ``network=True`` shares the host's network namespace, loopback services
@@ -56,7 +75,8 @@ What is NOT isolated (know this before running hostile code):
 namespaces: commands then run directly on the host with the same rlimits and
 timeout (as ``host_uid`` when the caller is root), in their own process group
 which is killed after each call. They can read everything the uid can read,
-reach the network and escape the process group with ``setsid``. A warning is
+reach the network and escape the process group with ``setsid``; no seccomp
+filter and no memory cgroup apply (``/work`` keeps its tmpfs). A warning is
 logged.
 """
 
@@ -71,7 +91,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from slime.agent.sandbox import hostfs
+from slime.agent.sandbox import hostfs, seccomp
 from slime.agent.sandbox.base import (
     TIMEOUT_RC,
     BaseSandbox,
@@ -85,12 +105,15 @@ from slime.agent.sandbox.bwrap import (
     INIT_ARGV,
     MIB,
     SANDBOX_WORKDIR,
+    CallFds,
     Limits,
     bwrap_prefix,
     identity_files,
     may_traverse,
 )
+from slime.agent.sandbox.cgroup import MemoryCgroup
 from slime.agent.sandbox.processes import Capture, children, killpg, shell_returncode
+from slime.agent.sandbox.resources import Resources, sweep_state_root, write_owner
 
 __all__ = ["SANDBOX_WORKDIR", "LocalSandbox"]
 
@@ -121,6 +144,8 @@ class LocalSandbox(BaseSandbox):
         max_file_mb: int = 64,
         max_open_files: int = 256,
         tmp_mb: int = 64,
+        work_mb: int = 256,
+        total_memory_mb: int | None = None,
         wall_timeout_s: float = 600.0,
         max_output_bytes: int = MIB,
         workdir_root: str | os.PathLike[str] | None = None,
@@ -129,6 +154,7 @@ class LocalSandbox(BaseSandbox):
         bwrap_path: str = "bwrap",
         host_uid: int = 65534,
         host_gid: int = 65534,
+        seccomp: bool = True,
     ) -> None:
         for name, value in (
             ("cpu_time_s", cpu_time_s),
@@ -137,9 +163,12 @@ class LocalSandbox(BaseSandbox):
             ("max_file_mb", max_file_mb),
             ("max_open_files", max_open_files),
             ("tmp_mb", tmp_mb),
+            ("work_mb", work_mb),
             ("max_output_bytes", max_output_bytes),
         ):
             _positive(name, value)
+        if total_memory_mb is not None:
+            _positive("total_memory_mb", total_memory_mb)
         super().__init__("local")
         _positive("wall_timeout_s", wall_timeout_s, integer=False)
         if host_uid == 0 or host_gid == 0:
@@ -149,6 +178,10 @@ class LocalSandbox(BaseSandbox):
         self.network = bool(network)
         self.limits = Limits(cpu_time_s, memory_mb, max_procs, max_file_mb, max_open_files)
         self.tmp_mb = tmp_mb
+        self.work_mb = work_mb
+        # Default: room for two processes at their cap plus every tmpfs full (their pages count).
+        self.total_memory_mb = total_memory_mb or 2 * memory_mb + work_mb + 2 * tmp_mb
+        self.seccomp = bool(seccomp)
         self.wall_timeout_s = float(wall_timeout_s)
         self.max_output_bytes = max_output_bytes
         self.allow_unisolated = allow_unisolated
@@ -164,6 +197,7 @@ class LocalSandbox(BaseSandbox):
         self._bwrap = ""
         self._argv_prefix: list[str] | None = None
         self._limit_argv: list[str] = []
+        self._res: Resources | None = None
 
     @staticmethod
     def _check_bind(bind: str | tuple[str, str]) -> tuple[str, str]:
@@ -205,6 +239,32 @@ class LocalSandbox(BaseSandbox):
         mode = {None: "not started", True: "bwrap", False: "UNISOLATED"}[self._isolated]
         return f"LocalSandbox(id={self._id}, {mode}, network={self.network})"
 
+    @property
+    def enforcement(self) -> dict[str, str]:
+        """What this started sandbox enforces beyond its rlimits, and how (or why not).
+
+        Keys: ``isolation``, ``seccomp``, ``total_memory``, ``work_size``; a value
+        starting with ``NOT`` names a cap that fell back on this host.
+        """
+        self._require_started()
+        iso = bool(self._isolated)
+        out = {"isolation": "bubblewrap" if iso else "NOT isolated (allow_unisolated fallback)"}
+        if not iso:
+            out["seccomp"] = "NOT applied: unisolated fallback"
+        elif self.seccomp:
+            out["seccomp"] = "deny list: " + ", ".join(seccomp.DENIED_EPERM + seccomp.DENIED_ENOSYS)
+        else:
+            out["seccomp"] = "NOT applied: seccomp=False"
+        res = self._res.enforcement if self._res is not None else {}
+        out["total_memory"] = res.get("total_memory", "") if iso else "NOT capped: unisolated fallback"
+        out["work_size"] = res.get("work_size", "")
+        return out
+
+    def memory_usage(self) -> tuple[int | None, int] | None:
+        """``(peak bytes, OOM kills)`` of the sandbox's memory cgroup, or None without one."""
+        cg = self._res.cgroup if self._res is not None else None
+        return None if cg is None else (cg.peak_bytes(), cg.oom_kills())
+
     async def start(self) -> None:
         self._check_startable()
         prlimit = shutil.which("prlimit")
@@ -213,8 +273,17 @@ class LocalSandbox(BaseSandbox):
         self._limit_argv = self.limits.prlimit_argv(prlimit)
         if self._as_root:
             self._check_reachable()
-        self._make_state_dir()
+        sweep_state_root(self._root)
+        state = self._make_state_dir()
         try:
+            self._res = Resources(
+                state,
+                self._id,
+                work_mb=self.work_mb,
+                total_memory_mb=self.total_memory_mb,
+                uid=self._uid,
+                gid=self._gid,
+            )
             reason = await self._bwrap_problem()
             if reason is None:
                 self._isolated = True
@@ -228,12 +297,18 @@ class LocalSandbox(BaseSandbox):
                     "work, or pass allow_unisolated=True to run without isolation"
                 )
         except BaseException:
-            self._remove_state_dir()
+            self._release()
             raise
 
     async def close(self) -> None:
         self._closed = True
         await asyncio.gather(*(self._terminate(p, iso) for p, iso in list(self._procs.items())))
+        self._release()
+
+    def _release(self) -> None:
+        if self._res is not None:
+            self._res.release()
+            self._res = None
         self._remove_state_dir()
 
     def _check_reachable(self) -> None:
@@ -250,19 +325,21 @@ class LocalSandbox(BaseSandbox):
                         "world-traversable directory (such as /tmp) or chmod o+x it"
                     )
 
-    def _make_state_dir(self) -> None:
+    def _make_state_dir(self) -> Path:
         self._root.mkdir(parents=True, exist_ok=True)
         if self._as_root:
             os.chmod(self._root, 0o711)  # the sandbox uid traverses it, cannot list it
         state = self._root / self._id
         state.mkdir(mode=0o711)
         self._state = state
+        write_owner(state)
         (state / "work").mkdir(mode=0o700)
         for name, text in identity_files().items():
             (state / name).write_text(text)
             os.chmod(state / name, 0o644)
         if self._as_root:
             os.chown(state / "work", self._uid, self._gid)
+        return state
 
     def _remove_state_dir(self) -> None:
         if self._state is not None:
@@ -277,7 +354,12 @@ class LocalSandbox(BaseSandbox):
         if bwrap is None:
             return f"bubblewrap executable {self.bwrap_path!r} was not found"
         self._bwrap = bwrap
-        key = (bwrap, self._uid, self._gid, self.network, str(self._root), tuple(self._ro_binds))
+        if self.seccomp:
+            try:
+                seccomp.filter_bpf()
+            except seccomp.SeccompUnavailable as exc:
+                return str(exc)
+        key = (bwrap, self._uid, self._gid, self.network, str(self._root), tuple(self._ro_binds), self.seccomp)
         if key not in _self_checks:
             try:
                 result = await self._run(["true"], _SELF_CHECK_TIMEOUT_S, None, None, isolated=True)
@@ -289,7 +371,7 @@ class LocalSandbox(BaseSandbox):
                 _self_checks[key] = None if ok else f"the self-check '{bwrap} ... true' failed: {detail}"
         return _self_checks[key]
 
-    def _bwrap_argv(self, argv: list[str], workdir: str | None) -> list[str]:
+    def _bwrap_argv(self, argv: list[str], workdir: str | None, fd_argv: list[str]) -> list[str]:
         if self._argv_prefix is None:
             if self._state is None:  # guarded by _require_started; kept explicit under python -O
                 raise SandboxError("sandbox not started: use it as an async context manager")
@@ -301,7 +383,7 @@ class LocalSandbox(BaseSandbox):
                 tmp_mb=self.tmp_mb,
             )
         chdir = self._inside_path(workdir) if workdir else SANDBOX_WORKDIR
-        return [*self._argv_prefix, "--chdir", chdir, "--", *self._limit_argv, *INIT_ARGV, *argv]
+        return [*self._argv_prefix, *fd_argv, "--chdir", chdir, "--", *self._limit_argv, *INIT_ARGV, *argv]
 
     def _inside_path(self, path: str) -> str:
         if "\0" in path:
@@ -340,8 +422,10 @@ class LocalSandbox(BaseSandbox):
         drop: dict[str, object] = {}
         if self._as_root:
             drop = {"user": self._uid, "group": self._gid, "extra_groups": []}
+        cgroup = self._res.cgroup if isolated and self._res is not None else None
+        fds = CallFds(seccomp.filter_bpf() if isolated and self.seccomp else None, cgroup is not None)
         if isolated:
-            full, cwd = self._bwrap_argv(argv, workdir), "/"
+            full, cwd = self._bwrap_argv(argv, workdir, fds.argv), "/"
         else:
             full = self._limit_argv + argv
             cwd = self._inside_path(workdir) if workdir else self.workdir
@@ -358,20 +442,25 @@ class LocalSandbox(BaseSandbox):
                 env=self._env(env),
                 cwd=cwd,
                 start_new_session=True,
+                pass_fds=fds.child_fds,
                 **drop,  # type: ignore[arg-type]
             )
         except BaseException:
             for c in captures:
                 c.close()
+            fds.close()
             raise
         finally:
             os.close(out_w)
             os.close(err_w)
+        fds.started()
         self._procs[proc] = isolated
         readers = [asyncio.ensure_future(c.drain()) for c in captures]
         timed_out = False
         try:
             try:
+                if cgroup is not None:
+                    await self._join(fds, cgroup, proc)
                 await asyncio.wait_for(proc.wait(), budget)
             except TimeoutError:
                 timed_out = True
@@ -384,6 +473,7 @@ class LocalSandbox(BaseSandbox):
             for capture, task in zip(captures, readers):
                 capture.cut = capture.cut or task in pending
         finally:
+            fds.close()
             if proc.returncode is None:  # cancelled or failed while running
                 await self._terminate(proc, isolated)
             for task in readers:
@@ -400,6 +490,17 @@ class LocalSandbox(BaseSandbox):
             timed_out=timed_out,
             output_truncated=out.cut or err.cut,
         )
+
+    async def _join(self, fds: CallFds, cgroup: MemoryCgroup, proc: asyncio.subprocess.Process) -> None:
+        """Put the call's sandbox process into the memory cgroup before it runs anything."""
+        try:
+            await asyncio.wait_for(fds.join(cgroup), _SELF_CHECK_TIMEOUT_S)
+        except (OSError, ValueError, KeyError, TimeoutError) as exc:
+            await self._terminate(proc, True)
+            raise SandboxError(
+                f"sandbox {self._id}: cannot put the command into its memory cgroup {cgroup.path} "
+                f"({type(exc).__name__}: {exc}); nothing of the command ran"
+            ) from None
 
     @staticmethod
     async def _terminate(proc: asyncio.subprocess.Process, isolated: bool) -> None:

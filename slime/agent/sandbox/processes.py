@@ -6,7 +6,7 @@ import asyncio
 import os
 import signal
 
-__all__ = ["Capture", "children", "killpg", "shell_returncode"]
+__all__ = ["Capture", "children", "killpg", "read_small", "shell_returncode"]
 
 
 class Capture:
@@ -45,6 +45,16 @@ class Capture:
 
     def close(self) -> None:
         self.file.close()
+
+
+async def read_small(fd: int, cap: int = 65536) -> bytes:
+    """Read a pipe to EOF (at most ``cap`` bytes) without blocking the event loop; closes ``fd``."""
+    capture = Capture(fd, cap)
+    try:
+        await capture.drain()
+    finally:
+        capture.close()
+    return bytes(capture.data)
 
 
 def killpg(pgid: int) -> None:
