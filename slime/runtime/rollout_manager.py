@@ -128,8 +128,8 @@ class RolloutManager:
         from transformers import AutoTokenizer
 
         from slime.data.jsonl import PromptDataset
+        from slime.placement import normal_priority
         from slime.rl.rewards import make_reward_fn
-        from slime.runtime.resources import normal_priority
 
         normal_priority()
         spec = self.spec

@@ -52,7 +52,7 @@ class TrainerRank:
         import torch
 
         from slime.backends.base import TRAIN_BACKENDS
-        from slime.runtime.resources import normal_priority
+        from slime.placement import normal_priority
 
         normal_priority()
         torch.set_num_threads(max(1, threads))
@@ -264,7 +264,7 @@ class TrainerGroup:
     def __init__(self, spec: Spec, layout: Layout, placement: Any, role: str, slots: tuple[Slot, ...]) -> None:
         import ray
 
-        from slime.runtime.resources import placement_options, torch_threads
+        from slime.placement import placement_options, torch_threads
 
         self.role = role
         cls = ray.remote(TrainerRank)

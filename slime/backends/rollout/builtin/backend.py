@@ -69,7 +69,7 @@ class EngineHost:
         weight_version: str = "0",
         host: str | None = None,
     ) -> None:
-        from slime.runtime.resources import normal_priority
+        from slime.placement import normal_priority
 
         normal_priority()
         self.model_dir, self.seed, self.gpu_slot = model_dir, seed, gpu_slot
@@ -111,7 +111,7 @@ class BuiltinRolloutBackend(RolloutBackend):
         import ray
 
         from slime.backends.rollout.client import EngineClient
-        from slime.runtime.resources import placement_options, torch_threads
+        from slime.placement import placement_options, torch_threads
 
         kwargs = engine_kwargs(spec)
         for i, slots in enumerate(layout.engines):
