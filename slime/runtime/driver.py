@@ -113,6 +113,7 @@ class Driver:
         self.last_export: Path | None = None
         self._engines_released = False  # colocated: engine memory handed to the trainer
         self._release_said = False
+        self._sender = None
         self.checkpoint_dir: str | None = None
         self.resume_from: Path | None = None
         self.resume_state: dict[str, Any] = {}  # the state.json of resume_from, read at setup
@@ -252,9 +253,9 @@ class Driver:
         if self._engines_released:  # SGLang's order: weights back, reload them, then the KV cache
             self.rollout_backend.resume_memory(["weights"])
         if self.spec.rollout.weight_sync == "nccl":
-            self.actor.call(
-                "push_weights", version, list(self.rollout_backend.urls), self.rollout_backend.weight_sync_ranks()
-            )
+            if self._sender is None:
+                self._sender = self.rollout_backend.weight_sender()
+            self.actor.call("push_weights", version, self._sender)
         else:
             out = self.tp.weights / f"v{version}"
             if out.exists():

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from slime.backends.base import WeightSender
     from slime.spec.layout import Layout, Slot
     from slime.spec.types import Spec
 
@@ -62,7 +63,7 @@ class TrainerRank:
         self.backend = self.backend_cls()
         self.ref = None
         self.batch = None
-        self._weight_sync = None  # rank 0: NcclWeightSync, created on the first push
+        self._weight_sender: WeightSender | None = None  # rank 0: connected on the first push
         self._loop = None
 
     # ---------------------------------------------------------------- setup
@@ -188,53 +189,26 @@ class TrainerRank:
     def export(self, out_dir: str) -> str:
         return str(self.backend.export_weights(Path(out_dir)))
 
-    def _hf_weights(self):
-        """``(hf_name, tensor)`` of the policy; a tied ``lm_head`` is left out (engines re-tie it)."""
-        backend = self.backend
-        if hasattr(backend, "iter_hf_weights"):  # megatron: gathers TP shards (collective on every rank)
-            if getattr(backend, "pp", 1) > 1:
-                raise ValueError(
-                    "rollout.weight_sync: nccl with train.parallel.pipeline > 1 is not implemented "
-                    "(rank 0 holds only the first stage); use weight_sync: disk"
-                )
-            return backend.iter_hf_weights()
-        model = backend.model  # the torch backend: a plain HF model, replicated on every rank
-        tied = bool(getattr(model.config, "tie_word_embeddings", False))
-        return ((n, t.detach()) for n, t in model.state_dict().items() if not (tied and n == "lm_head.weight"))
+    def push_weights(self, version: int, sender: WeightSender) -> int:
+        """Broadcast the policy to every engine as ``version`` (call on all ranks); rank 0 returns the count.
 
-    def push_weights(self, version: int, urls: list[str], engine_ranks: list[int]) -> int:
-        """Broadcast the policy to every engine as ``version`` (call on all ranks); rank 0 returns the count."""
+        Rank 0 connects ``sender`` (made by the rollout backend) on the first push and keeps it."""
         import asyncio
 
-        named = self._hf_weights()
+        named = self.backend.hf_weights()
         if self.rank != 0:
             for _ in named:  # take part in the model-parallel gathers
                 pass
             return 0
-        if self._weight_sync is None:
+        if self._weight_sender is None:
             import ray
-
-            from slime.backends.rollout.client import EngineClient
-            from slime.backends.sglang.weights import NcclWeightSync
 
             ip = ray.util.get_node_ip_address()
             self._loop = asyncio.new_event_loop()
-            sync = NcclWeightSync(
-                clients=[EngineClient(u) for u in urls],
-                engine_gpus=list(engine_ranks),
-                master_address=ip,
-                master_port=_free_port(ip),
-                backend="nccl" if self.device.startswith("cuda") else "gloo",
-            )
-            self._loop.run_until_complete(sync.init_group())
-            self._weight_sync = sync
-        return self._loop.run_until_complete(self._weight_sync.update(named, version=version))
-
-    def weights_checksum(self) -> str:
-        """``rl_control.weights_checksum`` of the policy (every rank; for checks after a sync)."""
-        from slime.backends.rollout.builtin.rl_control import weights_checksum
-
-        return weights_checksum(self._hf_weights())
+            backend = "nccl" if self.device.startswith("cuda") else "gloo"
+            self._loop.run_until_complete(sender.connect(ip, _free_port(ip), backend=backend))
+            self._weight_sender = sender
+        return self._loop.run_until_complete(self._weight_sender.update(named, version=version))
 
     def save(self, ckpt_dir: str) -> None:
         self.backend.save(Path(ckpt_dir))

@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from slime.backends.base import RolloutBackend
+from slime.backends.base import RolloutBackend, WeightSender
 
 if TYPE_CHECKING:
     from slime.spec.layout import Layout
@@ -162,6 +162,12 @@ class BuiltinRolloutBackend(RolloutBackend):
     def weight_sync_ranks(self) -> list[int]:
         """Ranks each engine takes in a collective weight-update group (one process each)."""
         return [1] * len(self.urls)
+
+    def weight_sender(self) -> WeightSender:
+        """The engines serve SGLang's weight-update endpoints (``rl_control``): SGLang's sender fits."""
+        from slime.backends.rollout.collective import EngineWeightSender
+
+        return EngineWeightSender(self.urls, self.weight_sync_ranks())
 
     def release_memory(self, tags: list[str] | None = None) -> list[dict]:
         """Colocated runs: every engine frees ``tags`` (None = weights and KV cache) while the trainer steps."""
