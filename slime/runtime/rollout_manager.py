@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from slime.rl.sample import Sample, SampleStatus
-from slime.runtime.rollout_metrics import FULL_CREDIT
+from slime.runtime.record import FULL_CREDIT
 
 if TYPE_CHECKING:
     from slime.spec.types import EvalSet, Spec

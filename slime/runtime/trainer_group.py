@@ -13,16 +13,21 @@ out to all ranks at once: collective operations inside the backends need every
 rank to enter them together. Samples are sharded by each rank's data-parallel
 coordinates (``TrainBackend.data_parallel_coords``).
 
+Tensors go rank to rank, not through the driver: the RL calls return Ray object
+refs, so critic values reach the actor ranks (GAE) and PPO returns reach the
+critic ranks as refs; the driver only fetches metrics. Actor rank ``i`` and
+critic rank ``i`` hold the same shard (same data-parallel layout, checked at
+start). Each rank keeps the batch of its last ``prepare`` (actor) or ``values``
+(critic) for the ``train`` / ``train_critic`` call that follows.
+
 Metrics returned by ranks are already reduced over ranks; the group reports
 rank 0's.
 
 Weight sync over a collective group (``rollout.weight_sync: nccl``,
-``TrainerRank.push_weights``): every rank walks its HF-named tensors (megatron
-gathers TP shards inside, so all ranks must take part); rank 0 owns a
-``slime.backends.sglang.weights.NcclWeightSync`` — the same client code that
-drives SGLang — joins the group with the engines on the first push (NCCL when
-the trainer is on CUDA, gloo on CPU) and broadcasts bucket by bucket. Not
-supported: pipeline parallel > 1 (rank 0 holds only the first stage).
+``TrainerRank.push_weights``): every rank walks ``TrainBackend.hf_weights()``
+(megatron gathers TP shards inside, so all ranks must take part); rank 0
+connects the ``WeightSender`` the rollout backend made (NCCL when the trainer is
+on CUDA, gloo on CPU) on the first push and broadcasts through it.
 """
 
 from __future__ import annotations
@@ -105,12 +110,18 @@ class TrainerRank:
 
     # ---------------------------------------------------------------- RL
     def values(self, samples: list[dict]):
+        """Critic values of this rank's samples; the batch (with them as ``old_values``) is kept for
+        ``train_critic``."""
         from slime.runtime.train_data import collate
 
-        return self.backend.values(collate(samples))
+        batch = collate(samples)
+        batch.old_values = self.backend.values(batch)
+        self.batch = batch
+        return batch.old_values
 
-    def prepare(self, samples: list[dict], scores: list[float], values=None) -> dict[str, Any]:
-        """Old/ref log-probs, KL and advantages for this rank's samples; keeps the batch for ``train``."""
+    def prepare(self, samples: list[dict], scores: list[float], values=None) -> tuple[dict[str, float], Any]:
+        """Old/ref log-probs, KL and advantages for this rank's samples; keeps the batch for ``train``.
+        Returns ``(metrics, returns)``: PPO returns for the critic, else None (two Ray returns)."""
         import torch
 
         from slime.rl.kl import compute_kl
@@ -160,19 +171,19 @@ class TrainerRank:
         if self.ref is not None:
             metrics["train/ref_kl"] = float(sums[2]) / n
         metrics["time/prepare_s"] = time.perf_counter() - t0
-        return {"metrics": metrics, "returns": returns if a.estimator == "ppo" else None}
+        return metrics, (returns if a.estimator == "ppo" else None)
 
     def train(self, steps: int, first_step: int) -> list[dict[str, float]]:
         if self.batch is None:
             raise RuntimeError("train() called before prepare()")
         return self._train_steps(self.batch, steps, first_step)
 
-    def train_critic(self, samples: list[dict], returns, old_values, steps: int, first_step: int) -> list[dict]:
-        from slime.runtime.train_data import collate
-
-        batch = collate(samples)
-        batch.returns, batch.old_values = returns, old_values
-        return self._train_steps(batch, steps, first_step)
+    def train_critic(self, returns, steps: int, first_step: int) -> list[dict]:
+        """The value-loss steps on the batch of the last ``values`` call, towards the actor's ``returns``."""
+        if self.batch is None:
+            raise RuntimeError("train_critic() called before values()")
+        self.batch.returns = returns
+        return self._train_steps(self.batch, steps, first_step)
 
     def _train_steps(self, batch, steps: int, first_step: int) -> list[dict[str, float]]:
         per = batch.size // steps
@@ -261,20 +272,49 @@ class TrainerGroup:
         addr, port = ray.get(self.ranks[0].address.remote())
         self.coords = ray.get([r.init.remote(addr, port, str(model_dir)) for r in self.ranks])
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+    def call(self, method: str, *args: Any) -> list[Any]:
         """``method(*args)`` on every rank at once; results in rank order."""
         import ray
 
-        return ray.get([getattr(r, method).remote(*args, **kwargs) for r in self.ranks])
+        return ray.get([getattr(r, method).remote(*args) for r in self.ranks])
 
-    def submit(self, method: str, per_rank: list[tuple], **kwargs: Any) -> list[Any]:
-        """Start ``method(*per_rank[i])`` on rank i; returns the object refs (``ray.get`` them)."""
-        return [getattr(r, method).remote(*a, **kwargs) for r, a in zip(self.ranks, per_rank)]
+    def submit(self, method: str, per_rank: list[tuple], *, num_returns: int = 1) -> list[Any]:
+        """Start ``method(*per_rank[i])`` on rank i; returns the object refs (a list per rank when
+        ``num_returns`` > 1). Refs passed as arguments reach the rank as their values."""
+        return [getattr(r, method).options(num_returns=num_returns).remote(*a) for r, a in zip(self.ranks, per_rank)]
 
     def shards(self, items: list[Any], steps: int) -> list[list[Any]]:
         from slime.runtime.train_data import shard_for_rank
 
         return [shard_for_rank(items, dp_rank=d, dp_size=n, steps=steps) for d, n in self.coords]
+
+    # ---------------------------------------------------------------- the loop's calls
+    def sft_step(self, shards: list[list[dict]], step: int) -> dict[str, float]:
+        import ray
+
+        return ray.get(self.submit("sft_step", [(sh, step) for sh in shards]))[0]
+
+    def values(self, shards: list[list[dict]]) -> list[Any]:
+        """Critic: refs to each rank's values (they stay in the object store for the actor ranks)."""
+        return self.submit("values", [(sh,) for sh in shards])
+
+    def prepare(self, shards: list[list[dict]], scores: list[list[float]], values: list[Any] | None):
+        """Actor: ``(metrics refs, returns refs)``, one each per rank; ``values``: the critic's refs."""
+        args = [(sh, sc, values[i] if values else None) for i, (sh, sc) in enumerate(zip(shards, scores))]
+        refs = self.submit("prepare", args, num_returns=2)
+        return [m for m, _ in refs], [r for _, r in refs]
+
+    def train(self, steps: int, first_step: int) -> list[Any]:
+        return self.submit("train", [(steps, first_step)] * len(self.ranks))
+
+    def train_critic(self, returns: list[Any], steps: int, first_step: int) -> list[Any]:
+        return self.submit("train_critic", [(ret, steps, first_step) for ret in returns])
+
+    def export(self, out_dir: Path) -> None:
+        self.call("export", str(out_dir))
+
+    def push_weights(self, version: int, sender: WeightSender) -> None:
+        self.call("push_weights", version, sender)
 
     def kill(self) -> None:
         import ray
