@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from slime.core.registry import Registry
 from slime.rl.plugins import RewardFn
 from slime.rl.sample import Sample
 
-__all__ = ["REWARDS", "batch_rewards", "make_reward_fn"]
+if TYPE_CHECKING:
+    from slime.spec.types import Reward
+
+__all__ = ["REWARDS", "batch_rewards", "make_reward_fn", "reward_fn_for"]
 
 REWARDS = Registry(
     "reward",
@@ -72,6 +75,17 @@ def make_reward_fn(
     from slime.rl.rewards.custom import wrap_reward
 
     return wrap_reward(REWARDS.get(type), type)  # registered name or "pkg.mod:fn"; else UnknownPlugin
+
+
+def reward_fn_for(reward: Reward) -> RewardFn:
+    """:func:`make_reward_fn` for a spec's ``reward`` section (its fields that apply to its type)."""
+    return make_reward_fn(
+        reward.type,
+        custom=reward.custom if reward.type == "custom" else None,
+        url=reward.url if reward.type == "remote" else None,
+        timeout_s=reward.timeout_s,
+        max_retries=reward.max_retries,
+    )
 
 
 async def batch_rewards(
