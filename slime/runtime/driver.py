@@ -193,10 +193,10 @@ class Driver:
         rewards = [float(s.reward or 0.0) for s in samples]
         scores = sequence_scores(rewards, estimator=a.estimator, group_size=n, normalize_std=bool(a.normalize_std))
         shards, score_shards = job.actor.shards(train_inputs(samples), steps), job.actor.shards(scores, steps)
-        values = job.critic.values(shards) if job.critic else None  # refs → the actor ranks (GAE)
+        values = job.critic.values(shards) if job.critic is not None else None  # refs → the actor ranks (GAE)
         prep, returns = job.actor.prepare(shards, score_shards, values)  # old/ref log-probs, advantages
         train = job.actor.train(steps, st.step)
-        critic = job.critic.train_critic(returns, steps, st.step) if job.critic else []  # returns: refs
+        critic = job.critic.train_critic(returns, steps, st.step) if job.critic is not None else []  # returns: refs
         prep_m, train_m = ray.get(prep)[0], ray.get(train)[0]
         critic_m = ray.get(critic)[0] if critic else []
         t2 = time.monotonic()
