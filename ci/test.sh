@@ -8,4 +8,5 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline RAY_USAGE_STAT
 # Static checks first (seconds): formatting, lint, and the one-way import layers (pyproject.toml).
 .venv/bin/ruff format --check --quiet .
 .venv/bin/ruff check --quiet .
+.venv/bin/lint-imports --no-cache >/dev/null || .venv/bin/lint-imports --no-cache
 exec .venv/bin/python -m pytest "$@"

@@ -17,14 +17,12 @@ prompt and returns its training samples:
 4. the final answer (the last reply's text) is scored once with the reward and
    the reward is copied to every sample of the episode.
 
-What the runtime passes (``ctx``, duck-typed): ``ctx.tokenizer`` (an HF
-tokenizer with a chat template) and the engines, as ``ctx.engine_client`` (an
-``EngineClient``) or ``ctx.clients`` (a list; group ``g`` uses engine ``g % n``)
-are required; ``ctx.spec`` (the resolved ``Spec``: ``agent``,
-``model.max_context_len``, ``reward``) and ``ctx.reward_fn`` (an async
-``RewardFn``) are optional (defaults: ``AgentConfig()`` and ``exact``).
-The runtime's rollout manager calls :func:`fill_samples`, which runs the
-plug-in per sample and keeps its invariant of one sample per input.
+What the runtime passes (``ctx``): a frozen ``slime.agent.context.GenerateContext`` built by the
+rollout manager — ``ctx.clients`` (one ``EngineClient`` per engine; group ``g`` uses engine
+``g % n``), ``ctx.tokenizer`` (an HF tokenizer with a chat template), ``ctx.spec`` (the resolved
+``Spec``: ``agent``, ``model.max_context_len``) and ``ctx.reward_fn`` (the run's async ``RewardFn``).
+The runtime's rollout manager calls :func:`fill_samples`, which runs the plug-in per sample and
+keeps its invariant of one sample per input.
 
 Returned samples keep ``group_index``/``index``/``label``/``prompt`` of the
 input; ``response`` is the final answer (what the reward scored, so scoring it
@@ -60,6 +58,7 @@ import aiohttp
 
 from slime.agent.adapters.clients import AgentAPIError, CallRequest, make_client
 from slime.agent.adapters.server import AdapterServer, start_adapter
+from slime.agent.context import GenerateContext
 from slime.agent.demos import agent_sft_sample, calculator_demonstration, render_demonstration
 from slime.agent.sandbox import Sandbox, make_sandbox
 from slime.agent.tools import Tool, get_tools
@@ -254,12 +253,6 @@ def shutdown_adapters() -> None:
         srv.stop()
 
 
-def _reward_from_spec(spec: Any) -> Any:
-    from slime.rl.rewards import make_reward_fn, reward_from_spec
-
-    return make_reward_fn("exact") if getattr(spec, "reward", None) is None else reward_from_spec(spec)
-
-
 class AgentRunner:
     """Runs episodes against one or more engines; holds the config, tools and reward.
 
@@ -283,21 +276,11 @@ class AgentRunner:
         self.reward_fn = reward_fn
 
     @classmethod
-    def from_context(cls, ctx: Any) -> AgentRunner:
-        engines = getattr(ctx, "engine_client", None)
-        engines = [engines] if engines is not None else list(getattr(ctx, "clients", None) or ())
-        urls = [e if isinstance(e, str) else getattr(e, "base_url", None) for e in engines]
-        if not urls or not all(urls):
-            raise TypeError(
-                "the agent generate plug-in needs ctx.engine_client (an EngineClient) or ctx.clients (a list of them)"
-            )
-        tokenizer = getattr(ctx, "tokenizer", None)
-        if tokenizer is None or not hasattr(tokenizer, "apply_chat_template"):
+    def from_context(cls, ctx: GenerateContext) -> AgentRunner:
+        if not hasattr(ctx.tokenizer, "apply_chat_template"):
             raise TypeError("the agent generate plug-in needs ctx.tokenizer (a Hugging Face tokenizer)")
-        spec = getattr(ctx, "spec", None)
-        config = AgentConfig.from_spec(spec) if spec is not None else AgentConfig()
-        reward = getattr(ctx, "reward_fn", None) or (_reward_from_spec(spec) if spec is not None else None)
-        return cls(config, urls, tokenizer, reward_fn=reward)
+        urls = [c.base_url for c in ctx.clients]
+        return cls(AgentConfig.from_spec(ctx.spec), urls, ctx.tokenizer, reward_fn=ctx.reward_fn)
 
     def adapter(self, group_index: int | None = None) -> AdapterServer:
         c = self.config
@@ -400,7 +383,7 @@ def to_samples(
 _RUNNERS: dict[int, tuple[Any, AgentRunner]] = {}
 
 
-async def generate(ctx: Any, sample: Sample, sampling_params: Mapping[str, Any], /) -> list[Sample]:
+async def generate(ctx: GenerateContext, sample: Sample, sampling_params: Mapping[str, Any], /) -> list[Sample]:
     """The ``GenerateFn`` plug-in: one agent episode for ``sample`` (see the module docstring)."""
     entry = _RUNNERS.get(id(ctx))
     if entry is None or entry[0] is not ctx:
@@ -415,7 +398,7 @@ def _trained_tokens(s: Sample) -> int:
 
 
 async def fill_samples(
-    ctx: Any, samples: list[Sample], params: Sequence[Mapping[str, Any]], *, max_concurrent: int = 128
+    ctx: GenerateContext, samples: list[Sample], params: Sequence[Mapping[str, Any]], *, max_concurrent: int = 128
 ) -> None:
     """The rollout manager's hook: one agent episode per sample, results written back in place.
 
@@ -430,8 +413,7 @@ async def fill_samples(
     from slime.core.registry import load_object
     from slime.rl.plugins import check_plugin
 
-    spec = getattr(ctx, "spec", None)
-    path = getattr(getattr(spec, "agent", None), "generate", None)
+    path = ctx.spec.agent.generate if ctx.spec.agent is not None else None
     fn = load_object(path) if path else generate
     check_plugin(fn, "generate", name=path or "slime.agent.generate:generate")
     gate = asyncio.Semaphore(max_concurrent)
@@ -452,11 +434,11 @@ async def fill_samples(
         raise eg.exceptions[0] from None  # one clear error, not a group
 
 
-def _write_back(ctx: Any, target: Sample, outs: list[Sample]) -> None:
+def _write_back(ctx: GenerateContext, target: Sample, outs: list[Sample]) -> None:
     usable = [s for s in outs if s.status != SampleStatus.FAILED and s.response_length > 0]
     if not usable:
-        tok = getattr(ctx, "tokenizer", None)
-        eos = getattr(tok, "eos_token_id", None)
+        tok = ctx.tokenizer
+        eos = tok.eos_token_id
         prompt = list(target.tokens) or list(tok.encode(str(target.prompt), add_special_tokens=False))
         target.tokens = prompt + [eos if eos is not None else 0]
         target.response_length, target.loss_mask, target.rollout_log_probs = 1, [0], [0.0]

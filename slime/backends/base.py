@@ -1,19 +1,25 @@
-"""The two backend interfaces and their registries.
+"""The two backend interfaces and their registries: everything the runtime calls on a backend.
 
 A *train backend* owns one trainer rank's model and optimizer (torch: plain
 data parallel; megatron: tensor/pipeline/context/data parallel). A *rollout
 backend* owns the inference engines' processes; generation itself always goes
 through ``slime.backends.rollout.client.EngineClient`` speaking SGLang's native
 HTTP API, so the built-in engine and real SGLang share one client code path.
+A *weight sender* is the trainer's end of a collective weight sync: the rollout
+backend makes it (it knows the engines' protocol and group ranks), trainer rank 0
+uses it, so the runtime never imports a backend's weight-sync code.
 
 The interfaces are deliberately small (after THUDM/slime's actor/rollout
-split) and take the typed, resolved ``Spec``, never dicts. Backends are found
-by name in ``TRAIN_BACKENDS`` / ``ROLLOUT_BACKENDS``, imported lazily.
+split) and take the typed, resolved ``Spec``, never dicts. The runtime uses
+backends only through them (import-linter enforces it; no attribute probing).
+Backends are found by name in ``TRAIN_BACKENDS`` / ``ROLLOUT_BACKENDS``,
+imported lazily.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -26,7 +32,15 @@ if TYPE_CHECKING:  # heavy imports only for type checkers
     from slime.spec.layout import Layout, Slot
     from slime.spec.types import Spec
 
-__all__ = ["ROLLOUT_BACKENDS", "TRAIN_BACKENDS", "RankInfo", "RolloutBackend", "TrainBackend", "TrainBatch"]
+__all__ = [
+    "ROLLOUT_BACKENDS",
+    "TRAIN_BACKENDS",
+    "RankInfo",
+    "RolloutBackend",
+    "TrainBackend",
+    "TrainBatch",
+    "WeightSender",
+]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -122,20 +136,46 @@ class TrainBackend(ABC):
     def load(self, ckpt_dir: Path) -> None:
         """Restore what ``save`` wrote."""
 
+    @abstractmethod
+    def hf_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """``(hf_name, full tensor)`` of the whole policy, for a collective weight sync from rank 0.
+
+        Iterate on every rank at once (model-parallel backends gather shards inside, collectively);
+        rank 0's pairs are complete. A tied ``lm_head`` is left out (engines re-tie it). A backend
+        that cannot give rank 0 the whole model raises ``ValueError`` saying what to change."""
+
+    @abstractmethod
     def data_parallel_coords(self) -> tuple[int, int]:
         """``(dp_rank, dp_size)`` of this rank after ``init``: ranks with the same dp_rank must be given
         the same ``TrainBatch`` (one model replica). Plain data parallel: ``(rank, world_size)``."""
-        info = getattr(self, "rank_info", None)
-        if info is None:
-            raise RuntimeError(
-                f"{type(self).__name__}.data_parallel_coords() needs init() first "
-                "(or an override that knows the model-parallel layout)"
-            )
-        return info.rank, info.world_size
+
+
+class WeightSender(ABC):
+    """Trainer rank 0's end of a collective weight sync with every engine (group rank 0).
+
+    Made by ``RolloutBackend.weight_sender()`` in the driver and pickled to trainer rank 0, which
+    calls :meth:`connect` once and :meth:`update` per weight version. The other trainer ranks only
+    iterate ``TrainBackend.hf_weights()`` alongside (model-parallel gathers)."""
+
+    @abstractmethod
+    async def connect(self, master_address: str, master_port: int, *, backend: str) -> None:
+        """Form the group with the engines; this process is rank 0 at ``master_address:master_port``.
+        ``backend``: ``nccl`` (CUDA tensors) or ``gloo`` (CPU)."""
+
+    @abstractmethod
+    async def update(self, named_tensors: Iterable[tuple[str, torch.Tensor]], *, version: int) -> int:
+        """Broadcast every tensor to every engine, which then serves ``version``; returns the count."""
 
 
 class RolloutBackend(ABC):
-    """The inference engines of one job."""
+    """The inference engines of one job.
+
+    Colocated runs (``rollout.colocate``): the runtime calls :meth:`release_memory` after each
+    rollout and, around the next weight update, ``resume_memory(["weights"])`` before it and
+    ``resume_memory(["kv_cache", "cuda_graph"])`` after it (resumed weights hold garbage until
+    reloaded)."""
+
+    urls: list[str]  # every engine's base URL, in engine order (set by start)
 
     @abstractmethod
     def start(
@@ -148,6 +188,22 @@ class RolloutBackend(ABC):
     @abstractmethod
     def update_weights(self, source: Path, version: int) -> None:
         """Make every engine serve the weights in ``source`` (HF dir), tagged ``version``."""
+
+    @abstractmethod
+    def weight_sync_ranks(self) -> list[int]:
+        """Ranks each engine takes in a collective weight-update group (its GPUs; 1 on CPU), in URL order."""
+
+    @abstractmethod
+    def weight_sender(self) -> WeightSender:
+        """The trainer's end of a collective weight sync to these engines (``rollout.weight_sync: nccl``)."""
+
+    @abstractmethod
+    def release_memory(self, tags: list[str] | None = None) -> list[dict]:
+        """Every engine frees ``tags`` (None = all: weights, KV cache, CUDA graphs); their replies."""
+
+    @abstractmethod
+    def resume_memory(self, tags: list[str] | None = None) -> None:
+        """Every engine takes back ``tags`` (None = all)."""
 
     @abstractmethod
     def health(self) -> dict[str, bool]:

@@ -47,13 +47,24 @@ __all__ = [
 
 @runtime_checkable
 class RolloutContext(Protocol):
-    """What the runtime hands to generate and rollout plug-ins (kept opaque for now)."""
+    """What the runtime hands to generate plug-ins as ``ctx`` (the runtime's concrete, frozen one is
+    ``slime.agent.context.GenerateContext``, built by the rollout manager).
+
+    ``clients``: one ``EngineClient`` per engine (prompt group ``g`` uses ``clients[g % n]``);
+    ``tokenizer``: the run's Hugging Face tokenizer; ``spec``: the resolved ``Spec``;
+    ``reward_fn``: the run's reward."""
 
     @property
-    def engine_client(self) -> Any: ...
+    def clients(self) -> Sequence[Any]: ...
 
     @property
     def tokenizer(self) -> Any: ...
+
+    @property
+    def spec(self) -> Any: ...
+
+    @property
+    def reward_fn(self) -> RewardFn: ...
 
 
 class RewardFn(Protocol):
@@ -66,7 +77,7 @@ class GroupRewardFn(Protocol):
 
 class GenerateFn(Protocol):
     async def __call__(
-        self, ctx: Any, sample: Sample, sampling_params: Mapping[str, Any], /
+        self, ctx: RolloutContext, sample: Sample, sampling_params: Mapping[str, Any], /
     ) -> Sample | list[Sample]: ...
 
 

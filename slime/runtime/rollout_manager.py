@@ -21,8 +21,10 @@ with every weight sync; -1 if the engine reports something else).
 
 With an ``agent`` section, each sample is one agent episode instead
 (``slime.agent.generate.fill_samples``: the ``agent.generate`` plug-in, default
-the built-in tool-calling loop, one sample per input kept in place), and the
-SFT warm-up uses the agent's chat format (``agent_sft_sample``).
+the built-in tool-calling loop, one sample per input kept in place; its ``ctx``
+is a frozen ``slime.agent.context.GenerateContext`` of the current engines,
+:meth:`RolloutManager.generate_context`), and the SFT warm-up uses the agent's
+chat format (``agent_sft_sample``).
 
 Not implemented: over-sampling with dynamic filters (``over_sampling_batch_size``
 larger than ``batch_size`` is rejected), partial rollouts, custom rollout
@@ -38,9 +40,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from slime.rl.sample import Sample, SampleStatus
-from slime.runtime.rollout_metrics import FULL_CREDIT
+from slime.runtime.record import FULL_CREDIT
 
 if TYPE_CHECKING:
+    from slime.agent.context import GenerateContext
     from slime.spec.types import EvalSet, Spec
 
 __all__ = ["FULL_CREDIT", "RolloutManager", "sampling_seed"]
@@ -120,6 +123,8 @@ class RolloutManager:
     def __init__(self, spec: Spec, engine_urls: Sequence[str], tokenizer_dir: str) -> None:
         self.spec, self._urls, self._tokenizer_dir = spec, list(engine_urls), tokenizer_dir
         self._ready = False
+        self.clients: list[Any] = []  # one EngineClient per engine (set_engines)
+        self._context: GenerateContext | None = None  # the agent plug-in's context of these engines
 
     def setup(self) -> None:
         """Load the tokenizer, the prompt data (every row checked) and the reward function."""
@@ -128,8 +133,8 @@ class RolloutManager:
         from transformers import AutoTokenizer
 
         from slime.data.jsonl import PromptDataset
+        from slime.placement import normal_priority
         from slime.rl.rewards import reward_from_spec
-        from slime.runtime.resources import normal_priority
 
         normal_priority()
         spec = self.spec
@@ -155,7 +160,6 @@ class RolloutManager:
         self._eval_sets: dict[str, Any] = {}
         self.reward_fn = reward_from_spec(spec)  # slime-style (args, sample) plug-ins get the spec's values
         self._loop = asyncio.new_event_loop()
-        self.clients = []
         self.set_engines(self._urls)
         eos = self.tokenizer.eos_token_id
         self.eos_id = int(eos) if eos is not None else None
@@ -165,11 +169,12 @@ class RolloutManager:
         """Talk to these engines from now on (the driver starts them while the data loads)."""
         from slime.backends.rollout.client import EngineClient
 
-        if getattr(self, "clients", None):
+        if self.clients:
             self._run(_close(self.clients))
         self._urls = list(engine_urls)
         timeout = max(600.0, self.spec.rollout.startup_timeout_s)
         self.clients = [EngineClient(u, timeout_s=timeout) for u in self._urls]
+        self._context = None  # built at first use, for these engines
 
     # ---------------------------------------------------------------- helpers
     def encode(self, text: str) -> list[int]:
@@ -196,9 +201,19 @@ class RolloutManager:
         if self.spec.agent is not None:  # agentic rollouts: one agent episode (plug-in) per sample, in place
             from slime.agent.generate import fill_samples
 
-            self._run(fill_samples(self, samples, params))
+            self._run(fill_samples(self.generate_context(), samples, params))
         else:
             self._run(_generate(self.clients, samples, params, group_size))
+
+    def generate_context(self) -> GenerateContext:
+        """The ``ctx`` of the ``agent.generate`` plug-in: one object per set of engines."""
+        from slime.agent.context import GenerateContext
+
+        if self._context is None:
+            self._context = GenerateContext(
+                clients=tuple(self.clients), tokenizer=self.tokenizer, spec=self.spec, reward_fn=self.reward_fn
+            )
+        return self._context
 
     def _score(self, samples: list[Sample]) -> None:
         from slime.rl.rewards import batch_rewards

@@ -30,7 +30,7 @@ from slime.backends.base import TrainBatch
 from slime.rl.advantages import discounted_returns, gae, group_normalized_rewards, token_level_rewards
 from slime.rl.masked import masked_moments, whiten, zero_masked
 
-__all__ = ["GROUP_ESTIMATORS", "collate", "sequence_scores", "shard_for_rank", "token_advantages"]
+__all__ = ["GROUP_ESTIMATORS", "collate", "sequence_scores", "shard_for_rank", "token_advantages", "train_inputs"]
 
 GROUP_ESTIMATORS = ("grpo", "gspo", "cispo")
 
@@ -43,6 +43,19 @@ def sequence_scores(rewards: Sequence[float], *, estimator: str, group_size: int
     if estimator == "reinforce_plus_plus_baseline":
         return group_normalized_rewards(r, group_size, normalize_std=False).tolist()
     return r.tolist()
+
+
+def train_inputs(samples: Sequence[Any]) -> list[dict[str, Any]]:
+    """What a trainer rank needs of each ``Sample`` (what :func:`collate` reads), as plain dicts."""
+    return [
+        {
+            "tokens": s.tokens,
+            "response_length": s.response_length,
+            "loss_mask": s.loss_mask,
+            "rollout_log_probs": s.rollout_log_probs,
+        }
+        for s in samples
+    ]
 
 
 def shard_for_rank(items: Sequence[Any], *, dp_rank: int, dp_size: int, steps: int) -> list[Any]:

@@ -13,16 +13,21 @@ out to all ranks at once: collective operations inside the backends need every
 rank to enter them together. Samples are sharded by each rank's data-parallel
 coordinates (``TrainBackend.data_parallel_coords``).
 
+Tensors go rank to rank, not through the driver: the RL calls return Ray object
+refs, so critic values reach the actor ranks (GAE) and PPO returns reach the
+critic ranks as refs; the driver only fetches metrics. Actor rank ``i`` and
+critic rank ``i`` hold the same shard (same data-parallel layout, checked at
+start). Each rank keeps the batch of its last ``prepare`` (actor) or ``values``
+(critic) for the ``train`` / ``train_critic`` call that follows.
+
 Metrics returned by ranks are already reduced over ranks; the group reports
 rank 0's.
 
 Weight sync over a collective group (``rollout.weight_sync: nccl``,
-``TrainerRank.push_weights``): every rank walks its HF-named tensors (megatron
-gathers TP shards inside, so all ranks must take part); rank 0 owns a
-``slime.backends.sglang.weights.NcclWeightSync`` — the same client code that
-drives SGLang — joins the group with the engines on the first push (NCCL when
-the trainer is on CUDA, gloo on CPU) and broadcasts bucket by bucket. Not
-supported: pipeline parallel > 1 (rank 0 holds only the first stage).
+``TrainerRank.push_weights``): every rank walks ``TrainBackend.hf_weights()``
+(megatron gathers TP shards inside, so all ranks must take part); rank 0
+connects the ``WeightSender`` the rollout backend made (NCCL when the trainer is
+on CUDA, gloo on CPU) on the first push and broadcasts through it.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from slime.backends.base import WeightSender
     from slime.spec.layout import Layout, Slot
     from slime.spec.types import Spec
 
@@ -52,7 +58,7 @@ class TrainerRank:
         import torch
 
         from slime.backends.base import TRAIN_BACKENDS
-        from slime.runtime.resources import normal_priority
+        from slime.placement import normal_priority
 
         normal_priority()
         torch.set_num_threads(max(1, threads))
@@ -62,7 +68,7 @@ class TrainerRank:
         self.backend = self.backend_cls()
         self.ref = None
         self.batch = None
-        self._weight_sync = None  # rank 0: NcclWeightSync, created on the first push
+        self._weight_sender: WeightSender | None = None  # rank 0: connected on the first push
         self._loop = None
 
     # ---------------------------------------------------------------- setup
@@ -104,12 +110,18 @@ class TrainerRank:
 
     # ---------------------------------------------------------------- RL
     def values(self, samples: list[dict]):
+        """Critic values of this rank's samples; the batch (with them as ``old_values``) is kept for
+        ``train_critic``."""
         from slime.runtime.train_data import collate
 
-        return self.backend.values(collate(samples))
+        batch = collate(samples)
+        batch.old_values = self.backend.values(batch)
+        self.batch = batch
+        return batch.old_values
 
-    def prepare(self, samples: list[dict], scores: list[float], values=None) -> dict[str, Any]:
-        """Old/ref log-probs, KL and advantages for this rank's samples; keeps the batch for ``train``."""
+    def prepare(self, samples: list[dict], scores: list[float], values=None) -> tuple[dict[str, float], Any]:
+        """Old/ref log-probs, KL and advantages for this rank's samples; keeps the batch for ``train``.
+        Returns ``(metrics, returns)``: PPO returns for the critic, else None (two Ray returns)."""
         import torch
 
         from slime.rl.kl import compute_kl
@@ -159,19 +171,19 @@ class TrainerRank:
         if self.ref is not None:
             metrics["train/ref_kl"] = float(sums[2]) / n
         metrics["time/prepare_s"] = time.perf_counter() - t0
-        return {"metrics": metrics, "returns": returns if a.estimator == "ppo" else None}
+        return metrics, (returns if a.estimator == "ppo" else None)
 
     def train(self, steps: int, first_step: int) -> list[dict[str, float]]:
         if self.batch is None:
             raise RuntimeError("train() called before prepare()")
         return self._train_steps(self.batch, steps, first_step)
 
-    def train_critic(self, samples: list[dict], returns, old_values, steps: int, first_step: int) -> list[dict]:
-        from slime.runtime.train_data import collate
-
-        batch = collate(samples)
-        batch.returns, batch.old_values = returns, old_values
-        return self._train_steps(batch, steps, first_step)
+    def train_critic(self, returns, steps: int, first_step: int) -> list[dict]:
+        """The value-loss steps on the batch of the last ``values`` call, towards the actor's ``returns``."""
+        if self.batch is None:
+            raise RuntimeError("train_critic() called before values()")
+        self.batch.returns = returns
+        return self._train_steps(self.batch, steps, first_step)
 
     def _train_steps(self, batch, steps: int, first_step: int) -> list[dict[str, float]]:
         per = batch.size // steps
@@ -188,53 +200,26 @@ class TrainerRank:
     def export(self, out_dir: str) -> str:
         return str(self.backend.export_weights(Path(out_dir)))
 
-    def _hf_weights(self):
-        """``(hf_name, tensor)`` of the policy; a tied ``lm_head`` is left out (engines re-tie it)."""
-        backend = self.backend
-        if hasattr(backend, "iter_hf_weights"):  # megatron: gathers TP shards (collective on every rank)
-            if getattr(backend, "pp", 1) > 1:
-                raise ValueError(
-                    "rollout.weight_sync: nccl with train.parallel.pipeline > 1 is not implemented "
-                    "(rank 0 holds only the first stage); use weight_sync: disk"
-                )
-            return backend.iter_hf_weights()
-        model = backend.model  # the torch backend: a plain HF model, replicated on every rank
-        tied = bool(getattr(model.config, "tie_word_embeddings", False))
-        return ((n, t.detach()) for n, t in model.state_dict().items() if not (tied and n == "lm_head.weight"))
+    def push_weights(self, version: int, sender: WeightSender) -> int:
+        """Broadcast the policy to every engine as ``version`` (call on all ranks); rank 0 returns the count.
 
-    def push_weights(self, version: int, urls: list[str], engine_ranks: list[int]) -> int:
-        """Broadcast the policy to every engine as ``version`` (call on all ranks); rank 0 returns the count."""
+        Rank 0 connects ``sender`` (made by the rollout backend) on the first push and keeps it."""
         import asyncio
 
-        named = self._hf_weights()
+        named = self.backend.hf_weights()
         if self.rank != 0:
             for _ in named:  # take part in the model-parallel gathers
                 pass
             return 0
-        if self._weight_sync is None:
+        if self._weight_sender is None:
             import ray
-
-            from slime.backends.rollout.client import EngineClient
-            from slime.backends.sglang.weights import NcclWeightSync
 
             ip = ray.util.get_node_ip_address()
             self._loop = asyncio.new_event_loop()
-            sync = NcclWeightSync(
-                clients=[EngineClient(u) for u in urls],
-                engine_gpus=list(engine_ranks),
-                master_address=ip,
-                master_port=_free_port(ip),
-                backend="nccl" if self.device.startswith("cuda") else "gloo",
-            )
-            self._loop.run_until_complete(sync.init_group())
-            self._weight_sync = sync
-        return self._loop.run_until_complete(self._weight_sync.update(named, version=version))
-
-    def weights_checksum(self) -> str:
-        """``rl_control.weights_checksum`` of the policy (every rank; for checks after a sync)."""
-        from slime.backends.rollout.builtin.rl_control import weights_checksum
-
-        return weights_checksum(self._hf_weights())
+            backend = "nccl" if self.device.startswith("cuda") else "gloo"
+            self._loop.run_until_complete(sender.connect(ip, _free_port(ip), backend=backend))
+            self._weight_sender = sender
+        return self._loop.run_until_complete(self._weight_sender.update(named, version=version))
 
     def save(self, ckpt_dir: str) -> None:
         self.backend.save(Path(ckpt_dir))
@@ -264,7 +249,7 @@ class TrainerGroup:
     def __init__(self, spec: Spec, layout: Layout, placement: Any, role: str, slots: tuple[Slot, ...]) -> None:
         import ray
 
-        from slime.runtime.resources import placement_options, torch_threads
+        from slime.placement import placement_options, torch_threads
 
         self.role = role
         cls = ray.remote(TrainerRank)
@@ -287,20 +272,49 @@ class TrainerGroup:
         addr, port = ray.get(self.ranks[0].address.remote())
         self.coords = ray.get([r.init.remote(addr, port, str(model_dir)) for r in self.ranks])
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+    def call(self, method: str, *args: Any) -> list[Any]:
         """``method(*args)`` on every rank at once; results in rank order."""
         import ray
 
-        return ray.get([getattr(r, method).remote(*args, **kwargs) for r in self.ranks])
+        return ray.get([getattr(r, method).remote(*args) for r in self.ranks])
 
-    def submit(self, method: str, per_rank: list[tuple], **kwargs: Any) -> list[Any]:
-        """Start ``method(*per_rank[i])`` on rank i; returns the object refs (``ray.get`` them)."""
-        return [getattr(r, method).remote(*a, **kwargs) for r, a in zip(self.ranks, per_rank)]
+    def submit(self, method: str, per_rank: list[tuple], *, num_returns: int = 1) -> list[Any]:
+        """Start ``method(*per_rank[i])`` on rank i; returns the object refs (a list per rank when
+        ``num_returns`` > 1). Refs passed as arguments reach the rank as their values."""
+        return [getattr(r, method).options(num_returns=num_returns).remote(*a) for r, a in zip(self.ranks, per_rank)]
 
     def shards(self, items: list[Any], steps: int) -> list[list[Any]]:
         from slime.runtime.train_data import shard_for_rank
 
         return [shard_for_rank(items, dp_rank=d, dp_size=n, steps=steps) for d, n in self.coords]
+
+    # ---------------------------------------------------------------- the loop's calls
+    def sft_step(self, shards: list[list[dict]], step: int) -> dict[str, float]:
+        import ray
+
+        return ray.get(self.submit("sft_step", [(sh, step) for sh in shards]))[0]
+
+    def values(self, shards: list[list[dict]]) -> list[Any]:
+        """Critic: refs to each rank's values (they stay in the object store for the actor ranks)."""
+        return self.submit("values", [(sh,) for sh in shards])
+
+    def prepare(self, shards: list[list[dict]], scores: list[list[float]], values: list[Any] | None):
+        """Actor: ``(metrics refs, returns refs)``, one each per rank; ``values``: the critic's refs."""
+        args = [(sh, sc, values[i] if values else None) for i, (sh, sc) in enumerate(zip(shards, scores))]
+        refs = self.submit("prepare", args, num_returns=2)
+        return [m for m, _ in refs], [r for _, r in refs]
+
+    def train(self, steps: int, first_step: int) -> list[Any]:
+        return self.submit("train", [(steps, first_step)] * len(self.ranks))
+
+    def train_critic(self, returns: list[Any], steps: int, first_step: int) -> list[Any]:
+        return self.submit("train_critic", [(ret, steps, first_step) for ret in returns])
+
+    def export(self, out_dir: Path) -> None:
+        self.call("export", str(out_dir))
+
+    def push_weights(self, version: int, sender: WeightSender) -> None:
+        self.call("push_weights", version, sender)
 
     def kill(self) -> None:
         import ray

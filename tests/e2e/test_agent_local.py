@@ -31,13 +31,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from slime.agent.context import GenerateContext  # noqa: E402
 from slime.agent.generate import agent_sft_sample, fill_samples, shutdown_adapters  # noqa: E402
 from slime.backends.base import RankInfo  # noqa: E402
 from slime.backends.rollout.builtin.server import start_server  # noqa: E402
@@ -164,7 +164,7 @@ def test_agent_local_parts(tmp_path):
 
     engine = start_server(actor.export_weights(tmp_path / "weights-0"), seed=0)
     try:
-        ctx = SimpleNamespace(engine_client=EngineClient(engine.url), tokenizer=tok, spec=spec)
+        ctx = GenerateContext.for_spec(spec, [EngineClient(engine.url)], tok)
         samples = _rollout(ctx, rng.sample(rows, spec.rollout.batch_size), spec)
     finally:
         shutdown_adapters()

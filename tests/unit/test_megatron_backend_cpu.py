@@ -127,6 +127,17 @@ def test_tp_pp_dp_agree_and_export_round_trips(tiny_llama, tmp_path):
     for run in runs.values():
         for r in run:
             assert r["critic_losses"] == pytest.approx(critic, rel=1e-4)
+    # hf_weights: rank 0 holds the whole policy, as exported (TP shards gathered); pp > 1 is refused
+    from safetensors.torch import load_file
+
+    for name, run in runs.items():
+        if name == "pp2":
+            assert all("pipeline > 1 is not implemented" in r["hf_weights_error"] for r in run)
+            continue
+        exported = {k: v for f in (tmp_path / name / "export").glob("*.safetensors") for k, v in load_file(f).items()}
+        assert sorted(run[0]["hf_weights"]) == sorted(exported), name
+        for key, head in run[0]["hf_weights"].items():
+            assert head == exported[key].float().flatten()[:8].tolist(), (name, key)
     index = json.loads((tmp_path / "pp2" / "export" / "model.safetensors.index.json").read_text())
     assert {Path(f).name.split("-")[1] for f in index["weight_map"].values()} == {"stage000", "stage001"}
 
@@ -269,6 +280,11 @@ def _worker(
         result["reload"] = {"before": steps[1]["loss"], "after": backend.train_step(batch, step=1)["loss"]}
     result["logp_after"] = backend.log_probs(batch, temperature=1.0).tolist()
     backend.export_weights(Path(out_dir) / "export")
+    try:  # what a collective weight sync sends (TrainBackend.hf_weights): every rank iterates, rank 0 is whole
+        heads = {n: t.float().flatten()[:8].tolist() for n, t in backend.hf_weights()}
+        result["hf_weights"] = heads if rank == 0 else {}
+    except ValueError as exc:
+        result["hf_weights_error"] = str(exc)
 
     critic = MegatronTrainBackend()
     critic.init(

@@ -85,11 +85,23 @@ def test_filter_result_is_a_keep_reason_tuple() -> None:
 
 def test_rollout_context_protocol_and_maybe_await() -> None:
     class Ctx:
-        engine_client = object()
+        clients = ()
         tokenizer = object()
+        spec = object()
+        reward_fn = good_reward
 
     assert isinstance(Ctx(), RolloutContext)
     assert not isinstance(object(), RolloutContext)
+    # the runtime's concrete context (built by the rollout manager) satisfies the plug-ins' contract
+    from slime.agent.context import GenerateContext
+    from slime.backends.rollout.client import EngineClient
+
+    ctx = GenerateContext(
+        clients=(EngineClient("http://127.0.0.1:1"),), tokenizer=object(), spec=object(), reward_fn=good_reward
+    )
+    assert isinstance(ctx, RolloutContext)
+    with pytest.raises(ValueError, match="at least one engine client"):
+        GenerateContext(clients=(), tokenizer=object(), spec=object(), reward_fn=good_reward)
 
     async def run() -> tuple[Any, Any]:
         return await maybe_await(good_reward(Sample())), await maybe_await(2.0)

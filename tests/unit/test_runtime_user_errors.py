@@ -1,6 +1,8 @@
 """Failures that are the user's to fix reach them as one clear message and exit 2, not "a bug":
 an unwritable or full checkpoint dir, a damaged checkpoint at resume, and which checkpoint a
-(re)started run resumes from. The driver is exercised up to the point each check runs (before Ray)."""
+(re)started run resumes from. The driver is built from a run dir and exercised up to the point each
+check runs (before Ray: ``Job.connect`` fails the test if reached). Trainer groups, which need Ray,
+are stood in for by objects with the same ``call``/``ranks`` surface."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import json
 import os
 from pathlib import Path
 
+import msgspec
 import pytest
 import ray.exceptions as rex
 from msgspec.structs import replace
@@ -16,6 +19,8 @@ from slime.core.errors import ExitCode
 from slime.runtime.checkpoint import STATE_FILE, CheckpointError, CheckpointStore
 from slime.runtime.driver import Driver
 from slime.runtime.failures import checkpoint_save_error, classify
+from slime.runtime.job import Job
+from slime.runtime.train_state import ResumePoint, TrainState, restore_checkpoint, save_checkpoint
 from slime.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,28 +34,29 @@ def save(store: CheckpointStore, rollout_id: int) -> Path:
     return store.commit(tmp, rollout_id, {**STATE, "rollout_id": rollout_id})
 
 
-def driver_for(tmp_path: Path, *, ckpt_dir: Path, load: Path | None = None) -> Driver:
-    """A Driver with a spec and task paths, as ``Driver.__init__`` leaves it, without a run dir."""
+def driver_for(tmp_path: Path, monkeypatch, *, ckpt_dir: Path, load: Path | None = None) -> Driver:
+    """A Driver of a run dir holding the quickstart with this checkpoint dir (and ``load``), whose
+    setup fails the test if it goes on past the checkpoint checks (towards Ray)."""
     from slime.core.paths import RunPaths
 
     spec = load_spec(REPO / "specs" / "quickstart.yaml").spec
     ck = replace(spec.train.checkpoint, dir=str(ckpt_dir), load=str(load) if load else None)
-    d = Driver.__new__(Driver)
-    d.spec = replace(
+    spec = replace(
         spec,
         train=replace(spec.train, checkpoint=ck),
         logging=replace(spec.logging, wandb=replace(spec.logging.wandb, mode="disabled")),
     )
-    d.tp = RunPaths(tmp_path / "run").task(0)
-    d.task_index = 0
-    d._model_dir = lambda: pytest.fail("setup went on past the checkpoint checks (towards Ray)")
-    return d
+    tp = RunPaths(tmp_path / "run").task(0)
+    tp.dir.mkdir(parents=True)
+    tp.resolved.write_text(json.dumps({"task": 0, "spec": msgspec.to_builtins(spec)}))
+    monkeypatch.setattr(Job, "connect", lambda self: pytest.fail("setup went on past the checkpoint checks"))
+    return Driver(tmp_path / "run", 0)
 
 
 # ---- an unwritable checkpoint dir is found at setup -----------------------------------------------
 
 
-def test_a_checkpoint_dir_that_cannot_be_created_fails_at_setup_naming_it(tmp_path):
+def test_a_checkpoint_dir_that_cannot_be_created_fails_at_setup_naming_it(tmp_path, monkeypatch):
     (tmp_path / "afile").write_text("")  # a file as the parent: mkdir fails, for root too
     bad = tmp_path / "afile" / "ckpt"
     with pytest.raises(CheckpointError) as info:
@@ -60,7 +66,7 @@ def test_a_checkpoint_dir_that_cannot_be_created_fails_at_setup_naming_it(tmp_pa
     assert classify(info.value) == ExitCode.SPEC
     # the driver checks it before anything else starts (Ray, engines, training)
     with pytest.raises(CheckpointError, match="is not writable"):
-        driver_for(tmp_path, ckpt_dir=bad).setup()
+        driver_for(tmp_path, monkeypatch, ckpt_dir=bad).setup()
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only dir anyway")
@@ -101,30 +107,32 @@ def test_an_os_error_while_saving_names_the_checkpoint_dir_and_is_no_bug(tmp_pat
     assert checkpoint_save_error(RuntimeError("bug"), tmp_path, 7) is None
 
 
-class _SavingActor:
+class _Group:
+    """Stands in for a TrainerGroup (Ray actors): every rank call raises ``exc``."""
+
+    ranks = [object()]
+
     def __init__(self, exc: BaseException) -> None:
         self.exc = exc
 
     def call(self, method: str, *args):
+        self.method = method
         raise self.exc
 
 
-def test_the_driver_maps_a_save_failure_and_removes_its_temp_dir(tmp_path):
-    d = Driver.__new__(Driver)
-    d.store = CheckpointStore(tmp_path, keep=2)
-    d.rollout_id = 4
-    d.critic = None
-    d.actor = _SavingActor(rex.RayTaskError("TrainerRank.save", "tb", OSError(28, "No space left on device")))
+def test_a_save_failure_is_mapped_and_its_temp_dir_removed(tmp_path):
+    store = CheckpointStore(tmp_path, keep=2)
+    actor = _Group(rex.RayTaskError("TrainerRank.save", "tb", OSError(28, "No space left on device")))
     with pytest.raises(CheckpointError, match=f"cannot save the checkpoint of rollout 4 in {tmp_path}"):
-        d.save_checkpoint()
-    assert list(tmp_path.iterdir()) == []
+        save_checkpoint(store, TrainState(rollout_id=4), [actor])
+    assert actor.method == "save" and list(tmp_path.iterdir()) == []
 
 
 # ---- a damaged checkpoint at resume -----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("content", ["", "{not json", "[1, 2]"])
-def test_a_damaged_state_json_names_the_dir_and_the_usable_ones(tmp_path, content):
+def test_a_damaged_state_json_names_the_dir_and_the_usable_ones(tmp_path, monkeypatch, content):
     store = CheckpointStore(tmp_path, keep=3)
     save(store, 1)
     save(store, 2)
@@ -140,51 +148,40 @@ def test_a_damaged_state_json_names_the_dir_and_the_usable_ones(tmp_path, conten
     assert classify(info.value) == ExitCode.SPEC
     # the driver reads it at setup, before Ray and the engines start
     with pytest.raises(CheckpointError, match="it is damaged"):
-        driver_for(tmp_path / "x", ckpt_dir=tmp_path).setup()
+        driver_for(tmp_path / "x", monkeypatch, ckpt_dir=tmp_path).setup()
 
 
-def test_a_damaged_load_checkpoint_says_to_change_train_checkpoint_load(tmp_path):
+def test_a_damaged_load_checkpoint_says_to_change_train_checkpoint_load(tmp_path, monkeypatch):
     other = CheckpointStore(tmp_path / "elsewhere", keep=3)
     save(other, 5)
     bad = save(other, 6)
     (bad / STATE_FILE).write_text("")
     with pytest.raises(CheckpointError) as info:
-        driver_for(tmp_path, ckpt_dir=tmp_path / "mine", load=bad).setup()
+        driver_for(tmp_path, monkeypatch, ckpt_dir=tmp_path / "mine", load=bad).setup()
     text = str(info.value)
     assert "empty" in text and "point train.checkpoint.load at a complete checkpoint" in text
     assert str(tmp_path / "elsewhere" / "5") in text
-
-
-class _LoadingActor:
-    ranks = [object()]
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-    def call(self, method: str, *args):
-        assert method == "load"
-        raise self.exc
 
 
 def test_a_truncated_rank_file_at_resume_names_the_dir_and_what_to_do(tmp_path):
     store = CheckpointStore(tmp_path, keep=3)
     save(store, 1)
     bad = save(store, 2)
-    d = Driver.__new__(Driver)
-    d.resume_from, d.resume_state, d._resume_from_load, d.critic = bad, dict(STATE), False, None
+    point = ResumePoint.find(store, None)
+    assert point == ResumePoint(bad, {**STATE, "rollout_id": 2}, from_load=False)
     cause = CheckpointError(f"cannot load {bad / 'actor-rank0.pt'}: truncated, corrupted or unreadable")
-    d.actor = _LoadingActor(rex.RayTaskError("TrainerRank.load", "remote traceback", cause))
+    state = TrainState()
     with pytest.raises(CheckpointError) as info:
-        d.resume()
+        restore_checkpoint(point, state, [_Group(rex.RayTaskError("TrainerRank.load", "remote traceback", cause))])
     text = str(info.value)
     assert f"cannot resume from checkpoint {bad}: it is damaged (cannot load {bad / 'actor-rank0.pt'}" in text
     assert (
         f"delete or move aside {bad}; the run then resumes from the newest complete one left ({tmp_path / '1'})" in text
     )
+    assert state == TrainState()  # nothing restored
     # anything else from the ranks is not relabelled
-    d.actor = _LoadingActor(rex.RayTaskError("TrainerRank.load", "tb", RuntimeError("a bug")))
     with pytest.raises(rex.RayTaskError):
-        d.resume()
+        restore_checkpoint(point, state, [_Group(rex.RayTaskError("TrainerRank.load", "tb", RuntimeError("a bug")))])
 
 
 # ---- which checkpoint a (re)started run resumes from ------------------------------------------------
@@ -201,13 +198,13 @@ def test_a_requeued_run_resumes_from_its_own_newest_checkpoint_not_from_load(tmp
     assert store.resume_point(None) == own
 
 
-def test_the_driver_resumes_from_its_own_checkpoint_when_load_is_set(tmp_path):
+def test_the_driver_resumes_from_its_own_checkpoint_when_load_is_set(tmp_path, monkeypatch):
     start = save(CheckpointStore(tmp_path / "pretrained", keep=1), 9)
     store = CheckpointStore(tmp_path / "mine", keep=2)
     own = save(store, 5)
     (own / STATE_FILE).write_text(json.dumps({"rollout_id": 5}))  # stops setup right after the choice
     with pytest.raises(CheckpointError, match=f"checkpoint {own}: it is damaged") as info:
-        driver_for(tmp_path, ckpt_dir=tmp_path / "mine", load=start).setup()
+        driver_for(tmp_path, monkeypatch, ckpt_dir=tmp_path / "mine", load=start).setup()
     assert "lacks ['manager', 'step', 'weight_version']" in str(info.value)
 
 

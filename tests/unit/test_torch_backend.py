@@ -150,10 +150,16 @@ def test_critic_values_are_never_divided_by_the_temperature(model_dir):
     valid = batch.attention_mask[:, 1:].bool()
     assert torch.allclose(got[valid], expected[valid], atol=1e-5)
     assert not torch.allclose(got[valid], expected[valid] / 2.5, atol=1e-3)
-    # The runtime's path (a critic rank) hands the same unscaled values to GAE.
-    rank = TrainerRank.__new__(TrainerRank)
-    rank.backend = critic
+    # The runtime's path (a critic rank, built as the runtime builds it) hands the same unscaled values to GAE,
+    # and keeps them with the batch as the old values of the critic's own steps.
+    rank = TrainerRank(spec, "critic", 0, 1, threads=torch.get_num_threads(), gpu_slot=False)
+    with pytest.raises(RuntimeError, match="train_critic\\(\\) called before values\\(\\)"):
+        rank.train_critic(torch.zeros_like(got), 1, 0)
+    rank.init("127.0.0.1", 0, str(model_dir))
+    rank.backend.model.load_state_dict(critic.model.state_dict())
     assert torch.equal(rank.values(data), got)
+    (m,) = rank.train_critic(torch.ones_like(got), 1, 0)  # returns of 1 against values near 0.3: a real loss
+    assert m["value_loss"] > 0.1 and rank.batch is None
 
 
 # ------------------------------------------------------------------ data parallel

@@ -495,6 +495,15 @@ class MegatronTrainBackend(TrainBackend):
         return {k: float(v) for k, v in zip(keys, vec.tolist())}
 
     # ------------------------------------------------------------------ weights out
+    def hf_weights(self):
+        """``TrainBackend.hf_weights``: rank 0 holds only the first pipeline stage, so pp > 1 is refused."""
+        if self.pp > 1:
+            raise ValueError(
+                "rollout.weight_sync: nccl with train.parallel.pipeline > 1 is not implemented "
+                "(rank 0 holds only the first stage); use weight_sync: disk"
+            )
+        return self.iter_hf_weights()
+
     def iter_hf_weights(self):
         """Yield this stage's ``(hf_name, full tensor)`` pairs; every TP rank must iterate (all-gathers)."""
         from megatron.core import parallel_state as ps

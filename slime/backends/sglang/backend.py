@@ -19,9 +19,9 @@ when a node is partly used). The router runs on the first engine's node.
   later syncs write a delta (changed tensors only, checksummed) next to it,
   rebuild the full checkpoint in this node's ``<log_dir>/weights/v<version>``
   from base + delta (verifying every checksum) and load that;
-* ``nccl``: needs the trainer's tensors, so the runtime drives
-  ``weights.NcclWeightSync`` from trainer rank 0 (``TrainerRank.push_weights``,
-  one group rank per engine GPU: :meth:`weight_sync_ranks`) and never calls
+* ``nccl``: needs the trainer's tensors, so trainer rank 0 drives it through
+  :meth:`weight_sender` (``slime.backends.rollout.collective``, one group rank
+  per engine GPU: :meth:`weight_sync_ranks`) and the runtime never calls
   ``update_weights``; called anyway (outside the runtime), it loads from disk.
 
 Colocated runs (``rollout.colocate``): the runtime calls :meth:`release_memory`
@@ -45,7 +45,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from slime.backends.base import RolloutBackend
+from slime.backends.base import RolloutBackend, WeightSender
 from slime.backends.sglang import launch, process
 from slime.backends.sglang.weights import sync_delta, sync_from_disk
 
@@ -236,6 +236,11 @@ class SGLangRolloutBackend(RolloutBackend):
     def weight_sync_ranks(self) -> list[int]:
         """Ranks each engine takes in the NCCL weight-update group: one per engine GPU."""
         return [self.spec.rollout.gpus_per_engine] * len(self.urls)
+
+    def weight_sender(self) -> WeightSender:
+        from slime.backends.rollout.collective import EngineWeightSender
+
+        return EngineWeightSender(self.urls, self.weight_sync_ranks())
 
     def _each(self, call) -> list[Any]:
         async def go():

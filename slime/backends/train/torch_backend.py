@@ -35,6 +35,7 @@ import contextlib
 import pickle
 import random
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -334,7 +335,16 @@ class TorchTrainBackend(TrainBackend):
             self._all_reduce(vec)
         return {k: float(v) for k, v in zip(keys, vec.cpu().tolist())}
 
+    def data_parallel_coords(self) -> tuple[int, int]:
+        return self.rank_info.rank, self.rank_info.world_size  # plain data parallel: every rank a replica
+
     # --------------------------------------------------------------- weights
+    def hf_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The HF model's own tensors (every rank holds the whole policy); a tied ``lm_head`` is left out."""
+        for name, t in self.model.state_dict().items():
+            if not (self.tied and name == "lm_head.weight"):
+                yield name, t.detach()
+
     def export_weights(self, out_dir: Path) -> Path:
         from safetensors.torch import save_file
 

@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from slime.backends.base import RolloutBackend
+from slime.backends.base import RolloutBackend, WeightSender
 from slime.spec.engine_flags import BUILTIN_ENGINE_ARGS, builtin_engine_arg
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ class EngineHost:
         weight_version: str = "0",
         host: str | None = None,
     ) -> None:
-        from slime.runtime.resources import normal_priority
+        from slime.placement import normal_priority
 
         normal_priority()
         self.model_dir, self.seed, self.gpu_slot = model_dir, seed, gpu_slot
@@ -107,7 +107,7 @@ class BuiltinRolloutBackend(RolloutBackend):
         import ray
 
         from slime.backends.rollout.client import EngineClient
-        from slime.runtime.resources import placement_options, torch_threads
+        from slime.placement import placement_options, torch_threads
 
         kwargs = engine_kwargs(spec)
         for i, slots in enumerate(layout.engines):
@@ -158,6 +158,12 @@ class BuiltinRolloutBackend(RolloutBackend):
     def weight_sync_ranks(self) -> list[int]:
         """Ranks each engine takes in a collective weight-update group (one process each)."""
         return [1] * len(self.urls)
+
+    def weight_sender(self) -> WeightSender:
+        """The engines serve SGLang's weight-update endpoints (``rl_control``): SGLang's sender fits."""
+        from slime.backends.rollout.collective import EngineWeightSender
+
+        return EngineWeightSender(self.urls, self.weight_sync_ranks())
 
     def release_memory(self, tags: list[str] | None = None) -> list[dict]:
         """Colocated runs: every engine frees ``tags`` (None = weights and KV cache) while the trainer steps."""

@@ -1,7 +1,7 @@
 """The built-in engine's RL control endpoints, as SGLang serves them: weight sync over a collective
 group, pause/continue generation, and releasing/resuming memory for colocated training.
 
-These let the code that drives real SGLang (``slime.backends.sglang.weights.NcclWeightSync``,
+These let the code that drives real SGLang (``slime.backends.rollout.collective.NcclWeightSync``,
 ``EngineClient.release_memory_occupation`` ...) run unchanged against this engine on CPU:
 
 * ``POST /init_weights_update_group`` ``{master_address, master_port, rank_offset, world_size,
@@ -144,7 +144,7 @@ class RLControl:
 
     # ------------------------------------------------------------- weight group
     async def init_weights_update_group(self, body: dict) -> dict:
-        from slime.backends.sglang.weights import init_weight_update_group
+        from slime.backends.rollout.collective import init_weight_update_group
 
         try:
             addr, port = str(body["master_address"]), int(body["master_port"])

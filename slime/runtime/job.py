@@ -1,0 +1,192 @@
+"""What one run starts on Ray, and stops again: the resources the driver owns.
+
+:class:`Job` holds them, each ``None`` until started, so :meth:`Job.teardown` stops exactly what a
+run got to (also after a failed start):
+
+1. :meth:`~Job.connect` — the job's Ray cluster (``$RAY_ADDRESS``, set by the bootstrap) or,
+   standalone, a private local Ray (single-node specs only);
+2. :meth:`~Job.start` — the placement group from the same layout the preflight checked
+   (``slime.placement``), the trainer ranks (``TrainerGroup``: actor, plus a critic on the same
+   slots for PPO), the rollout manager (a Ray actor on the driver's node) and the engines (the
+   spec's ``RolloutBackend``). Loading overlaps: the engines start in a thread while the trainer
+   ranks load their models and the manager reads and checks the data;
+3. :meth:`~Job.teardown` — engines, ranks, manager, placement group, then Ray.
+
+Guaranteed: data and reward errors of the manager surface from ``start`` typed (not as a dead
+actor); a critic whose data-parallel layout differs from the actor's is refused (their ranks
+exchange tensors pairwise). Not guaranteed: after a lost node, only local things are stopped (a
+graceful stop of an actor on the dead node would wait for Ray to notice; the job's Ray is torn down
+anyway).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from slime.backends.base import RolloutBackend
+    from slime.core.paths import TaskPaths
+    from slime.placement import Placement
+    from slime.runtime.trainer_group import TrainerGroup
+    from slime.spec.layout import Layout
+    from slime.spec.types import Spec
+
+__all__ = ["QUIET_ENV", "Job", "model_dir"]
+
+QUIET_ENV = {
+    "TRANSFORMERS_VERBOSITY": "error",
+    "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "RAY_DEDUP_LOGS": "0",
+}
+
+
+def model_dir(spec: Spec, tp: TaskPaths) -> Path:
+    """The policy's HF dir: ``model.path``, else the built-in model (built once into the task's cache)."""
+    if spec.model.path:
+        return Path(spec.model.path)
+    from slime.models.tiny import ensure_builtin_model
+
+    return ensure_builtin_model(spec.model.builtin or "tiny", tp.model_cache)
+
+
+def _in_thread(name: str, fn: Callable[[], Any]) -> Future:
+    """``fn()`` in a daemon thread (abandoned if the caller fails first); ``.result()`` re-raises."""
+    fut: Future = Future()
+
+    def target() -> None:
+        try:
+            fut.set_result(fn())
+        except BaseException as exc:  # noqa: BLE001 - re-raised by .result() in the caller
+            fut.set_exception(exc)
+
+    threading.Thread(target=target, name=name, daemon=True).start()
+    return fut
+
+
+class Job:
+    def __init__(self, spec: Spec, tp: TaskPaths, *, say: Callable[[str], None]) -> None:
+        self.spec, self.tp, self.say = spec, tp, say
+        self.own_ray = False  # this process started Ray (standalone run)
+        self.layout: Layout | None = None
+        self.placement: Placement | None = None
+        self.actor: TrainerGroup | None = None
+        self.critic: TrainerGroup | None = None
+        self.manager: Any = None  # the RolloutManager Ray actor
+        self.engines: RolloutBackend | None = None
+        self.urls: list[str] = []  # the engines' base URLs
+
+    @property
+    def trainers(self) -> list[TrainerGroup]:
+        """The groups whose ranks hold trained state (checkpointed): actor first, then the critic."""
+        return [g for g in (self.actor, self.critic) if g is not None]
+
+    def connect(self) -> None:
+        import ray
+
+        runtime_env = {"env_vars": dict(QUIET_ENV)}
+        log_to_driver = os.environ.get("SLIME_RAY_LOG_TO_DRIVER") == "1"
+        address = os.environ.get("RAY_ADDRESS")
+        if address:
+            ray.init(address=address, runtime_env=runtime_env, log_to_driver=log_to_driver, logging_level="WARNING")
+            return
+        c = self.spec.cluster
+        if c.nodes > 1:
+            from slime.core.errors import InfraError
+
+            raise InfraError(
+                f"cluster.nodes={c.nodes}: a multi-node task needs the job's Ray cluster; run it with "
+                "slime-submit (RAY_ADDRESS is not set)"
+            )
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        # Ray runs workers at nice 15 by default; on a shared machine that starves the trainer.
+        os.environ.setdefault("RAY_worker_niceness", "0")
+        ray.init(
+            num_cpus=max(2, c.cpus_per_node or os.cpu_count() or 1),
+            num_gpus=c.gpus_per_node,
+            resources={"slime_node_0": 1.0},
+            include_dashboard=False,
+            runtime_env=runtime_env,
+            log_to_driver=log_to_driver,
+            logging_level="WARNING",
+        )
+        self.own_ray = True
+
+    def start(self, model: Path, tokenizer_dir: str) -> list[dict[str, Any]]:
+        """Start everything (see the module doc); returns where each trainer rank runs."""
+        import ray
+
+        from slime.backends.base import ROLLOUT_BACKENDS
+        from slime.placement import create_placement
+        from slime.runtime.trainer_group import TrainerGroup
+        from slime.spec.layout import plan_layout
+
+        spec = self.spec
+        self.layout = layout = plan_layout(spec)
+        self.placement = create_placement(spec, timeout_s=min(300.0, spec.cluster.bootstrap_timeout_s))
+        self.say(f"placement group ready: {len(layout.all_slots())} slot(s)")
+        # Trainer constructors start now and load in parallel with the engines.
+        self.actor = actor = TrainerGroup(spec, layout, self.placement, "actor", layout.actor)
+        if layout.critic:
+            self.critic = TrainerGroup(spec, layout, self.placement, "critic", layout.critic)
+        self.manager = self._start_manager(tokenizer_dir)
+        manager_ready = self.manager.setup.remote()  # reads and checks the data meanwhile
+        self.engines = engines = ROLLOUT_BACKENDS.get(spec.rollout.backend)()
+        started = _in_thread(
+            "start-engines",
+            lambda: engines.start(spec, layout, self.placement, model, log_dir=self.tp.logs / "engines"),
+        )
+        actor.init(model)
+        if self.critic is not None:
+            self.critic.init(Path(spec.model.critic_path or model))
+            if self.critic.coords != actor.coords:  # their ranks exchange values and returns pairwise
+                raise RuntimeError("the critic group's data-parallel layout differs from the actor's")
+        self.urls = started.result()
+        self.say(f"{len(self.urls)} engine(s) up: {', '.join(self.urls)}")
+        ray.get(manager_ready)  # data and reward errors surface here, typed
+        ray.get(self.manager.set_engines.remote(self.urls))
+        where = ray.get([r.where.remote() for g in self.trainers for r in g.ranks])
+        self.say(
+            f"{len(where)} trainer rank(s) up: "
+            + ", ".join(f"{w['role']}{w['rank']}@{w['host']}/{w['device']}" for w in where)
+        )
+        return where
+
+    def _start_manager(self, tokenizer_dir: str) -> Any:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from slime.runtime.rollout_manager import RolloutManager
+
+        here = ray.get_runtime_context().get_node_id()
+        return (
+            ray.remote(RolloutManager)
+            .options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False))
+            .remote(self.spec, [], tokenizer_dir)
+        )
+
+    def teardown(self, *, node_lost: bool = False) -> None:
+        """Stop what was started (best effort: the run is ending anyway), then Ray."""
+        import ray
+
+        if not node_lost:
+            for closer in (
+                lambda: self.engines and self.engines.stop(),
+                lambda: self.actor and self.actor.kill(),
+                lambda: self.critic and self.critic.kill(),
+                lambda: self.manager and ray.kill(self.manager),
+                lambda: self.placement and self.placement.remove(),
+            ):
+                try:
+                    closer()
+                except Exception:  # noqa: BLE001 - best effort; the job is ending anyway
+                    pass
+        if ray.is_initialized():
+            ray.shutdown()

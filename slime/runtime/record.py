@@ -1,0 +1,113 @@
+"""One ``metrics.jsonl`` line: what a rollout step or the warm-up reports, assembled from its parts.
+
+The driver hands over what it fetched (the scored samples, rank 0's metrics of ``prepare`` and of
+each optimizer step of the actor and critic) and gets back the line; nothing here talks to Ray.
+
+Keys of a rollout line (besides ``rollout_id``, ``step``, ``weight_version``: the version the engines
+serve after the step's sync):
+
+* ``rollout/*`` from the samples: ``accuracy`` counts samples with full credit (reward >= 1 - 1e-9),
+  so partial-credit rewards (f1) still have a meaningful accuracy; ``zero_std_groups`` is the share
+  of prompt groups whose samples all got the same reward (they carry no GRPO signal);
+  ``weight_version`` is the version that generated them;
+* ``check/stale_samples`` counts samples whose weight version is not the one the engines were told
+  to serve (always 0 in this synchronous loop; non-zero means a sync did not reach an engine);
+* ``agent/*`` with an agent section (``slime.agent.generate.rollout_metrics``);
+* ``train/*`` / ``critic/*``: the mean over the rollout's optimizer steps (``lr``: the last value),
+  plus ``prepare``'s ``train/logprob_diff`` & co; ``time/train_steps_s`` / ``time/critic_steps_s``
+  sum the steps' times;
+* ``check/kl_before_update`` (the first step's ``approx_kl``) and, on rollout 0 only,
+  ``check/step0_logprob_diff``, ``check/step0_kl`` and ``check/step0_ref_kl``: the engine/trainer
+  consistency checks before any update. The caller adds ``eval/*`` and ``time/*``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from slime.rl.sample import Sample, SampleStatus
+
+__all__ = ["FULL_CREDIT", "mean_metrics", "rollout_record", "sample_metrics", "warmup_record"]
+
+FULL_CREDIT = 1.0 - 1e-9
+
+
+def sample_metrics(
+    samples: Sequence[Sample], rewards: Sequence[float], group_size: int, weight_version: int
+) -> dict[str, Any]:
+    n = max(1, len(samples))
+    groups = [rewards[i : i + group_size] for i in range(0, len(rewards), group_size)]
+    return {
+        "rollout/reward_mean": sum(rewards) / n,
+        "rollout/accuracy": sum(x >= FULL_CREDIT for x in rewards) / n,
+        "rollout/response_len_mean": sum(s.response_length for s in samples) / n,
+        "rollout/truncated_frac": sum(s.status == SampleStatus.TRUNCATED for s in samples) / n,
+        "rollout/zero_std_groups": sum(max(g) == min(g) for g in groups) / max(1, len(groups)),
+        "rollout/weight_version": weight_version,
+        "check/stale_samples": sum(s.weight_version != weight_version for s in samples),
+    }
+
+
+def mean_metrics(prefix: str, per_step: list[dict[str, float]]) -> dict[str, float]:
+    """``prefix/key``: the mean over the optimizer steps of one rollout (``lr``: the last value)."""
+    if not per_step:
+        return {}
+    out = {}
+    for k in per_step[0]:
+        vals = [m[k] for m in per_step if m.get(k) is not None]
+        if vals:
+            out[f"{prefix}/{k}"] = vals[-1] if k == "lr" else sum(vals) / len(vals)
+    return out
+
+
+def rollout_record(
+    rollout_id: int,
+    *,
+    step: int,
+    weight_version: int,
+    samples: Sequence[Sample],
+    rewards: Sequence[float],
+    group_size: int,
+    used_version: int,
+    prepare: dict[str, float],
+    train: list[dict[str, float]],
+    critic: list[dict[str, float]],
+    agent: bool = False,
+) -> dict[str, Any]:
+    """The line of rollout ``rollout_id`` without ``eval/*`` and ``time/*`` (see the module doc).
+
+    ``used_version``: the weight version that generated the samples; ``train`` / ``critic``: rank 0's
+    metrics of each optimizer step (their ``step_time_s`` become the ``time/*_steps_s`` sums)."""
+    record: dict[str, Any] = {"rollout_id": rollout_id, "step": step, "weight_version": weight_version}
+    record.update(sample_metrics(samples, rewards, group_size, used_version))
+    if agent:  # tool-call rate and friends of the agent episodes
+        from slime.agent.generate import rollout_metrics
+
+        record.update(rollout_metrics(samples))
+    record.update(prepare)
+    train, critic = [dict(m) for m in train], [dict(m) for m in critic]  # the step times are popped below
+    record["time/train_steps_s"] = sum(m.pop("step_time_s", 0.0) for m in train)
+    if critic:
+        record["time/critic_steps_s"] = sum(m.pop("step_time_s", 0.0) for m in critic)
+    record.update(mean_metrics("train", train))
+    record.update(mean_metrics("critic", critic))
+    record["check/kl_before_update"] = train[0].get("approx_kl")
+    if rollout_id == 0:
+        record["check/step0_logprob_diff"] = record.get("train/logprob_diff")
+        record["check/step0_kl"] = record["check/kl_before_update"]
+        if "train/ref_kl" in record:
+            record["check/step0_ref_kl"] = record["train/ref_kl"]
+    return record
+
+
+def warmup_record(sft_losses: Sequence[float], seconds: float) -> dict[str, Any]:
+    """The SFT warm-up's keys of the ``rollout_id = -1`` line (empty without a warm-up)."""
+    if not sft_losses:
+        return {}
+    return {
+        "sft/loss": sft_losses[-1],
+        "sft/loss_first": sft_losses[0],
+        "sft/steps": len(sft_losses),
+        "time/sft_s": seconds,
+    }

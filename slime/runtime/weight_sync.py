@@ -1,0 +1,111 @@
+"""Moving the actor's weights into the engines, and (colocated) engine memory in and out around it.
+
+:meth:`WeightSync.sync` makes every engine serve the actor's current weights as a given version:
+
+* ``rollout.weight_sync: nccl`` — trainer rank 0 broadcasts them over a collective group through the
+  ``WeightSender`` the rollout backend makes (gloo on CPU); nothing is written to disk;
+* ``disk`` / ``delta`` — the actor exports an HF checkpoint into ``<task>/weights/v<version>`` and the
+  rollout backend loads it (``delta``: the backend ships only what changed); the previous export is
+  removed once the next one is loaded, so one export is on disk between syncs.
+
+Colocation (``rollout.colocate``): the engines share their slots' memory with the trainer.
+:meth:`~WeightSync.release` (after a rollout, before the SFT warm-up) makes them free it; the next
+``sync`` takes it back in the order SGLang needs — ``weights`` first, then the update, then
+``kv_cache`` and ``cuda_graph`` (resumed weights hold garbage until reloaded). The state is one flag,
+``released``: release is a no-op when released (or not colocated), sync resumes only when released.
+
+Guaranteed: after ``sync`` returns, every engine has acknowledged the new version (or it raised).
+Not guaranteed: the engines' memory state after a failed sync (the run then fails and they are
+stopped).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from slime.backends.base import RolloutBackend, WeightSender
+    from slime.spec.types import Spec
+
+__all__ = ["Policy", "WeightSync", "write_dir"]
+
+
+class Policy(Protocol):
+    """The actor's side of a sync (``TrainerGroup``): every rank takes part in both calls."""
+
+    def export(self, out_dir: Path) -> None: ...
+
+    def push_weights(self, version: int, sender: WeightSender) -> None: ...
+
+
+def write_dir(dest: Path, fill: Callable[[Path], object]) -> None:
+    """``dest`` filled by ``fill(tmp)`` in a hidden sibling, then renamed into place: complete or absent."""
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    fill(tmp)
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(tmp, dest)
+
+
+class WeightSync:
+    def __init__(
+        self, spec: Spec, policy: Policy, engines: RolloutBackend, exports: Path, *, say: Callable[[str], None]
+    ) -> None:
+        self.mode, self.colocate = spec.rollout.weight_sync, spec.rollout.colocate
+        self.policy, self.engines, self.exports, self.say = policy, engines, Path(exports), say
+        self.released = False  # colocated: the engines' memory is handed to the trainer
+        self.last_export: Path | None = None  # disk/delta: the export the engines serve
+        self._sender: WeightSender | None = None  # nccl: made on the first sync, kept by trainer rank 0
+        self._said = False
+
+    def release(self) -> None:
+        """Colocated runs: the engines free their memory for the trainer until the next :meth:`sync`."""
+        if not self.colocate or self.released:
+            return
+        replies = self.engines.release_memory()
+        if not self._said:  # once, with what was freed
+            self._said = True
+            self.say(
+                "colocated: engine memory released for training: "
+                + "; ".join(str(r.get("message", r)) for r in replies or [])
+            )
+        self.released = True
+
+    def sync(self, version: int) -> float:
+        """Every engine serves the actor's current weights as ``version``; returns the seconds taken."""
+        t = time.monotonic()
+        if self.released:
+            self.engines.resume_memory(["weights"])
+        if self.mode == "nccl":
+            if self._sender is None:
+                self._sender = self.engines.weight_sender()
+            self.policy.push_weights(version, self._sender)
+        else:
+            self._sync_from_disk(version)
+        if self.released:
+            self.engines.resume_memory(["kv_cache", "cuda_graph"])
+            self.released = False
+        return time.monotonic() - t
+
+    def _sync_from_disk(self, version: int) -> None:
+        out = self.exports / f"v{version}"
+        if out.exists():
+            shutil.rmtree(out)
+        self.policy.export(out)
+        self.engines.update_weights(out, version)
+        if self.last_export is not None and self.last_export != out:
+            shutil.rmtree(self.last_export, ignore_errors=True)
+        self.last_export = out
+
+    def write_final_model(self, dest: Path) -> None:
+        """The policy the engines serve, as an HF dir at ``dest`` (complete or absent)."""
+        if self.mode == "nccl":  # collective sync writes no exports: write one now
+            write_dir(dest, self.policy.export)
+        elif self.last_export is not None:
+            last = self.last_export
+            write_dir(dest, lambda tmp: shutil.copytree(last, tmp))
