@@ -21,8 +21,9 @@ Rule = Callable[[Spec], Iterator[Finding]]
 RULES: list[Rule] = []
 WARNINGS: list[Rule] = []
 RAW_RULES: list[Rule] = []  # run on the spec as written, before derived values are filled in
+RAW_WARNINGS: list[Rule] = []  # warnings about what was written (resolve() changes it)
 
-__all__ = ["RAW_RULES", "RULES", "WARNINGS", "all_rules", "check", "check_raw"]
+__all__ = ["RAW_RULES", "RAW_WARNINGS", "RULES", "WARNINGS", "all_rules", "check", "check_raw"]
 
 
 def rule(fn: Rule) -> Rule:
@@ -38,6 +39,23 @@ def warning(fn: Rule) -> Rule:
 def raw_rule(fn: Rule) -> Rule:
     RAW_RULES.append(fn)
     return fn
+
+
+def raw_warning(fn: Rule) -> Rule:
+    RAW_WARNINGS.append(fn)
+    return fn
+
+
+@raw_warning
+def sequence_parallel_without_tensor(s: Spec) -> Iterator[Finding]:
+    p = s.train.parallel
+    if p.sequence_parallel and p.tensor == 1:
+        yield (
+            "train.parallel.sequence_parallel",
+            "sequence parallelism does nothing with tensor 1; megatron turns it off, and the resolved spec "
+            "says sequence_parallel: false",
+            "remove it, or set train.parallel.tensor > 1",
+        )
 
 
 @raw_rule
@@ -219,20 +237,18 @@ def parallel_sizes(s: Spec) -> Iterator[Finding]:
             "choose parallel sizes whose product divides the trainer GPU count",
         )
         return
-    if p.expert > 1 and (world // (p.tensor * p.pipeline)) % p.expert:
+    # megatron-core >= 0.9 lays experts out on their own grid (parallel_state.initialize_model_parallel):
+    # expert_tensor x expert x pipeline must divide the world; expert parallelism folds over data x context.
+    etp = p.expert_tensor or p.tensor
+    ep_grid = etp * p.expert * p.pipeline
+    if world % ep_grid:
         yield (
             "train.parallel.expert",
-            f"expert {p.expert} does not divide {world // (p.tensor * p.pipeline)} "
-            "(trainer GPUs / (tensor x pipeline))",
-            "pick an expert-parallel size that divides it",
+            f"expert_tensor {etp} x expert {p.expert} x pipeline {p.pipeline} = {ep_grid} does not divide the "
+            f"{world} trainer GPUs (megatron-core's expert grid)",
+            "pick expert (and expert_tensor) sizes whose product with pipeline divides the trainer GPU count",
         )
-    if p.sequence_parallel and p.tensor == 1:
-        yield (
-            "train.parallel.sequence_parallel",
-            "sequence parallelism needs tensor > 1",
-            "set train.parallel.tensor > 1 or sequence_parallel: false",
-        )
-    if (mp > 1 or p.expert > 1) and s.train.backend == "torch":
+    if (mp > 1 or p.expert > 1 or etp > 1) and s.train.backend == "torch":
         yield (
             "train.parallel",
             "the torch backend is data-parallel only (tensor/pipeline/context/expert must be 1)",
@@ -281,6 +297,7 @@ _SPEC_OWNED_BACKEND_ARGS = {
     "pipeline_model_parallel_size": "train.parallel.pipeline",
     "context_parallel_size": "train.parallel.context",
     "expert_model_parallel_size": "train.parallel.expert",
+    "expert_tensor_parallel_size": "train.parallel.expert_tensor",
     "sequence_parallel": "train.parallel.sequence_parallel",
     "bf16": "train.precision",
     "fp16": "train.precision",
@@ -608,9 +625,10 @@ def slurm_limits_run_locally(s: Spec) -> Iterator[Finding]:
                 )
 
 
-def check_raw(spec: Spec) -> list[Finding]:
-    """Rules about what was written (before ``resolve`` fills derived values)."""
-    return [f for fn in RAW_RULES for f in fn(spec)]
+def check_raw(spec: Spec) -> list[tuple[Literal["error", "warning"], Finding]]:
+    """Rules about what was written (before ``resolve`` fills derived values), with their severity."""
+    out: list[tuple[Literal["error", "warning"], Finding]] = [("error", f) for fn in RAW_RULES for f in fn(spec)]
+    return out + [("warning", f) for fn in RAW_WARNINGS for f in fn(spec)]
 
 
 def all_rules(*, check_paths: bool | Literal["warn"] = False) -> list[tuple[Literal["error", "warning"], Rule]]:

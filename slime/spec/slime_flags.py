@@ -48,6 +48,7 @@ DIRECT: dict[str, tuple[str, str]] = {
     "--pipeline-model-parallel-size": ("train.parallel.pipeline", "int"),
     "--context-parallel-size": ("train.parallel.context", "int"),
     "--expert-model-parallel-size": ("train.parallel.expert", "int"),
+    "--expert-tensor-parallel-size": ("train.parallel.expert_tensor", "int"),
     "--sequence-parallel": ("train.parallel.sequence_parallel", "bool"),
     "--seed": ("train.seed", "int"),
     "--lr": ("train.optimizer.lr", "float"),

@@ -142,7 +142,12 @@ class Parallel(_Section, kw_only=True):
     pipeline: Annotated[int, D("Pipeline-parallel size.", ge=1)] = 1
     context: Annotated[int, D("Context-parallel size.", ge=1)] = 1
     expert: Annotated[int, D("Expert-parallel size (MoE).", ge=1)] = 1
-    sequence_parallel: Annotated[bool, D("Megatron sequence parallelism (needs tensor > 1).")] = False
+    expert_tensor: Annotated[
+        Annotated[int, Meta(ge=1)] | None, D("Tensor-parallel size inside each expert (derived: tensor).")
+    ] = None
+    sequence_parallel: Annotated[
+        bool, D("Megatron sequence parallelism (with tensor 1 megatron turns it off: resolved to false).")
+    ] = False
 
 
 class DynamicBatch(_Section, kw_only=True):

@@ -267,24 +267,24 @@ CASES = [
         {"train.parallel.tensor": 4},
     ),
     (
-        "ep-divides",
+        "ep-grid-divides",
         "parallel_sizes",
         G,
         {"train.parallel.expert": 3},
         "train.parallel.expert",
-        ["expert 3 does not divide 8"],
-        ["divides it"],
-        {"train.parallel.expert": 4},
+        ["expert_tensor 2 x expert 3 x pipeline 1 = 6 does not divide the 16 trainer GPUs"],
+        ["product with pipeline divides"],
+        {"train.parallel.expert": 8},
     ),
     (
-        "sp-needs-tp",
+        "ep-grid-etp",
         "parallel_sizes",
         G,
-        {"train.parallel": {"tensor": 1, "sequence_parallel": True}},
-        "train.parallel.sequence_parallel",
-        ["needs tensor > 1"],
-        ["sequence_parallel: false"],
-        {"train.parallel": {"tensor": 2, "sequence_parallel": True}},
+        {"train.parallel": {"tensor": 2, "expert": 8, "expert_tensor": 4}},
+        "train.parallel.expert",
+        ["expert_tensor 4 x expert 8 x pipeline 1 = 32 does not divide the 16 trainer GPUs"],
+        ["expert_tensor"],
+        {"train.parallel": {"tensor": 2, "expert": 8, "expert_tensor": 2}},
     ),
     (
         "torch-mp",
@@ -728,8 +728,8 @@ def test_named_rule_reports_it(case):
 
 
 def test_every_rule_has_a_failing_case():
-    covered = {c[1] for c in CASES} | {"long_responses", "slurm_limits_run_locally"}
-    registered = {f.__name__ for f in rules.RULES + rules.WARNINGS + rules.RAW_RULES}
+    covered = {c[1] for c in CASES} | {"long_responses", "slurm_limits_run_locally", "sequence_parallel_without_tensor"}
+    registered = {f.__name__ for f in rules.RULES + rules.WARNINGS + rules.RAW_RULES + rules.RAW_WARNINGS}
     assert registered <= covered, f"rules without a test case: {registered - covered}"
 
 
@@ -752,6 +752,38 @@ def test_slurm_limits_under_the_local_launcher_are_warnings():
         ("cluster.mem", "warning"),
     }
     assert all("local launcher does not apply it" in w.message for w in loaded.warnings)
+
+
+def test_sequence_parallel_with_tensor_1_is_a_warning_and_resolves_to_false():
+    """megatron turns sequence parallelism off at tensor 1 (Megatron-LM's validate_args warns); slime's own
+    scripts pass --sequence-parallel at TP 1. A warning at the field, and the resolved spec says false."""
+    loaded = load(spec(G, **{"train.parallel": {"tensor": 1, "sequence_parallel": True}}))
+    (w,) = [p for p in loaded.warnings if p.path == "train.parallel.sequence_parallel"]
+    assert w.severity == "warning" and "megatron turns it off" in w.message and "sequence_parallel: false" in w.message
+    assert "train.parallel.tensor > 1" in w.hint
+    assert loaded.spec.train.parallel.sequence_parallel is False
+    kept = load(spec(G, **{"train.parallel": {"tensor": 2, "sequence_parallel": True}}))
+    assert kept.spec.train.parallel.sequence_parallel is True
+    assert not [p for p in kept.warnings if p.path == "train.parallel.sequence_parallel"]
+
+
+def test_expert_grid_is_megatron_cores_not_data_parallel():
+    """slime's Qwen3-30B-A3B recipe: 8 GPUs, TP 4, EP 8, expert-tensor 1. The expert grid is
+    expert_tensor x expert x pipeline = 8, which divides 8 GPUs (parallel_state.initialize_model_parallel);
+    the old rule ("expert divides GPUs / (tensor x pipeline)" = 2) refused it."""
+    ok = spec(
+        G,
+        **{
+            "cluster.nodes": 1,
+            "train.parallel": {"tensor": 4, "expert": 8, "expert_tensor": 1, "sequence_parallel": True},
+            "rollout.gpus_per_engine": 8,
+            "train.global_batch_size": 32,
+        },
+    )
+    loaded = load(ok)
+    assert loaded.spec.train.parallel.expert_tensor == 1
+    derived = load(spec(G, **{"train.parallel": {"tensor": 2}}))
+    assert derived.spec.train.parallel.expert_tensor == 2  # derived: = tensor
 
 
 def test_tensor_parallel_must_divide_attention_and_kv_heads(tmp_path: Path):
@@ -836,7 +868,7 @@ def test_rule_problems_are_all_reported_together():
             "algorithm.dual_clip_c": 0.5,
             "reward.type": "remote",
             "train.optimizer": {"lr": 1e-6, "min_lr": 1e-3},
-            "train.parallel.sequence_parallel": True,
+            "train.parallel.expert": 3,
             "train.parallel.tensor": 1,
         },
     )
@@ -846,5 +878,5 @@ def test_rule_problems_are_all_reported_together():
         "algorithm.dual_clip_c",
         "reward.url",
         "train.optimizer.min_lr",
-        "train.parallel.sequence_parallel",
+        "train.parallel.expert",
     }
