@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Literal
 
 from slime.spec.layout import LayoutError, plan_layout
+from slime.spec.megatron_model import ATTENTION_BACKENDS, MegatronConfigError, ModelShape, parallel_findings
 from slime.spec.resolve import model_config
 from slime.spec.types import Spec
 
@@ -254,31 +255,48 @@ def parallel_sizes(s: Spec) -> Iterator[Finding]:
             "the torch backend is data-parallel only (tensor/pipeline/context/expert must be 1)",
             "use train.backend: megatron for model parallelism",
         )
-    cfg = model_config(s.model.path)
-    heads, groups = _attention_heads(cfg)
-    if heads and p.tensor > 1 and (heads % p.tensor or groups % p.tensor):
+
+
+@rule
+def megatron_model(s: Spec) -> Iterator[Finding]:
+    """What the megatron backend checks at launch, run here when model.path/config.json is readable."""
+    if s.train.backend != "megatron":
+        return
+    requested = s.train.backend_args.get("attention-backend", s.train.backend_args.get("attention_backend"))
+    if requested is not None and requested not in ATTENTION_BACKENDS:
+        key = "attention-backend" if "attention-backend" in s.train.backend_args else "attention_backend"
         yield (
-            "train.parallel.tensor",
-            f"tensor {p.tensor} does not divide the model's {heads} attention heads"
-            + (f" and {groups} key/value heads" if groups != heads else "")
-            + " (Megatron splits both across the tensor-parallel ranks)",
-            f"choose a tensor size that divides {heads if groups == heads else f'{heads} and {groups}'}",
+            f"train.backend_args.{key}",
+            f"attention backend {requested!r} is not one of {', '.join(ATTENTION_BACKENDS)}",
+            "flash/fused/unfused/local/auto are megatron-core's names; te and sdpa pick a layer spec directly",
         )
-    if cfg and p.pipeline > 1 and isinstance(cfg.get("num_hidden_layers"), int):
-        if cfg["num_hidden_layers"] % p.pipeline:
-            yield (
-                "train.parallel.pipeline",
-                f"pipeline {p.pipeline} does not divide the model's {cfg['num_hidden_layers']} layers",
-                "choose a pipeline size that divides num_hidden_layers",
-            )
-    if cfg and p.expert > 1:
-        experts = cfg.get("num_experts") or cfg.get("num_local_experts")
-        if isinstance(experts, int) and experts % p.expert:
-            yield (
-                "train.parallel.expert",
-                f"expert {p.expert} does not divide the model's {experts} experts",
-                "choose an expert-parallel size that divides the expert count",
-            )
+    cfg = model_config(s.model.path)
+    if cfg is None:
+        return
+    try:
+        shape = ModelShape.from_hf_config(cfg)
+    except MegatronConfigError as exc:
+        for message in exc.problems:
+            yield ("model.path", f"{message} ({s.model.path}/config.json)", "use train.backend: torch for this model")
+        return
+    p = s.train.parallel
+    yield from parallel_findings(
+        shape,
+        tp=p.tensor,
+        pp=p.pipeline,
+        cp=p.context,
+        ep=p.expert,
+        etp=p.expert_tensor,
+        sequence_parallel=p.sequence_parallel,
+        attention_backend=None if requested in (None, "auto", "flash") else str(requested),
+    )
+    if requested in ("te", "fused") and (shape.moe or shape.mla):
+        yield (
+            "train.backend_args.attention-backend",
+            f"attention-backend {requested} uses Transformer Engine layer specs, which are not mapped for "
+            f"{shape.family} (MoE / multi-latent attention) models",
+            "use auto or sdpa",
+        )
 
 
 def _attention_heads(cfg: dict | None) -> tuple[int | None, int | None]:
@@ -319,6 +337,25 @@ _SPEC_OWNED_BACKEND_ARGS = {
             "activation_func",
             "num_moe_experts",
             "moe_router_topk",
+            "moe_ffn_hidden_size",
+            "moe_layer_freq",
+            "moe_router_score_function",
+            "moe_router_pre_softmax",
+            "moe_router_enable_expert_bias",
+            "moe_router_num_groups",
+            "moe_router_group_topk",
+            "moe_router_topk_scaling_factor",
+            "moe_shared_expert_intermediate_size",
+            "moe_shared_expert_gate",
+            "qk_layernorm",
+            "multi_latent_attention",
+            "q_lora_rank",
+            "kv_lora_rank",
+            "qk_head_dim",
+            "qk_pos_emb_head_dim",
+            "v_head_dim",
+            "rotary_base",
+            "rope_type",
         ),
         "the model's config.json",
     ),

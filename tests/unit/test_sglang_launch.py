@@ -63,7 +63,7 @@ def test_megatron_args_without_a_readable_config_keep_every_other_field():
 
 
 def test_megatron_args_reject_a_layout_the_model_cannot_take():
-    with pytest.raises(MegatronConfigError, match="query groups\\)=4 is not divisible by train.parallel.tensor=8"):
+    with pytest.raises(MegatronConfigError, match="tensor=8 does not divide the model's 28 attention heads and 4 key"):
         render_megatron_args(_spec("train.parallel.tensor=8"), QWEN25_7B)
 
 

@@ -257,6 +257,16 @@ CASES = [
         {"train.backend_args": {"recompute-granularity": "selective"}},
     ),
     (
+        "attention-backend-value",
+        "megatron_model",
+        G,
+        {"train.backend_args": {"attention-backend": "flashy"}},
+        "train.backend_args.attention-backend",
+        ["'flashy' is not one of auto, te, sdpa, local, flash, fused, unfused"],
+        ["megatron-core's names"],
+        {"train.backend_args": {"attention-backend": "flash"}},
+    ),
+    (
         "mp-divides",
         "parallel_sizes",
         G,
@@ -786,37 +796,45 @@ def test_expert_grid_is_megatron_cores_not_data_parallel():
     assert derived.spec.train.parallel.expert_tensor == 2  # derived: = tensor
 
 
+def _model_dir(tmp_path: Path, **config) -> str:
+    """A checkpoint dir holding only a config.json: Qwen2.5-7B's shape (28 heads, 4 KV heads), edited."""
+    model = tmp_path / "m"
+    model.mkdir(exist_ok=True)
+    base = {
+        "model_type": "qwen2",
+        "hidden_act": "silu",
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "max_position_embeddings": 32768,
+        "num_attention_heads": 28,
+        "num_hidden_layers": 28,
+        "num_key_value_heads": 4,
+        "rms_norm_eps": 1e-06,
+        "vocab_size": 152064,
+    }
+    (model / "config.json").write_text(json.dumps({**base, **config}))
+    return str(model)
+
+
 def test_tensor_parallel_must_divide_attention_and_kv_heads(tmp_path: Path):
     """A Qwen2.5-7B-shaped config: 28 heads, 4 key/value heads. Megatron asserts both divide by TP;
     SGLang needs the heads divisible by an engine's TP (KV heads divisible by it, or it by them)."""
-    model = tmp_path / "m"
-    model.mkdir()
-    (model / "config.json").write_text(
-        json.dumps(
-            {
-                "num_hidden_layers": 28,
-                "max_position_embeddings": 32768,
-                "num_attention_heads": 28,
-                "num_key_value_heads": 4,
-            }
-        )
-    )
-    bad = spec(G, **{"model.path": str(model), "train.parallel.tensor": 8, "rollout.gpus_per_engine": 8})
+    model = _model_dir(tmp_path)
+    bad = spec(G, **{"model.path": model, "train.parallel.tensor": 8, "rollout.gpus_per_engine": 8})
     found = problems(bad)
     (t,) = errors_at(found, "train.parallel.tensor")
     assert "does not divide the model's 28 attention heads and 4 key/value heads" in t.message
+    assert "divides 28 and 4" in t.hint
     (e,) = errors_at(found, "rollout.gpus_per_engine")
     assert "28 attention heads / 4 key/value heads" in e.message
-    ok = spec(G, **{"model.path": str(model), "train.parallel.tensor": 4, "rollout.gpus_per_engine": 4})
+    ok = spec(G, **{"model.path": model, "train.parallel.tensor": 4, "rollout.gpus_per_engine": 4})
     assert not errors_at(problems(ok), "train.parallel.tensor") and not errors_at(
         problems(ok), "rollout.gpus_per_engine"
     )
     # TP 2 engines on a 1-KV-head model: SGLang replicates the KV head (TP divisible by the KV heads)
-    (model / "config.json").write_text(
-        json.dumps({"num_attention_heads": 28, "num_key_value_heads": 1, "max_position_embeddings": 32768})
-    )
+    model = _model_dir(tmp_path, num_key_value_heads=1)
     assert not errors_at(
-        problems(spec(G, **{"model.path": str(model), "train.parallel.tensor": 1})), "rollout.gpus_per_engine"
+        problems(spec(G, **{"model.path": model, "train.parallel.tensor": 1})), "rollout.gpus_per_engine"
     )
 
 
@@ -826,21 +844,15 @@ def test_over_sampling_is_reported_beside_a_batch_size_error():
 
 
 def test_pipeline_must_divide_model_layers(tmp_path: Path):
-    model = tmp_path / "m"
-    model.mkdir()
-    (model / "config.json").write_text(
-        json.dumps({"num_hidden_layers": 6, "max_position_embeddings": 4096, "num_experts": 6})
-    )
-    bad = spec(G, **{"model.path": str(model), "train.parallel": {"tensor": 2, "pipeline": 4}})
+    model = _model_dir(tmp_path, num_hidden_layers=6, max_position_embeddings=4096)
+    bad = spec(G, **{"model.path": model, "train.parallel": {"tensor": 2, "pipeline": 4}})
     (p,) = errors_at(problems(bad), "train.parallel.pipeline")
-    assert "pipeline 4 does not divide the model's 6 layers" in p.message and "num_hidden_layers" in p.hint
+    assert (
+        "train.parallel.pipeline=4 does not divide the model's 6 layers" in p.message and "num_hidden_layers" in p.hint
+    )
     assert not errors_at(problems(spec(bad, **{"train.parallel.pipeline": 2})), "train.parallel.pipeline")
-    moe = spec(G, **{"model.path": str(model), "train.parallel": {"tensor": 1, "expert": 4}})
-    (p,) = errors_at(problems(moe), "train.parallel.expert")
-    assert "does not divide the model's 6 experts" in p.message
-    assert not errors_at(problems(spec(moe, **{"train.parallel.expert": 2})), "train.parallel.expert")
     # The context length comes from config.json: max_prompt_len must stay below it.
-    long = spec(G, **{"model.path": str(model), "rollout.max_prompt_len": 4096})
+    long = spec(G, **{"model.path": model, "rollout.max_prompt_len": 4096})
     (p,) = errors_at(problems(long), "rollout.max_prompt_len")
     assert "context length 4096" in p.message
 
