@@ -290,6 +290,13 @@ def megatron_model(s: Spec) -> Iterator[Finding]:
         sequence_parallel=p.sequence_parallel,
         attention_backend=None if requested in (None, "auto", "flash") else str(requested),
     )
+    if shape.mla and requested in ("local", "unfused"):
+        yield (
+            "train.backend_args.attention-backend",
+            f"attention-backend {requested}: megatron-core's local DotProductAttention cannot take multi-latent "
+            "attention's different key and value head sizes",
+            "use auto or sdpa",
+        )
     if requested in ("te", "fused") and (shape.moe or shape.mla):
         yield (
             "train.backend_args.attention-backend",

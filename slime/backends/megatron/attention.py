@@ -51,6 +51,8 @@ class SDPACoreAttention(MegatronModule):
         softmax_scale: float | None = None,
         cp_comm_type: str | None = None,
         pg_collection=None,
+        k_channels: int | None = None,
+        v_channels: int | None = None,
     ) -> None:
         super().__init__(config=config)
         unsupported = []
@@ -71,7 +73,9 @@ class SDPACoreAttention(MegatronModule):
         self.attn_mask_type = attn_mask_type
         self.heads = config.num_attention_heads // tp
         self.groups = config.num_query_groups // tp
-        self.head_dim = config.kv_channels
+        # multi-latent attention passes its query/key and value head sizes (they differ)
+        self.head_dim = k_channels or config.kv_channels
+        self.v_head_dim = v_channels or config.kv_channels
         self.softmax_scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(self.head_dim)
         self.dropout = config.attention_dropout if attention_dropout is None else attention_dropout
 
@@ -112,7 +116,7 @@ class SDPACoreAttention(MegatronModule):
                 dropout_p=dropout,
                 enable_gqa=self.heads != self.groups,
             )
-            return out.permute(2, 0, 1, 3).reshape(s, b, self.heads * self.head_dim)
+            return out.permute(2, 0, 1, 3).reshape(s, b, self.heads * self.v_head_dim)
         out = F.scaled_dot_product_attention(
             q,
             k,
@@ -124,23 +128,41 @@ class SDPACoreAttention(MegatronModule):
             enable_gqa=self.heads != self.groups,
         )
         # [b, h, s, d] -> [s, b, h * d]
-        return out.permute(2, 0, 1, 3).reshape(s, b, self.heads * self.head_dim)
+        return out.permute(2, 0, 1, 3).reshape(s, b, self.heads * self.v_head_dim)
 
 
-def layer_spec(attention_backend: str):
-    """The GPT layer spec for 'te', 'sdpa' or 'local' (see ``config.choose_attention_backend``)."""
+def layer_spec(attention_backend: str, config=None):
+    """The GPT layer spec for 'te', 'sdpa' or 'local' (see ``config.choose_attention_backend``).
+
+    For a MoE or multi-latent-attention ``config`` it is megatron's decoder block spec (one layer spec
+    per layer: dense or MoE MLP as ``moe_layer_freq`` says, MLA self-attention), local modules only,
+    experts as ``SequentialMLP``; ``sdpa`` puts :class:`SDPACoreAttention` into every layer."""
     from megatron.core.models.gpt.gpt_layer_specs import (
+        get_gpt_decoder_block_spec,
         get_gpt_layer_local_spec,
         get_gpt_layer_with_transformer_engine_spec,
     )
 
-    if attention_backend == "te":
-        return get_gpt_layer_with_transformer_engine_spec()
-    spec = get_gpt_layer_local_spec(normalization="RMSNorm")
-    if attention_backend == "sdpa":
-        spec.submodules.self_attention.submodules.core_attention = SDPACoreAttention
-    elif attention_backend != "local":
+    if attention_backend not in ("te", "sdpa", "local"):
         raise ValueError(f"unknown attention backend {attention_backend!r}; valid: te, sdpa, local")
+    block = config is not None and (config.num_moe_experts or config.multi_latent_attention)
+    if block:
+        from slime.backends.megatron import mcore_fixes
+
+        mcore_fixes.apply()
+    if block:
+        if attention_backend == "te":
+            raise ValueError("Transformer Engine layer specs are not mapped for MoE / multi-latent attention models")
+        spec = get_gpt_decoder_block_spec(config, use_transformer_engine=False, normalization="RMSNorm")
+        layers = spec.layer_specs
+    elif attention_backend == "te":
+        return get_gpt_layer_with_transformer_engine_spec(qk_layernorm=bool(config and config.qk_layernorm))
+    else:
+        spec = get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=bool(config and config.qk_layernorm))
+        layers = [spec]
+    if attention_backend == "sdpa":
+        for layer in layers:
+            layer.submodules.self_attention.submodules.core_attention = SDPACoreAttention
     return spec
 
 

@@ -160,8 +160,10 @@ def choose_attention_backend(requested: str = "auto", shape: ModelShape | None =
     te_ok = has_transformer_engine() and (shape is None or (shape.moe is None and shape.mla is None))
     if requested in ("auto", "flash"):
         return "te" if te_ok else "sdpa"
+    if requested == "unfused" and te_ok:
+        return "te"
     if requested == "unfused":
-        return "te" if te_ok else "local"
+        requested = "local"
     if requested in ("te", "fused") and not te_ok:
         why = (
             "transformer_engine is not installed"
@@ -169,7 +171,15 @@ def choose_attention_backend(requested: str = "auto", shape: ModelShape | None =
             else f"Transformer Engine layer specs are not mapped for {shape.family} (MoE / MLA) models"
         )
         raise MegatronConfigError([f"train.backend_args.attention-backend={requested} but {why}; use 'auto' or 'sdpa'"])
-    return "te" if requested == "fused" else requested
+    choice = "te" if requested == "fused" else requested
+    if choice == "local" and shape is not None and shape.mla is not None:
+        raise MegatronConfigError(
+            [
+                "train.backend_args.attention-backend=local: megatron's DotProductAttention cannot run multi-latent "
+                "attention (different key and value head sizes); use 'auto' or 'sdpa'"
+            ]
+        )
+    return choice
 
 
 def mcore_attention_backend(requested: str) -> str:
