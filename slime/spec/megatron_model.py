@@ -402,7 +402,7 @@ def parallel_findings(
     """Every way the layout fails megatron-core's own checks, each at its spec field, naming the numbers."""
     out = _dense_findings(shape, tp=tp, pp=pp, sequence_parallel=sequence_parallel)
     out += _moe_findings(shape, tp=tp, ep=ep, etp=etp or tp, sequence_parallel=sequence_parallel)
-    out += _mla_findings(shape, tp=tp, cp=cp)
+    out += _mla_findings(shape, tp=tp, cp=cp, sequence_parallel=sequence_parallel)
     if cp > 1:
         backend = attention_backend or ("te" if has_transformer_engine() else "sdpa")
         if backend not in ("te", "sdpa", "flash", "fused"):
@@ -528,25 +528,20 @@ def _moe_findings(shape: ModelShape, *, tp: int, ep: int, etp: int, sequence_par
     return out
 
 
-def _mla_findings(shape: ModelShape, *, tp: int, cp: int) -> list[Finding]:
-    m = shape.mla
-    if m is None:
+def _mla_findings(shape: ModelShape, *, tp: int, cp: int, sequence_parallel: bool) -> list[Finding]:
+    if shape.mla is None:
         return []
     out: list[Finding] = []
-    # the local layer spec builds the q/kv down-projections as column-parallel linears (split over TP)
-    sizes = {"kv_lora_rank + qk_rope_head_dim": m.kv_lora_rank + m.qk_pos_emb_head_dim}
-    if m.q_lora_rank is not None:
-        sizes = {"q_lora_rank": m.q_lora_rank, **sizes}
-    for name, value in sizes.items():
-        if value % tp:
-            out.append(
-                (
-                    "train.parallel.tensor",
-                    f"{name}={value} is not divisible by train.parallel.tensor={tp} (megatron-core splits the "
-                    "multi-latent attention down-projections across tensor-parallel ranks)",
-                    None,
-                )
+    if tp > 1 and not sequence_parallel:
+        # the down-projections are replicated: the rope key's gradient is summed over the heads of every
+        # tensor-parallel rank only through sequence parallelism's gather (slime/backends/megatron/attention.py)
+        out.append(
+            (
+                "train.parallel.sequence_parallel",
+                f"multi-latent attention with train.parallel.tensor={tp} needs sequence parallelism",
+                "set train.parallel.sequence_parallel: true",
             )
+        )
     if cp > 1:
         out.append(
             (

@@ -306,6 +306,46 @@ def megatron_model(s: Spec) -> Iterator[Finding]:
         )
 
 
+# SGLang 0.5.23's --ep-size and its aliases (arg_groups/fields/parallel.py; = slime.backends.sglang.launch.EP_FLAGS)
+_SGLANG_EP_FLAGS = ("ep-size", "expert-parallel-size", "ep")
+
+
+@rule
+def sglang_expert_parallel(s: Spec) -> Iterator[Finding]:
+    """SGLang runs an engine's MoE layers on ep x (tp / ep) ranks and gives each EP rank experts / ep experts
+    (it asserts both divide); a wrong --ep-size fails only when the engine starts, after the queue wait."""
+    r = s.rollout
+    if r.backend != "sglang":
+        return
+    pp = next((v for k, v in r.engine_args.items() if _flag(k) in ("pp-size", "pipeline-parallel-size")), 1)
+    tp = r.gpus_per_engine // pp if isinstance(pp, int) and pp >= 1 and r.gpus_per_engine % pp == 0 else None
+    cfg = model_config(s.model.path) or {}
+    experts = next((cfg[k] for k in ("num_experts", "num_local_experts", "n_routed_experts") if k in cfg), None)
+    for key, ep in r.engine_args.items():
+        if _flag(key) not in _SGLANG_EP_FLAGS:
+            continue
+        path = f"rollout.engine_args.{key}"
+        if not isinstance(ep, int) or isinstance(ep, bool) or ep < 1:
+            yield (path, f"SGLang's expert-parallel size must be a positive integer, got {ep!r}", None)
+        elif tp is not None and tp % ep:
+            yield (
+                path,
+                f"SGLang's expert-parallel size {ep} does not divide the engine's tensor-parallel size {tp} "
+                "(rollout.gpus_per_engine / pp-size): its MoE layers run on ep x tp/ep ranks",
+                f"choose an ep-size that divides {tp}",
+            )
+        elif isinstance(experts, int) and experts % ep:
+            yield (
+                path,
+                f"SGLang's expert-parallel size {ep} does not divide the model's {experts} experts",
+                "choose an ep-size that divides the expert count",
+            )
+
+
+def _flag(key: str) -> str:
+    return key.strip().lstrip("-").replace("_", "-")
+
+
 def _attention_heads(cfg: dict | None) -> tuple[int | None, int | None]:
     """(attention heads, key/value heads) from an HF config.json, or (None, None)."""
     heads = (cfg or {}).get("num_attention_heads")

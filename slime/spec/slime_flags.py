@@ -39,6 +39,7 @@ DIRECT: dict[str, tuple[str, str]] = {
     "--rollout-top-p": ("rollout.top_p", "float"),
     "--rollout-top-k": ("rollout.top_k", "int"),
     "--rollout-stop": ("rollout.stop", "list"),
+    "--sglang-enable-deterministic-inference": ("rollout.deterministic", "bool"),
     "--global-batch-size": ("train.global_batch_size", "int"),
     "--num-steps-per-rollout": ("train.num_steps_per_rollout", "int"),
     "--micro-batch-size": ("train.micro_batch_size", "int"),

@@ -255,6 +255,13 @@ class Rollout(_Section, kw_only=True):
     top_p: Annotated[float, D("Nucleus sampling mass.", gt=0, le=1)] = 1.0
     top_k: Annotated[int, D("Top-k sampling (-1 = off).", ge=-1)] = -1
     stop: Annotated[tuple[str, ...], D("Stop strings.")] = ()
+    deterministic: Annotated[
+        bool,
+        D(
+            "Reproducible sampling from the per-request seeds: SGLang engines start with "
+            "--enable-deterministic-inference (batch-invariant kernels: slower); the built-in engine always is."
+        ),
+    ] = False
     weight_sync: Annotated[
         Literal["disk", "nccl", "delta"] | None,
         D("How new weights reach engines (derived: nccl for disaggregated sglang, else disk)."),

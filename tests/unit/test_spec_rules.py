@@ -267,6 +267,16 @@ CASES = [
         {"train.backend_args": {"attention-backend": "flash"}},
     ),
     (
+        "sglang-ep-divides-engine-tp",
+        "sglang_expert_parallel",
+        G,
+        {"rollout.engine_args": {"ep-size": 4}},
+        "rollout.engine_args.ep-size",
+        ["expert-parallel size 4 does not divide the engine's tensor-parallel size 2"],
+        ["divides 2"],
+        {"rollout.engine_args": {"ep-size": 2}},
+    ),
+    (
         "mp-divides",
         "parallel_sizes",
         G,
