@@ -46,7 +46,7 @@ default; the backend still reports the load-balancing loss as a metric); DeepSee
 expert-score bias is not updated by training (``moe_router_bias_update_rate`` 0: the
 engines route with the exported bias, exactly as the trainer does); experts run one by
 one (``SequentialMLP``; grouped GEMM needs Transformer Engine); the all-to-all token
-dispatcher with pipeline parallel (megatron refuses the all-gather one with variable
+dispatcher with pipeline or expert parallel (megatron refuses the all-gather one with variable
 sequence lengths), else all-gather.
 
 Attention backend (``train.backend_args.attention-backend``): ``auto`` picks Transformer
@@ -250,8 +250,10 @@ def transformer_config_kwargs(
     )
     if te and mcore_attention != "auto":
         kwargs["attention_backend"] = mcore_attention
-    if pp > 1:
-        kwargs["moe_token_dispatcher_type"] = "alltoall"  # megatron rejects its default with variable lengths
+    if pp > 1 or ep > 1:
+        # megatron rejects all-gather dispatch with variable lengths (pp > 1); expert-parallel ranks are
+        # different data-parallel ranks whose micro-batches differ in length: all-to-all takes any split
+        kwargs["moe_token_dispatcher_type"] = "alltoall"
     kwargs.update(moe_config_kwargs(shape))
     kwargs.update(mla_config_kwargs(shape))
     for key, value in (overrides or {}).items():

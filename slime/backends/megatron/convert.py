@@ -38,9 +38,9 @@ pipeline stage, e = expert index):
   ``output_layer.weight`` ↔ ``lm_head.weight``, absent when embeddings are tied
   (except on the last stage when PP > 1, which holds its own copy).
 
-TP: column-parallel tensors (embedding, output, qkv, fc1, the MLA projections except
-``linear_proj``) split along rows, row-parallel (proj, fc2) along columns, norms, routers
-and the shared-expert gate replicated; expert weights split the same way over the
+TP: column-parallel tensors (embedding, output, qkv, fc1, the MLA up-projections and
+``linear_q_proj``) split along rows, row-parallel (proj, fc2) along columns, norms, routers,
+the MLA down-projections and the shared-expert gate replicated; expert weights split the same way over the
 *expert*-tensor-parallel group. EP: rank r of E-way expert parallelism holds experts
 ``[r n, (r+1) n)``, n = experts / E, renumbered from 0 (:func:`shard_ep`). PP: stage ``p``
 holds layers ``[p L/pp, (p+1) L/pp)`` renumbered from 0, the embedding on the first stage
@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Literal
 
 import torch
@@ -69,10 +70,13 @@ __all__ = [
     "gather_ep",
     "gather_param",
     "gather_tp",
+    "global_expert_name",
     "hf_to_megatron",
     "is_expert_param",
     "iter_hf_names",
     "layer_offset",
+    "local_expert_name",
+    "local_experts",
     "megatron_param_to_hf",
     "megatron_to_hf",
     "merge_pp",
@@ -108,9 +112,9 @@ _TP_SPLIT: dict[str, int | str | None] = {
     "self_attention.k_layernorm.weight": None,
     "self_attention.kv_layernorm.weight": None,
     "self_attention.linear_q_proj.weight": 0,
-    "self_attention.linear_q_down_proj.weight": 0,
+    "self_attention.linear_q_down_proj.weight": None,  # replicated (attention.py: MLA down-projections)
     "self_attention.linear_q_up_proj.weight": 0,
-    "self_attention.linear_kv_down_proj.weight": 0,
+    "self_attention.linear_kv_down_proj.weight": None,
     "self_attention.linear_kv_up_proj.weight": 0,
     "mlp.linear_fc1.weight": "gated",
     "mlp.linear_fc2.weight": 1,
@@ -508,6 +512,32 @@ def gather_ep(shards: Sequence[Mapping[str, Tensor]], shape: ModelShape) -> dict
             elif rank == 0:
                 out[name] = tensor
     return out
+
+
+def local_experts(shape: ModelShape, ep: int, rank: int) -> tuple[ModelShape, tuple[int, int]]:
+    """The shape as expert-parallel rank ``rank`` sees it (its n = experts / ep experts only) and its
+    experts as ``(first global index, n)``; with it a rank converts only the experts it holds."""
+    if shape.moe is None or ep == 1:
+        return shape, (0, shape.moe.num_experts if shape.moe else 0)
+    n = shape.moe.num_experts // ep
+    return replace(shape, moe=replace(shape.moe, num_experts=n)), (rank * n, n)
+
+
+def _renumber_hf_expert(name: str, delta: int) -> str:
+    match = _HF_EXPERT.match(name)
+    if not match:
+        return name
+    return f"model.layers.{match.group(1)}.mlp.experts.{int(match.group(2)) + delta}.{match.group(3)}_proj.weight"
+
+
+def global_expert_name(name: str, experts: tuple[int, int]) -> str:
+    """An HF name with a rank-local expert index (from :func:`local_experts`' shape) → the checkpoint's name."""
+    return _renumber_hf_expert(name, experts[0])
+
+
+def local_expert_name(name: str, experts: tuple[int, int]) -> str:
+    """Inverse of :func:`global_expert_name`."""
+    return _renumber_hf_expert(name, -experts[0])
 
 
 # ----------------------------------------------------------------------------- pipeline parallel
