@@ -71,7 +71,8 @@ def models(tmp_path_factory):
     from tests.fixtures.tiny_families import build
 
     root = tmp_path_factory.mktemp("families")
-    return {f: (root / f, build(f, root / f)) for f in ("qwen3", "qwen3_moe", "qwen2_moe", "deepseek_v3")}
+    families = ("qwen3", "qwen3_moe", "qwen2_moe", "deepseek_v3", "deepseek_v3_yarn")
+    return {f: (root / f, build(f, root / f)) for f in families}
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +115,7 @@ def _expected_balance_loss(model, tokens) -> float:
     for h in hooks:
         h.remove()
     cfg = model.config
-    topk, sigmoid = cfg.num_experts_per_tok, cfg.model_type == "deepseek_v3"
+    topk, sigmoid = cfg.num_experts_per_tok, cfg.model_type == "deepseek_v3"  # (the yarn variant too)
     values = []
     for lg in logits:
         lg = lg.reshape(-1, lg.shape[-1])
@@ -125,7 +126,7 @@ def _expected_balance_loss(model, tokens) -> float:
     return sum(values) / len(values)
 
 
-@pytest.mark.parametrize("family", ["qwen3", "qwen3_moe", "qwen2_moe", "deepseek_v3"])
+@pytest.mark.parametrize("family", ["qwen3", "qwen3_moe", "qwen2_moe", "deepseek_v3", "deepseek_v3_yarn"])
 def test_one_rank_matches_hf_trains_and_exports(models, one_rank, family):
     import torch
     from transformers import AutoModelForCausalLM
