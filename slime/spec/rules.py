@@ -257,6 +257,9 @@ def parallel_sizes(s: Spec) -> Iterator[Finding]:
         )
 
 
+_TE_ONLY_MOE = dict.fromkeys(("moe_grouped_gemm", "moe_permute_fusion", "moe_router_fusion"), True)
+
+
 @rule
 def megatron_model(s: Spec) -> Iterator[Finding]:
     """What the megatron backend checks at launch, run here when model.path/config.json is readable."""
@@ -297,6 +300,14 @@ def megatron_model(s: Spec) -> Iterator[Finding]:
             "attention's different key and value head sizes",
             "use auto or sdpa",
         )
+    for key, value in s.train.backend_args.items():
+        if shape.moe and _TE_ONLY_MOE.get(key.replace("-", "_")) and value not in (False, None):
+            yield (
+                f"train.backend_args.{key}",
+                f"'{key}' needs Transformer Engine layer specs, which the megatron backend does not map for MoE "
+                "models (its experts run one by one as SequentialMLP)",
+                "remove it",
+            )
     if requested in ("te", "fused") and (shape.moe or shape.mla):
         yield (
             "train.backend_args.attention-backend",

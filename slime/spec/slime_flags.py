@@ -181,6 +181,12 @@ SLIME_SGLANG_OWN = {
 }
 
 _REASONS = {
+    # Megatron performance switches that need Transformer Engine layer specs, which the megatron backend
+    # does not map for MoE models: its experts run as SequentialMLP (not an accepted-and-ignored setting)
+    "--moe-grouped-gemm": "grouped expert GEMM needs Transformer Engine layer specs; the megatron backend runs "
+    "MoE experts one by one (SequentialMLP)",
+    "--moe-permute-fusion": "a Transformer Engine kernel; the megatron backend's MoE runs without it",
+    "--moe-router-fusion": "a Transformer Engine kernel; the megatron backend's MoE runs without it",
     "--balance-data": "token-balanced data-parallel partitioning is not configurable in slime/v1",
     "--balance-by-flops": "FLOP-balanced partitioning is not configurable in slime/v1",
     "--offload": "offloading is decided by the runtime (colocated runs offload in turn)",

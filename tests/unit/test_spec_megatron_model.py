@@ -301,6 +301,21 @@ def test_sglang_expert_parallel_must_divide_the_experts(tmp_path):
     assert not errors_at(problems(bad), "rollout.engine_args.expert-parallel-size")
 
 
+def test_transformer_engine_moe_switches_are_refused(tmp_path):
+    """--moe-grouped-gemm (in slime's MoE recipes) would build megatron's legacy GroupedMLP, whose weights the
+    converter does not map: refused at validate, and the importer reports it as not mapped."""
+    from slime.spec.slime_flags import SLIME_ONLY, slime_only_reason
+
+    model = _model(tmp_path, QWEN3_30B_A3B)
+    bad = _one_node(model, tensor=1)
+    bad["train"]["backend_args"] = {"moe-grouped-gemm": True}
+    (p,) = errors_at(problems(bad), "train.backend_args.moe-grouped-gemm")
+    assert "needs Transformer Engine layer specs" in p.message and p.hint == "remove it"
+    bad["train"]["backend_args"] = {"moe-grouped-gemm": False}
+    assert not errors_at(problems(bad), "train.backend_args.moe-grouped-gemm")
+    assert "--moe-grouped-gemm" in SLIME_ONLY and "SequentialMLP" in slime_only_reason("--moe-grouped-gemm")
+
+
 def test_te_attention_is_refused_for_moe_models(tmp_path):
     model = _model(tmp_path, QWEN3_30B_A3B)
     bad = _one_node(model, tensor=1)
