@@ -12,7 +12,14 @@
 
 from __future__ import annotations
 
-__all__ = ["BUILTIN_ENGINE_ARGS", "SGLANG_RESERVED", "builtin_engine_arg", "normalize_flag", "sglang_reserved"]
+__all__ = [
+    "BUILTIN_ENGINE_ARGS",
+    "EP_FLAGS",
+    "SGLANG_RESERVED",
+    "builtin_engine_arg",
+    "normalize_flag",
+    "sglang_reserved",
+]
 
 # Set by slime-submit from the spec/layout; a key in engine_args would disagree with it.
 SGLANG_RESERVED = (
@@ -35,7 +42,20 @@ SGLANG_RESERVED = (
     "attention-data-parallel-size",
     "gpu-id-step",
     "tokenizer-path",  # model.tokenizer: the rollout manager tokenizes with the same one
+    "enable-deterministic-inference",  # rollout.deterministic
 )
+
+# The spec field that decides a reserved flag, where one does (the hint of a refusal names it).
+_FIELD_OF = {"enable-deterministic-inference": "rollout.deterministic: true", "tokenizer-path": "model.tokenizer"}
+
+
+def reserved_hint(flag: str) -> str:
+    """What to change instead of passing the reserved ``flag`` in engine_args."""
+    return _FIELD_OF.get(flag, "rollout.gpus_per_engine / model.path")
+
+
+# --ep-size and its aliases in the pinned SGLang 0.5.23 (arg_groups/fields/parallel.py)
+EP_FLAGS = ("ep-size", "expert-parallel-size", "ep")
 
 BUILTIN_ENGINE_ARGS = (
     "max_running_requests",

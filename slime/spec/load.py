@@ -100,7 +100,7 @@ def _typed(
         spec = msgspec.convert(data, Spec)
     except msgspec.ValidationError as exc:  # schema passed: a constraint only msgspec knows (int vs 1.0)
         return None, [_msgspec_problem(str(exc), marks, task)]
-    problems = [_problem(path, msg, hint, marks, task=task) for path, msg, hint in check_raw(spec)]
+    problems = [_problem(path, msg, hint, marks, severity=sev, task=task) for sev, (path, msg, hint) in check_raw(spec)]
     spec = resolve(spec, base_dir)
     problems += [
         _problem(path, msg, hint, marks, severity=sev, task=task)

@@ -112,7 +112,7 @@ def independent_rule_problems(
     import msgspec
 
     from slime.spec.resolve import resolve
-    from slime.spec.rules import RAW_RULES, all_rules
+    from slime.spec.rules import RAW_RULES, RAW_WARNINGS, all_rules
     from slime.spec.types import Spec
 
     cut = {parse_path(p.path) for p in schema_problems}
@@ -127,9 +127,11 @@ def independent_rule_problems(
     except (msgspec.ValidationError, ValueError, TypeError):
         return []
     tainted = _tainted(cut)
-    runs = [("error", fn, raw) for fn in RAW_RULES] + [
-        (sev, fn, resolved) for sev, fn in all_rules(check_paths=check_paths)
-    ]
+    runs = (
+        [("error", fn, raw) for fn in RAW_RULES]
+        + [("warning", fn, raw) for fn in RAW_WARNINGS]
+        + [(sev, fn, resolved) for sev, fn in all_rules(check_paths=check_paths)]
+    )
     problems: list[Problem] = []
     for severity, fn, spec in runs:
         reads: set[Path] = set()

@@ -30,6 +30,8 @@ DERIVED_FROM: dict[str, tuple[str, ...]] = {
     "model.critic_path": ("algorithm.estimator", "model.path"),
     "train.nodes": ("cluster.nodes",),
     "train.gpus_per_node": ("cluster.gpus_per_node",),
+    "train.parallel.expert_tensor": ("train.parallel.tensor",),
+    "train.parallel.sequence_parallel": ("train.parallel.tensor",),
     "rollout.gpus": ("rollout.colocate", "cluster.gpus_per_node", "train.nodes", "train.gpus_per_node"),
     "rollout.num_engines": ("cluster.gpus_per_node", "rollout.gpus", "rollout.gpus_per_engine"),
     "rollout.weight_sync": ("rollout.backend", "rollout.colocate", "train.parallel.pipeline"),
@@ -119,6 +121,12 @@ def resolve(spec: Spec, base_dir: Path) -> Spec:
         nodes=t.nodes if t.nodes is not None else c.nodes,
         gpus_per_node=t.gpus_per_node if t.gpus_per_node is not None else c.gpus_per_node,
         checkpoint=ckpt,
+        # megatron turns sequence parallelism off at tensor 1 (with a warning; rules.py warns too)
+        parallel=replace(
+            t.parallel,
+            expert_tensor=t.parallel.expert_tensor or t.parallel.tensor,
+            sequence_parallel=t.parallel.sequence_parallel and t.parallel.tensor > 1,
+        ),
     )
 
     actor_gpus = t.nodes * t.gpus_per_node

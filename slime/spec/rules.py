@@ -12,8 +12,16 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Literal
 
-from slime.spec.engine_flags import BUILTIN_ENGINE_ARGS, builtin_engine_arg, normalize_flag, sglang_reserved
+from slime.spec.engine_flags import (
+    BUILTIN_ENGINE_ARGS,
+    EP_FLAGS,
+    builtin_engine_arg,
+    normalize_flag,
+    reserved_hint,
+    sglang_reserved,
+)
 from slime.spec.layout import LayoutError, plan_layout
+from slime.spec.megatron_model import ATTENTION_BACKENDS, MegatronConfigError, ModelShape, parallel_findings
 from slime.spec.resolve import model_config
 from slime.spec.types import SandboxSpec, Spec
 
@@ -22,8 +30,9 @@ Rule = Callable[[Spec], Iterator[Finding]]
 RULES: list[Rule] = []
 WARNINGS: list[Rule] = []
 RAW_RULES: list[Rule] = []  # run on the spec as written, before derived values are filled in
+RAW_WARNINGS: list[Rule] = []  # warnings about what was written (resolve() changes it)
 
-__all__ = ["RAW_RULES", "RULES", "WARNINGS", "all_rules", "check", "check_raw"]
+__all__ = ["RAW_RULES", "RAW_WARNINGS", "RULES", "WARNINGS", "all_rules", "check", "check_raw"]
 
 
 def rule(fn: Rule) -> Rule:
@@ -39,6 +48,23 @@ def warning(fn: Rule) -> Rule:
 def raw_rule(fn: Rule) -> Rule:
     RAW_RULES.append(fn)
     return fn
+
+
+def raw_warning(fn: Rule) -> Rule:
+    RAW_WARNINGS.append(fn)
+    return fn
+
+
+@raw_warning
+def sequence_parallel_without_tensor(s: Spec) -> Iterator[Finding]:
+    p = s.train.parallel
+    if p.sequence_parallel and p.tensor == 1:
+        yield (
+            "train.parallel.sequence_parallel",
+            "sequence parallelism does nothing with tensor 1; megatron turns it off, and the resolved spec "
+            "says sequence_parallel: false",
+            "remove it, or set train.parallel.tensor > 1",
+        )
 
 
 @raw_rule
@@ -220,50 +246,119 @@ def parallel_sizes(s: Spec) -> Iterator[Finding]:
             "choose parallel sizes whose product divides the trainer GPU count",
         )
         return
-    if p.expert > 1 and (world // (p.tensor * p.pipeline)) % p.expert:
+    # megatron-core >= 0.9 lays experts out on their own grid (parallel_state.initialize_model_parallel):
+    # expert_tensor x expert x pipeline must divide the world; expert parallelism folds over data x context.
+    etp = p.expert_tensor or p.tensor
+    ep_grid = etp * p.expert * p.pipeline
+    if world % ep_grid:
         yield (
             "train.parallel.expert",
-            f"expert {p.expert} does not divide {world // (p.tensor * p.pipeline)} "
-            "(trainer GPUs / (tensor x pipeline))",
-            "pick an expert-parallel size that divides it",
+            f"expert_tensor {etp} x expert {p.expert} x pipeline {p.pipeline} = {ep_grid} does not divide the "
+            f"{world} trainer GPUs (megatron-core's expert grid)",
+            "pick expert (and expert_tensor) sizes whose product with pipeline divides the trainer GPU count",
         )
-    if p.sequence_parallel and p.tensor == 1:
-        yield (
-            "train.parallel.sequence_parallel",
-            "sequence parallelism needs tensor > 1",
-            "set train.parallel.tensor > 1 or sequence_parallel: false",
-        )
-    if (mp > 1 or p.expert > 1) and s.train.backend == "torch":
+    if (mp > 1 or p.expert > 1 or etp > 1) and s.train.backend == "torch":
         yield (
             "train.parallel",
             "the torch backend is data-parallel only (tensor/pipeline/context/expert must be 1)",
             "use train.backend: megatron for model parallelism",
         )
-    cfg = model_config(s.model.path)
-    heads, groups = _attention_heads(cfg)
-    if heads and p.tensor > 1 and (heads % p.tensor or groups % p.tensor):
+
+
+_TE_ONLY_MOE = dict.fromkeys(("moe_grouped_gemm", "moe_permute_fusion", "moe_router_fusion"), True)
+
+
+@rule
+def megatron_model(s: Spec) -> Iterator[Finding]:
+    """What the megatron backend checks at launch, run here when model.path/config.json is readable."""
+    if s.train.backend != "megatron":
+        return
+    requested = s.train.backend_args.get("attention-backend", s.train.backend_args.get("attention_backend"))
+    if requested is not None and requested not in ATTENTION_BACKENDS:
+        key = "attention-backend" if "attention-backend" in s.train.backend_args else "attention_backend"
         yield (
-            "train.parallel.tensor",
-            f"tensor {p.tensor} does not divide the model's {heads} attention heads"
-            + (f" and {groups} key/value heads" if groups != heads else "")
-            + " (Megatron splits both across the tensor-parallel ranks)",
-            f"choose a tensor size that divides {heads if groups == heads else f'{heads} and {groups}'}",
+            f"train.backend_args.{key}",
+            f"attention backend {requested!r} is not one of {', '.join(ATTENTION_BACKENDS)}",
+            "flash/fused/unfused/local/auto are megatron-core's names; te and sdpa pick a layer spec directly",
         )
-    if cfg and p.pipeline > 1 and isinstance(cfg.get("num_hidden_layers"), int):
-        if cfg["num_hidden_layers"] % p.pipeline:
+    cfg = model_config(s.model.path)
+    if cfg is None:
+        return
+    try:
+        shape = ModelShape.from_hf_config(cfg)
+    except MegatronConfigError as exc:
+        for message in exc.problems:
+            yield ("model.path", f"{message} ({s.model.path}/config.json)", "use train.backend: torch for this model")
+        return
+    p = s.train.parallel
+    yield from parallel_findings(
+        shape,
+        tp=p.tensor,
+        pp=p.pipeline,
+        cp=p.context,
+        ep=p.expert,
+        etp=p.expert_tensor,
+        sequence_parallel=p.sequence_parallel,
+        attention_backend=None if requested in (None, "auto", "flash") else str(requested),
+    )
+    if shape.mla and requested in ("local", "unfused"):
+        yield (
+            "train.backend_args.attention-backend",
+            f"attention-backend {requested}: megatron-core's local DotProductAttention cannot take multi-latent "
+            "attention's different key and value head sizes",
+            "use auto or sdpa",
+        )
+    for key, value in s.train.backend_args.items():
+        if shape.moe and _TE_ONLY_MOE.get(key.replace("-", "_")) and value not in (False, None):
             yield (
-                "train.parallel.pipeline",
-                f"pipeline {p.pipeline} does not divide the model's {cfg['num_hidden_layers']} layers",
-                "choose a pipeline size that divides num_hidden_layers",
+                f"train.backend_args.{key}",
+                f"'{key}' needs Transformer Engine layer specs, which the megatron backend does not map for MoE "
+                "models (its experts run one by one as SequentialMLP)",
+                "remove it",
             )
-    if cfg and p.expert > 1:
-        experts = cfg.get("num_experts") or cfg.get("num_local_experts")
-        if isinstance(experts, int) and experts % p.expert:
+    if requested in ("te", "fused") and (shape.moe or shape.mla):
+        yield (
+            "train.backend_args.attention-backend",
+            f"attention-backend {requested} uses Transformer Engine layer specs, which are not mapped for "
+            f"{shape.family} (MoE / multi-latent attention) models",
+            "use auto or sdpa",
+        )
+
+
+@rule
+def sglang_expert_parallel(s: Spec) -> Iterator[Finding]:
+    """SGLang runs an engine's MoE layers on ep x (tp / ep) ranks and gives each EP rank experts / ep experts
+    (it asserts both divide); a wrong --ep-size fails only when the engine starts, after the queue wait."""
+    r = s.rollout
+    if r.backend != "sglang":
+        return
+    pp = next((v for k, v in r.engine_args.items() if _flag(k) in ("pp-size", "pipeline-parallel-size")), 1)
+    tp = r.gpus_per_engine // pp if isinstance(pp, int) and pp >= 1 and r.gpus_per_engine % pp == 0 else None
+    cfg = model_config(s.model.path) or {}
+    experts = next((cfg[k] for k in ("num_experts", "num_local_experts", "n_routed_experts") if k in cfg), None)
+    for key, ep in r.engine_args.items():
+        if _flag(key) not in EP_FLAGS:
+            continue
+        path = f"rollout.engine_args.{key}"
+        if not isinstance(ep, int) or isinstance(ep, bool) or ep < 1:
+            yield (path, f"SGLang's expert-parallel size must be a positive integer, got {ep!r}", None)
+        elif tp is not None and tp % ep:
             yield (
-                "train.parallel.expert",
-                f"expert {p.expert} does not divide the model's {experts} experts",
-                "choose an expert-parallel size that divides the expert count",
+                path,
+                f"SGLang's expert-parallel size {ep} does not divide the engine's tensor-parallel size {tp} "
+                "(rollout.gpus_per_engine / pp-size): its MoE layers run on ep x tp/ep ranks",
+                f"choose an ep-size that divides {tp}",
             )
+        elif isinstance(experts, int) and experts % ep:
+            yield (
+                path,
+                f"SGLang's expert-parallel size {ep} does not divide the model's {experts} experts",
+                "choose an ep-size that divides the expert count",
+            )
+
+
+def _flag(key: str) -> str:
+    return key.strip().lstrip("-").replace("_", "-")
 
 
 def _attention_heads(cfg: dict | None) -> tuple[int | None, int | None]:
@@ -282,6 +377,7 @@ _SPEC_OWNED_BACKEND_ARGS = {
     "pipeline_model_parallel_size": "train.parallel.pipeline",
     "context_parallel_size": "train.parallel.context",
     "expert_model_parallel_size": "train.parallel.expert",
+    "expert_tensor_parallel_size": "train.parallel.expert_tensor",
     "sequence_parallel": "train.parallel.sequence_parallel",
     "bf16": "train.precision",
     "fp16": "train.precision",
@@ -303,6 +399,25 @@ _SPEC_OWNED_BACKEND_ARGS = {
             "activation_func",
             "num_moe_experts",
             "moe_router_topk",
+            "moe_ffn_hidden_size",
+            "moe_layer_freq",
+            "moe_router_score_function",
+            "moe_router_pre_softmax",
+            "moe_router_enable_expert_bias",
+            "moe_router_num_groups",
+            "moe_router_group_topk",
+            "moe_router_topk_scaling_factor",
+            "moe_shared_expert_intermediate_size",
+            "moe_shared_expert_gate",
+            "qk_layernorm",
+            "multi_latent_attention",
+            "q_lora_rank",
+            "kv_lora_rank",
+            "qk_head_dim",
+            "qk_pos_emb_head_dim",
+            "v_head_dim",
+            "rotary_base",
+            "rope_type",
         ),
         "the model's config.json",
     ),
@@ -516,7 +631,7 @@ def engine_args_known(s: Spec) -> Iterator[Finding]:
             yield (
                 f"rollout.engine_args.{key}",
                 f"slime-submit sets --{hit} itself from the spec and the layout{abbr}",
-                "remove it (change rollout.gpus_per_engine / model.path / model.tokenizer instead)",
+                f"remove it (change {reserved_hint(hit)} instead)",
             )
         elif r.backend == "builtin" and builtin_engine_arg(key) is None:
             yield (
@@ -707,9 +822,10 @@ def slurm_limits_run_locally(s: Spec) -> Iterator[Finding]:
                 )
 
 
-def check_raw(spec: Spec) -> list[Finding]:
-    """Rules about what was written (before ``resolve`` fills derived values)."""
-    return [f for fn in RAW_RULES for f in fn(spec)]
+def check_raw(spec: Spec) -> list[tuple[Literal["error", "warning"], Finding]]:
+    """Rules about what was written (before ``resolve`` fills derived values), with their severity."""
+    out: list[tuple[Literal["error", "warning"], Finding]] = [("error", f) for fn in RAW_RULES for f in fn(spec)]
+    return out + [("warning", f) for fn in RAW_WARNINGS for f in fn(spec)]
 
 
 def all_rules(*, check_paths: bool | Literal["warn"] = False) -> list[tuple[Literal["error", "warning"], Rule]]:

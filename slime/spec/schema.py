@@ -173,6 +173,8 @@ FLAG_ALIASES = {
     "ep": "train.parallel.expert",
     "expert_model_parallel_size": "train.parallel.expert",
     "expert_parallel_size": "train.parallel.expert",
+    "etp": "train.parallel.expert_tensor",
+    "expert_tensor_parallel_size": "train.parallel.expert_tensor",
     "sp": "train.parallel.sequence_parallel",
     "actor_num_nodes": "train.nodes",
     "actor_num_gpus_per_node": "train.gpus_per_node",

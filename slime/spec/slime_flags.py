@@ -49,6 +49,7 @@ DIRECT: dict[str, tuple[str, str]] = {
     "--rollout-top-p": ("rollout.top_p", "float"),
     "--rollout-top-k": ("rollout.top_k", "int"),
     "--rollout-stop": ("rollout.stop", "list"),
+    "--sglang-enable-deterministic-inference": ("rollout.deterministic", "bool"),
     "--global-batch-size": ("train.global_batch_size", "int"),
     "--num-steps-per-rollout": ("train.num_steps_per_rollout", "int"),
     "--micro-batch-size": ("train.micro_batch_size", "int"),
@@ -58,6 +59,7 @@ DIRECT: dict[str, tuple[str, str]] = {
     "--pipeline-model-parallel-size": ("train.parallel.pipeline", "int"),
     "--context-parallel-size": ("train.parallel.context", "int"),
     "--expert-model-parallel-size": ("train.parallel.expert", "int"),
+    "--expert-tensor-parallel-size": ("train.parallel.expert_tensor", "int"),
     "--sequence-parallel": ("train.parallel.sequence_parallel", "bool"),
     "--seed": ("train.seed", "int"),
     "--lr": ("train.optimizer.lr", "float"),
@@ -192,6 +194,12 @@ SLIME_SGLANG_OWN = {
 }
 
 _REASONS = {
+    # Megatron performance switches that need Transformer Engine layer specs, which the megatron backend
+    # does not map for MoE models: its experts run as SequentialMLP (not an accepted-and-ignored setting)
+    "--moe-grouped-gemm": "grouped expert GEMM needs Transformer Engine layer specs; the megatron backend runs "
+    "MoE experts one by one (SequentialMLP)",
+    "--moe-permute-fusion": "a Transformer Engine kernel; the megatron backend's MoE runs without it",
+    "--moe-router-fusion": "a Transformer Engine kernel; the megatron backend's MoE runs without it",
     "--balance-data": "token-balanced data-parallel partitioning is not configurable in slime/v1",
     "--balance-by-flops": "FLOP-balanced partitioning is not configurable in slime/v1",
     "--offload": "offloading is decided by the runtime (colocated runs offload in turn)",

@@ -142,7 +142,12 @@ class Parallel(_Section, kw_only=True):
     pipeline: Annotated[int, D("Pipeline-parallel size.", ge=1)] = 1
     context: Annotated[int, D("Context-parallel size.", ge=1)] = 1
     expert: Annotated[int, D("Expert-parallel size (MoE).", ge=1)] = 1
-    sequence_parallel: Annotated[bool, D("Megatron sequence parallelism (needs tensor > 1).")] = False
+    expert_tensor: Annotated[
+        Annotated[int, Meta(ge=1)] | None, D("Tensor-parallel size inside each expert (derived: tensor).")
+    ] = None
+    sequence_parallel: Annotated[
+        bool, D("Megatron sequence parallelism (with tensor 1 megatron turns it off: resolved to false).")
+    ] = False
 
 
 class DynamicBatch(_Section, kw_only=True):
@@ -250,6 +255,13 @@ class Rollout(_Section, kw_only=True):
     top_p: Annotated[float, D("Nucleus sampling mass.", gt=0, le=1)] = 1.0
     top_k: Annotated[int, D("Top-k sampling (-1 = off).", ge=-1)] = -1
     stop: Annotated[tuple[str, ...], D("Stop strings.")] = ()
+    deterministic: Annotated[
+        bool,
+        D(
+            "Reproducible sampling from the per-request seeds: SGLang engines start with "
+            "--enable-deterministic-inference (batch-invariant kernels: slower); the built-in engine always is."
+        ),
+    ] = False
     weight_sync: Annotated[
         Literal["disk", "nccl", "delta"] | None,
         D("How new weights reach engines (derived: nccl for disaggregated sglang without pipeline stages, else disk)."),

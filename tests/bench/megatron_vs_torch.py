@@ -208,6 +208,9 @@ def main() -> int:
     from slime.backends.megatron.backend import model_flops_per_token
     from slime.backends.megatron.config import ModelShape
 
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("# skipped: no CUDA device (this benchmark measures GPU step time)")
+        return 0
     peak = args.peak_tflops * 1e12 if args.peak_tflops else None
     if peak is None and args.device == "cuda" and torch.cuda.is_available():
         name = torch.cuda.get_device_name(0)

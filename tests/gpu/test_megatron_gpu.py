@@ -1,14 +1,19 @@
-"""Megatron backend on a real GPU: bf16, distributed optimizer, gradient clipping, each attention backend.
+"""Megatron backend on a real GPU: bf16, distributed optimizer, gradient clipping, each attention backend,
+the MoE / MLA families, exact resume; runnable on ONE GPU (a lent test machine has one H200).
 
-Skips cleanly without CUDA or megatron-core. Each case runs in its own process
-(world size 1, NCCL) so megatron's global parallel state never leaks between
-cases or into the pytest process. Prints step time and MFU (``-s`` to see them).
+Skips cleanly without CUDA or megatron-core. Each case runs in its own process(es) (NCCL) so
+megatron's global parallel state never leaks between cases or into the pytest process. Prints
+step time and MFU (``-s`` to see them). Every check compares tensors, so a wrong backend fails:
 
-Checks: Megatron log-probs match the HF model's bf16 forward on the same
-weights (bf16 tolerance); one training step on a batch whose advantages are all
-+1 raises the log-probs of that batch (the loss decreases); the SDPA and the
-local (unfused) attention give the same log-probs; the exported HF checkpoint
-loads. With >= 2 GPUs, TP=2 matches TP=1.
+* bf16, per attention backend: Megatron log-probs match the HF model's bf16 forward on the same
+  weights (bf16 tolerance); one step on a batch whose advantages are all +1 raises its log-probs;
+  the exported checkpoint holds exactly the trained tensors (bit-exact in bf16) and HF loading it
+  reproduces the trained model's log-probs; SDPA and the local (unfused) attention agree.
+* fp32, Qwen3 / Qwen3-MoE / Qwen2-MoE / DeepSeek-V3 (tiny, transformers' own classes): log-probs
+  equal HF's (fp32 tolerance), a step lowers the loss, the export reproduces the trained model.
+* fp32 with the distributed optimizer: save -> step -> load -> step gives the same log-probs, and
+  the CUDA RNG stream is restored.
+* With >= 2 GPUs: TP=2 gives TP=1's log-probs, losses and gradient norm (fp32).
 """
 
 from __future__ import annotations
@@ -67,14 +72,17 @@ def model_dir(tmp_path_factory) -> Path:
     )
 
 
-def _run(model_dir: Path, out: Path, *, attention: str, tp: int = 1) -> list[dict]:
+def _run(model_dir: Path, out: Path, *, tp: int = 1, **args) -> list[dict]:
     port = _free_port()
+    out.mkdir(parents=True, exist_ok=True)
+    payload = json.dumps({"model_dir": str(model_dir), "out": str(out), "tp": tp, "port": port, **args})
     procs = []
     for rank in range(tp):
         env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": str(rank)}
+        env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS for the resume check
         procs.append(
             subprocess.Popen(
-                [sys.executable, __file__, str(model_dir), str(out), attention, str(rank), str(tp), str(port)],
+                [sys.executable, __file__, payload, str(rank)],
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -91,40 +99,60 @@ def _run(model_dir: Path, out: Path, *, attention: str, tp: int = 1) -> list[dic
 
 
 @pytest.mark.parametrize("attention", ["sdpa", "local", "auto"])
-def test_one_step_bf16(model_dir, tmp_path, attention):
-    (r,) = _run(model_dir, tmp_path, attention=attention)
+def test_one_step_bf16_and_the_export_is_the_trained_model(model_dir, tmp_path, attention):
+    (r,) = _run(model_dir, tmp_path, mode="bf16", attention=attention)
     assert r["logp_mean_abs_diff_vs_hf"] < 0.02, r  # bf16 forward vs bf16 forward, different kernels
     assert r["logp_max_abs_diff_vs_hf"] < 0.3, r
     assert r["mean_logp_after"] > r["mean_logp_before"], r  # the all-positive-advantage step helped
-    assert r["pg_loss_after"] < r["pg_loss_before"], r
-    assert r["export_loads"] and r["grad_norm"] > 0, r
+    assert r["grad_norm"] > 0, r
+    assert r["export_tensors_equal"] and r["export_tensor_count"] == r["hf_tensor_count"], r
+    assert r["export_logp_mean_abs_diff"] < 0.02 and r["export_logp_max_abs_diff"] < 0.3, r
+    assert r["trained_moved_logp"] > 1e-3, r  # and the trained model is not the initial one
 
 
 def test_sdpa_matches_local_attention(model_dir, tmp_path):
-    (a,) = _run(model_dir, tmp_path / "a", attention="sdpa")
-    (b,) = _run(model_dir, tmp_path / "b", attention="local")
+    (a,) = _run(model_dir, tmp_path / "a", mode="bf16", attention="sdpa")
+    (b,) = _run(model_dir, tmp_path / "b", mode="bf16", attention="local")
     diff = (torch.tensor(a["logp_before_sample"]) - torch.tensor(b["logp_before_sample"])).abs().max().item()
     assert diff < 0.05, diff
 
 
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+@pytest.mark.parametrize("family", ["qwen3", "qwen3_moe", "qwen2_moe", "deepseek_v3"])
+def test_model_families_match_hf_in_fp32(tmp_path, family):
+    from tests.fixtures.tiny_families import build
+
+    build(family, tmp_path / family)
+    (r,) = _run(tmp_path / family, tmp_path / "out", mode="family")
+    assert r["logp_max_abs_diff_vs_hf"] < 1e-3, r
+    assert r["pg_loss_after"] < r["pg_loss_before"], r
+    assert r["export_logp_max_abs_diff"] < 1e-3 and r["trained_moved_logp"] > 1e-3, r
+    if family != "qwen3":
+        assert 1.0 <= r["moe_load_balancing_loss"] < 4.0, r
+
+
+def test_resume_is_exact_with_the_distributed_optimizer(model_dir, tmp_path):
+    (r,) = _run(model_dir, tmp_path, mode="resume")
+    assert r["moved_after_save"] > 1e-4, r  # the step after the save changed the model
+    assert r["repeat_max_abs_diff"] < 1e-5, r  # ... and repeating it from the checkpoint gives the same model
+    assert r["cuda_rng_restored"], r
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs: NCCL cannot put two ranks on one GPU")
 def test_tp2_matches_tp1(model_dir, tmp_path):
-    (one,) = _run(model_dir, tmp_path / "tp1", attention="sdpa")
-    two = _run(model_dir, tmp_path / "tp2", attention="sdpa", tp=2)
-    assert abs(two[0]["grad_norm"] - one["grad_norm"]) / one["grad_norm"] < 0.05
-    assert abs(two[0]["pg_loss_before"] - one["pg_loss_before"]) < 1e-2
+    (one,) = _run(model_dir, tmp_path / "tp1", mode="compare")
+    two = _run(model_dir, tmp_path / "tp2", mode="compare", tp=2)
+    for r in two:
+        for key in ("logp_before", "logp_after"):
+            diff = (torch.tensor(r[key]) - torch.tensor(one[key])).abs().max().item()
+            assert diff < 1e-4, (key, diff)
+        for key in ("pg_loss", "grad_norm"):
+            assert r[key] == pytest.approx(one[key], rel=1e-4), key
 
 
 # ----------------------------------------------------------------------------- worker
-def _worker(model_dir: str, out: str, attention: str, rank: int, tp: int, port: int) -> None:
-    import time
-
+def _spec(args: dict, *, precision: str, attention: str = "auto", distributed: bool = True, lr: float = 1e-4):
     import msgspec
-    from transformers import AutoModelForCausalLM
 
-    from slime.backends.base import RankInfo, TrainBatch
-    from slime.backends.megatron.backend import MegatronTrainBackend, mfu, model_flops_per_token
-    from slime.rl.losses import logprobs_from_logits
     from slime.spec.resolve import resolve
     from slime.spec.types import Spec
 
@@ -132,79 +160,179 @@ def _worker(model_dir: str, out: str, attention: str, rank: int, tp: int, port: 
         "apiVersion": "slime/v1",
         "kind": "RLJob",
         "name": "gpu",
-        "model": {"path": model_dir},
+        "model": {"path": args["model_dir"]},
         "data": {"prompts": "unused.jsonl"},
         "rollout": {"num_rollouts": 10},
         "train": {
             "backend": "megatron",
-            "parallel": {"tensor": tp},
+            "parallel": {"tensor": args["tp"], "sequence_parallel": args["tp"] > 1},
             "micro_batch_size": 4,
-            "precision": "bf16",
+            "precision": precision,
             "backend_args": {"attention-backend": attention},
-            "optimizer": {"lr": 1e-4, "distributed": True, "clip_grad": 1.0},
+            "optimizer": {"lr": lr, "lr_schedule": "linear", "distributed": distributed, "clip_grad": 1.0},
         },
     }
-    spec = resolve(msgspec.convert(data, Spec), Path(out))
+    return resolve(msgspec.convert(data, Spec), Path(args["out"]))
+
+
+def _backend(args: dict, rank: int, spec):
+    from slime.backends.base import RankInfo
+    from slime.backends.megatron.backend import MegatronTrainBackend
+
     b = MegatronTrainBackend()
-    b.init(
-        spec,
-        RankInfo(rank=rank, world_size=tp, master_addr="127.0.0.1", master_port=port, device="cuda:0"),
-        Path(model_dir),
-        role="actor",
+    info = RankInfo(
+        rank=rank, world_size=args["tp"], master_addr="127.0.0.1", master_port=args["port"], device="cuda:0"
     )
+    b.init(spec, info, Path(args["model_dir"]), role="actor")
+    return b
+
+
+def _batch(B: int, T: int, vocab: int, *, prompt: int):
+    from slime.backends.base import TrainBatch
+
     g = torch.Generator().manual_seed(0)
-    B, T = 8, 512
-    tokens = torch.randint(5, 250, (B, T), generator=g)
-    am = torch.ones(B, T, dtype=torch.long)
+    tokens = torch.randint(5, vocab, (B, T), generator=g)
     rm = torch.ones(B, T - 1)
-    rm[:, :64] = 0
-    batch = TrainBatch(tokens=tokens, attention_mask=am, response_mask=rm, advantages=torch.ones(B, T - 1))
-    before = b.log_probs(batch, temperature=1.0)
-    hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa").cuda()
+    rm[:, :prompt] = 0
+    adv = torch.ones(B, T - 1)
+    adv[1::2] = -0.5
+    return TrainBatch(
+        tokens=tokens, attention_mask=torch.ones(B, T, dtype=torch.long), response_mask=rm, advantages=adv
+    )
+
+
+def _hf_logp(model_dir, tokens, dtype):
+    from transformers import AutoModelForCausalLM
+
+    from slime.rl.losses import logprobs_from_logits
+
+    hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation="sdpa").cuda()
     with torch.no_grad():
-        ref = logprobs_from_logits(hf(tokens.cuda()).logits[:, :-1], tokens[:, 1:].cuda()).cpu()
+        out = logprobs_from_logits(hf(tokens.cuda()).logits.float()[:, :-1], tokens[:, 1:].cuda()).cpu()
     del hf
-    m = rm.bool()
+    return out
+
+
+def _export_checks(b, out: Path, tokens, after, m, dtype) -> dict:
+    from slime.backends.megatron.hf_io import read_tensors
+
+    export = b.export_weights(out / "export")
+    saved = read_tensors(export)
+    trained = {n: t.to(dtype).cpu() for n, t in b.iter_hf_weights()}
+    exp = _hf_logp(export, tokens, dtype)
+    return {
+        "export_tensors_equal": sorted(saved) == sorted(trained)
+        and all(torch.equal(saved[n], trained[n]) for n in saved),
+        "export_tensor_count": len(saved),
+        "hf_tensor_count": len(trained),
+        "export_logp_mean_abs_diff": float((exp - after)[m].abs().mean()),
+        "export_logp_max_abs_diff": float((exp - after)[m].abs().max()),
+    }
+
+
+def _bf16(args: dict, rank: int) -> dict:
+    import time
+
+    from slime.backends.megatron.backend import mfu, model_flops_per_token
+
+    b = _backend(args, rank, _spec(args, precision="bf16", attention=args["attention"]))
+    B, T = 8, 512
+    batch = _batch(B, T, 250, prompt=64)
+    batch.advantages = torch.ones(B, T - 1)
+    m = batch.response_mask.bool()
+    before = b.log_probs(batch, temperature=1.0)
+    ref = _hf_logp(args["model_dir"], batch.tokens, torch.bfloat16)
     batch.old_log_probs = before
-    m0 = b.train_step(batch, step=0)  # pg_loss at the old policy (ratio 1): -mean(A)
+    m0 = b.train_step(batch, step=0)
     after = b.log_probs(batch, temperature=1.0)
-    m1 = b.train_step(batch, step=1)  # its pg_loss is measured at the updated policy, before its own update
     timed = []
-    for step in range(2, 5):  # speed only: the weights keep moving
+    for step in range(1, 4):  # speed only
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         b.train_step(batch, step=step)
         torch.cuda.synchronize()
         timed.append(time.perf_counter() - t0)
-    step_s = min(timed)
-    export = b.export_weights(Path(out) / "export")
-    loads = AutoModelForCausalLM.from_pretrained(export) is not None
-    peak = peak_flops()
-    tokens_per_step = B * T // tp  # each TP rank shares the same tokens; per-GPU work is 1/tp
+    trained = b.log_probs(batch, temperature=1.0)
+    step_s, peak = min(timed), peak_flops()
     result = {
         "attention": b.attention,
-        "tp": tp,
         "logp_mean_abs_diff_vs_hf": float((before - ref)[m].abs().mean()),
         "logp_max_abs_diff_vs_hf": float((before - ref)[m].abs().max()),
         "mean_logp_before": float(before[m].mean()),
         "mean_logp_after": float(after[m].mean()),
-        "pg_loss_before": m0["pg_loss"],
-        "pg_loss_after": m1["pg_loss"],
+        "trained_moved_logp": float((trained - before)[m].abs().max()),
         "grad_norm": m0["grad_norm"],
         "step_time_s": step_s,
-        "export_loads": loads,
         "logp_before_sample": before[:2, 60:80].tolist(),
         "model_tflop_per_step": model_flops_per_token(b.shape, T) * B * T / 1e12,
-        "mfu": mfu(b.shape, tokens_per_step, T, step_s, peak) if peak else None,
+        "mfu": mfu(b.shape, B * T, T, step_s, peak) if peak else None,
+        **_export_checks(b, Path(args["out"]), batch.tokens, trained, m, torch.bfloat16),
     }
-    print(
-        f"# {result['attention']} tp{tp}: step {step_s * 1e3:.1f} ms, "
-        f"{result['model_tflop_per_step'] / step_s / tp:.1f} TFLOP/s per GPU, MFU {result['mfu']}"
-    )
+    print(f"# {result['attention']}: step {step_s * 1e3:.1f} ms, MFU {result['mfu']}")
+    return result
+
+
+def _family(args: dict, rank: int) -> dict:
+    b = _backend(args, rank, _spec(args, precision="fp32", lr=1e-3))
+    batch = _batch(8, 48, 100, prompt=8)
+    m = batch.response_mask.bool()
+    before = b.log_probs(batch, temperature=1.0)
+    ref = _hf_logp(args["model_dir"], batch.tokens, torch.float32)
+    batch.old_log_probs = before
+    m0 = b.train_step(batch, step=0)
+    m1 = b.train_step(batch, step=1)
+    after = b.log_probs(batch, temperature=1.0)
+    return {
+        "logp_max_abs_diff_vs_hf": float((before - ref)[m].abs().max()),
+        "pg_loss_before": m0["pg_loss"],
+        "pg_loss_after": m1["pg_loss"],
+        "moe_load_balancing_loss": m0.get("moe_load_balancing_loss"),
+        "trained_moved_logp": float((after - before)[m].abs().max()),
+        **_export_checks(b, Path(args["out"]), batch.tokens, after, m, torch.float32),
+    }
+
+
+def _resume(args: dict, rank: int) -> dict:
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    b = _backend(args, rank, _spec(args, precision="fp32", lr=1e-3))
+    batch = _batch(8, 128, 250, prompt=16)
+    batch.old_log_probs = b.log_probs(batch, temperature=1.0)
+    b.train_step(batch, step=0)
+    b.save(Path(args["out"]) / "ckpt")
+    saved = b.log_probs(batch, temperature=1.0)
+    rng_after_save = torch.rand(4, device="cuda").tolist()
+    b.train_step(batch, step=1)
+    first = b.log_probs(batch, temperature=1.0)
+    b.load(Path(args["out"]) / "ckpt")
+    rng_after_load = torch.rand(4, device="cuda").tolist()
+    b.train_step(batch, step=1)
+    again = b.log_probs(batch, temperature=1.0)
+    return {
+        "moved_after_save": float((first - saved).abs().max()),
+        "repeat_max_abs_diff": float((again - first).abs().max()),
+        "cuda_rng_restored": rng_after_load == rng_after_save,
+    }
+
+
+def _compare(args: dict, rank: int) -> dict:
+    b = _backend(args, rank, _spec(args, precision="fp32", lr=1e-3))
+    batch = _batch(8, 128, 250, prompt=16)
+    before = b.log_probs(batch, temperature=1.0)
+    batch.old_log_probs = before
+    m0 = b.train_step(batch, step=0)
+    after = b.log_probs(batch, temperature=1.0)
+    return {
+        "logp_before": before.tolist(),
+        "logp_after": after.tolist(),
+        **{k: m0[k] for k in ("pg_loss", "grad_norm")},
+    }
+
+
+def _worker(args: dict, rank: int) -> None:
+    result = {"bf16": _bf16, "family": _family, "resume": _resume, "compare": _compare}[args["mode"]](args, rank)
     torch.distributed.destroy_process_group()
     print(json.dumps(result))
 
 
 if __name__ == "__main__":
-    a = sys.argv[1:]
-    _worker(a[0], a[1], a[2], int(a[3]), int(a[4]), int(a[5]))
+    _worker(json.loads(sys.argv[1]), int(sys.argv[2]))

@@ -209,7 +209,14 @@ def test_explain_a_leaf(capsys):
 def test_explain_a_section_lists_its_fields(capsys):
     rc, out, _ = run(capsys, "explain", "train.parallel", "--json")
     doc = json.loads(out)
-    assert rc == 0 and doc["fields"] == ["tensor", "pipeline", "context", "expert", "sequence_parallel"]
+    assert rc == 0 and doc["fields"] == [
+        "tensor",
+        "pipeline",
+        "context",
+        "expert",
+        "expert_tensor",
+        "sequence_parallel",
+    ]
     assert doc["description"] == "Tensor/pipeline/context/expert parallel sizes."
 
 

@@ -138,9 +138,8 @@ def test_parallel_rules_report_all_at_once():
         s, tp=8, pp=3, cp=2, sequence_parallel=False, world_size=20, seq_length=1001, attention_backend="local"
     )
     text = "\n".join(problems)
-    assert "num_attention_heads=28 is not divisible by train.parallel.tensor=8" in text
-    assert "query groups)=4 is not divisible by train.parallel.tensor=8" in text
-    assert "num_hidden_layers=28 is not divisible by train.parallel.pipeline=3" in text
+    assert "train.parallel.tensor=8 does not divide the model's 28 attention heads and 4 key/value heads" in text
+    assert "train.parallel.pipeline=3 does not divide the model's 28 layers" in text
     assert "needs Transformer Engine or SDPA attention (backend is 'local')" in text
     # SDPA attention is context-parallel aware now: only the divisibility rules remain
     assert parallel_problems(s, tp=2, cp=2, world_size=8, seq_length=1024, attention_backend="sdpa") == []
@@ -172,11 +171,15 @@ def test_attention_backend_choice():
     has_te = importlib.util.find_spec("transformer_engine") is not None
     assert choose_attention_backend("auto") == ("te" if has_te else "sdpa")
     assert choose_attention_backend("sdpa") == "sdpa" and choose_attention_backend("local") == "local"
-    with pytest.raises(MegatronConfigError, match="valid values are auto, te, sdpa, local"):
-        choose_attention_backend("flash")
+    # megatron-core's AttnBackend names are accepted (slime users pass --attention-backend flash)
+    assert choose_attention_backend("flash") == ("te" if has_te else "sdpa")
+    assert choose_attention_backend("unfused") == ("te" if has_te else "local")
+    with pytest.raises(MegatronConfigError, match="valid values are auto, te, sdpa, local, flash, fused, unfused"):
+        choose_attention_backend("flashy")
     if not has_te:
-        with pytest.raises(MegatronConfigError, match="transformer_engine is not installed"):
-            choose_attention_backend("te")
+        for name in ("te", "fused"):
+            with pytest.raises(MegatronConfigError, match="transformer_engine is not installed"):
+                choose_attention_backend(name)
 
 
 def test_backend_args_split_and_override():

@@ -84,7 +84,8 @@ def test_launch_script_becomes_a_valid_spec():
     assert t.checkpoint.dir == "/mnt/shared/ckpt/qwen2.5-7b-grpo" and t.checkpoint.interval == 25
     assert t.backend_args["recompute-granularity"] == "full" and t.backend_args["recompute-num-layers"] == 1
     assert t.backend_args["accumulate-allreduce-grads-in-fp32"] is True
-    assert t.backend_args["attention-dropout"] == 0.0 and t.backend_args["expert-tensor-parallel-size"] == 1
+    assert t.backend_args["attention-dropout"] == 0.0 and "expert-tensor-parallel-size" not in t.backend_args
+    assert t.parallel.expert_tensor == 1  # --expert-tensor-parallel-size is a first-class field
     r = s.rollout
     assert (r.backend, r.colocate, r.gpus_per_engine, r.gpus, r.num_engines) == ("sglang", True, 2, 16, 8)
     assert (r.batch_size, r.n_samples_per_prompt, r.num_rollouts) == (32, 8, 400)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from msgspec.structs import replace
 
 from slime.backends.megatron.config import MegatronConfigError
 from slime.backends.megatron.render import render_megatron_args
@@ -71,7 +72,7 @@ def test_megatron_args_without_a_readable_config_keep_every_other_field():
 
 
 def test_megatron_args_reject_a_layout_the_model_cannot_take():
-    with pytest.raises(MegatronConfigError, match="query groups\\)=4 is not divisible by train.parallel.tensor=8"):
+    with pytest.raises(MegatronConfigError, match="tensor=8 does not divide the model's 28 attention heads and 4 key"):
         render_megatron_args(_spec("train.parallel.tensor=8"), QWEN25_7B)
 
 
@@ -239,3 +240,34 @@ def test_each_node_starts_only_its_own_engine_processes():
     on_a = process_specs(engine_commands(_spec(), hosts=["a", "b"]), {0})
     assert [p.name for p in on_a] == ["engine0", "engine1", "engine2", "engine3"]
     assert on_a[1].url == "http://a:30020" and on_a[1].ports == (30020, 30021)
+
+
+def test_deterministic_sampling_starts_engines_in_sglangs_deterministic_mode():
+    """SGLang 0.5.23 sets every request's sampling_seed to None unless the server runs with
+    --enable-deterministic-inference (sampling/sampling_batch_info.py): reproducible sampling needs the flag."""
+    plain = list(engine_commands(_spec())[0].argv)
+    assert "--enable-deterministic-inference" not in plain
+    argv = list(engine_commands(_spec("rollout.deterministic=true"))[0].argv)
+    assert argv.count("--enable-deterministic-inference") == 1
+    with pytest.raises(SpecError, match=r"sets --enable-deterministic-inference itself") as info:  # validate
+        _spec("rollout.engine_args.enable-deterministic-inference=true")
+    assert "change rollout.deterministic: true instead" in str(info.value.problems[0].hint)
+    valid = _spec()  # the launch refuses it too, naming the same field
+    bad = replace(valid, rollout=replace(valid.rollout, engine_args={"enable-deterministic-inference": True}))
+    with pytest.raises(LaunchError, match=r"itself .*\(change rollout\.deterministic: true instead\)"):
+        engine_commands(bad)
+
+
+def test_moe_engines_take_an_expert_parallel_size_that_divides_their_tensor_parallel_size():
+
+    from slime.backends.sglang.launch import EP_FLAGS
+    from slime.spec.engine_flags import EP_FLAGS as SPEC_EP_FLAGS
+
+    assert EP_FLAGS is SPEC_EP_FLAGS  # the spec rule and the launcher know the same aliases
+    argv = list(engine_commands(_spec("rollout.gpus_per_engine=4", "rollout.engine_args.ep-size=4"))[0].argv)
+    assert argv[argv.index("--tp-size") + 1] == "4" and argv[argv.index("--ep-size") + 1] == "4"
+    valid = _spec("rollout.gpus_per_engine=4")
+    for key in EP_FLAGS:  # validate refuses these already (sglang_expert_parallel); the launcher checks again
+        bad = replace(valid, rollout=replace(valid.rollout, engine_args={key: 3}))
+        with pytest.raises(LaunchError, match=rf"engine_args\.{key}=3 must be a positive integer dividing .* size 4"):
+            engine_commands(bad)

@@ -257,6 +257,26 @@ CASES = [
         {"train.backend_args": {"recompute-granularity": "selective"}},
     ),
     (
+        "attention-backend-value",
+        "megatron_model",
+        G,
+        {"train.backend_args": {"attention-backend": "flashy"}},
+        "train.backend_args.attention-backend",
+        ["'flashy' is not one of auto, te, sdpa, local, flash, fused, unfused"],
+        ["megatron-core's names"],
+        {"train.backend_args": {"attention-backend": "flash"}},
+    ),
+    (
+        "sglang-ep-divides-engine-tp",
+        "sglang_expert_parallel",
+        G,
+        {"rollout.engine_args": {"ep-size": 4}},
+        "rollout.engine_args.ep-size",
+        ["expert-parallel size 4 does not divide the engine's tensor-parallel size 2"],
+        ["divides 2"],
+        {"rollout.engine_args": {"ep-size": 2}},
+    ),
+    (
         "mp-divides",
         "parallel_sizes",
         G,
@@ -267,24 +287,24 @@ CASES = [
         {"train.parallel.tensor": 4},
     ),
     (
-        "ep-divides",
+        "ep-grid-divides",
         "parallel_sizes",
         G,
         {"train.parallel.expert": 3},
         "train.parallel.expert",
-        ["expert 3 does not divide 8"],
-        ["divides it"],
-        {"train.parallel.expert": 4},
+        ["expert_tensor 2 x expert 3 x pipeline 1 = 6 does not divide the 16 trainer GPUs"],
+        ["product with pipeline divides"],
+        {"train.parallel.expert": 8},
     ),
     (
-        "sp-needs-tp",
+        "ep-grid-etp",
         "parallel_sizes",
         G,
-        {"train.parallel": {"tensor": 1, "sequence_parallel": True}},
-        "train.parallel.sequence_parallel",
-        ["needs tensor > 1"],
-        ["sequence_parallel: false"],
-        {"train.parallel": {"tensor": 2, "sequence_parallel": True}},
+        {"train.parallel": {"tensor": 2, "expert": 8, "expert_tensor": 4}},
+        "train.parallel.expert",
+        ["expert_tensor 4 x expert 8 x pipeline 1 = 32 does not divide the 16 trainer GPUs"],
+        ["expert_tensor"],
+        {"train.parallel": {"tensor": 2, "expert": 8, "expert_tensor": 2}},
     ),
     (
         "torch-mp",
@@ -863,8 +883,8 @@ def test_named_rule_reports_it(case):
 
 
 def test_every_rule_has_a_failing_case():
-    covered = {c[1] for c in CASES} | {"long_responses", "slurm_limits_run_locally"}
-    registered = {f.__name__ for f in rules.RULES + rules.WARNINGS + rules.RAW_RULES}
+    covered = {c[1] for c in CASES} | {"long_responses", "slurm_limits_run_locally", "sequence_parallel_without_tensor"}
+    registered = {f.__name__ for f in rules.RULES + rules.WARNINGS + rules.RAW_RULES + rules.RAW_WARNINGS}
     assert registered <= covered, f"rules without a test case: {registered - covered}"
 
 
@@ -889,37 +909,77 @@ def test_slurm_limits_under_the_local_launcher_are_warnings():
     assert all("local launcher does not apply it" in w.message for w in loaded.warnings)
 
 
+def test_sequence_parallel_with_tensor_1_is_a_warning_and_resolves_to_false():
+    """megatron turns sequence parallelism off at tensor 1 (Megatron-LM's validate_args warns); slime's own
+    scripts pass --sequence-parallel at TP 1. A warning at the field, and the resolved spec says false."""
+    loaded = load(spec(G, **{"train.parallel": {"tensor": 1, "sequence_parallel": True}}))
+    (w,) = [p for p in loaded.warnings if p.path == "train.parallel.sequence_parallel"]
+    assert w.severity == "warning" and "megatron turns it off" in w.message and "sequence_parallel: false" in w.message
+    assert "train.parallel.tensor > 1" in w.hint
+    assert loaded.spec.train.parallel.sequence_parallel is False
+    kept = load(spec(G, **{"train.parallel": {"tensor": 2, "sequence_parallel": True}}))
+    assert kept.spec.train.parallel.sequence_parallel is True
+    assert not [p for p in kept.warnings if p.path == "train.parallel.sequence_parallel"]
+
+
+def test_expert_grid_is_megatron_cores_not_data_parallel():
+    """slime's Qwen3-30B-A3B recipe: 8 GPUs, TP 4, EP 8, expert-tensor 1. The expert grid is
+    expert_tensor x expert x pipeline = 8, which divides 8 GPUs (parallel_state.initialize_model_parallel);
+    the old rule ("expert divides GPUs / (tensor x pipeline)" = 2) refused it."""
+    ok = spec(
+        G,
+        **{
+            "cluster.nodes": 1,
+            "train.parallel": {"tensor": 4, "expert": 8, "expert_tensor": 1, "sequence_parallel": True},
+            "rollout.gpus_per_engine": 8,
+            "train.global_batch_size": 32,
+        },
+    )
+    loaded = load(ok)
+    assert loaded.spec.train.parallel.expert_tensor == 1
+    derived = load(spec(G, **{"train.parallel": {"tensor": 2}}))
+    assert derived.spec.train.parallel.expert_tensor == 2  # derived: = tensor
+
+
+def _model_dir(tmp_path: Path, **config) -> str:
+    """A checkpoint dir holding only a config.json: Qwen2.5-7B's shape (28 heads, 4 KV heads), edited."""
+    model = tmp_path / "m"
+    model.mkdir(exist_ok=True)
+    base = {
+        "model_type": "qwen2",
+        "hidden_act": "silu",
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "max_position_embeddings": 32768,
+        "num_attention_heads": 28,
+        "num_hidden_layers": 28,
+        "num_key_value_heads": 4,
+        "rms_norm_eps": 1e-06,
+        "vocab_size": 152064,
+    }
+    (model / "config.json").write_text(json.dumps({**base, **config}))
+    return str(model)
+
+
 def test_tensor_parallel_must_divide_attention_and_kv_heads(tmp_path: Path):
     """A Qwen2.5-7B-shaped config: 28 heads, 4 key/value heads. Megatron asserts both divide by TP;
     SGLang needs the heads divisible by an engine's TP (KV heads divisible by it, or it by them)."""
-    model = tmp_path / "m"
-    model.mkdir()
-    (model / "config.json").write_text(
-        json.dumps(
-            {
-                "num_hidden_layers": 28,
-                "max_position_embeddings": 32768,
-                "num_attention_heads": 28,
-                "num_key_value_heads": 4,
-            }
-        )
-    )
-    bad = spec(G, **{"model.path": str(model), "train.parallel.tensor": 8, "rollout.gpus_per_engine": 8})
+    model = _model_dir(tmp_path)
+    bad = spec(G, **{"model.path": model, "train.parallel.tensor": 8, "rollout.gpus_per_engine": 8})
     found = problems(bad)
     (t,) = errors_at(found, "train.parallel.tensor")
     assert "does not divide the model's 28 attention heads and 4 key/value heads" in t.message
+    assert "divides 28 and 4" in t.hint
     (e,) = errors_at(found, "rollout.gpus_per_engine")
     assert "28 attention heads / 4 key/value heads" in e.message
-    ok = spec(G, **{"model.path": str(model), "train.parallel.tensor": 4, "rollout.gpus_per_engine": 4})
+    ok = spec(G, **{"model.path": model, "train.parallel.tensor": 4, "rollout.gpus_per_engine": 4})
     assert not errors_at(problems(ok), "train.parallel.tensor") and not errors_at(
         problems(ok), "rollout.gpus_per_engine"
     )
     # TP 2 engines on a 1-KV-head model: SGLang replicates the KV head (TP divisible by the KV heads)
-    (model / "config.json").write_text(
-        json.dumps({"num_attention_heads": 28, "num_key_value_heads": 1, "max_position_embeddings": 32768})
-    )
+    model = _model_dir(tmp_path, num_key_value_heads=1)
     assert not errors_at(
-        problems(spec(G, **{"model.path": str(model), "train.parallel.tensor": 1})), "rollout.gpus_per_engine"
+        problems(spec(G, **{"model.path": model, "train.parallel.tensor": 1})), "rollout.gpus_per_engine"
     )
 
 
@@ -929,21 +989,15 @@ def test_over_sampling_is_reported_beside_a_batch_size_error():
 
 
 def test_pipeline_must_divide_model_layers(tmp_path: Path):
-    model = tmp_path / "m"
-    model.mkdir()
-    (model / "config.json").write_text(
-        json.dumps({"num_hidden_layers": 6, "max_position_embeddings": 4096, "num_experts": 6})
-    )
-    bad = spec(G, **{"model.path": str(model), "train.parallel": {"tensor": 2, "pipeline": 4}})
+    model = _model_dir(tmp_path, num_hidden_layers=6, max_position_embeddings=4096)
+    bad = spec(G, **{"model.path": model, "train.parallel": {"tensor": 2, "pipeline": 4}})
     (p,) = errors_at(problems(bad), "train.parallel.pipeline")
-    assert "pipeline 4 does not divide the model's 6 layers" in p.message and "num_hidden_layers" in p.hint
+    assert (
+        "train.parallel.pipeline=4 does not divide the model's 6 layers" in p.message and "num_hidden_layers" in p.hint
+    )
     assert not errors_at(problems(spec(bad, **{"train.parallel.pipeline": 2})), "train.parallel.pipeline")
-    moe = spec(G, **{"model.path": str(model), "train.parallel": {"tensor": 1, "expert": 4}})
-    (p,) = errors_at(problems(moe), "train.parallel.expert")
-    assert "does not divide the model's 6 experts" in p.message
-    assert not errors_at(problems(spec(moe, **{"train.parallel.expert": 2})), "train.parallel.expert")
     # The context length comes from config.json: max_prompt_len must stay below it.
-    long = spec(G, **{"model.path": str(model), "rollout.max_prompt_len": 4096})
+    long = spec(G, **{"model.path": model, "rollout.max_prompt_len": 4096})
     (p,) = errors_at(problems(long), "rollout.max_prompt_len")
     assert "context length 4096" in p.message
 
@@ -971,7 +1025,7 @@ def test_rule_problems_are_all_reported_together():
             "algorithm.dual_clip_c": 0.5,
             "reward.type": "remote",
             "train.optimizer": {"lr": 1e-6, "min_lr": 1e-3},
-            "train.parallel.sequence_parallel": True,
+            "train.parallel.expert": 3,
             "train.parallel.tensor": 1,
         },
     )
@@ -981,5 +1035,5 @@ def test_rule_problems_are_all_reported_together():
         "algorithm.dual_clip_c",
         "reward.url",
         "train.optimizer.min_lr",
-        "train.parallel.sequence_parallel",
+        "train.parallel.expert",
     }

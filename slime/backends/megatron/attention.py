@@ -51,6 +51,8 @@ class SDPACoreAttention(MegatronModule):
         softmax_scale: float | None = None,
         cp_comm_type: str | None = None,
         pg_collection=None,
+        k_channels: int | None = None,
+        v_channels: int | None = None,
     ) -> None:
         super().__init__(config=config)
         unsupported = []
@@ -71,7 +73,9 @@ class SDPACoreAttention(MegatronModule):
         self.attn_mask_type = attn_mask_type
         self.heads = config.num_attention_heads // tp
         self.groups = config.num_query_groups // tp
-        self.head_dim = config.kv_channels
+        # multi-latent attention passes its query/key and value head sizes (they differ)
+        self.head_dim = k_channels or config.kv_channels
+        self.v_head_dim = v_channels or config.kv_channels
         self.softmax_scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(self.head_dim)
         self.dropout = config.attention_dropout if attention_dropout is None else attention_dropout
 
@@ -112,7 +116,7 @@ class SDPACoreAttention(MegatronModule):
                 dropout_p=dropout,
                 enable_gqa=self.heads != self.groups,
             )
-            return out.permute(2, 0, 1, 3).reshape(s, b, self.heads * self.head_dim)
+            return out.permute(2, 0, 1, 3).reshape(s, b, self.heads * self.v_head_dim)
         out = F.scaled_dot_product_attention(
             q,
             k,
@@ -124,24 +128,85 @@ class SDPACoreAttention(MegatronModule):
             enable_gqa=self.heads != self.groups,
         )
         # [b, h, s, d] -> [s, b, h * d]
-        return out.permute(2, 0, 1, 3).reshape(s, b, self.heads * self.head_dim)
+        return out.permute(2, 0, 1, 3).reshape(s, b, self.heads * self.v_head_dim)
 
 
-def layer_spec(attention_backend: str):
-    """The GPT layer spec for 'te', 'sdpa' or 'local' (see ``config.choose_attention_backend``)."""
+class RMSNorm(torch.nn.RMSNorm):
+    """megatron's norm constructor contract over ``torch.nn.RMSNorm`` (what its local spec builds without
+    Apex), usable with sequence parallelism: the weight is tagged ``sequence_parallel`` as megatron's fused
+    norms tag theirs, so ``finalize_model_grads`` sums its gradient over the tensor-parallel ranks (each saw
+    its slice of the sequence). megatron's own ``WrappedTorchNorm`` refuses sequence parallelism for lack of
+    exactly this, which made ``sequence_parallel: true`` — and any MoE model at tensor > 1 — impossible
+    without Transformer Engine or Apex."""
+
+    def __init__(self, config, hidden_size: int, eps: float = 1e-5, **_unused) -> None:
+        if config.normalization != "RMSNorm":
+            raise ValueError(f"normalization={config.normalization!r}: only RMSNorm is mapped")
+        super().__init__(hidden_size, eps=eps)
+        self.weight.sequence_parallel = bool(config.sequence_parallel)
+
+
+def layer_spec(attention_backend: str, config=None):
+    """The GPT layer spec for 'te', 'sdpa' or 'local' (see ``config.choose_attention_backend``).
+
+    Without Transformer Engine and given the ``config``, it is megatron's decoder block spec (one layer
+    spec per layer of this pipeline stage: dense or MoE MLP as ``moe_layer_freq`` says, self-attention or
+    MLA), local modules only, experts as ``SequentialMLP``, every norm our :class:`RMSNorm`; ``sdpa`` puts
+    :class:`SDPACoreAttention` into every layer."""
     from megatron.core.models.gpt.gpt_layer_specs import (
+        get_gpt_decoder_block_spec,
         get_gpt_layer_local_spec,
         get_gpt_layer_with_transformer_engine_spec,
     )
+    from megatron.core.transformer.identity_op import IdentityOp
 
-    if attention_backend == "te":
-        return get_gpt_layer_with_transformer_engine_spec()
-    spec = get_gpt_layer_local_spec(normalization="RMSNorm")
-    if attention_backend == "sdpa":
-        spec.submodules.self_attention.submodules.core_attention = SDPACoreAttention
-    elif attention_backend != "local":
+    if attention_backend not in ("te", "sdpa", "local"):
         raise ValueError(f"unknown attention backend {attention_backend!r}; valid: te, sdpa, local")
+    if config is not None and (config.num_moe_experts or config.multi_latent_attention):
+        from slime.backends.megatron import mcore_fixes
+
+        mcore_fixes.apply()
+        if attention_backend == "te":
+            raise ValueError("Transformer Engine layer specs are not mapped for MoE / multi-latent attention models")
+    if attention_backend == "te":
+        return get_gpt_layer_with_transformer_engine_spec(qk_layernorm=bool(config and config.qk_layernorm))
+    if config is None:  # one dense layer spec (callers without a config: conversion tests)
+        spec = get_gpt_layer_local_spec(normalization="RMSNorm")
+        layers = [spec]
+    else:
+        spec = get_gpt_decoder_block_spec(config, use_transformer_engine=False, normalization="RMSNorm")
+        spec.layer_norm = RMSNorm
+        layers = spec.layer_specs
+    for layer in layers:
+        sub = layer.submodules
+        sub.input_layernorm = sub.pre_mlp_layernorm = RMSNorm
+        attn = sub.self_attention.submodules
+        for name in ("q_layernorm", "k_layernorm", "kv_layernorm"):
+            if getattr(attn, name, IdentityOp) not in (IdentityOp, None):
+                setattr(attn, name, RMSNorm)
+        if attention_backend == "sdpa":
+            attn.core_attention = SDPACoreAttention
+        if hasattr(attn, "linear_kv_down_proj"):
+            _replicated_mla_down_projections(attn)
     return spec
+
+
+def _replicated_mla_down_projections(attn) -> None:
+    """Multi-latent attention's q/kv down-projections as one full (replicated) linear per tensor-parallel rank.
+
+    megatron-core 0.16.1's local spec builds them column-parallel and all-gathers their output; the rope
+    part of the kv down-projection (``k_pos_emb``, shared by all heads) then gets on each rank only its own
+    heads' gradient, never summed: wrong gradients at tensor > 1 (found by the TP=2 x EP=2 test, ~1-10 %
+    off in the layers below). Replicated, as the Transformer Engine spec builds them, with sequence
+    parallelism megatron gathers ``k_pos_emb`` over the sequence and its backward sums the heads' parts;
+    megatron's ``Linear`` (modelopt) tags the weights ``sequence_parallel`` so their gradients, computed on
+    each rank's slice of the sequence, are summed too. Hence MLA at tensor > 1 needs sequence parallelism
+    (a spec rule)."""
+    from megatron.core.post_training.modelopt.layers import Linear
+
+    attn.linear_kv_down_proj = Linear
+    if attn.linear_q_down_proj is not None:
+        attn.linear_q_down_proj = Linear
 
 
 def state_dict_naming(attention_backend: str) -> str:

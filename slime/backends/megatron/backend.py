@@ -91,15 +91,19 @@ class MegatronTrainBackend(TrainBackend):
         self.spec, self.role, self.model_dir, self.rank_info = spec, role, Path(model_dir), rank
         t, par = spec.train, spec.train.parallel
         self.tp, self.pp, self.cp = par.tensor, par.pipeline, par.context
+        self.ep, self.etp = par.expert, par.expert_tensor or par.tensor
         self.shape = mcfg.ModelShape.from_hf_config(json.loads((self.model_dir / "config.json").read_text()))
         ours, overrides = mcfg.split_backend_args(t.backend_args)
-        self.attention = mcfg.choose_attention_backend(str(ours.get("attention_backend", "auto")))
+        requested = str(ours.get("attention_backend", "auto"))
+        self.attention = mcfg.choose_attention_backend(requested, self.shape)
         mcfg.check_parallel(
             self.shape,
             tp=self.tp,
             pp=self.pp,
             cp=self.cp,
-            sequence_parallel=par.sequence_parallel,
+            ep=self.ep,
+            etp=self.etp,
+            sequence_parallel=par.sequence_parallel and self.tp > 1,
             world_size=rank.world_size,
             attention_backend=self.attention,
         )
@@ -116,7 +120,11 @@ class MegatronTrainBackend(TrainBackend):
             )
         if not ps.model_parallel_is_initialized():
             ps.initialize_model_parallel(
-                tensor_model_parallel_size=self.tp, pipeline_model_parallel_size=self.pp, context_parallel_size=self.cp
+                tensor_model_parallel_size=self.tp,
+                pipeline_model_parallel_size=self.pp,
+                context_parallel_size=self.cp,
+                expert_model_parallel_size=self.ep,
+                expert_tensor_parallel_size=self.etp,
             )
         self.coords = mcfg.rank_coords(rank.rank, rank.world_size, tp=self.tp, pp=self.pp, cp=self.cp)
         torch.manual_seed(t.seed)
@@ -133,9 +141,12 @@ class MegatronTrainBackend(TrainBackend):
                 tp=self.tp,
                 pp=self.pp,
                 cp=self.cp,
-                sequence_parallel=par.sequence_parallel,
+                ep=self.ep,
+                etp=self.etp,
+                sequence_parallel=par.sequence_parallel and self.tp > 1,
                 precision=t.precision,
                 attention_backend=self.attention,
+                mcore_attention=mcfg.mcore_attention_backend(requested),
                 overrides={**base, **overrides},
             )
         )
@@ -144,7 +155,7 @@ class MegatronTrainBackend(TrainBackend):
         model_shape = dataclasses.replace(self.shape, tie_embeddings=False) if critic else self.shape
         model = GPTModel(
             config=self.config,
-            transformer_layer_spec=layer_spec(self.attention),
+            transformer_layer_spec=layer_spec(self.attention, self.config),
             pre_process=self.first_stage,
             post_process=self.last_stage,
             **mcfg.gpt_model_kwargs(model_shape, tp=self.tp),
@@ -157,6 +168,11 @@ class MegatronTrainBackend(TrainBackend):
         self._load_hf_into(model, self.model_dir)
         model.to(self.device)
         self.gpt = model
+        self.moe_meter = None
+        if self.shape.moe is not None:
+            from slime.backends.megatron.moe_metrics import LoadBalancingMeter
+
+            self.moe_meter = LoadBalancingMeter(model)
         if t.precision in ("bf16", "fp16"):
             from megatron.core.transformer.module import Float16Module
 
@@ -169,40 +185,38 @@ class MegatronTrainBackend(TrainBackend):
         self._build_optimizer(model)
 
     def _load_hf_into(self, model: torch.nn.Module, model_dir: Path) -> None:
+        """Read only this rank's tensors (its stage's layers, its experts) and load its TP/EP slice."""
+        from megatron.core import parallel_state as ps
+
         per = self.shape.num_layers // self.pp
-        lo = self.coords.pp * per
-        wanted = [
-            n
-            for n in convert.iter_hf_names(self.shape)
-            if not n.startswith("model.layers.") or lo <= int(n.split(".")[2]) < lo + per
-        ]
         critic = self.role == "critic"
         tied = self.shape.tie_embeddings or critic  # the critic's output layer is its value head
-        hf = hf_io.read_tensors(model_dir, wanted + ([] if tied else ["lm_head.weight"]))
+        stage = dataclasses.replace(self.shape.stage(self.coords.pp * per, per), tie_embeddings=tied)
+        ep_rank = ps.get_expert_model_parallel_rank() if self.ep > 1 else 0
+        stage, experts = convert.local_experts(stage, self.ep, ep_rank)
+        wanted = [convert.global_expert_name(n, experts) for n in convert.iter_hf_names(stage)]
+        hf = hf_io.read_tensors(model_dir, wanted)
         missing = [n for n in wanted if n not in hf]
         if missing:
             raise convert.ConversionError(f"{model_dir}: checkpoint lacks {len(missing)} tensor(s), e.g. {missing[:3]}")
-        # Renumber this stage's layers as if it were the whole model, then convert and slice for TP.
-        local = {
-            (
-                f"model.layers.{int(n.split('.')[2]) - lo}." + n.split(".", 3)[3]
-                if n.startswith("model.layers.")
-                else n
-            ): v
-            for n, v in hf.items()
-        }
-        stage_shape = mcfg.ModelShape(**{**mcfg.describe(self.shape), "num_layers": per, "tie_embeddings": tied})
-        full = convert.hf_to_megatron(local, stage_shape, tp=self.tp, naming=self.naming)
+        local = {convert.local_expert_name(n, experts): v for n, v in hf.items()}
+        full = convert.hf_to_megatron(local, stage, tp=self.tp, naming=self.naming)
         if not self.first_stage:
             full.pop("embedding.word_embeddings.weight")
         if not self.last_stage:
             full.pop("decoder.final_layernorm.weight")
             full.pop("output_layer.weight", None)
         elif self.shape.tie_embeddings and self.pp > 1 and not critic:
-            full["output_layer.weight"] = convert.hf_to_megatron(local, stage_shape, tp=self.tp)[
+            full["output_layer.weight"] = convert.hf_to_megatron(local, stage, tp=self.tp)[
                 "embedding.word_embeddings.weight"
             ]
-        state = {n: convert.shard_param(n, v, self.tp, self.coords.tp) for n, v in full.items()}
+        etp_rank = ps.get_expert_tensor_parallel_rank() if self.etp > 1 else 0
+        state = {
+            n: convert.shard_param(n, v, self.etp, etp_rank)
+            if convert.is_expert_param(n)
+            else convert.shard_param(n, v, self.tp, self.coords.tp)
+            for n, v in full.items()
+        }
         result = model.load_state_dict(state, strict=False)
         missing = [
             k
@@ -295,9 +309,28 @@ class MegatronTrainBackend(TrainBackend):
                     mb[key] = padded
             mb["rows"] = rows
             out.append({k: v.to(self.device, non_blocking=True) if k != "rows" else v for k, v in mb.items()})
-        return out, plan
+        return self._same_count_for_experts(out), plan
+
+    def _same_count_for_experts(self, mbs: list[dict]) -> list[dict]:
+        """Expert-parallel ranks exchange tokens inside every MoE layer, forward and backward, so every rank of
+        an expert-parallel group (they are different data-parallel ranks) must run as many micro-batches:
+        pad with copies of the first one whose loss weight is zero (``dummy``: no log-probs, no metrics)."""
+        if self.ep == 1 or not mbs:
+            return mbs
+        from megatron.core import parallel_state as ps
+
+        most = torch.tensor([len(mbs)], device=self.device)
+        dist.all_reduce(most, op=dist.ReduceOp.MAX, group=ps.get_data_parallel_group())
+        dummy = {k: (v if k == "rows" else v[:1]) for k, v in mbs[0].items()}
+        dummy["rows"] = mbs[0]["rows"][:1]
+        dummy["dummy"] = True
+        if "response_mask" in dummy:
+            dummy["response_mask"] = torch.zeros_like(dummy["response_mask"])
+        return mbs + [dummy] * (int(most.item()) - len(mbs))
 
     def _forward(self, model, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.moe_meter is not None:
+            self.moe_meter.paused = bool(mb.get("dummy"))
         if self.cp > 1:  # megatron's rotary embedding picks the same two chunks of positions itself
             return model(mb["cp_tokens"], mb["cp_pos"], None)
         tokens = mb["tokens"]
@@ -377,7 +410,8 @@ class MegatronTrainBackend(TrainBackend):
         def loss_func(mb, logits):
             logp, _ = self._logp(logits, mb, temperature, False)
             n = min(T - 1, logp.shape[1])
-            out[mb["rows"], :n] = logp[:, :n].float().cpu()
+            if not mb.get("dummy"):
+                out[mb["rows"], :n] = logp[:, :n].float().cpu()
             return torch.zeros((), device=logits.device), {}
 
         self.model.eval()
@@ -396,7 +430,8 @@ class MegatronTrainBackend(TrainBackend):
         def loss_func(mb, head):
             v = self._cp_gather(critic_values(head))[:, :-1]
             n = min(T - 1, v.shape[1])
-            out[mb["rows"], :n] = v[:, :n].float().cpu()
+            if not mb.get("dummy"):
+                out[mb["rows"], :n] = v[:, :n].float().cpu()
             return torch.zeros((), device=head.device), {}
 
         self.model.eval()
@@ -428,6 +463,8 @@ class MegatronTrainBackend(TrainBackend):
         sums: dict[str, float] = {}
 
         def loss_func(mb, output):
+            if mb.get("dummy"):  # zero gradient, but the backward's expert collectives still run
+                return output.float().sum() * 0.0, {}
             m = mb["response_mask"]
             if sft:
                 logp, _ = self._logp(output, mb, 1.0, False)
@@ -476,6 +513,8 @@ class MegatronTrainBackend(TrainBackend):
         if ok and not sft:
             self.scheduler.step(increment=1)
         metrics = self._reduce_metrics(sums, dp_group)
+        if self.moe_meter is not None:
+            metrics["moe_load_balancing_loss"] = self.moe_meter.take(self.device)
         metrics.update(
             grad_norm=float(grad_norm) if grad_norm is not None else float("nan"),
             lr=float(opt.param_groups[0]["lr"]),
@@ -505,24 +544,43 @@ class MegatronTrainBackend(TrainBackend):
         return self.iter_hf_weights()
 
     def iter_hf_weights(self):
-        """Yield this stage's ``(hf_name, full tensor)`` pairs; every TP rank must iterate (all-gathers)."""
+        """Yield this stage's ``(hf_name, full tensor)`` pairs, every expert included; every rank must iterate
+        (TP, expert-TP and expert-parallel all-gathers)."""
+        yield from self._hf_named(self.gpt.state_dict().items())
+
+    def _hf_named(self, pairs):
+        """Megatron ``(name, local shard)`` pairs → HF ``(name, full tensor)`` pairs (collective)."""
         from megatron.core import parallel_state as ps
 
-        group = ps.get_tensor_model_parallel_group()
         offset = convert.layer_offset(self.shape.num_layers, self.pp, self.coords.pp)
-        for name, param in self.gpt.state_dict().items():
+        n_local = self.shape.moe.num_experts // self.ep if self.shape.moe else 0
+        for name, param in pairs:
             if not isinstance(param, torch.Tensor) or name.endswith("_extra_state"):
                 continue
             if name == "output_layer.weight" and self.shape.tie_embeddings:
                 continue
-            shard = param.detach()
-            if self.tp > 1 and convert.tp_split_kind(name) is not None:
-                parts = [torch.empty_like(shard) for _ in range(self.tp)]
-                dist.all_gather(parts, shard.contiguous(), group=group)
-                full = convert.gather_param(name, parts)
-            else:
-                full = shard
-            yield from convert.megatron_param_to_hf(name, full, self.shape, layer_offset=offset)
+            if not convert.is_expert_param(name):
+                full = self._gather(name, param.detach(), self.tp, ps.get_tensor_model_parallel_group())
+                yield from convert.megatron_param_to_hf(name, full, self.shape, layer_offset=offset)
+                continue
+            full = self._gather(name, param.detach(), self.etp, ps.get_expert_tensor_parallel_group())
+            per_rank = [full]
+            if self.ep > 1:  # expert-parallel rank r holds experts [r n, (r+1) n): local index i is i + r n there
+                per_rank = [torch.empty_like(full) for _ in range(self.ep)]
+                dist.all_gather(per_rank, full.contiguous(), group=ps.get_expert_model_parallel_group())
+            for r, tensor in enumerate(per_rank):
+                yield from convert.megatron_param_to_hf(
+                    name, tensor, self.shape, layer_offset=offset, expert_offset=r * n_local
+                )
+
+    @staticmethod
+    def _gather(name: str, shard: torch.Tensor, size: int, group) -> torch.Tensor:
+        """The full tensor from a (expert-)tensor-parallel group's shards (no-op when replicated or size 1)."""
+        if size == 1 or convert.tp_split_kind(name) is None:
+            return shard
+        parts = [torch.empty_like(shard) for _ in range(size)]
+        dist.all_gather(parts, shard.contiguous(), group=group)
+        return convert.gather_param(name, parts)
 
     def export_weights(self, out_dir: Path) -> Path:
         if self.role == "critic":
@@ -550,40 +608,91 @@ class MegatronTrainBackend(TrainBackend):
         return out
 
     # ------------------------------------------------------------------ checkpoints
-    def save(self, ckpt_dir: Path) -> None:
-        from megatron.core import dist_checkpointing
+    # dp_reshardable: each rank saves its own slice of the distributed optimizer's buffers, with no
+    # gather (megatron-core's recommended format); a resume must keep the model-parallel layout.
+    _SHARDING = {"distrib_optim_sharding_type": "dp_reshardable"}
 
-        ckpt = Path(ckpt_dir)
+    def _role_dir(self, ckpt_dir: Path) -> Path:
+        """Actor and critic save side by side in one checkpoint: each in its own directory."""
+        return Path(ckpt_dir) / self.role
+
+    def _sharded_state(self, *, loading: bool) -> dict:
+        state = {"model": self.gpt.sharded_state_dict(metadata=self._SHARDING)}
+        if self.optimizer is not None:
+            state["optimizer"] = self.optimizer.sharded_state_dict(
+                state["model"], is_loading=loading, metadata=self._SHARDING
+            )
+        return state
+
+    def save(self, ckpt_dir: Path) -> None:
+        """Model and optimizer (megatron distributed checkpoint; the distributed optimizer's own shards
+        included) plus this rank's scheduler and RNG states, under ``ckpt_dir/<role>/``."""
+        import random
+
+        from megatron.core import dist_checkpointing, tensor_parallel
+
+        ckpt = self._role_dir(ckpt_dir)
         (ckpt / "megatron").mkdir(parents=True, exist_ok=True)  # dist_checkpointing wants it to exist
         dist.barrier()
-        state = {"model": self.gpt.sharded_state_dict()}
-        if self.optimizer is not None:
-            state["optimizer"] = self.optimizer.sharded_state_dict(state["model"])
-        dist_checkpointing.save(state, str(ckpt / "megatron"))
+        dist_checkpointing.save(self._sharded_state(loading=False), str(ckpt / "megatron"))
+        cuda = self.device.type == "cuda"
         extra = {
             "rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state() if self.device.type == "cuda" else None,
+            "python_rng": random.getstate(),
+            "cuda_rng": torch.cuda.get_rng_state() if cuda else None,
+            "cuda_rng_tracker": tensor_parallel.get_cuda_rng_tracker().get_states() if cuda else None,
             "scheduler": self.scheduler.state_dict() if self.scheduler else None,
         }
         torch.save(extra, ckpt / f"rank{dist.get_rank():05d}.pt")
 
     def load(self, ckpt_dir: Path) -> None:
-        from megatron.core import dist_checkpointing
+        import random
 
-        ckpt = Path(ckpt_dir)
-        state = {"model": self.gpt.sharded_state_dict()}
-        if self.optimizer is not None:
-            state["optimizer"] = self.optimizer.sharded_state_dict(state["model"], is_loading=True)
-        loaded = dist_checkpointing.load(state, str(ckpt / "megatron"))
-        self.gpt.load_state_dict(loaded["model"])
-        if self.optimizer is not None:
-            self.optimizer.load_state_dict(loaded["optimizer"])
-        extra = torch.load(ckpt / f"rank{dist.get_rank():05d}.pt", weights_only=False)
+        from megatron.core import dist_checkpointing, tensor_parallel
+
+        ckpt = self._role_dir(ckpt_dir)
+        rank_file = ckpt / f"rank{dist.get_rank():05d}.pt"
+        if not rank_file.is_file():
+            raise FileNotFoundError(
+                f"checkpoint {ckpt_dir} has no {self.role}/{rank_file.name} (saved by another role layout or "
+                "number of trainer ranks?)"
+            )
+        loaded = dist_checkpointing.load(self._sharded_state(loading=True), str(ckpt / "megatron"))
+        with torch.no_grad():  # fp32 main params of the distributed optimizer are views of the parameters
+            self.gpt.load_state_dict(loaded["model"])
+            if self.optimizer is not None:
+                self.optimizer.load_state_dict(loaded["optimizer"])
+                _restore_adam_steps(self.optimizer)
+        extra = torch.load(rank_file, weights_only=False)
         torch.set_rng_state(extra["rng"])
-        if extra["cuda_rng"] is not None:
+        random.setstate(extra["python_rng"])
+        if extra["cuda_rng"] is not None and self.device.type == "cuda":
             torch.cuda.set_rng_state(extra["cuda_rng"])
+            tensor_parallel.get_cuda_rng_tracker().set_states(extra["cuda_rng_tracker"])
         if self.scheduler is not None and extra["scheduler"] is not None:
+            # megatron's load_state_dict *adds* the saved step count to the current one (it expects a fresh
+            # scheduler): start from 0 so that a reload after training lands on the saved step
+            self.scheduler.num_steps = 0
             self.scheduler.load_state_dict(extra["scheduler"])
+
+
+def _restore_adam_steps(optimizer) -> None:
+    """megatron-core 0.16.1's distributed optimizer keeps torch Adam's step count only in its checkpoint's
+    ``param_groups``. After a load (torch Adam, i.e. without Apex/TE) every parameter's ``state["step"]`` is
+    one tensor shared by all parameters, holding the in-memory count rather than the checkpoint's, and
+    torch's foreach Adam then increments it once per parameter: Adam's bias correction continues from a
+    wrong step and a resumed run diverges (measured on CPU: log-probs differ by ~0.06 after one step). Give
+    every parameter its own step tensor with the group's restored count (no-op when the group has none,
+    e.g. Apex/TE FusedAdam, which keeps it there)."""
+    for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
+        inner = getattr(opt, "optimizer", None)
+        for group in getattr(inner, "param_groups", ()):
+            if "step" not in group:
+                continue
+            for p in group["params"]:
+                state = inner.state.get(p)
+                if state and torch.is_tensor(state.get("step")):
+                    state["step"] = torch.full_like(state["step"], float(group["step"]))
 
 
 def model_flops_per_token(shape: mcfg.ModelShape, seq_len: int) -> float:

@@ -1,14 +1,16 @@
-"""HF config (Qwen2 / Llama families) → megatron-core model arguments, plus the parallel rules.
+"""HF config → megatron-core model arguments, plus the parallel rules.
 
 Pure Python: importing this module imports neither torch nor megatron-core, so
 the CLI's ``render`` and the spec validator can use it. The one function that
-needs megatron-core (:func:`build_transformer_config`) imports it lazily.
+needs megatron-core (:func:`build_transformer_config`) imports it lazily. The
+model shape and megatron-core's rules live in ``slime.spec.megatron_model`` (the
+spec validator runs them too); this module turns a shape into arguments.
 
-Mapping (HF → megatron-core ``TransformerConfig`` / ``GPTModel``):
+Mapping (HF → megatron-core ``TransformerConfig`` / ``MLATransformerConfig`` / ``GPTModel``):
 
 ==========================  ===========================================
 hidden_size                 hidden_size
-intermediate_size           ffn_hidden_size
+intermediate_size           ffn_hidden_size (dense layers)
 num_hidden_layers           num_layers
 num_attention_heads         num_attention_heads
 num_key_value_heads         num_query_groups (GQA; = heads when absent)
@@ -18,34 +20,69 @@ hidden_act == "silu"        gated_linear_unit=True, activation_func=silu (SwiGLU
 rope theta                  GPTModel rotary_base (position_embedding_type="rope")
 rope_type "llama3"          GPTModel rope_scaling=True, rope_scaling_factor
 tie_word_embeddings         GPTModel share_embeddings_and_output_weights
-Qwen2 (always)              add_qkv_bias=True; no other linear has a bias
+Qwen2 (always), Qwen2-MoE   add_qkv_bias=True; no other linear has a bias
+Qwen3, Qwen3-MoE            qk_layernorm=True (per-head q_norm / k_norm)
+num_experts (n_routed_...)  num_moe_experts; num_experts_per_tok → moe_router_topk
+moe_intermediate_size       moe_ffn_hidden_size
+dense/MoE layer choice      moe_layer_freq as a 0/1 list (mlp_only_layers, decoder_sparse_step,
+                            first_k_dense_replace)
+norm_topk_prob              moe_router_pre_softmax = not norm_topk_prob (softmax routers)
+Qwen2-MoE shared expert     moe_shared_expert_intermediate_size, moe_shared_expert_gate=True
+DeepSeek router             moe_router_score_function="sigmoid", moe_router_enable_expert_bias,
+                            moe_router_num_groups/group_topk (n_group/topk_group),
+                            moe_router_topk_scaling_factor (routed_scaling_factor),
+                            moe_shared_expert_intermediate_size = n_shared x moe_intermediate
+DeepSeek MLA                multi_latent_attention, q_lora_rank, kv_lora_rank,
+                            qk_head_dim=qk_nope_head_dim, qk_pos_emb_head_dim=qk_rope_head_dim,
+                            v_head_dim, qk_layernorm (q_a/kv_a norms), rope_type rope|yarn
 vocab_size                  padded up to a multiple of 128 x TP (rows are zeros;
                             their logits are masked before any softmax)
 ==========================  ===========================================
 
-Attention backend (``train.backend_args.attention-backend``: auto|te|sdpa|local):
-``auto`` picks Transformer Engine's fused attention when ``transformer_engine``
-is importable, else ``sdpa`` — our core-attention module calling
-``torch.nn.functional.scaled_dot_product_attention`` (flash/efficient kernels,
-causal, GQA without materialising repeated K/V) plugged into the local layer
-spec. ``local`` is megatron's unfused softmax(QK^T)V, measured ~3x slower than
-SDPA on an H200 (team notes); it exists for comparisons only.
+MoE choices of ours (each overridable through ``train.backend_args``): the router runs
+in fp32 (``moe_router_dtype``, as transformers' routers compute their softmax/sigmoid);
+no auxiliary load-balancing loss in the gradient (``moe_aux_loss_coeff`` 0, megatron's
+default; the backend still reports the load-balancing loss as a metric); DeepSeek's
+expert-score bias is not updated by training (``moe_router_bias_update_rate`` 0: the
+engines route with the exported bias, exactly as the trainer does); experts run one by
+one (``SequentialMLP``; grouped GEMM needs Transformer Engine); the all-to-all token
+dispatcher with pipeline or expert parallel (megatron refuses the all-gather one with variable
+sequence lengths), else all-gather.
+
+Attention backend (``train.backend_args.attention-backend``): ``auto`` picks Transformer
+Engine's layer spec when ``transformer_engine`` is importable (dense families only),
+else ``sdpa`` — our core-attention module calling
+``torch.nn.functional.scaled_dot_product_attention`` (flash/efficient kernels, causal,
+GQA without materialising repeated K/V) in the local layer spec. megatron-core's own
+names are accepted too: ``flash`` = TE's flash attention when TE is installed, else SDPA
+(PyTorch dispatches to its FlashAttention kernel where it applies); ``fused`` = TE's
+cuDNN fused attention (needs TE); ``unfused`` = TE's unfused attention, else megatron's
+local one; ``local`` is megatron's unfused softmax(QK^T)V in the local spec, measured ~3x
+slower than SDPA on an H200 (team notes); it exists for comparisons only.
 
 Guaranteed: every rule violation is reported at once, each naming the numbers
-involved and the spec field to change. Not supported (rejected with a clear
-error rather than silently wrong): sliding-window attention, biased MLP/o_proj,
-rope scaling other than default/llama3 (megatron hard-codes llama3's
-low/high-frequency factors 1/4 and original context 8192), context parallel
-without Transformer Engine.
+involved and the spec field to change. Not supported (rejected with a clear error
+rather than silently wrong): see ``slime.spec.megatron_model``; Transformer Engine
+layer specs for MoE and MLA models (their weight names are not mapped).
 """
 
 from __future__ import annotations
 
 import difflib
-import importlib.util
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from slime.spec.megatron_model import (
+    ATTENTION_BACKENDS,
+    FAMILIES,
+    VOCAB_MULTIPLE,
+    MegatronConfigError,
+    ModelShape,
+    has_transformer_engine,
+    padded_vocab_size,
+    parallel_findings,
+)
 
 __all__ = [
     "ATTENTION_BACKENDS",
@@ -60,6 +97,9 @@ __all__ = [
     "ddp_config_kwargs",
     "describe",
     "gpt_model_kwargs",
+    "mcore_attention_backend",
+    "mla_config_kwargs",
+    "moe_config_kwargs",
     "optimizer_config_kwargs",
     "padded_vocab_size",
     "parallel_problems",
@@ -69,190 +109,20 @@ __all__ = [
     "transformer_config_kwargs",
 ]
 
-FAMILIES = ("qwen2", "llama")
-VOCAB_MULTIPLE = 128
-ATTENTION_BACKENDS = ("auto", "te", "sdpa", "local")
-# llama3 rope scaling as megatron-core implements it (RotaryEmbedding._apply_scaling).
-_MCORE_LLAMA3_ROPE = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 # backend_args keys we consume ourselves (everything else goes to TransformerConfig).
 _OWN_ARGS = {"attention_backend"}
 
 
-class MegatronConfigError(ValueError):
-    """The model or parallel layout cannot run on megatron-core; ``problems`` lists every reason."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = list(problems)
-        super().__init__(
-            "; ".join(self.problems)
-            if len(self.problems) == 1
-            else f"{len(self.problems)} problems:\n" + "\n".join(f"  - {p}" for p in self.problems)
-        )
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ModelShape:
-    """The architecture facts both the model builder and the weight converter need."""
-
-    family: str
-    vocab_size: int
-    hidden_size: int
-    ffn_hidden_size: int
-    num_layers: int
-    num_attention_heads: int
-    num_query_groups: int
-    kv_channels: int
-    rope_theta: float
-    norm_eps: float
-    tie_embeddings: bool
-    qkv_bias: bool
-    max_position_embeddings: int
-    rope_scaling_factor: float | None = None  # llama3-style scaling when set
-
-    @property
-    def heads_per_group(self) -> int:
-        return self.num_attention_heads // self.num_query_groups
-
-    @property
-    def qkv_rows(self) -> int:
-        return (self.num_attention_heads + 2 * self.num_query_groups) * self.kv_channels
-
-    def num_params(self) -> int:
-        """Parameters of the HF model (embedding and output counted once when tied)."""
-        h, f, v = self.hidden_size, self.ffn_hidden_size, self.vocab_size
-        attn = h * self.qkv_rows + self.num_attention_heads * self.kv_channels * h
-        attn += self.qkv_rows if self.qkv_bias else 0
-        layer = attn + 3 * h * f + 2 * h
-        return self.num_layers * layer + h + v * h * (1 if self.tie_embeddings else 2)
-
-    @classmethod
-    def from_hf_config(cls, config: Mapping[str, Any] | Any) -> ModelShape:
-        """Read an HF ``config.json`` dict (or a ``PretrainedConfig``); raise MegatronConfigError if unsupported."""
-        cfg = dict(config) if isinstance(config, Mapping) else config.to_dict()
-        problems: list[str] = []
-        family = cfg.get("model_type")
-        if family not in FAMILIES:
-            raise MegatronConfigError(
-                [
-                    f"model_type {family!r} is not supported by the megatron backend; "
-                    f"supported: {', '.join(FAMILIES)} (use train.backend: torch for others)"
-                ]
-            )
-
-        def need_int(key: str) -> int:
-            value = cfg.get(key)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                problems.append(f"config.json {key}={value!r}: expected a positive integer")
-                return 1
-            return value
-
-        hidden = need_int("hidden_size")
-        ffn = need_int("intermediate_size")
-        layers = need_int("num_hidden_layers")
-        heads = need_int("num_attention_heads")
-        vocab = need_int("vocab_size")
-        groups = cfg.get("num_key_value_heads") or heads
-        head_dim = cfg.get("head_dim") or (hidden // heads if heads else 0)
-        if heads and groups and heads % groups:
-            problems.append(f"num_attention_heads={heads} is not a multiple of num_key_value_heads={groups}")
-        if cfg.get("hidden_act", "silu") != "silu":
-            problems.append(f"hidden_act={cfg.get('hidden_act')!r}: only 'silu' (SwiGLU) is supported")
-        if cfg.get("mlp_bias"):
-            problems.append("mlp_bias=true is not supported (megatron would need add_bias_linear for every linear)")
-        qkv_bias = family == "qwen2"
-        if family == "llama" and cfg.get("attention_bias"):
-            problems.append("attention_bias=true on a Llama model (o_proj bias) is not supported")
-        if cfg.get("use_sliding_window") or any(t != "full_attention" for t in cfg.get("layer_types") or ()):
-            problems.append("sliding-window attention layers are not supported")
-        rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-        theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
-        rope_type = rope.get("rope_type", rope.get("type", "default")) or "default"
-        factor = None
-        if rope_type == "llama3":
-            mismatched = {k: rope.get(k) for k, v in _MCORE_LLAMA3_ROPE.items() if float(rope.get(k, v)) != v}
-            if mismatched:
-                problems.append(
-                    f"llama3 rope scaling with {mismatched} differs from megatron-core's fixed {_MCORE_LLAMA3_ROPE}"
-                )
-            factor = float(rope.get("factor", 8.0))
-        elif rope_type != "default":
-            problems.append(f"rope_type={rope_type!r} is not supported (only 'default' and 'llama3')")
-        if problems:
-            raise MegatronConfigError(problems)
-        return cls(
-            family=family,
-            vocab_size=vocab,
-            hidden_size=hidden,
-            ffn_hidden_size=ffn,
-            num_layers=layers,
-            num_attention_heads=heads,
-            num_query_groups=int(groups),
-            kv_channels=int(head_dim),
-            rope_theta=float(theta),
-            norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            qkv_bias=qkv_bias,
-            max_position_embeddings=int(cfg.get("max_position_embeddings") or 4096),
-            rope_scaling_factor=factor,
-        )
-
-
-def padded_vocab_size(vocab_size: int, tp: int, multiple: int = VOCAB_MULTIPLE) -> int:
-    """Round ``vocab_size`` up to a multiple of ``multiple * tp`` (what Megatron-LM does)."""
-    step = multiple * tp
-    return -(-vocab_size // step) * step
-
-
-def parallel_problems(
-    shape: ModelShape,
-    *,
-    tp: int = 1,
-    pp: int = 1,
-    cp: int = 1,
-    sequence_parallel: bool = False,
-    world_size: int | None = None,
-    seq_length: int | None = None,
-    attention_backend: str | None = None,
-) -> list[str]:
+def parallel_problems(shape: ModelShape, **kwargs: Any) -> list[str]:
     """Every way the layout fails megatron-core's rules, each naming the numbers and the field."""
-    out = []
-    if shape.num_attention_heads % tp:
-        out.append(f"num_attention_heads={shape.num_attention_heads} is not divisible by train.parallel.tensor={tp}")
-    if shape.num_query_groups % tp:
-        out.append(
-            f"num_key_value_heads (query groups)={shape.num_query_groups} is not divisible by "
-            f"train.parallel.tensor={tp}; use a tensor size that divides it"
-        )
-    if shape.ffn_hidden_size % tp:
-        out.append(f"intermediate_size={shape.ffn_hidden_size} is not divisible by train.parallel.tensor={tp}")
-    if shape.num_layers % pp:
-        out.append(f"num_hidden_layers={shape.num_layers} is not divisible by train.parallel.pipeline={pp}")
-    if padded_vocab_size(shape.vocab_size, tp) % tp:  # cannot happen; kept as the stated rule
-        out.append(f"padded vocab is not divisible by train.parallel.tensor={tp}")
-    if sequence_parallel and tp == 1:
-        out.append("train.parallel.sequence_parallel needs train.parallel.tensor > 1")
-    if cp > 1:
-        backend = attention_backend or choose_attention_backend("auto")
-        if backend not in ("te", "sdpa"):
-            out.append(
-                f"train.parallel.context={cp} needs Transformer Engine or SDPA attention (backend is "
-                f"{backend!r}); set train.backend_args.attention-backend to auto, te or sdpa"
-            )
-        if seq_length is not None and seq_length % (2 * cp):
-            out.append(f"sequence length {seq_length} is not divisible by 2 x train.parallel.context={2 * cp}")
-    if world_size is not None and world_size % (tp * pp * cp):
-        out.append(
-            f"trainer world size {world_size} is not divisible by tensor x pipeline x context = "
-            f"{tp} x {pp} x {cp} = {tp * pp * cp}"
-        )
-    return out
+    return [message for _, message, _ in parallel_findings(shape, **kwargs)]
 
 
 def check_parallel(shape: ModelShape, **kwargs: Any) -> None:
     """Raise MegatronConfigError listing every :func:`parallel_problems` entry (if any)."""
-    problems = parallel_problems(shape, **kwargs)
-    if problems:
-        raise MegatronConfigError(problems)
+    findings = parallel_findings(shape, **kwargs)
+    if findings:
+        raise MegatronConfigError(findings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,20 +151,40 @@ def rank_coords(rank: int, world_size: int, *, tp: int = 1, pp: int = 1, cp: int
     )
 
 
-def choose_attention_backend(requested: str = "auto") -> str:
-    """'te' when Transformer Engine is importable (for 'auto'), else 'sdpa'; explicit choices are checked."""
+def choose_attention_backend(requested: str = "auto", shape: ModelShape | None = None) -> str:
+    """The layer spec a requested backend runs with: 'te', 'sdpa' or 'local' (see the module docstring)."""
     if requested not in ATTENTION_BACKENDS:
         raise MegatronConfigError(
             [f"train.backend_args.attention-backend={requested!r}: valid values are {', '.join(ATTENTION_BACKENDS)}"]
         )
-    has_te = importlib.util.find_spec("transformer_engine") is not None
-    if requested == "auto":
-        return "te" if has_te else "sdpa"
-    if requested == "te" and not has_te:
-        raise MegatronConfigError(
-            ["train.backend_args.attention-backend=te but transformer_engine is not installed; use 'auto' or 'sdpa'"]
+    te_ok = has_transformer_engine() and (shape is None or (shape.moe is None and shape.mla is None))
+    if requested in ("auto", "flash"):
+        return "te" if te_ok else "sdpa"
+    if requested == "unfused" and te_ok:
+        return "te"
+    if requested == "unfused":
+        requested = "local"
+    if requested in ("te", "fused") and not te_ok:
+        why = (
+            "transformer_engine is not installed"
+            if not has_transformer_engine()
+            else f"Transformer Engine layer specs are not mapped for {shape.family} (MoE / MLA) models"
         )
-    return requested
+        raise MegatronConfigError([f"train.backend_args.attention-backend={requested} but {why}; use 'auto' or 'sdpa'"])
+    choice = "te" if requested == "fused" else requested
+    if choice == "local" and shape is not None and shape.mla is not None:
+        raise MegatronConfigError(
+            [
+                "train.backend_args.attention-backend=local: megatron's DotProductAttention cannot run multi-latent "
+                "attention (different key and value head sizes); use 'auto' or 'sdpa'"
+            ]
+        )
+    return choice
+
+
+def mcore_attention_backend(requested: str) -> str:
+    """megatron-core's ``AttnBackend`` name for a request (which of TE's kernels a TE layer spec uses)."""
+    return requested if requested in ("flash", "fused", "unfused", "local") else "auto"
 
 
 def split_backend_args(backend_args: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -312,12 +202,16 @@ def transformer_config_kwargs(
     tp: int = 1,
     pp: int = 1,
     cp: int = 1,
+    ep: int = 1,
+    etp: int | None = None,
     sequence_parallel: bool = False,
     precision: str = "bf16",
     attention_backend: str = "sdpa",
+    mcore_attention: str = "auto",
     overrides: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Keyword arguments of ``megatron.core.transformer.TransformerConfig`` (activation as the name 'silu')."""
+    """Keyword arguments of ``TransformerConfig`` (``MLATransformerConfig`` when ``multi_latent_attention``);
+    the activation is given as the name 'silu' and dtypes as names (``build_transformer_config`` resolves them)."""
     te = attention_backend == "te"
     kwargs: dict[str, Any] = dict(
         num_layers=shape.num_layers,
@@ -332,11 +226,14 @@ def transformer_config_kwargs(
         activation_func="silu",
         add_bias_linear=False,
         add_qkv_bias=shape.qkv_bias,
+        qk_layernorm=shape.qk_layernorm,
         hidden_dropout=0.0,
         attention_dropout=0.0,
         tensor_model_parallel_size=tp,
         pipeline_model_parallel_size=pp,
         context_parallel_size=cp,
+        expert_model_parallel_size=ep,
+        expert_tensor_parallel_size=etp or tp,
         sequence_parallel=sequence_parallel,
         bf16=precision == "bf16",
         fp16=precision == "fp16",
@@ -351,10 +248,63 @@ def transformer_config_kwargs(
         bias_activation_fusion=False,
         persist_layer_norm=False,
     )
-    if pp > 1:
-        kwargs["moe_token_dispatcher_type"] = "alltoall"  # megatron rejects its default with variable lengths
+    if te and mcore_attention != "auto":
+        kwargs["attention_backend"] = mcore_attention
+    if pp > 1 or ep > 1:
+        # megatron rejects all-gather dispatch with variable lengths (pp > 1); expert-parallel ranks are
+        # different data-parallel ranks whose micro-batches differ in length: all-to-all takes any split
+        kwargs["moe_token_dispatcher_type"] = "alltoall"
+    kwargs.update(moe_config_kwargs(shape))
+    kwargs.update(mla_config_kwargs(shape))
     for key, value in (overrides or {}).items():
         kwargs[key] = value
+    return kwargs
+
+
+def moe_config_kwargs(shape: ModelShape) -> dict[str, Any]:
+    """The MoE fields of ``TransformerConfig`` ({} for a dense model); see the module docstring."""
+    e = shape.moe
+    if e is None:
+        return {}
+    kwargs: dict[str, Any] = dict(
+        num_moe_experts=e.num_experts,
+        moe_router_topk=e.topk,
+        moe_ffn_hidden_size=e.ffn_hidden_size,
+        moe_layer_freq=list(e.layer_pattern),
+        moe_router_score_function=e.score_function,
+        moe_router_pre_softmax=e.pre_softmax,
+        moe_router_enable_expert_bias=e.expert_bias,
+        moe_router_num_groups=e.num_groups,
+        moe_router_group_topk=e.group_topk,
+        moe_router_topk_scaling_factor=e.topk_scaling_factor,
+        moe_shared_expert_intermediate_size=e.shared_ffn_hidden_size,
+        moe_shared_expert_gate=e.shared_gate,
+        moe_router_dtype="fp32",
+        moe_aux_loss_coeff=0.0,
+        moe_grouped_gemm=False,
+    )
+    if e.expert_bias:
+        kwargs["moe_router_bias_update_rate"] = 0.0
+    return kwargs
+
+
+def mla_config_kwargs(shape: ModelShape) -> dict[str, Any]:
+    """The multi-latent-attention fields of ``MLATransformerConfig`` ({} without MLA)."""
+    m = shape.mla
+    if m is None:
+        return {}
+    kwargs: dict[str, Any] = dict(
+        multi_latent_attention=True,
+        q_lora_rank=m.q_lora_rank,
+        kv_lora_rank=m.kv_lora_rank,
+        qk_head_dim=m.qk_head_dim,
+        qk_pos_emb_head_dim=m.qk_pos_emb_head_dim,
+        v_head_dim=m.v_head_dim,
+        rotary_base=shape.rope_theta,
+        rope_type="yarn" if m.yarn else "rope",
+        rotary_scaling_factor=1.0,  # no YaRN: mscale 1, softmax scale 1/sqrt(q head dim) as in transformers
+    )
+    kwargs.update(m.yarn or {})
     return kwargs
 
 
@@ -418,13 +368,16 @@ def scheduler_kwargs(train: Any, num_rollouts: int | None, *, lr: float | None =
 
 
 def build_transformer_config(kwargs: Mapping[str, Any]):
-    """Instantiate ``TransformerConfig`` (imports megatron-core); unknown keys get a clear error."""
+    """Instantiate ``TransformerConfig`` or ``MLATransformerConfig`` (imports megatron-core); unknown keys get a
+    clear error."""
     import dataclasses
 
     import torch
-    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer import MLATransformerConfig, TransformerConfig
+    from megatron.core.transformer.enums import AttnBackend
 
-    fields = {f.name for f in dataclasses.fields(TransformerConfig)}
+    cls = MLATransformerConfig if kwargs.get("multi_latent_attention") else TransformerConfig
+    fields = {f.name for f in dataclasses.fields(cls)}
     unknown = [k for k in kwargs if k not in fields]
     if unknown:
         hints = []
@@ -432,7 +385,7 @@ def build_transformer_config(kwargs: Mapping[str, Any]):
             close = difflib.get_close_matches(k, sorted(fields), n=1)
             hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
         raise MegatronConfigError(
-            [f"train.backend_args: unknown megatron-core TransformerConfig option(s) {', '.join(hints)}"]
+            [f"train.backend_args: unknown megatron-core {cls.__name__} option(s) {', '.join(hints)}"]
         )
     resolved = dict(kwargs)
     if resolved.get("activation_func") == "silu":
@@ -440,7 +393,9 @@ def build_transformer_config(kwargs: Mapping[str, Any]):
     for key in ("params_dtype", "pipeline_dtype"):
         if isinstance(resolved.get(key), str):
             resolved[key] = getattr(torch, resolved[key])
-    return TransformerConfig(**resolved)
+    if isinstance(resolved.get("attention_backend"), str):
+        resolved["attention_backend"] = AttnBackend[resolved["attention_backend"]]
+    return cls(**resolved)
 
 
 def describe(shape: ModelShape) -> dict[str, Any]:

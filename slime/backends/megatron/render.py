@@ -34,6 +34,7 @@ _SHAPE_KEYS = (
     "kv_channels",
     "layernorm_epsilon",
     "add_qkv_bias",
+    "qk_layernorm",
 )
 _GPT_SHAPE_KEYS = (
     "vocab_size",
@@ -57,6 +58,48 @@ def _call(name: str, kwargs: Mapping[str, Any], pending: tuple[str, ...] = ()) -
     return lines + [")"]
 
 
+# What each attention request runs without Transformer Engine (render cannot know the trainer nodes).
+_WITHOUT_TE = {"auto": "sdpa", "flash": "sdpa", "unfused": "local", "fused": "te"}
+_TE_NOTE = {
+    "auto": " -> Transformer Engine when importable on the trainer nodes (dense models), else SDPA (rendered for SDPA)",
+    "flash": " -> Transformer Engine's flash attention when importable on the trainer nodes (dense models), else "
+    "SDPA, which runs PyTorch's FlashAttention kernel where it applies (rendered for SDPA)",
+    "unfused": " -> Transformer Engine's unfused attention when importable, else megatron's local one (rendered so)",
+    "fused": " -> Transformer Engine's cuDNN fused attention (needs transformer_engine on the trainer nodes)",
+}
+_PLACEHOLDER = mcfg.ModelShape(
+    family="qwen2",
+    vocab_size=1,
+    hidden_size=1,
+    ffn_hidden_size=1,
+    num_layers=1,
+    num_attention_heads=1,
+    num_query_groups=1,
+    kv_channels=1,
+    rope_theta=1.0,
+    norm_eps=1.0,
+    tie_embeddings=False,
+    qkv_bias=False,
+    max_position_embeddings=1,
+)
+
+
+def _describe_model(shape: mcfg.ModelShape) -> str:
+    text = f"{shape.family}, {shape.num_params() / 1e9:.2f}B parameters"
+    if shape.moe:
+        e = shape.moe
+        moe_layers = sum(e.layer_pattern)
+        text += (
+            f"; {e.num_experts} experts, top-{e.topk} ({e.score_function} router), "
+            f"{moe_layers} MoE / {shape.num_layers - moe_layers} dense layers"
+        )
+        if e.shared_ffn_hidden_size:
+            text += f", shared experts {e.shared_ffn_hidden_size}" + (" (gated)" if e.shared_gate else "")
+    if shape.mla:
+        text += "; multi-latent attention" + (" with YaRN rope" if shape.mla.yarn else "")
+    return text
+
+
 def render_megatron_args(spec: Spec, hf_config: Mapping[str, Any] | None = None) -> str:
     """Text listing every megatron-core argument of the spec's trainer (raises MegatronConfigError on bad layouts)."""
     from slime.spec.resolve import model_config
@@ -71,45 +114,30 @@ def render_megatron_args(spec: Spec, hf_config: Mapping[str, Any] | None = None)
     requested = str(ours.get("attention_backend", "auto"))
     if requested not in mcfg.ATTENTION_BACKENDS:
         mcfg.choose_attention_backend(requested)  # raises the clear error
-    attention = "sdpa" if requested == "auto" else requested
+    # Transformer Engine is decided on the trainer nodes: render the layer spec used without it.
+    attention = _WITHOUT_TE.get(requested, requested)
     world = (t.nodes or 1) * (t.gpus_per_node or 1)
     shape = mcfg.ModelShape.from_hf_config(cfg) if cfg is not None else None
+    etp = par.expert_tensor or par.tensor
+    layout = dict(tp=par.tensor, pp=par.pipeline, cp=par.context, ep=par.expert, etp=etp)
     if shape is not None:
         mcfg.check_parallel(
             shape,
-            tp=par.tensor,
-            pp=par.pipeline,
-            cp=par.context,
+            **layout,
             sequence_parallel=par.sequence_parallel,
             world_size=world,
             attention_backend=attention,
         )
-    placeholder = shape or mcfg.ModelShape(
-        family="qwen2",
-        vocab_size=1,
-        hidden_size=1,
-        ffn_hidden_size=1,
-        num_layers=1,
-        num_attention_heads=1,
-        num_query_groups=1,
-        kv_channels=1,
-        rope_theta=1.0,
-        norm_eps=1.0,
-        tie_embeddings=False,
-        qkv_bias=False,
-        max_position_embeddings=1,
-    )
     tc = mcfg.transformer_config_kwargs(
-        placeholder,
-        tp=par.tensor,
-        pp=par.pipeline,
-        cp=par.context,
+        shape or _PLACEHOLDER,
+        **layout,
         sequence_parallel=par.sequence_parallel,
         precision=t.precision,
         attention_backend=attention,
+        mcore_attention=mcfg.mcore_attention_backend(requested),
         overrides=overrides,
     )
-    gpt = mcfg.gpt_model_kwargs(placeholder, tp=par.tensor)
+    gpt = mcfg.gpt_model_kwargs(shape or _PLACEHOLDER, tp=par.tensor)
     pending_tc: tuple[str, ...] = ()
     pending_gpt: tuple[str, ...] = ()
     if shape is None:
@@ -122,25 +150,26 @@ def render_megatron_args(spec: Spec, hf_config: Mapping[str, Any] | None = None)
         "te": "Transformer Engine layer spec",
         "local": "local layer spec (unfused DotProductAttention)",
     }
+    if shape is not None and (shape.moe or shape.mla):
+        spec_name = {k: v.replace("layer spec", "decoder block spec") for k, v in spec_name.items()}
     model_line = (
-        f"# model: {spec.model.path}/config.json -> {shape.family}, {shape.num_params() / 1e9:.2f}B parameters"
+        f"# model: {spec.model.path}/config.json -> {_describe_model(shape)}"
         if shape
         else f"# model: {spec.model.path}/config.json is not readable here; shape fields are read from it at launch"
+        " (MoE / multi-latent-attention fields too, when the model has them)"
     )
     dyn = t.dynamic_batch
     lines = [
         f"# megatron-core arguments for {spec.name} (train.backend: megatron)",
         f"# trainer: {world} rank(s) = {t.nodes} node(s) x {t.gpus_per_node} GPU(s); tensor {par.tensor} x "
-        f"pipeline {par.pipeline} x context {par.context} -> data parallel {dp}",
-        f"# attention: {requested}"
-        + (
-            " -> Transformer Engine when importable on the trainer nodes, else SDPA (rendered for SDPA)"
-            if requested == "auto"
-            else ""
-        ),
+        f"pipeline {par.pipeline} x context {par.context} -> data parallel {dp}; experts: expert_tensor {etp} x "
+        f"expert {par.expert} x pipeline {par.pipeline} -> expert data parallel "
+        f"{world // (etp * par.expert * par.pipeline)}",
+        f"# attention: {requested}" + _TE_NOTE.get(requested, ""),
         model_line,
         f"initialize_model_parallel(tensor_model_parallel_size={par.tensor}, "
-        f"pipeline_model_parallel_size={par.pipeline}, context_parallel_size={par.context})",
+        f"pipeline_model_parallel_size={par.pipeline}, context_parallel_size={par.context}, "
+        f"expert_model_parallel_size={par.expert}, expert_tensor_parallel_size={etp})",
         *_call("TransformerConfig", tc, pending_tc),
         *_call("GPTModel", {"transformer_layer_spec": _Raw(f"<{spec_name[attention]}>"), **gpt}, pending_gpt),
         *_call("DistributedDataParallelConfig", mcfg.ddp_config_kwargs(t)),

@@ -21,6 +21,15 @@ Per engine ``i`` (GPU slots from ``slime.spec.layout.plan_layout``):
   ``auto_map`` (custom modelling code), else only if ``engine_args`` asks;
 * ``--enable-memory-saver`` when colocated (engines release and resume their GPU
   memory around training steps);
+* ``--enable-deterministic-inference`` with ``rollout.deterministic``: SGLang 0.5.23
+  uses a request's ``sampling_seed`` only in that mode (``SamplingBatchInfo`` sets the
+  seeds to None otherwise), so without it a resumed or repeated run samples different
+  responses. Its cost: batch-invariant kernels, a PyTorch sampling backend and no
+  FlashInfer all-reduce fusion — slower decoding (not measured here: no GPU runs SGLang);
+* MoE engines: ``--ep-size`` (or its aliases ``--expert-parallel-size``, ``--ep``) is passed
+  through from ``rollout.engine_args``; it must divide the engine's tensor-parallel size
+  (SGLang runs the MoE layers on ep x tp/ep ranks) and the model's routed experts
+  (checked by the spec rules when config.json is readable);
 * then ``rollout.engine_args`` verbatim, in spec order: ``key: value`` →
   ``--key value``; ``true`` → bare ``--key``; ``false`` / ``null`` → omitted.
   Keys are used as written (write SGLang's dashed names); a key that names a
@@ -54,7 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from slime.spec.engine_flags import SGLANG_RESERVED
+from slime.spec.engine_flags import EP_FLAGS, SGLANG_RESERVED, reserved_hint
 
 if TYPE_CHECKING:
     from slime.spec.layout import Layout
@@ -139,9 +148,10 @@ def flags_from_args(args: Mapping[str, Any], *, field_name: str, reserved: Seque
         hit = next((r for r in reserved if r.startswith(_norm(key))), None)
         if hit is not None:
             abbr = "" if hit == _norm(key) else f" (--{_norm(key)} abbreviates it)"
+            instead = "change " + reserved_hint(hit)
             raise LaunchError(
                 f"{field_name}.{key}: slime sets --{hit} itself from the spec and layout{abbr}; "
-                f"remove it (change rollout.gpus_per_engine / model.path / model.tokenizer instead)"
+                f"remove it ({instead} instead)"
             )
         flag = "--" + key.strip().lstrip("-")
         if value is None or value is False:
@@ -173,7 +183,17 @@ def _tp_size(spec: Spec) -> int:
                     f"rollout.gpus_per_engine={gpe}"
                 )
             pp = value
-    return gpe // pp
+    tp = gpe // pp
+    for key, value in spec.rollout.engine_args.items():
+        if _norm(key) in EP_FLAGS and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1 or tp % value
+        ):
+            # SGLang splits each engine's tensor-parallel ranks into ep x (tp / ep) for the MoE layers
+            raise LaunchError(
+                f"rollout.engine_args.{key}={value!r} must be a positive integer dividing the engine's "
+                f"tensor-parallel size {tp}"
+            )
+    return tp
 
 
 def engine_commands(
@@ -207,6 +227,8 @@ def engine_commands(
         derived.append("--trust-remote-code")
     if r.colocate and "--enable-memory-saver" not in extra:
         derived.append("--enable-memory-saver")
+    if r.deterministic:  # SGLang ignores a request's sampling_seed without it (0.5.23)
+        derived.append("--enable-deterministic-inference")
     per_node: dict[int, int] = {}
     out: list[EngineCommand] = []
     for i, slots in enumerate(layout.engines):
