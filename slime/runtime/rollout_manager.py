@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from slime.rl.sample import Sample, SampleStatus
 from slime.runtime.record import FULL_CREDIT
+from slime.runtime.rollout import RolloutBatch
 
 if TYPE_CHECKING:
     from slime.agent.context import GenerateContext
@@ -221,8 +222,11 @@ class RolloutManager:
         self._run(batch_rewards(self.reward_fn, samples))
 
     # ---------------------------------------------------------------- rollout
-    def generate(self, rollout_id: int) -> list[Sample]:
+    def generate(self, rollout_id: int) -> RolloutBatch:
         """The scored samples of rollout ``rollout_id`` (advances the dataset cursor)."""
+        return RolloutBatch(self._generate(rollout_id))
+
+    def _generate(self, rollout_id: int) -> list[Sample]:
         self.setup()
         r, seed = self.spec.rollout, self.spec.train.seed
         n = r.n_samples_per_prompt
