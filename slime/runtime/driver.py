@@ -161,7 +161,7 @@ class Driver:
     def init_ref(self, *, fresh: bool) -> None:
         """Load the frozen reference model (``model.ref_path``) into the actor ranks, if there is one."""
         ref = self.spec.model.ref_path
-        if not ref:
+        if not ref or self.job.actor is None:
             return
         if ref != "initial":
             ref_dir = Path(ref)
@@ -187,7 +187,7 @@ class Driver:
 
         st = self.state
         t0 = time.monotonic()
-        batch = ray.get(self.job.manager.generate.remote(r))  # prompts → responses → rewards → filters
+        batch = ray.get(self.job.manager.generate.remote(r, st.weight_version))  # prompts → … → filters
         self.weights.release()  # colocated: the engines' memory goes to the trainer
         t1 = time.monotonic()
         steps, prep_m, train_m, critic_m = self.train_on(batch.samples)
@@ -314,7 +314,9 @@ class Driver:
         from slime.runtime.summary import final_metrics, print_summary, write_summary
 
         self.progress.close()
-        if self.spec.train.checkpoint.save_hf:
+        if self.spec.train.checkpoint.save_hf and self.job.actor is None:  # rollout_only: the model as it was
+            write_dir(self.tp.final_model, lambda tmp: shutil.copytree(self.model_dir, tmp))
+        elif self.spec.train.checkpoint.save_hf:
             self.weights.write_final_model(self.tp.final_model)
         final = final_metrics(self.metrics.rows, wall_s=time.monotonic() - self.t0)
         write_summary(self.tp.summary, final)
