@@ -6,7 +6,9 @@ test keeps them equal):
 
 - ``nonzero_std``: keep a group whose rewards are not all equal (unbiased std > 1e-6, as slime's
   ``check_reward_nonzero_std``); a dropped group's reason is ``zero_std_<reward rounded to 0.1>``,
-  so metrics tell groups all-wrong from all-right.
+  so metrics tell groups all-wrong from all-right;
+- ``nonzero_std_with_fallback``: the same, but a flat group is kept when the groups left could no
+  longer fill the batch without it (slime's ``..._with_fallback``).
 
 A user filter is ``"package.module:function"``: ``f(samples)`` (slime-submit's convention) or slime's
 ``f(args, samples)`` (``args``: the spec's values under slime's argument names, as for custom
@@ -44,7 +46,13 @@ class Verdict(NamedTuple):
 
 GroupFilter = Callable[[Sequence[Sample]], Verdict]
 
-FILTERS = Registry("group filter", {"nonzero_std": "slime.rl.filters:nonzero_std"})
+FILTERS = Registry(
+    "group filter",
+    {
+        "nonzero_std": "slime.rl.filters:nonzero_std",
+        "nonzero_std_with_fallback": "slime.rl.filters:nonzero_std_with_fallback",
+    },
+)
 
 STD_EPS = 1e-6
 
@@ -59,6 +67,13 @@ def nonzero_std(samples: Sequence[Sample]) -> FilterResult:
     if len(rewards) > 1 and statistics.stdev(rewards) > STD_EPS:
         return FilterResult(True)
     return FilterResult(False, f"zero_std_{round(rewards[0], 1) if rewards else 0.0}")
+
+
+def nonzero_std_with_fallback(samples: Sequence[Sample]) -> Verdict:
+    """``nonzero_std``, but a flat group is kept when the groups left could not fill the batch without it
+    (slime's ``check_reward_nonzero_std_with_fallback``)."""
+    keep, reason = nonzero_std(samples)
+    return Verdict(keep, reason, keep_when_insufficient=True)
 
 
 def _verdict(value: Any, name: str) -> Verdict:

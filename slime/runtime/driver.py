@@ -151,9 +151,9 @@ class Driver:
             for i in range(n):
                 if self.stop.requested:
                     raise Stopped()
-                chunk = data[i * gbs : (i + 1) * gbs]
-                one_step = actor.plan([len(x["tokens"]) for x in chunk], len(chunk))
-                m = actor.sft_step(actor.shards(chunk, one_step), start + i)
+                part = data[i * gbs : (i + 1) * gbs]
+                one_step = actor.plan([len(x["tokens"]) for x in part], len(part))
+                m = actor.sft_step(actor.shards(part, one_step), start + i)
                 losses.append(m["sft_loss"])
                 self.progress.update(start + i + 1, {"sft/loss": m["sft_loss"]})
         return losses

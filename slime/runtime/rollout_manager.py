@@ -38,6 +38,7 @@ import hashlib
 import json
 import uuid
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from slime.rl.sample import Sample, SampleStatus
@@ -168,7 +169,7 @@ class RolloutManager:
     def _run(self, coro):
         return self._loop.run_until_complete(coro)
 
-    def _sampling_params(self, *, temperature: float, seed: int | None, e: EvalSet | None = None) -> dict[str, Any]:
+    def sampling_params(self, *, temperature: float, seed: int | None, e: EvalSet | None = None) -> dict[str, Any]:
         """One request's sampling dict: the rollout's settings, or eval set ``e``'s."""
         r = self.spec.rollout
         params: dict[str, Any] = {
@@ -183,7 +184,7 @@ class RolloutManager:
             params["sampling_seed"] = seed
         return params
 
-    def _generator(self, tag: str, max_new_tokens: int) -> GroupGenerator:
+    def generator(self, tag: str, max_new_tokens: int) -> GroupGenerator:
         from slime.runtime.rollout.generate import GroupGenerator
 
         context = self.generate_context() if self.spec.agent is not None else None
@@ -200,11 +201,6 @@ class RolloutManager:
             )
         return self._context
 
-    async def _score(self, samples: list[Sample]) -> None:
-        from slime.rl.rewards import batch_rewards
-
-        await batch_rewards(self.reward_fn, samples)
-
     # ---------------------------------------------------------------- rollout
     def generate(self, rollout_id: int, weight_version: int | None = None) -> RolloutBatch:
         """The samples rollout ``rollout_id`` trains on (advances the prompt source; see the module doc).
@@ -217,44 +213,15 @@ class RolloutManager:
             samples = read_rollout(self.spec.debug.load_rollouts, rollout_id)
             metrics: dict[str, Any] = {"rollout/groups_kept": len({s.group_index for s in samples})}
         else:
-            samples, metrics = self._run(self._collect(rollout_id, weight_version))
+            samples, metrics = self._run(_collect(self, rollout_id, weight_version))
         if self.rollouts_dir is not None:
             from slime.runtime.rollout.saved import write_rollout
 
             write_rollout(self.rollouts_dir, rollout_id, samples)
         return RolloutBatch(samples, metrics)
 
-    async def _collect(self, rollout_id: int, weight_version: int | None) -> tuple[list[Sample], dict[str, Any]]:
-        from slime.runtime.rollout.collect import CollectConfig, collect, mask_offpolicy
-
-        r, seed = self.spec.rollout, self.spec.train.seed
-        n, ds = r.n_samples_per_prompt, r.dynamic_sampling
-        gen = self._generator(f"r{rollout_id}", r.max_response_len)
-
-        async def generate(group: Group, position: int) -> None:
-            params = [
-                self._sampling_params(temperature=r.temperature, seed=sampling_seed(seed, "rollout", rollout_id, i))
-                for i in range(position * n, position * n + len(group.samples))
-            ]
-            await gen.run(group, position, params)
-
-        cfg = CollectConfig(
-            batch_size=r.batch_size,
-            over_sampling=r.over_sampling_batch_size or r.batch_size,
-            max_rounds=ds.max_rounds if ds is not None else 1,
-            partial=r.partial,
-        )
-        groups, metrics = await collect(
-            self.source, rollout_id, cfg, generate=generate, score=self._score, keep=self.group_filter, abort=gen.abort
-        )
-        samples = _numbered(groups, rollout_id)
-        if r.partial_mask_offpolicy and samples:
-            current = weight_version if weight_version is not None else max(_newest(s) for s in samples)
-            metrics["rollout/masked_offpolicy_tokens"] = mask_offpolicy(samples, current)
-        return samples, metrics
-
     # ---------------------------------------------------------------- eval
-    def _eval_set(self, e: EvalSet):
+    def eval_dataset(self, e: EvalSet):
         from slime.data.jsonl import PromptDataset
 
         if e.name not in self._eval_sets:
@@ -268,40 +235,10 @@ class RolloutManager:
         out: dict[str, float] = {}
         for e in self.spec.data.eval:
             if names is None or e.name in names:
-                out.update(self._run(self._evaluate_set(e, tag)))
+                out.update(self._run(_evaluate_set(self, e, tag)))
         first = self.spec.data.eval[0].name if self.spec.data.eval else None
         if f"eval/{first}/reward" in out:
             out["eval/reward"], out["eval/accuracy"] = out[f"eval/{first}/reward"], out[f"eval/{first}/accuracy"]
-        return out
-
-    async def _evaluate_set(self, e: EvalSet, tag: int) -> dict[str, float]:
-        from slime.rl.passk import mean_pass_at_k
-        from slime.runtime.rollout.source import Group
-
-        ds, k = self._eval_set(e), e.n_samples_per_prompt
-        rows = ds.rows[: e.max_prompts] if e.max_prompts else ds.rows
-        gen = self._generator(f"eval-{e.name}-{tag}", e.max_response_len or self.spec.rollout.max_response_len)
-        groups, runs = [], []
-        for g, row in enumerate(rows):
-            ids = self.encode(row.text)
-            group = Group([Sample(prompt=row.text, tokens=list(ids), label=row.label) for _ in range(k)], g, tag)
-            seeds = [sampling_seed(self.spec.train.seed, "eval", e.name, tag, g * k + j) for j in range(k)]
-            params = [self._sampling_params(temperature=e.temperature, seed=x, e=e) for x in seeds]
-            groups.append(group)
-            runs.append(gen.run(group, g, params))
-        await asyncio.gather(*runs)
-        samples = _numbered(groups, tag)
-        await self._score(samples)
-        rewards = [float(s.reward or 0.0) for s in samples]
-        n, name = max(1, len(rewards)), f"eval/{e.name}"
-        out = {
-            f"{name}/reward": sum(rewards) / n,
-            f"{name}/accuracy": sum(x >= FULL_CREDIT for x in rewards) / n,
-            f"{name}/response_len": sum(s.response_length for s in samples) / n,
-        }
-        counts = [(len(grp.samples), sum(float(s.reward or 0.0) >= FULL_CREDIT for s in grp.samples)) for grp in groups]
-        for kk in e.pass_at_k:
-            out[f"{name}/pass@{kk}"] = mean_pass_at_k(counts, kk)
         return out
 
     # ---------------------------------------------------------------- SFT data
@@ -361,3 +298,80 @@ class RolloutManager:
     def close(self) -> None:
         if self._ready:
             self._run(_close(self.clients))
+
+
+# Module-level on purpose: a Ray actor class with any ``async def`` method becomes an async actor whose
+# sync methods run inside a running event loop, where ``run_until_complete`` fails.
+async def _score(reward_fn: Any, samples: list[Sample]) -> None:
+    from slime.rl.rewards import batch_rewards
+
+    await batch_rewards(reward_fn, samples)
+
+
+async def _collect(
+    mgr: RolloutManager, rollout_id: int, weight_version: int | None
+) -> tuple[list[Sample], dict[str, Any]]:
+    from slime.runtime.rollout.collect import CollectConfig, collect, mask_offpolicy
+
+    r, seed = mgr.spec.rollout, mgr.spec.train.seed
+    n, ds = r.n_samples_per_prompt, r.dynamic_sampling
+    gen = mgr.generator(f"r{rollout_id}", r.max_response_len)
+
+    async def generate(group: Group, position: int) -> None:
+        params = [
+            mgr.sampling_params(temperature=r.temperature, seed=sampling_seed(seed, "rollout", rollout_id, i))
+            for i in range(position * n, position * n + len(group.samples))
+        ]
+        await gen.run(group, position, params)
+
+    cfg = CollectConfig(
+        batch_size=r.batch_size,
+        over_sampling=r.over_sampling_batch_size or r.batch_size,
+        max_rounds=ds.max_rounds if ds is not None else 1,
+        partial=r.partial,
+    )
+    groups, metrics = await collect(
+        mgr.source,
+        rollout_id,
+        cfg,
+        generate=generate,
+        score=partial(_score, mgr.reward_fn),
+        keep=mgr.group_filter,
+        abort=gen.abort,
+    )
+    samples = _numbered(groups, rollout_id)
+    if r.partial_mask_offpolicy and samples:
+        current = weight_version if weight_version is not None else max(_newest(s) for s in samples)
+        metrics["rollout/masked_offpolicy_tokens"] = mask_offpolicy(samples, current)
+    return samples, metrics
+
+
+async def _evaluate_set(mgr: RolloutManager, e: EvalSet, tag: int) -> dict[str, float]:
+    from slime.rl.passk import mean_pass_at_k
+    from slime.runtime.rollout.source import Group
+
+    ds, k = mgr.eval_dataset(e), e.n_samples_per_prompt
+    rows = ds.rows[: e.max_prompts] if e.max_prompts else ds.rows
+    gen = mgr.generator(f"eval-{e.name}-{tag}", e.max_response_len or mgr.spec.rollout.max_response_len)
+    groups, runs = [], []
+    for g, row in enumerate(rows):
+        ids = mgr.encode(row.text)
+        group = Group([Sample(prompt=row.text, tokens=list(ids), label=row.label) for _ in range(k)], g, tag)
+        seeds = [sampling_seed(mgr.spec.train.seed, "eval", e.name, tag, g * k + j) for j in range(k)]
+        params = [mgr.sampling_params(temperature=e.temperature, seed=x, e=e) for x in seeds]
+        groups.append(group)
+        runs.append(gen.run(group, g, params))
+    await asyncio.gather(*runs)
+    samples = _numbered(groups, tag)
+    await _score(mgr.reward_fn, samples)
+    rewards = [float(s.reward or 0.0) for s in samples]
+    n, name = max(1, len(rewards)), f"eval/{e.name}"
+    out = {
+        f"{name}/reward": sum(rewards) / n,
+        f"{name}/accuracy": sum(x >= FULL_CREDIT for x in rewards) / n,
+        f"{name}/response_len": sum(s.response_length for s in samples) / n,
+    }
+    counts = [(len(grp.samples), sum(float(s.reward or 0.0) >= FULL_CREDIT for s in grp.samples)) for grp in groups]
+    for kk in e.pass_at_k:
+        out[f"{name}/pass@{kk}"] = mean_pass_at_k(counts, kk)
+    return out

@@ -29,7 +29,7 @@ PLUGIN_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
 # A built-in name (a registry key) or a plug-in path.
 NAME_OR_PLUGIN_PATTERN = r"^([a-z][a-z0-9_]*|[A-Za-z_][\w.]*:[A-Za-z_][\w.]*)$"
 # The built-in group filters (``slime.rl.filters.FILTERS``; a test keeps the two equal).
-BUILTIN_FILTERS = ("nonzero_std",)
+BUILTIN_FILTERS = ("nonzero_std", "nonzero_std_with_fallback")
 
 
 def D(description: str, **constraints: Any) -> Meta:
@@ -228,8 +228,9 @@ class DynamicSampling(_Section, kw_only=True):
     filter: Annotated[
         str,
         D(
-            "Group filter: 'nonzero_std' (drop groups whose rewards are all equal) or 'package.module:function' "
-            "taking the group's samples (or slime's (args, samples)) and returning keep or (keep, reason).",
+            "Group filter: 'nonzero_std' (drop groups whose rewards are all equal), 'nonzero_std_with_fallback' "
+            "(the same, but keep one when no other could replace it) or 'package.module:function' taking the "
+            "group's samples (or slime's (args, samples)) and returning keep or (keep, reason).",
             pattern=NAME_OR_PLUGIN_PATTERN,
         ),
     ]

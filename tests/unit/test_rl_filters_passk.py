@@ -68,6 +68,8 @@ def test_nonzero_std_keeps_mixed_groups_and_names_flat_ones_by_reward():
     assert nonzero_std(group(-1.0, -1.0)).reason == "zero_std_-1.0"  # dapo's -1: all wrong
     assert not nonzero_std(group(0.5, 0.5 + 1e-9)).keep  # std below 1e-6 counts as flat
     assert load_filter("nonzero_std")(group(1.0, 0.0)) == Verdict(True)
+    fallback = load_filter("nonzero_std_with_fallback")
+    assert fallback(group(1.0, 1.0)) == Verdict(False, "zero_std_1.0", True) and fallback(group(0.0, 1.0)).keep
 
 
 @pytest.fixture
