@@ -2,9 +2,9 @@
 continuation across rollouts, per-token versions, off-policy masking, the buffer in the checkpoint state),
 saved rollouts (Parquet, opened with pandas), eval sampling settings and pass@k.
 
-The rollout manager runs in this process (a plain object, as the Ray actor runs it); the reward is a
-custom plug-in (response-token parity) so that groups are mixed or flat at random, as a learning
-policy's are.
+The rollout manager runs in this process (a plain object, as the Ray actor runs it); the reward is the
+custom plug-in ``tests/fixtures/parity_reward.py:parity`` so that groups are mixed or flat at random, as a
+learning policy's are.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import asyncio
 import json
 import os
 import statistics
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -54,21 +53,8 @@ def servers(model_dir):
 
 
 @pytest.fixture(scope="module")
-def parity_reward(tmp_path_factory):
-    d = tmp_path_factory.mktemp("plugins")
-    (d / "parity_reward.py").write_text(
-        textwrap.dedent(
-            """
-            def parity(sample):
-                return float(sum(sample.tokens[len(sample.tokens) - sample.response_length:]) % 2)
-            """
-        )
-    )
-    import sys
-
-    sys.path.insert(0, str(d))
-    yield "parity_reward:parity"
-    sys.path.remove(str(d))
+def parity_reward():
+    return "tests.fixtures.parity_reward:parity"
 
 
 def make_spec(parity_reward, **rollout):

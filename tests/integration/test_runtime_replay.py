@@ -5,10 +5,11 @@
   training metrics step for step: every ``train/*`` value equal, exactly (fp32 on CPU is deterministic
   for the same computation);
 * run C (``debug.mode: rollout_only``) starts no trainer ranks and never updates the weights; its first
-  rollout is A's first rollout, sample for sample (later ones differ: A's policy has moved).
+  rollout is A's first rollout, sample for sample (log-probs to float rounding; later rollouts differ:
+  A's policy has moved).
 
 Real parts only: subprocesses, Ray actors, the built-in engine over HTTP, torch training of the tiny model.
-The reward is the parity plug-in of ``tests/fixtures`` (mixed groups from an untrained policy).
+The reward is ``tests/fixtures/parity_reward.py:one_in_five`` (mixed and flat groups from an untrained policy).
 """
 
 from __future__ import annotations
@@ -35,15 +36,15 @@ ROLLOUTS = 3
 OVERRIDES = [
     f"rollout.num_rollouts={ROLLOUTS}",
     "rollout.batch_size=6",
-    "rollout.n_samples_per_prompt=8",
+    "rollout.n_samples_per_prompt=4",
     "rollout.over_sampling_batch_size=9",
     "rollout.dynamic_sampling.filter=nonzero_std",
-    "rollout.dynamic_sampling.max_rounds=2",
-    "train.global_batch_size=16",
-    "train.micro_batch_size=16",
+    "rollout.dynamic_sampling.max_rounds=1",  # often short: a varying sample count
+    "train.global_batch_size=8",
+    "train.micro_batch_size=8",
     "algorithm.sft_warmup_steps=0",
     "reward.type=custom",
-    "reward.custom=tests.fixtures.parity_reward:parity",
+    "reward.custom=tests.fixtures.parity_reward:one_in_five",
     "data.eval=[]",
     "train.checkpoint.interval=100",
     "logging.progress=false",
@@ -86,7 +87,8 @@ def test_a_train_only_replay_reproduces_the_training_metrics_exactly(run_a, tmp_
     b = run(tmp_path, "b", "debug.mode=train_only", f"debug.load_rollouts={saved}")
     rows_a, rows_b = metrics(run_a)[1:], metrics(b)[1:]
     assert [r["rollout_id"] for r in rows_b] == list(range(ROLLOUTS))
-    assert len({r["rollout/samples"] for r in rows_a}) > 1 or any(r["rollout/groups_dropped"] for r in rows_a)
+    assert any(r["rollout/groups_dropped"] for r in rows_a)  # the filter dropped groups ...
+    assert len({r["rollout/samples"] for r in rows_a} | {24}) > 1  # ... and some rollout trained on fewer than 6 x 4
     compared = 0
     for x, y in zip(rows_a, rows_b):
         assert y["step"] == x["step"] and y["rollout/samples"] == x["rollout/samples"]
@@ -107,9 +109,14 @@ def test_rollout_only_generates_what_a_generated_first_without_training(run_a, t
     assert [r["rollout_id"] for r in rows] == list(range(ROLLOUTS))
     assert not [k for r in rows for k in r if k.startswith("train/")]
     assert all(r["weight_version"] == 0 and r["rollout/weight_version"] == 0 for r in rows)
-    first_a = pq.read_table(run_a / "tasks/0/rollouts/rollout_000000.parquet")
-    first_c = pq.read_table(c / "tasks/0/rollouts/rollout_000000.parquet")
-    assert first_c.equals(first_a)  # same prompts, tokens, log-probs, rewards, groups
+    first_a = pq.read_table(run_a / "tasks/0/rollouts/rollout_000000.parquet").to_pylist()
+    first_c = pq.read_table(c / "tasks/0/rollouts/rollout_000000.parquet").to_pylist()
+    assert len(first_c) == len(first_a) > 0
+    for x, y in zip(first_a, first_c):  # same prompts, tokens, rewards, groups, masks, versions
+        lp_a, lp_c = x.pop("rollout_log_probs"), y.pop("rollout_log_probs")
+        assert y == x
+        # the engine's log-probs agree to float rounding: its batch shapes depend on when requests arrive
+        assert lp_c == pytest.approx(lp_a, abs=1e-5)
     assert not list((c / "tasks/0").glob("checkpoints/*/actor-rank*.pt"))  # no trainer ranks: no rank state
     state = json.loads((c / "tasks/0/state.json").read_text())
     assert state["state"] == "succeeded"

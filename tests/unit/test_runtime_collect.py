@@ -96,7 +96,7 @@ def test_groups_are_kept_in_draw_order_whatever_finishes_first():
     assert [g.samples[0].group_index for g in kept] == [1, 2, 3]  # the first passing ones, not the first to finish
     assert [g.draw for g in kept] == [1, 2, 3]
     assert (m["rollout/groups_generated"], m["rollout/groups_kept"], m["rollout/groups_dropped"]) == (4, 3, 1)
-    assert m["rollout/groups_dropped/zero_std_0.0"] == 1 and m["rollout/rounds"] == 1
+    assert m["rollout/groups_dropped/zero_std_0.0"] == 1 and m["rollout/rounds"] == 1 and m["rollout/groups_drawn"] == 6
     assert m["rollout/groups_short"] == 0 and m["rollout/groups_buffered"] == 0 and len(src.buffer) == 0
     assert all(not any(s.metadata.get("partial") for s in g.samples) for g in kept)
 
