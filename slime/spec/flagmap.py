@@ -244,23 +244,8 @@ def _special(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
     elif name == "--custom-rm-path":
         b.from_flag(f, "reward.custom", _plugin_path(one))
         b.set("reward.type", "custom", f"implied by {name} (line {f.line})")
-    elif name == "--dynamic-sampling-filter-path":
-        _dynamic_filter(f, one, b)
-    elif name in ("--debug-rollout-only", "--debug-train-only"):
-        b.from_flag(f, "debug.mode", "rollout_only" if name == "--debug-rollout-only" else "train_only")
-    elif name == "--save-debug-rollout-data":
-        b.from_flag(f, "debug.save_rollouts", True, " -- Parquet files in the run dir, see 'Differs from slime'")
-        b.differences.append(
-            (
-                f.shown(),
-                "slime torch.saves each rollout's samples to this path template; slime-submit writes one Parquet "
-                "file per rollout (pandas-readable) to the run dir's tasks/<i>/rollouts/ and ignores the path",
-            )
-        )
-    elif name == "--load-debug-rollout-data":
-        _load_rollouts(f, one, b)
-    elif name in _EVAL_EXTRAS or name == "--log-passrate":
-        pass  # applied to the eval sets by ``finish``
+    elif name in _DATA_PATH_FLAGS:
+        _data_path_flag(f, one, b)
     elif name == "--train-backend":
         if one == "megatron":
             b.from_flag(f, "train.backend", "megatron")
@@ -333,6 +318,41 @@ def _rm_type(f: Flag, kind: str, b: Builder) -> None:
         )
         if differs:
             b.differences.append((f.shown(), differs))
+
+
+_DATA_PATH_FLAGS = frozenset(
+    {
+        "--dynamic-sampling-filter-path",
+        "--debug-rollout-only",
+        "--debug-train-only",
+        "--save-debug-rollout-data",
+        "--load-debug-rollout-data",
+        "--log-passrate",
+        "--eval-max-response-len",
+        "--eval-top-p",
+        "--eval-top-k",
+    }
+)
+
+
+def _data_path_flag(f: Flag, one: str | None, b: Builder) -> None:
+    """Dynamic sampling, debug modes and saved rollouts (eval sampling and pass@k: ``finish``, per eval set)."""
+    name = f.name
+    if name == "--dynamic-sampling-filter-path":
+        _dynamic_filter(f, one, b)
+    elif name in ("--debug-rollout-only", "--debug-train-only"):
+        b.from_flag(f, "debug.mode", "rollout_only" if name == "--debug-rollout-only" else "train_only")
+    elif name == "--save-debug-rollout-data":
+        b.from_flag(f, "debug.save_rollouts", True, " -- Parquet files in the run dir, see 'Differs from slime'")
+        b.differences.append(
+            (
+                f.shown(),
+                "slime torch.saves each rollout's samples to this path template; slime-submit writes one Parquet "
+                "file per rollout (pandas-readable) to the run dir's tasks/<i>/rollouts/ and ignores the path",
+            )
+        )
+    elif name == "--load-debug-rollout-data":
+        _load_rollouts(f, one, b)
 
 
 _SLIME_FILTERS = {
