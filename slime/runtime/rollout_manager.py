@@ -88,6 +88,20 @@ def _numbered(groups: Sequence[Any], rollout_id: int) -> list[Sample]:
     return out
 
 
+def _first_per_episode(samples: Sequence[Sample]) -> list[Sample]:
+    """One sample per episode, in order (a forked agent episode's leaves share its reward)."""
+    from slime.runtime.train_data import episode_id
+
+    seen: set[Any] = set()
+    out = []
+    for s in samples:
+        key = episode_id(s)
+        if key not in seen:
+            seen.add(key)
+            out.append(s)
+    return out
+
+
 async def _health(clients: Sequence[Any]) -> list[bool]:
     return list(await asyncio.gather(*(c.health() for c in clients)))
 
@@ -347,6 +361,7 @@ async def _collect(
 
 
 async def _evaluate_set(mgr: RolloutManager, e: EvalSet, tag: int) -> dict[str, float]:
+    """One eval set's metrics; per episode (a forked agent episode counts once), pass@k per prompt."""
     from slime.rl.passk import mean_pass_at_k
     from slime.runtime.rollout.source import Group
 
@@ -362,16 +377,18 @@ async def _evaluate_set(mgr: RolloutManager, e: EvalSet, tag: int) -> dict[str, 
         groups.append(group)
         runs.append(gen.run(group, g, params))
     await asyncio.gather(*runs)
-    samples = _numbered(groups, tag)
-    await _score(mgr.reward_fn, samples)
-    rewards = [float(s.reward or 0.0) for s in samples]
+    await _score(mgr.reward_fn, _numbered(groups, tag))
+    # one entry per episode (the leaves of a forked agent episode share its reward); plain samples: each
+    per_group = [_first_per_episode(grp.samples) for grp in groups]
+    episodes = [s for grp in per_group for s in grp]
+    rewards = [float(s.reward or 0.0) for s in episodes]
     n, name = max(1, len(rewards)), f"eval/{e.name}"
     out = {
         f"{name}/reward": sum(rewards) / n,
         f"{name}/accuracy": sum(x >= FULL_CREDIT for x in rewards) / n,
-        f"{name}/response_len": sum(s.response_length for s in samples) / n,
+        f"{name}/response_len": sum(s.response_length for s in episodes) / n,
     }
-    counts = [(len(grp.samples), sum(float(s.reward or 0.0) >= FULL_CREDIT for s in grp.samples)) for grp in groups]
+    counts = [(len(grp), sum(float(s.reward or 0.0) >= FULL_CREDIT for s in grp)) for grp in per_group]
     for kk in e.pass_at_k:
         out[f"{name}/pass@{kk}"] = mean_pass_at_k(counts, kk)
     return out
