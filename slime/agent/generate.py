@@ -22,7 +22,7 @@ rollout manager — ``ctx.clients`` (one ``EngineClient`` per engine; group ``g`
 ``g % n``), ``ctx.tokenizer`` (an HF tokenizer with a chat template), ``ctx.spec`` (the resolved
 ``Spec``: ``agent``, ``model.max_context_len``) and ``ctx.reward_fn`` (the run's async ``RewardFn``).
 The runtime's rollout manager calls :func:`fill_samples`, which runs the plug-in per sample and
-keeps its invariant of one sample per input.
+returns every training sample of each episode.
 
 Returned samples keep ``group_index``/``index``/``label``/``prompt`` of the
 input; ``response`` is the final answer (what the reward scored, so scoring it
@@ -33,7 +33,8 @@ episode whose first turn already failed (e.g. the prompt does not fit the
 context) gives one sample with status ``failed`` and no tokens
 (``metadata["agent"]["error"]`` says why). Usually one sample per episode; a
 session whose history forked gives one per leaf, all with the same
-``group_index``. ``metadata["agent"]`` records the episode: stop reason,
+``group_index`` and ``metadata["agent"]["session_id"]``, and the rollout trains
+on all of them. ``metadata["agent"]`` records the episode: stop reason,
 turns, every tool call with its output (and the id of the sandbox it ran in), invalid
 tool calls, the sandbox id.
 An engine that is unreachable, fails or aborts the generation raises
@@ -399,16 +400,16 @@ def _trained_tokens(s: Sample) -> int:
 
 async def fill_samples(
     ctx: GenerateContext, samples: list[Sample], params: Sequence[Mapping[str, Any]], *, max_concurrent: int = 128
-) -> None:
-    """The rollout manager's hook: one agent episode per sample, results written back in place.
+) -> list[list[Sample]]:
+    """The rollout manager's hook: one agent episode per input sample; each input's training samples.
 
-    Runs ``spec.agent.generate`` (default: :func:`generate`) for every sample
-    (at most ``max_concurrent`` at once) and keeps the runtime's invariant of one
-    sample per input, in order: an episode that forked into several leaves keeps
-    the leaf that trains the most tokens (the others' ids are in
-    ``metadata["agent"]["dropped_leaves"]``); an episode with no recorded turn
-    becomes an inert sample (prompt + EOS, loss mask 0, reward 0, status
-    ``failed``) so group sizes stay whole.
+    Runs ``spec.agent.generate`` (default: :func:`generate`) for every sample (at most
+    ``max_concurrent`` at once) and returns, per input and in order, every root-to-leaf sample of
+    its episode (an episode that forked gives several, sharing the input's ``group_index`` and
+    reward; the trainer counts them once in their group's statistics, see
+    ``slime.runtime.train_data.sequence_scores``). An episode with no usable sample (no recorded
+    turn, or nothing generated) becomes one inert sample (prompt + EOS, loss mask 0, reward 0,
+    status ``failed``) so every input is accounted for.
     """
     from slime.core.registry import load_object
     from slime.rl.plugins import check_plugin
@@ -417,6 +418,7 @@ async def fill_samples(
     fn = load_object(path) if path else generate
     check_plugin(fn, "generate", name=path or "slime.agent.generate:generate")
     gate = asyncio.Semaphore(max_concurrent)
+    results: list[list[Sample]] = [[] for _ in samples]
 
     async def one(i: int) -> None:
         async with gate:
@@ -424,7 +426,7 @@ async def fill_samples(
         outs = out if isinstance(out, list) else [out]
         if not outs:
             raise ValueError(f"generate plug-in {path or 'default'} returned no sample for sample {i}")
-        _write_back(ctx, samples[i], outs)
+        results[i] = _usable(ctx, samples[i], outs)
 
     try:
         async with asyncio.TaskGroup() as group:
@@ -432,37 +434,23 @@ async def fill_samples(
                 group.create_task(one(i))
     except ExceptionGroup as eg:
         raise eg.exceptions[0] from None  # one clear error, not a group
+    return results
 
 
-def _write_back(ctx: GenerateContext, target: Sample, outs: list[Sample]) -> None:
+def _usable(ctx: GenerateContext, target: Sample, outs: list[Sample]) -> list[Sample]:
+    """Every leaf that trains something, else one inert sample in ``target``'s place."""
     usable = [s for s in outs if s.status != SampleStatus.FAILED and s.response_length > 0]
-    if not usable:
-        tok = ctx.tokenizer
-        eos = tok.eos_token_id
-        prompt = list(target.tokens) or list(tok.encode(str(target.prompt), add_special_tokens=False))
-        target.tokens = prompt + [eos if eos is not None else 0]
-        target.response_length, target.loss_mask, target.rollout_log_probs = 1, [0], [0.0]
-        target.reward, target.status = 0.0, SampleStatus.FAILED
-        target.response = ""
-        target.metadata = {**target.metadata, **{k: v for k, v in outs[0].metadata.items() if k == "agent"}}
-        return
-    best = max(usable, key=_trained_tokens)  # ties: the first (insertion order of leaves)
-    for name in (
-        "tokens",
-        "response_length",
-        "response",
-        "loss_mask",
-        "rollout_log_probs",
-        "reward",
-        "status",
-        "weight_version",
-        "metadata",
-    ):
-        setattr(target, name, getattr(best, name))
-    if len(outs) > 1:
-        agent = dict(target.metadata.get("agent", {}))
-        agent["dropped_leaves"] = [s.metadata.get("agent", {}).get("leaf") for s in outs if s is not best]
-        target.metadata = {**target.metadata, "agent": agent}
+    if usable:
+        return usable
+    tok = ctx.tokenizer
+    eos = tok.eos_token_id
+    prompt = list(target.tokens) or list(tok.encode(str(target.prompt), add_special_tokens=False))
+    target.tokens = prompt + [eos if eos is not None else 0]
+    target.response_length, target.loss_mask, target.rollout_log_probs = 1, [0], [0.0]
+    target.reward, target.status = 0.0, SampleStatus.FAILED
+    target.response = ""
+    target.metadata = {**target.metadata, **{k: v for k, v in outs[0].metadata.items() if k == "agent"}}
+    return [target]
 
 
 def rollout_metrics(samples: Sequence[Sample]) -> dict[str, float]:
@@ -472,7 +460,12 @@ def rollout_metrics(samples: Sequence[Sample]) -> dict[str, float]:
     tool actually ran in a sandbox: a known tool with object arguments) and
     ``agent/tool_calls_ok`` are counts, so a run dir shows how much sandboxed work happened.
     """
-    eps = [s.metadata["agent"] for s in samples if isinstance(s.metadata.get("agent"), dict)]
+    eps, seen = [], set()
+    for s in samples:  # one entry per episode: the leaves of a forked episode share its record
+        agent = s.metadata.get("agent")
+        if isinstance(agent, dict) and (key := agent.get("session_id") or id(agent)) not in seen:
+            seen.add(key)
+            eps.append(agent)
     if not eps:
         return {}
     n = len(eps)
@@ -489,6 +482,7 @@ def rollout_metrics(samples: Sequence[Sample]) -> dict[str, float]:
         "agent/turns_mean": sum(e.get("turns", 0) for e in eps) / n,
         "agent/answered_frac": sum(1 for e in eps if e.get("stop") == "answer") / n,
         "agent/sandboxed_episodes": float(sum(1 for e in eps if e.get("sandbox_id"))),
-        "agent/forked_episodes": float(sum(1 for e in eps if e.get("dropped_leaves"))),
+        "agent/forked_episodes": float(sum(1 for e in eps if e.get("leaves", 1) > 1)),
+        "agent/samples_per_episode": len(samples) / n,
         "agent/failed_episodes": float(sum(1 for s in samples if s.status == SampleStatus.FAILED)),
     }

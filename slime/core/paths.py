@@ -179,6 +179,11 @@ class TaskPaths:
         return self.dir / "final_model"
 
     @property
+    def rollouts(self) -> Path:
+        """Saved rollouts (``debug.save_rollouts``): ``rollout_<id>.parquet``, one per rollout."""
+        return self.dir / "rollouts"
+
+    @property
     def wandb_id(self) -> Path:
         """The task's W&B run id, reused on resume so a requeued job continues the same W&B run."""
         return self.dir / "wandb_run_id"

@@ -13,7 +13,7 @@ Contracts (``ctx`` is the rollout context, see :class:`RolloutContext`):
 - ``GenerateFn``      ``async (ctx, sample, sampling_params) -> Sample | list[Sample]``
 - ``RolloutFn``       ``(ctx, rollout_id, data_source, *, evaluation) -> list[list[Sample]]``
                       (one inner list per prompt group; may be sync or async)
-- ``DynamicFilter``   ``(samples) -> (keep, reason)`` for one prompt group
+- ``DynamicFilter``   ``(samples) -> (keep, reason)`` for one prompt group (``slime.rl.filters``)
 
 What :func:`check_plugin` does not guarantee: it inspects signatures only; the
 return type is checked where the value is used (e.g. rewards are converted with

@@ -16,8 +16,12 @@ Guaranteed:
   :meth:`Sample.check_lengths` for that, once a sample is complete).
 
 Conventions: ``tokens`` is prompt + response; the last ``response_length``
-tokens are the response. ``loss_mask`` and ``rollout_log_probs`` cover response
-tokens only (mask 1 = trained, 0 = environment/tool text or padding).
+tokens are the response. ``loss_mask``, ``rollout_log_probs`` and
+``token_versions`` cover response tokens only (mask 1 = trained, 0 =
+environment/tool text or padding). ``weight_version`` is the version of the
+policy that generated the oldest response token; ``token_versions`` (empty
+unless a response was generated in several parts, as a continued partial
+rollout is) gives each token's version.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ class Sample:
     status: SampleStatus = SampleStatus.PENDING
     metadata: dict[str, Any] = field(default_factory=dict)
     weight_version: int = 0
+    token_versions: list[int] = field(default_factory=list)
     # Keys seen by from_dict that are not fields above; written back by to_dict.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -79,6 +84,11 @@ class Sample:
         if self.rollout_log_probs and len(self.rollout_log_probs) != self.response_length:
             raise ValueError(
                 f"sample {self.index}: rollout_log_probs has {len(self.rollout_log_probs)} entries "
+                f"but response_length is {self.response_length}"
+            )
+        if self.token_versions and len(self.token_versions) != self.response_length:
+            raise ValueError(
+                f"sample {self.index}: token_versions has {len(self.token_versions)} entries "
                 f"but response_length is {self.response_length}"
             )
 
@@ -137,7 +147,7 @@ def _check_field(key: str, value: Any) -> Any:
         if not isinstance(value, str):
             raise bad("a string")
         return value
-    if key in ("tokens", "loss_mask"):
+    if key in ("tokens", "loss_mask", "token_versions"):
         if not isinstance(value, list) or not all(_is_int(t) for t in value):
             raise bad("a list of integers")
         return list(value)

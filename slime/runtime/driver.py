@@ -9,11 +9,12 @@ What one run does, in order (THUDM/slime's loop, our code):
 2. resume from that checkpoint (``train_state.restore_checkpoint``: model, optimizer, RNG, rollout
    id, weight version, data cursor) or start fresh: SFT warm-up (``algorithm.sft_warmup_steps``),
    weight sync, an eval of the starting policy — the ``rollout_id = -1`` line;
-3. per rollout, :meth:`Driver.rollout_step`, to be read top to bottom: generate (the manager
-   scores the samples with the reward) → sequence scores → (critic values) → prepare (old/ref
-   log-probs, advantages) → train → weight sync (``weight_sync.WeightSync``, ``weight_version`` + 1)
-   → the ``metrics.jsonl`` line (``record``) → evals when due; then a checkpoint on interval, at the
-   end, or on a stop;
+3. per rollout, :meth:`Driver.rollout_step`, to be read top to bottom: generate (the manager's data
+   path, ``slime.runtime.rollout``: prompts → responses → rewards → filters → buffer; any number of
+   samples) → :meth:`Driver.train_on` (sequence scores → step plan → critic values → prepare: old/ref
+   log-probs, advantages → optimizer steps) → weight sync (``weight_sync.WeightSync``,
+   ``weight_version`` + 1) → the ``metrics.jsonl`` line (``record``) → evals when due; then a
+   checkpoint on interval, at the end, or on a stop;
 4. at the end: HF copy of the final policy, curve PNG, ``summary.json``, ``state.json: succeeded``.
 
 Exit codes (``slime.core.errors.ExitCode``): 0 done · 1 bug · 2 bad input (spec, data, plug-in,
@@ -21,8 +22,7 @@ checkpoint) · 3 infrastructure (Ray, placement, engines, a lost node) · 75 sto
 SIGUSR1/SIGTERM after saving a checkpoint ("requeue me", see ``state.py``) · 130 interrupted.
 
 Not done here (yet): asynchronous rollouts (the loop is synchronous: generate, then train),
-checkpoints during the SFT warm-up (a stop then exits 75 without one and the warm-up reruns),
-over-sampling with dynamic filters.
+checkpoints during the SFT warm-up (a stop then exits 75 without one and the warm-up reruns).
 """
 
 from __future__ import annotations
@@ -151,7 +151,9 @@ class Driver:
             for i in range(n):
                 if self.stop.requested:
                     raise Stopped()
-                m = actor.sft_step(actor.shards(data[i * gbs : (i + 1) * gbs], 1), start + i)
+                part = data[i * gbs : (i + 1) * gbs]
+                one_step = actor.plan([len(x["tokens"]) for x in part], len(part))
+                m = actor.sft_step(actor.shards(part, one_step), start + i)
                 losses.append(m["sft_loss"])
                 self.progress.update(start + i + 1, {"sft/loss": m["sft_loss"]})
         return losses
@@ -159,7 +161,7 @@ class Driver:
     def init_ref(self, *, fresh: bool) -> None:
         """Load the frozen reference model (``model.ref_path``) into the actor ranks, if there is one."""
         ref = self.spec.model.ref_path
-        if not ref:
+        if not ref or self.job.actor is None:
             return
         if ref != "initial":
             ref_dir = Path(ref)
@@ -175,51 +177,75 @@ class Driver:
 
     # ================================================================ one rollout
     def rollout_step(self, r: int) -> dict[str, Any]:
-        """Rollout ``r``: generate → scores → (values) → prepare → train → sync → record → eval.
+        """Rollout ``r``: generate → train → sync → record → eval.
 
         Tensors stay on the ranks: values and returns pass between critic and actor ranks as Ray
         refs; the driver fetches only samples and metrics."""
         import ray
 
         from slime.runtime.record import rollout_record
-        from slime.runtime.train_data import sequence_scores, train_inputs
 
-        spec, a, job, st = self.spec, self.spec.algorithm, self.job, self.state
-        steps, n = spec.train.num_steps_per_rollout or 1, spec.rollout.n_samples_per_prompt
+        st = self.state
         t0 = time.monotonic()
-        samples = ray.get(job.manager.generate.remote(r))  # prompts → responses → rewards
+        batch = ray.get(self.job.manager.generate.remote(r, st.weight_version))  # prompts → … → filters
         self.weights.release()  # colocated: the engines' memory goes to the trainer
         t1 = time.monotonic()
-        rewards = [float(s.reward or 0.0) for s in samples]
-        scores = sequence_scores(rewards, estimator=a.estimator, group_size=n, normalize_std=bool(a.normalize_std))
-        shards, score_shards = job.actor.shards(train_inputs(samples), steps), job.actor.shards(scores, steps)
-        values = job.critic.values(shards) if job.critic is not None else None  # refs → the actor ranks (GAE)
-        prep, returns = job.actor.prepare(shards, score_shards, values)  # old/ref log-probs, advantages
-        train = job.actor.train(steps, st.step)
-        critic = job.critic.train_critic(returns, steps, st.step) if job.critic is not None else []  # returns: refs
-        prep_m, train_m = ray.get(prep)[0], ray.get(train)[0]
-        critic_m = ray.get(critic)[0] if critic else []
+        steps, prep_m, train_m, critic_m = self.train_on(batch.samples)
         t2 = time.monotonic()
         used_version = st.weight_version
-        sync_s = self.sync_weights()
+        sync_s = self.sync_weights() if steps else 0.0  # no step, no new weights
         st.step += steps
         record = rollout_record(
             r,
             step=st.step,
             weight_version=st.weight_version,
-            samples=samples,
-            rewards=rewards,
-            group_size=n,
+            samples=batch.samples,
             used_version=used_version,
             prepare=prep_m,
             train=train_m,
             critic=critic_m,
-            agent=spec.agent is not None,
+            agent=self.spec.agent is not None,
         )
+        record.update(batch.metrics)  # rollout/groups_*: what the generation drew, kept and dropped
         record.update(self.evaluate(r))
         record.update({"time/rollout_s": t1 - t0, "time/train_s": t2 - t1, "time/sync_s": sync_s})
         record["time/step_s"] = time.monotonic() - t0
         return record
+
+    def train_on(self, samples: list) -> tuple[int, dict[str, float], list[dict], list[dict]]:
+        """Scores → step plan → (critic values) → prepare (old/ref log-probs, advantages) → optimizer steps.
+
+        Returns ``(steps, prepare metrics, actor metrics per step, critic metrics per step)``; no step
+        without trainer ranks or with fewer samples than data-parallel ranks."""
+        import ray
+
+        from slime.runtime.train_data import episode_id, sequence_scores, train_inputs
+
+        job, a, t = self.job, self.spec.algorithm, self.spec.train
+        if job.actor is None or len(samples) < job.actor.dp_size:
+            if job.actor is not None:
+                self.say(f"no optimizer step: {len(samples)} sample(s) for {job.actor.dp_size} data-parallel ranks")
+            return 0, {}, [], []
+        scores = sequence_scores(
+            [float(s.reward or 0.0) for s in samples],
+            estimator=a.estimator,
+            normalize_std=bool(a.normalize_std),
+            group_ids=[s.group_index for s in samples],
+            episode_ids=[episode_id(s) for s in samples],
+        )
+        inputs = train_inputs(samples)
+        plan = job.actor.plan(
+            [len(x["tokens"]) for x in inputs],
+            t.global_batch_size or len(inputs),
+            balance_tokens=t.dynamic_batch.enabled,
+        )
+        shards, score_shards = job.actor.shards(inputs, plan), job.actor.shards(scores, plan)
+        values = job.critic.values(shards) if job.critic is not None else None  # refs → the actor ranks (GAE)
+        prep, returns = job.actor.prepare(shards, score_shards, values)  # old/ref log-probs, advantages
+        train = job.actor.train(plan, self.state.step)
+        critic = job.critic.train_critic(returns, plan, self.state.step) if job.critic is not None else []
+        critic_m = ray.get(critic)[0] if critic else []
+        return plan.steps, ray.get(prep)[0], ray.get(train)[0], critic_m
 
     def sync_weights(self) -> float:
         """The engines serve the actor's weights as the next version; returns the seconds taken."""
@@ -288,7 +314,9 @@ class Driver:
         from slime.runtime.summary import final_metrics, print_summary, write_summary
 
         self.progress.close()
-        if self.spec.train.checkpoint.save_hf:
+        if self.spec.train.checkpoint.save_hf and self.job.actor is None:  # rollout_only: the model as it was
+            write_dir(self.tp.final_model, lambda tmp: shutil.copytree(self.model_dir, tmp))
+        elif self.spec.train.checkpoint.save_hf:
             self.weights.write_final_model(self.tp.final_model)
         final = final_metrics(self.metrics.rows, wall_s=time.monotonic() - self.t0)
         write_summary(self.tp.summary, final)

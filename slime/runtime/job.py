@@ -9,7 +9,9 @@ run got to (also after a failed start):
    (``slime.placement``), the trainer ranks (``TrainerGroup``: actor, plus a critic on the same
    slots for PPO), the rollout manager (a Ray actor on the driver's node) and the engines (the
    spec's ``RolloutBackend``). Loading overlaps: the engines start in a thread while the trainer
-   ranks load their models and the manager reads and checks the data;
+   ranks load their models and the manager reads and checks the data. ``debug.mode: rollout_only``
+   starts no trainer ranks and ``train_only`` no engines (the layout, and so each rank's threads,
+   stay those of a normal run: a replay computes what the run it replays computed);
 3. :meth:`~Job.teardown` — engines, ranks, manager, placement group, then Ray.
 
 Guaranteed: data and reward errors of the manager surface from ``start`` typed (not as a dead
@@ -132,24 +134,23 @@ class Job:
         self.layout = layout = plan_layout(spec)
         self.placement = create_placement(spec, timeout_s=min(300.0, spec.cluster.bootstrap_timeout_s))
         self.say(f"placement group ready: {len(layout.all_slots())} slot(s)")
-        # Trainer constructors start now and load in parallel with the engines.
-        self.actor = actor = TrainerGroup(spec, layout, self.placement, "actor", layout.actor)
-        if layout.critic:
-            self.critic = TrainerGroup(spec, layout, self.placement, "critic", layout.critic)
+        mode = spec.debug.mode  # rollout_only: no trainer ranks; train_only: no engines
+        if mode != "rollout_only":  # trainer constructors start now and load in parallel with the engines
+            self.actor = TrainerGroup(spec, layout, self.placement, "actor", layout.actor)
+            if layout.critic:
+                self.critic = TrainerGroup(spec, layout, self.placement, "critic", layout.critic)
         self.manager = self._start_manager(tokenizer_dir)
         manager_ready = self.manager.setup.remote()  # reads and checks the data meanwhile
-        self.engines = engines = ROLLOUT_BACKENDS.get(spec.rollout.backend)()
-        started = _in_thread(
-            "start-engines",
-            lambda: engines.start(spec, layout, self.placement, model, log_dir=self.tp.logs / "engines"),
-        )
-        actor.init(model)
-        if self.critic is not None:
-            self.critic.init(Path(spec.model.critic_path or model))
-            if self.critic.coords != actor.coords:  # their ranks exchange values and returns pairwise
-                raise RuntimeError("the critic group's data-parallel layout differs from the actor's")
-        self.urls = started.result()
-        self.say(f"{len(self.urls)} engine(s) up: {', '.join(self.urls)}")
+        started = None
+        if mode != "train_only":
+            self.engines = engines = ROLLOUT_BACKENDS.get(spec.rollout.backend)()
+            started = _in_thread(
+                "start-engines",
+                lambda: engines.start(spec, layout, self.placement, model, log_dir=self.tp.logs / "engines"),
+            )
+        self._init_trainers(model)
+        self.urls = started.result() if started is not None else []
+        self.say(f"{len(self.urls)} engine(s) up: {', '.join(self.urls)}" if started else "no engines (train_only)")
         ray.get(manager_ready)  # data and reward errors surface here, typed
         ray.get(self.manager.set_engines.remote(self.urls))
         where = ray.get([r.where.remote() for g in self.trainers for r in g.ranks])
@@ -159,6 +160,15 @@ class Job:
         )
         return where
 
+    def _init_trainers(self, model: Path) -> None:
+        if self.actor is None:
+            return
+        self.actor.init(model)
+        if self.critic is not None:
+            self.critic.init(Path(self.spec.model.critic_path or model))
+            if self.critic.coords != self.actor.coords:  # their ranks exchange values and returns pairwise
+                raise RuntimeError("the critic group's data-parallel layout differs from the actor's")
+
     def _start_manager(self, tokenizer_dir: str) -> Any:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -166,10 +176,11 @@ class Job:
         from slime.runtime.rollout_manager import RolloutManager
 
         here = ray.get_runtime_context().get_node_id()
+        saved = str(self.tp.rollouts) if self.spec.debug.save_rollouts else None
         return (
             ray.remote(RolloutManager)
             .options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False))
-            .remote(self.spec, [], tokenizer_dir)
+            .remote(self.spec, [], tokenizer_dir, rollouts_dir=saved)
         )
 
     def teardown(self, *, node_lost: bool = False) -> None:

@@ -6,17 +6,22 @@ each optimizer step of the actor and critic) and gets back the line; nothing her
 Keys of a rollout line (besides ``rollout_id``, ``step``, ``weight_version``: the version the engines
 serve after the step's sync):
 
-* ``rollout/*`` from the samples: ``accuracy`` counts samples with full credit (reward >= 1 - 1e-9),
-  so partial-credit rewards (f1) still have a meaningful accuracy; ``zero_std_groups`` is the share
-  of prompt groups whose samples all got the same reward (they carry no GRPO signal);
-  ``weight_version`` is the version that generated them;
-* ``check/stale_samples`` counts samples whose weight version is not the one the engines were told
-  to serve (always 0 in this synchronous loop; non-zero means a sync did not reach an engine);
+* ``rollout/*`` from the trained samples: ``samples`` their count (it varies with dynamic sampling,
+  partial rollout and forked agent episodes); ``accuracy`` counts samples with full credit (reward >=
+  1 - 1e-9), so partial-credit rewards (f1) still have a meaningful accuracy; ``zero_std_groups`` is
+  the share of prompt groups (samples sharing a ``group_index``) whose samples all got the same
+  reward (they carry no GRPO signal); ``weight_version`` is the version that generated them (the
+  caller adds the generation's own ``rollout/groups_*`` counts);
+* ``check/stale_samples`` counts samples whose newest tokens do not come from the weight version the
+  engines were told to serve (always 0 in this synchronous loop; non-zero means a sync did not reach
+  an engine); ``rollout/offpolicy_token_frac``: the share of response tokens an older policy
+  generated (continued partial responses);
 * ``agent/*`` with an agent section (``slime.agent.generate.rollout_metrics``);
 * ``train/*`` / ``critic/*``: the mean over the rollout's optimizer steps (``lr``: the last value),
   plus ``prepare``'s ``train/logprob_diff`` & co; ``time/train_steps_s`` / ``time/critic_steps_s``
   sum the steps' times;
-* ``check/kl_before_update`` (the first step's ``approx_kl``) and, on rollout 0 only,
+* (when the rollout took optimizer steps) ``check/kl_before_update`` (the first step's ``approx_kl``)
+  and, on rollout 0 only,
   ``check/step0_logprob_diff``, ``check/step0_kl`` and ``check/step0_ref_kl``: the engine/trainer
   consistency checks before any update. The caller adds ``eval/*`` and ``time/*``.
 """
@@ -33,20 +38,31 @@ __all__ = ["FULL_CREDIT", "mean_metrics", "rollout_record", "sample_metrics", "w
 FULL_CREDIT = 1.0 - 1e-9
 
 
-def sample_metrics(
-    samples: Sequence[Sample], rewards: Sequence[float], group_size: int, weight_version: int
-) -> dict[str, Any]:
+def sample_metrics(samples: Sequence[Sample], weight_version: int) -> dict[str, Any]:
+    """``rollout/*`` of the trained samples (groups: the samples sharing a ``group_index``)."""
     n = max(1, len(samples))
-    groups = [rewards[i : i + group_size] for i in range(0, len(rewards), group_size)]
+    rewards = [float(s.reward or 0.0) for s in samples]
+    by_group: dict[Any, list[float]] = {}
+    for s, x in zip(samples, rewards):
+        by_group.setdefault(s.group_index, []).append(x)
+    groups = list(by_group.values())
     return {
+        "rollout/samples": len(samples),
         "rollout/reward_mean": sum(rewards) / n,
         "rollout/accuracy": sum(x >= FULL_CREDIT for x in rewards) / n,
         "rollout/response_len_mean": sum(s.response_length for s in samples) / n,
         "rollout/truncated_frac": sum(s.status == SampleStatus.TRUNCATED for s in samples) / n,
         "rollout/zero_std_groups": sum(max(g) == min(g) for g in groups) / max(1, len(groups)),
         "rollout/weight_version": weight_version,
-        "check/stale_samples": sum(s.weight_version != weight_version for s in samples),
+        "check/stale_samples": sum(_newest_version(s) != weight_version for s in samples),
+        "rollout/offpolicy_token_frac": sum(v != weight_version for s in samples for v in s.token_versions)
+        / max(1, sum(s.response_length for s in samples)),
     }
+
+
+def _newest_version(s: Sample) -> int:
+    """The version that generated the sample's last tokens (a continued partial response began earlier)."""
+    return max(s.token_versions) if s.token_versions else s.weight_version
 
 
 def mean_metrics(prefix: str, per_step: list[dict[str, float]]) -> dict[str, float]:
@@ -67,8 +83,6 @@ def rollout_record(
     step: int,
     weight_version: int,
     samples: Sequence[Sample],
-    rewards: Sequence[float],
-    group_size: int,
     used_version: int,
     prepare: dict[str, float],
     train: list[dict[str, float]],
@@ -80,7 +94,7 @@ def rollout_record(
     ``used_version``: the weight version that generated the samples; ``train`` / ``critic``: rank 0's
     metrics of each optimizer step (their ``step_time_s`` become the ``time/*_steps_s`` sums)."""
     record: dict[str, Any] = {"rollout_id": rollout_id, "step": step, "weight_version": weight_version}
-    record.update(sample_metrics(samples, rewards, group_size, used_version))
+    record.update(sample_metrics(samples, used_version))
     if agent:  # tool-call rate and friends of the agent episodes
         from slime.agent.generate import rollout_metrics
 
@@ -92,6 +106,8 @@ def rollout_record(
         record["time/critic_steps_s"] = sum(m.pop("step_time_s", 0.0) for m in critic)
     record.update(mean_metrics("train", train))
     record.update(mean_metrics("critic", critic))
+    if not train:  # no optimizer step this rollout (debug.mode rollout_only, or too few samples)
+        return record
     record["check/kl_before_update"] = train[0].get("approx_kl")
     if rollout_id == 0:
         record["check/step0_logprob_diff"] = record.get("train/logprob_diff")

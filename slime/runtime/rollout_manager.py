@@ -1,34 +1,34 @@
-"""The rollout manager / data buffer: prompts in, scored groups of ``Sample``s out.
+"""The rollout manager: prompts in, the scored samples a rollout trains on out (``RolloutBatch``).
 
-One instance per job (a Ray actor in the runtime; a plain object in tests). It
-owns the prompt dataset and its resumable cursor, the tokenizer, the reward
-function and one ``EngineClient`` per engine. ``generate(rollout_id)`` draws
-``rollout.batch_size`` prompts, asks the engines for ``n_samples_per_prompt``
-responses each (``/generate`` with ``return_logprob``; the groups of a rollout
-are dealt round-robin over the engines, one batched request per engine), scores
-them and returns the samples in group order (prompt ``g``'s samples are rows
-``g*n .. g*n+n-1``).
+One instance per job (a Ray actor in the runtime; a plain object in tests). It owns the prompt
+source (the dataset's resumable cursor and the partial-rollout buffer, ``slime.runtime.rollout.source``),
+the tokenizer, the reward function, the group filter and one ``EngineClient`` per engine.
+``generate(rollout_id)`` runs the data path of ``slime.runtime.rollout`` (draw → generate → score →
+filter → abort/buffer) and returns the kept samples in group order (group ``g`` = the ``g``-th kept
+group; with fixed counts, prompt ``g``'s samples are rows ``g*n .. g*n+n-1``) with the rollout's
+``rollout/groups_*`` metrics; with ``debug.save_rollouts`` it writes them to ``tasks/<i>/rollouts/``
+first. In ``debug.mode: train_only`` it reads them from ``debug.load_rollouts`` instead (no engines).
 
-Determinism (exact resume): every sampled request carries a ``sampling_seed``
-derived from ``(train.seed, rollout_id, sample index)``, so a rollout's samples
-do not depend on the process, the batch or what ran before; together with the
-dataset cursor in the checkpoint, a resumed run draws the same prompts and the
-same responses as an uninterrupted one (up to float differences between batch
-shapes in the engine, which do not arise when the same batch is replayed).
+Determinism (exact resume): every sampled request carries a ``sampling_seed`` derived from
+``(train.seed, rollout_id, position of the group in the rollout's draws, sample)``, so a rollout's
+samples do not depend on the process, the batch or what ran before; together with the source's
+state in the checkpoint, a resumed run draws the same prompts and the same responses as an
+uninterrupted one. Partial responses (``rollout.partial``) depend on when the abort came.
 
-Each sample records the engine's ``weight_version`` (an int the runtime sets
-with every weight sync; -1 if the engine reports something else).
+Each sample records the engine's ``weight_version`` (an int the runtime sets with every weight sync;
+-1 if the engine reports something else), and per token (``token_versions``) once continued.
 
-With an ``agent`` section, each sample is one agent episode instead
-(``slime.agent.generate.fill_samples``: the ``agent.generate`` plug-in, default
-the built-in tool-calling loop, one sample per input kept in place; its ``ctx``
-is a frozen ``slime.agent.context.GenerateContext`` of the current engines,
-:meth:`RolloutManager.generate_context`), and the SFT warm-up uses the agent's
-chat format (``agent_sft_sample``).
+With an ``agent`` section, each sample is one agent episode instead (``slime.agent.generate.fill_samples``:
+the ``agent.generate`` plug-in, default the built-in tool-calling loop; an episode that forked gives
+all its root-to-leaf samples; its ``ctx`` is a frozen ``slime.agent.context.GenerateContext`` of the
+current engines, :meth:`RolloutManager.generate_context`), and the SFT warm-up uses the agent's chat
+format (``agent_sft_sample``).
 
-Not implemented: over-sampling with dynamic filters (``over_sampling_batch_size``
-larger than ``batch_size`` is rejected), partial rollouts, custom rollout
-plug-ins.
+Evaluation (:meth:`RolloutManager.evaluate`) generates each set's prompts with its own sampling
+settings (``max_response_len``, ``temperature``, ``top_p``, ``top_k``) and reports reward, accuracy,
+response length and ``pass@k`` (``slime.rl.passk``).
+
+Not implemented: custom rollout plug-ins (slime's ``--rollout-function-path``).
 """
 
 from __future__ import annotations
@@ -36,14 +36,19 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import uuid
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from slime.rl.sample import Sample, SampleStatus
 from slime.runtime.record import FULL_CREDIT
+from slime.runtime.rollout import RolloutBatch
 
 if TYPE_CHECKING:
     from slime.agent.context import GenerateContext
+    from slime.runtime.rollout.generate import GroupGenerator
+    from slime.runtime.rollout.source import Group
     from slime.spec.types import EvalSet, Spec
 
 __all__ = ["FULL_CREDIT", "RolloutManager", "sampling_seed"]
@@ -62,49 +67,39 @@ def _sft_label(row: Any) -> Any:
     return row.label
 
 
-def _version(v: str | None) -> int:
-    try:
-        return int(v) if v is not None else -1
-    except ValueError:
-        return -1
+def _newest(s: Sample) -> int:
+    return max(s.token_versions) if s.token_versions else s.weight_version
 
 
-async def _generate(clients: Sequence[Any], samples: list[Sample], params: list[dict], group_size: int) -> None:
-    """Fill ``samples`` in place: groups dealt round-robin over the engines, one request per engine.
+def _numbered(groups: Sequence[Any], rollout_id: int) -> list[Sample]:
+    """The kept groups' samples, renumbered: group ``g`` = the g-th kept group, indices 0.. in order.
+    A sample the engine aborted on its own (not our abort: kept groups finished) is an error."""
+    out: list[Sample] = []
+    for g, group in enumerate(groups):
+        for s in group.samples:
+            s.group_index, s.index = g, len(out)
+            out.append(s)
+    aborted = [s.index for s in out if s.status == SampleStatus.ABORTED]
+    if aborted:
+        raise RuntimeError(
+            f"rollout {rollout_id}: {len(aborted)} request(s) were aborted by the engine "
+            f"(samples {aborted[:5]}...); check the engine logs"
+        )
+    return out
 
-    Module-level on purpose: a Ray actor class with any ``async def`` method becomes an async
-    actor whose sync methods run inside a running event loop, where ``run_until_complete`` fails.
-    """
-    per_engine: list[list[int]] = [[] for _ in clients]
-    for i in range(len(samples)):
-        per_engine[(i // group_size) % len(clients)].append(i)
 
-    if not clients:
-        raise RuntimeError("the rollout manager has no engines (set_engines was never called)")
+def _first_per_episode(samples: Sequence[Sample]) -> list[Sample]:
+    """One sample per episode, in order (a forked agent episode's leaves share its reward)."""
+    from slime.runtime.train_data import episode_id
 
-    async def one(client, idx: list[int]) -> None:
-        if not idx:
-            return
-        results = await client.generate([samples[i].tokens for i in idx], [params[i] for i in idx], return_logprob=True)
-        for i, res in zip(idx, results):
-            s = samples[i]
-            if res.logprobs is None:
-                raise RuntimeError(f"{client.base_url} returned no log-probs (return_logprob was requested)")
-            s.tokens = list(s.tokens) + list(res.output_ids)
-            s.response_length = len(res.output_ids)
-            s.response = res.text
-            s.rollout_log_probs = list(res.logprobs)
-            s.loss_mask = [1] * s.response_length
-            s.weight_version = _version(res.weight_version)
-            s.status = (
-                SampleStatus.ABORTED
-                if res.aborted
-                else SampleStatus.TRUNCATED
-                if res.truncated
-                else SampleStatus.COMPLETED
-            )
-
-    await asyncio.gather(*(one(c, idx) for c, idx in zip(clients, per_engine)))
+    seen: set[Any] = set()
+    out = []
+    for s in samples:
+        key = episode_id(s)
+        if key not in seen:
+            seen.add(key)
+            out.append(s)
+    return out
 
 
 async def _health(clients: Sequence[Any]) -> list[bool]:
@@ -120,30 +115,32 @@ class RolloutManager:
     """Construction only records its arguments; :meth:`setup` (called by every method, or explicitly
     by the driver so that data errors reach it typed rather than as a dead actor) does the work."""
 
-    def __init__(self, spec: Spec, engine_urls: Sequence[str], tokenizer_dir: str) -> None:
+    def __init__(
+        self, spec: Spec, engine_urls: Sequence[str], tokenizer_dir: str, *, rollouts_dir: str | None = None
+    ) -> None:
         self.spec, self._urls, self._tokenizer_dir = spec, list(engine_urls), tokenizer_dir
+        self.rollouts_dir = rollouts_dir  # debug.save_rollouts: where each rollout's samples are written
         self._ready = False
         self.clients: list[Any] = []  # one EngineClient per engine (set_engines)
         self._context: GenerateContext | None = None  # the agent plug-in's context of these engines
 
     def setup(self) -> None:
-        """Load the tokenizer, the prompt data (every row checked) and the reward function."""
+        """Load the tokenizer, the prompt data (every row checked), the reward function and the filter."""
         if self._ready:
             return
         from transformers import AutoTokenizer
 
         from slime.data.jsonl import PromptDataset
         from slime.placement import normal_priority
+        from slime.rl.filters import load_filter
         from slime.rl.rewards import reward_from_spec
+        from slime.rl.rewards.custom import SlimeArgs
+        from slime.runtime.rollout.source import PromptSource
+        from slime.spec.slime_args import slime_args
 
         normal_priority()
         spec = self.spec
         r, d = spec.rollout, spec.data
-        if (r.over_sampling_batch_size or r.batch_size) != r.batch_size:
-            raise ValueError(
-                f"rollout.over_sampling_batch_size={r.over_sampling_batch_size} > batch_size needs a "
-                "dynamic filter, which this runtime does not implement yet; remove it"
-            )
         self.tokenizer = AutoTokenizer.from_pretrained(self._tokenizer_dir)
         self._dataset_args = dict(
             input_key=d.input_key,
@@ -154,11 +151,14 @@ class RolloutManager:
             max_prompt_tokens=r.max_prompt_len,
         )
         self.dataset = PromptDataset(d.prompts, shuffle=d.shuffle, seed=spec.train.seed, **self._dataset_args)
+        self.source = PromptSource(self.dataset, n=r.n_samples_per_prompt, encode=self.encode)
         if spec.algorithm.sft_warmup_steps > 0:
             self._check_sft_labels()
         self._sft_dataset = None
         self._eval_sets: dict[str, Any] = {}
-        self.reward_fn = reward_from_spec(spec)  # slime-style (args, sample) plug-ins get the spec's values
+        self.reward_fn = reward_from_spec(spec)  # slime-style (args, ...) plug-ins get the spec's values
+        ds = r.dynamic_sampling
+        self.group_filter = load_filter(ds.filter, args=SlimeArgs(**slime_args(spec))) if ds is not None else None
         self._loop = asyncio.new_event_loop()
         self.set_engines(self._urls)
         eos = self.tokenizer.eos_token_id
@@ -183,13 +183,14 @@ class RolloutManager:
     def _run(self, coro):
         return self._loop.run_until_complete(coro)
 
-    def _sampling_params(self, *, temperature: float, seed: int | None) -> dict[str, Any]:
+    def sampling_params(self, *, temperature: float, seed: int | None, e: EvalSet | None = None) -> dict[str, Any]:
+        """One request's sampling dict: the rollout's settings, or eval set ``e``'s."""
         r = self.spec.rollout
         params: dict[str, Any] = {
-            "max_new_tokens": r.max_response_len,
+            "max_new_tokens": e.max_response_len if e is not None else r.max_response_len,
             "temperature": temperature,
-            "top_p": r.top_p,
-            "top_k": r.top_k,
+            "top_p": e.top_p if e is not None else r.top_p,
+            "top_k": e.top_k if e is not None else r.top_k,
         }
         if r.stop:
             params["stop"] = list(r.stop)
@@ -197,13 +198,12 @@ class RolloutManager:
             params["sampling_seed"] = seed
         return params
 
-    def _fill(self, samples: list[Sample], params: list[dict], group_size: int) -> None:
-        if self.spec.agent is not None:  # agentic rollouts: one agent episode (plug-in) per sample, in place
-            from slime.agent.generate import fill_samples
+    def generator(self, tag: str, max_new_tokens: int) -> GroupGenerator:
+        from slime.runtime.rollout.generate import GroupGenerator
 
-            self._run(fill_samples(self.generate_context(), samples, params))
-        else:
-            self._run(_generate(self.clients, samples, params, group_size))
+        context = self.generate_context() if self.spec.agent is not None else None
+        tag = f"{tag}-{uuid.uuid4().hex[:6]}"  # rids unique across managers sharing engines
+        return GroupGenerator(self.clients, tag=tag, max_new_tokens=max_new_tokens, context=context)
 
     def generate_context(self) -> GenerateContext:
         """The ``ctx`` of the ``agent.generate`` plug-in: one object per set of engines."""
@@ -215,50 +215,27 @@ class RolloutManager:
             )
         return self._context
 
-    def _score(self, samples: list[Sample]) -> None:
-        from slime.rl.rewards import batch_rewards
-
-        self._run(batch_rewards(self.reward_fn, samples))
-
     # ---------------------------------------------------------------- rollout
-    def generate(self, rollout_id: int) -> list[Sample]:
-        """The scored samples of rollout ``rollout_id`` (advances the dataset cursor)."""
+    def generate(self, rollout_id: int, weight_version: int | None = None) -> RolloutBatch:
+        """The samples rollout ``rollout_id`` trains on (advances the prompt source; see the module doc).
+
+        ``weight_version``: the version the engines serve (what ``partial_mask_offpolicy`` keeps)."""
         self.setup()
-        r, seed = self.spec.rollout, self.spec.train.seed
-        n = r.n_samples_per_prompt
-        samples: list[Sample] = []
-        params: list[dict] = []
-        for g, row in enumerate(self.dataset.next_batch(r.batch_size)):
-            ids = self.encode(row.text)
-            for j in range(n):
-                index = g * n + j
-                samples.append(
-                    Sample(
-                        group_index=g,
-                        index=index,
-                        prompt=row.text,
-                        tokens=list(ids),
-                        label=row.label,
-                        metadata={**row.metadata, "rollout_id": rollout_id},
-                    )
-                )
-                params.append(
-                    self._sampling_params(
-                        temperature=r.temperature, seed=sampling_seed(seed, "rollout", rollout_id, index)
-                    )
-                )
-        self._fill(samples, params, n)
-        aborted = [s.index for s in samples if s.status == SampleStatus.ABORTED]
-        if aborted:
-            raise RuntimeError(
-                f"rollout {rollout_id}: {len(aborted)} request(s) were aborted by the engine "
-                f"(samples {aborted[:5]}...); check the engine logs"
-            )
-        self._score(samples)
-        return samples
+        if self.spec.debug.mode == "train_only":
+            from slime.runtime.rollout.saved import read_rollout
+
+            samples = read_rollout(self.spec.debug.load_rollouts, rollout_id)
+            metrics: dict[str, Any] = {"rollout/groups_kept": len({s.group_index for s in samples})}
+        else:
+            samples, metrics = self._run(_collect(self, rollout_id, weight_version))
+        if self.rollouts_dir is not None:
+            from slime.runtime.rollout.saved import write_rollout
+
+            write_rollout(self.rollouts_dir, rollout_id, samples)
+        return RolloutBatch(samples, metrics)
 
     # ---------------------------------------------------------------- eval
-    def _eval_set(self, e: EvalSet):
+    def eval_dataset(self, e: EvalSet):
         from slime.data.jsonl import PromptDataset
 
         if e.name not in self._eval_sets:
@@ -266,38 +243,16 @@ class RolloutManager:
         return self._eval_sets[e.name]
 
     def evaluate(self, names: Sequence[str] | None = None, *, tag: int = 0) -> dict[str, float]:
-        """Metrics ``eval/<name>/{reward,accuracy,response_len}`` for the named sets (default: all);
-        the first set of the spec is also reported as ``eval/reward`` and ``eval/accuracy``."""
+        """Metrics ``eval/<name>/{reward,accuracy,response_len}`` and ``eval/<name>/pass@k`` for the named
+        sets (default: all); the first set of the spec is also reported as ``eval/reward`` and ``eval/accuracy``."""
         self.setup()
-        sets = [e for e in self.spec.data.eval if names is None or e.name in names]
         out: dict[str, float] = {}
-        for e in sets:
-            ds = self._eval_set(e)
-            rows = ds.rows[: e.max_prompts] if e.max_prompts else ds.rows
-            samples, params = [], []
-            for g, row in enumerate(rows):
-                ids = self.encode(row.text)
-                for j in range(e.n_samples_per_prompt):
-                    index = g * e.n_samples_per_prompt + j
-                    samples.append(
-                        Sample(group_index=g, index=index, prompt=row.text, tokens=list(ids), label=row.label)
-                    )
-                    params.append(
-                        self._sampling_params(
-                            temperature=e.temperature,
-                            seed=sampling_seed(self.spec.train.seed, "eval", e.name, tag, index),
-                        )
-                    )
-            self._fill(samples, params, e.n_samples_per_prompt)
-            self._score(samples)
-            rewards = [float(s.reward or 0.0) for s in samples]
-            n = max(1, len(rewards))
-            out[f"eval/{e.name}/reward"] = sum(rewards) / n
-            out[f"eval/{e.name}/accuracy"] = sum(x >= FULL_CREDIT for x in rewards) / n
-            out[f"eval/{e.name}/response_len"] = sum(s.response_length for s in samples) / n
-            if e.name == self.spec.data.eval[0].name:
-                out["eval/reward"] = out[f"eval/{e.name}/reward"]
-                out["eval/accuracy"] = out[f"eval/{e.name}/accuracy"]
+        for e in self.spec.data.eval:
+            if names is None or e.name in names:
+                out.update(self._run(_evaluate_set(self, e, tag)))
+        first = self.spec.data.eval[0].name if self.spec.data.eval else None
+        if f"eval/{first}/reward" in out:
+            out["eval/reward"], out["eval/accuracy"] = out[f"eval/{first}/reward"], out[f"eval/{first}/accuracy"]
         return out
 
     # ---------------------------------------------------------------- SFT data
@@ -342,12 +297,13 @@ class RolloutManager:
 
     # ---------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
+        """The prompt source's state (cursor, partial-rollout buffer): part of every checkpoint."""
         self.setup()
-        return {"data": self.dataset.state_dict()}
+        return self.source.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.setup()
-        self.dataset.load_state_dict(state["data"])
+        self.source.load_state_dict(state)
 
     def engine_health(self) -> dict[str, bool]:
         self.setup()
@@ -356,3 +312,83 @@ class RolloutManager:
     def close(self) -> None:
         if self._ready:
             self._run(_close(self.clients))
+
+
+# Module-level on purpose: a Ray actor class with any ``async def`` method becomes an async actor whose
+# sync methods run inside a running event loop, where ``run_until_complete`` fails.
+async def _score(reward_fn: Any, samples: list[Sample]) -> None:
+    from slime.rl.rewards import batch_rewards
+
+    await batch_rewards(reward_fn, samples)
+
+
+async def _collect(
+    mgr: RolloutManager, rollout_id: int, weight_version: int | None
+) -> tuple[list[Sample], dict[str, Any]]:
+    from slime.runtime.rollout.collect import CollectConfig, collect, mask_offpolicy
+
+    r, seed = mgr.spec.rollout, mgr.spec.train.seed
+    n, ds = r.n_samples_per_prompt, r.dynamic_sampling
+    gen = mgr.generator(f"r{rollout_id}", r.max_response_len)
+
+    async def generate(group: Group, position: int) -> None:
+        params = [
+            mgr.sampling_params(temperature=r.temperature, seed=sampling_seed(seed, "rollout", rollout_id, i))
+            for i in range(position * n, position * n + len(group.samples))
+        ]
+        await gen.run(group, position, params)
+
+    cfg = CollectConfig(
+        batch_size=r.batch_size,
+        over_sampling=r.over_sampling_batch_size or r.batch_size,
+        max_rounds=ds.max_rounds if ds is not None else 1,
+        partial=r.partial,
+    )
+    groups, metrics = await collect(
+        mgr.source,
+        rollout_id,
+        cfg,
+        generate=generate,
+        score=partial(_score, mgr.reward_fn),
+        keep=mgr.group_filter,
+        abort=gen.abort,
+    )
+    samples = _numbered(groups, rollout_id)
+    if r.partial_mask_offpolicy and samples:
+        current = weight_version if weight_version is not None else max(_newest(s) for s in samples)
+        metrics["rollout/masked_offpolicy_tokens"] = mask_offpolicy(samples, current)
+    return samples, metrics
+
+
+async def _evaluate_set(mgr: RolloutManager, e: EvalSet, tag: int) -> dict[str, float]:
+    """One eval set's metrics; per episode (a forked agent episode counts once), pass@k per prompt."""
+    from slime.rl.passk import mean_pass_at_k
+    from slime.runtime.rollout.source import Group
+
+    ds, k = mgr.eval_dataset(e), e.n_samples_per_prompt
+    rows = ds.rows[: e.max_prompts] if e.max_prompts else ds.rows
+    gen = mgr.generator(f"eval-{e.name}-{tag}", e.max_response_len or mgr.spec.rollout.max_response_len)
+    groups, runs = [], []
+    for g, row in enumerate(rows):
+        ids = mgr.encode(row.text)
+        group = Group([Sample(prompt=row.text, tokens=list(ids), label=row.label) for _ in range(k)], g, tag)
+        seeds = [sampling_seed(mgr.spec.train.seed, "eval", e.name, tag, g * k + j) for j in range(k)]
+        params = [mgr.sampling_params(temperature=e.temperature, seed=x, e=e) for x in seeds]
+        groups.append(group)
+        runs.append(gen.run(group, g, params))
+    await asyncio.gather(*runs)
+    await _score(mgr.reward_fn, _numbered(groups, tag))
+    # one entry per episode (the leaves of a forked agent episode share its reward); plain samples: each
+    per_group = [_first_per_episode(grp.samples) for grp in groups]
+    episodes = [s for grp in per_group for s in grp]
+    rewards = [float(s.reward or 0.0) for s in episodes]
+    n, name = max(1, len(rewards)), f"eval/{e.name}"
+    out = {
+        f"{name}/reward": sum(rewards) / n,
+        f"{name}/accuracy": sum(x >= FULL_CREDIT for x in rewards) / n,
+        f"{name}/response_len": sum(s.response_length for s in episodes) / n,
+    }
+    counts = [(len(grp), sum(float(s.reward or 0.0) >= FULL_CREDIT for s in grp)) for grp in per_group]
+    for kk in e.pass_at_k:
+        out[f"{name}/pass@{kk}"] = mean_pass_at_k(counts, kk)
+    return out

@@ -6,14 +6,22 @@ rollout, whatever the data-parallel size):
 1. the driver turns each sample's reward into a *sequence score*
    (:func:`sequence_scores`): group-normalised for GRPO/GSPO/CISPO, group-centred
    for REINFORCE++-baseline, raw for REINFORCE++ and PPO (they need per-token
-   KL and values first);
-2. the driver cuts the rollout into per-rank shards (:func:`shard_for_rank`):
-   step ``s`` of ``num_steps_per_rollout`` uses samples ``[s*gbs, (s+1)*gbs)``,
-   and data-parallel rank ``r`` of ``dp`` gets a contiguous ``gbs/dp`` slice of
-   each step;
+   KL and values first). Groups are the samples sharing a ``group_index``, of any
+   size; samples of one agent episode (``episode_ids``) count once in their group's
+   statistics;
+2. the driver plans the optimizer steps (:func:`plan_steps`): a rollout of any
+   size N becomes ``round(N / global_batch_size)`` steps (at least 1, at most
+   N // dp) of contiguous, near-equal slices in sample order; each step's slice
+   is split over the ``dp`` data-parallel ranks, by count (contiguous, sizes
+   differ by at most one) or, with dynamic batching, by tokens (longest first
+   to the least-loaded rank). Every rank gets at least one sample per step. With
+   a fixed count (N = steps x gbs, gbs a multiple of dp) this is exactly step
+   ``s`` = samples ``[s*gbs, (s+1)*gbs)``, rank ``r`` a contiguous ``gbs/dp`` slice;
 3. each rank pads its shard (:func:`collate`) and computes per-token advantages
    (:func:`token_advantages`); batch whitening uses moments all-reduced over
-   the ranks, so it equals whitening the whole rollout in one process.
+   the ranks, so it equals whitening the whole rollout in one process. The
+   backends divide each step's loss by the token (or sequence) count all-reduced
+   over the ranks, so uneven shards give the one-process loss and gradients.
 
 Tensor alignment follows ``TrainBatch``: per-token tensors are ``[B, T-1]`` and
 position ``t`` scores token ``t+1``.
@@ -21,28 +29,94 @@ position ``t`` scores token ``t+1``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from slime.backends.base import TrainBatch
-from slime.rl.advantages import discounted_returns, gae, group_normalized_rewards, token_level_rewards
+from slime.rl.advantages import GROUP_STD_EPS, discounted_returns, gae, group_normalized_rewards, token_level_rewards
 from slime.rl.masked import masked_moments, whiten, zero_masked
 
-__all__ = ["GROUP_ESTIMATORS", "collate", "sequence_scores", "shard_for_rank", "token_advantages", "train_inputs"]
+__all__ = [
+    "GROUP_ESTIMATORS",
+    "StepPlan",
+    "collate",
+    "episode_id",
+    "plan_steps",
+    "sequence_scores",
+    "token_advantages",
+    "train_inputs",
+]
 
 GROUP_ESTIMATORS = ("grpo", "gspo", "cispo")
 
 
-def sequence_scores(rewards: Sequence[float], *, estimator: str, group_size: int, normalize_std: bool) -> list[float]:
-    """One score per sample (samples of a prompt contiguous, ``group_size`` each)."""
+def sequence_scores(
+    rewards: Sequence[float],
+    *,
+    estimator: str,
+    normalize_std: bool,
+    group_size: int | None = None,
+    group_ids: Sequence[Hashable] | None = None,
+    episode_ids: Sequence[Hashable] | None = None,
+) -> list[float]:
+    """One score per sample. Groups: ``group_ids`` (any sizes, any order), else contiguous runs of
+    ``group_size``. With ``episode_ids``, samples of one episode (same reward) count once in their
+    group's mean and std and all get that episode's score."""
     r = torch.tensor([float(x) for x in rewards], dtype=torch.float32)
-    if estimator in GROUP_ESTIMATORS:
-        return group_normalized_rewards(r, group_size, normalize_std=normalize_std).tolist()
-    if estimator == "reinforce_plus_plus_baseline":
-        return group_normalized_rewards(r, group_size, normalize_std=False).tolist()
-    return r.tolist()
+    if estimator not in (*GROUP_ESTIMATORS, "reinforce_plus_plus_baseline"):
+        return r.tolist()
+    std = normalize_std and estimator in GROUP_ESTIMATORS
+    if group_ids is None:
+        if group_size is None:
+            raise ValueError("sequence_scores needs group_size or group_ids")
+        return group_normalized_rewards(r, group_size, normalize_std=std).tolist()
+    ids, eps = list(group_ids), list(episode_ids) if episode_ids is not None else list(range(len(r)))
+    if len(ids) != len(r) or len(eps) != len(r):
+        raise ValueError(f"{len(r)} rewards but {len(ids)} group ids and {len(eps)} episode ids")
+    size = _contiguous_size(ids)
+    if size and len(set(eps)) == len(eps):  # the common case: the batched form (same arithmetic as before)
+        return group_normalized_rewards(r, size, normalize_std=std).tolist()
+    return _scores_by_group(r, ids, eps, std)
+
+
+def _contiguous_size(ids: list[Hashable]) -> int | None:
+    """The group size when ``ids`` are equal-size contiguous runs of distinct ids, else None."""
+    if not ids:
+        return None
+    size = ids.index(next((x for x in ids if x != ids[0]), ids[0])) or len(ids)
+    if len(ids) % size:
+        return None
+    runs = [ids[i : i + size] for i in range(0, len(ids), size)]
+    heads = [run[0] for run in runs]
+    return size if len(set(heads)) == len(heads) and all(len(set(run)) == 1 for run in runs) else None
+
+
+def _scores_by_group(r: torch.Tensor, ids: list[Hashable], eps: list[Hashable], std: bool) -> list[float]:
+    out = torch.zeros_like(r)
+    members: dict[Hashable, list[int]] = {}
+    for i, g in enumerate(ids):
+        members.setdefault(g, []).append(i)
+    for rows in members.values():
+        first: dict[Hashable, int] = {}
+        for i in rows:
+            first.setdefault(eps[i], i)
+        per_episode = r[list(first.values())]
+        centred = r[rows] - per_episode.mean()
+        if std and per_episode.numel() > 1:
+            centred = centred / (per_episode.std() + GROUP_STD_EPS)
+        out[rows] = centred
+    return out.tolist()
+
+
+def episode_id(sample: Any) -> Hashable:
+    """What makes samples one episode for :func:`sequence_scores`: an agent session (its forked
+    leaves share a reward), else the sample itself."""
+    agent = (sample.metadata or {}).get("agent")
+    session = agent.get("session_id") if isinstance(agent, dict) else None
+    return ("session", session) if session is not None else ("sample", sample.index, id(sample))
 
 
 def train_inputs(samples: Sequence[Any]) -> list[dict[str, Any]]:
@@ -58,23 +132,64 @@ def train_inputs(samples: Sequence[Any]) -> list[dict[str, Any]]:
     ]
 
 
-def shard_for_rank(items: Sequence[Any], *, dp_rank: int, dp_size: int, steps: int) -> list[Any]:
-    """The items data-parallel rank ``dp_rank`` trains on, step by step (see the module docstring)."""
-    n = len(items)
-    if steps < 1 or n % steps:
-        raise ValueError(f"{n} samples cannot be split into num_steps_per_rollout={steps} equal steps")
-    per_step = n // steps
-    if per_step % dp_size:
-        raise ValueError(
-            f"a step of {per_step} samples cannot be split over {dp_size} data-parallel ranks; "
-            "make train.global_batch_size a multiple of the data-parallel size"
-        )
-    per_rank = per_step // dp_size
-    out: list[Any] = []
-    for s in range(steps):
-        start = s * per_step + dp_rank * per_rank
-        out.extend(items[start : start + per_rank])
+@dataclass(frozen=True)
+class StepPlan:
+    """The samples (indices) each data-parallel rank trains on at each optimizer step of one rollout."""
+
+    rows: tuple[tuple[tuple[int, ...], ...], ...]  # [step][dp_rank] -> sample indices, ascending
+
+    @property
+    def steps(self) -> int:
+        return len(self.rows)
+
+    def take(self, items: Sequence[Any], dp_rank: int) -> list[Any]:
+        """Rank ``dp_rank``'s items, step after step."""
+        return [items[i] for step in self.rows for i in step[dp_rank]]
+
+    def sizes(self, dp_rank: int) -> list[int]:
+        """How many of rank ``dp_rank``'s items each step takes."""
+        return [len(step[dp_rank]) for step in self.rows]
+
+
+def plan_steps(lengths: Sequence[int], *, dp_size: int, target: int, balance_tokens: bool = False) -> StepPlan:
+    """Optimizer steps for samples of token lengths ``lengths`` (see the module docstring, step 2).
+
+    ``target``: ``train.global_batch_size``. Raises ``ValueError`` when there are fewer samples than
+    data-parallel ranks (some rank would have nothing to train on)."""
+    n = len(lengths)
+    if n < dp_size:
+        raise ValueError(f"{n} sample(s) cannot give each of the {dp_size} data-parallel ranks one to train on")
+    steps = max(1, min(int(n / max(1, target) + 0.5), n // dp_size))
+    out = []
+    for chunk in _even_chunks(list(range(n)), steps):
+        if balance_tokens:
+            out.append(_by_tokens(chunk, lengths, dp_size))
+        else:
+            out.append(tuple(tuple(part) for part in _even_chunks(chunk, dp_size)))
+    return StepPlan(tuple(out))
+
+
+def _even_chunks(items: list[int], k: int) -> list[list[int]]:
+    """``k`` contiguous chunks whose sizes differ by at most one (the longer ones first)."""
+    q, extra = divmod(len(items), k)
+    out, start = [], 0
+    for i in range(k):
+        end = start + q + (i < extra)
+        out.append(items[start:end])
+        start = end
     return out
+
+
+def _by_tokens(chunk: list[int], lengths: Sequence[int], dp_size: int) -> tuple[tuple[int, ...], ...]:
+    """Longest sample first to the rank with the fewest tokens (ties: the lower rank): every rank gets
+    one of the first ``dp_size``; each rank keeps its samples in their original order."""
+    load = [0] * dp_size
+    parts: list[list[int]] = [[] for _ in range(dp_size)]
+    for i in sorted(chunk, key=lambda i: (-lengths[i], i)):
+        rank = min(range(dp_size), key=lambda d: (load[d], d))
+        parts[rank].append(i)
+        load[rank] += lengths[i]
+    return tuple(tuple(sorted(p)) for p in parts)
 
 
 def collate(samples: Sequence[dict], *, kind: str = "rl", pad_id: int = 0) -> TrainBatch:

@@ -2,7 +2,8 @@
 
 :class:`TrainState` is what the loop counts — the last completed rollout, the optimizer steps, the
 weight version the engines serve — plus ``data``, the rollout manager's ``state_dict`` (the prompt
-cursors) as of the last save or load. Its :meth:`~TrainState.state_dict` is the checkpoint's
+cursor, the partial-rollout buffer with its samples, the count of drawn groups) as of the last save
+or load. Its :meth:`~TrainState.state_dict` is the checkpoint's
 ``state.json`` (with ``format``, ``world_size`` and ``saved_at`` added by :func:`save_checkpoint`):
 the same keys as before this module existed, so older checkpoints load.
 
@@ -99,7 +100,8 @@ def save_checkpoint(store: CheckpointStore, state: TrainState, groups: Sequence[
         tmp = store.begin(state.rollout_id)
         for group in groups:
             group.call("save", str(tmp))
-        doc = {"format": FORMAT, **state.state_dict(), "world_size": len(groups[0].ranks), "saved_at": time.time()}
+        world = len(groups[0].ranks) if groups else 0  # 0: debug.mode rollout_only has no trainer ranks
+        doc = {"format": FORMAT, **state.state_dict(), "world_size": world, "saved_at": time.time()}
         return store.commit(tmp, state.rollout_id, doc)
     except BaseException as exc:
         if tmp is not None:
@@ -117,11 +119,11 @@ def restore_checkpoint(point: ResumePoint, state: TrainState, groups: Sequence[T
     the usable ones; other errors from the ranks pass unchanged."""
     from slime.runtime.failures import root_cause
 
-    saved = point.state.get("world_size")
-    if saved not in (None, len(groups[0].ranks)):
+    saved, world = point.state.get("world_size"), len(groups[0].ranks) if groups else 0
+    if saved not in (None, world):
         raise ValueError(
             f"checkpoint {point.path} was saved by {saved} trainer ranks, this job has "
-            f"{len(groups[0].ranks)}; resume with the same train.nodes/gpus_per_node"
+            f"{world}; resume with the same train.nodes/gpus_per_node and debug.mode"
         )
     try:
         for group in groups:

@@ -11,7 +11,9 @@ moments all-reduced over the ranks), then the optimizer steps.
 into one process group (rank 0's node IP and a free port), and fans every call
 out to all ranks at once: collective operations inside the backends need every
 rank to enter them together. Samples are sharded by each rank's data-parallel
-coordinates (``TrainBackend.data_parallel_coords``).
+coordinates (``TrainBackend.data_parallel_coords``) along a
+``train_data.StepPlan``: how many samples each rank trains on at each optimizer
+step (uneven when the rollout's sample count is).
 
 Tensors go rank to rank, not through the driver: the RL calls return Ray object
 refs, so critic values reach the actor ranks (GAE) and PPO returns reach the
@@ -39,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from slime.backends.base import WeightSender
+    from slime.runtime.train_data import StepPlan
     from slime.spec.layout import Layout, Slot
     from slime.spec.types import Spec
 
@@ -133,7 +136,7 @@ class TrainerRank:
         batch = collate(samples)
         mask = batch.response_mask
         batch.old_log_probs = self.backend.log_probs(batch, temperature=temperature)
-        sums = torch.zeros(4, dtype=torch.float64)  # |diff| sum, token count, ref-KL sum, reward-KL sum
+        sums = torch.zeros(5, dtype=torch.float64)  # |diff| sum, token count, ref-KL sum, reward-KL sum, |adv| sum
         sums[1] = mask.sum()
         diff_max = torch.zeros(1, dtype=torch.float64)
         if batch.rollout_log_probs is not None:
@@ -159,6 +162,7 @@ class TrainerRank:
         )
         batch.advantages, batch.returns = adv, returns
         self.batch = batch
+        sums[4] = zero_masked(adv.abs(), mask).sum()
         self._all_reduce(sums)
         self._all_reduce(diff_max, "max")
         n = max(1.0, float(sums[1]))
@@ -166,33 +170,37 @@ class TrainerRank:
             "train/logprob_diff": float(sums[0]) / n,
             "train/logprob_diff_max": float(diff_max[0]),
             "train/tokens": float(sums[1]),
-            "train/adv_abs_mean": float(adv.abs().sum() / max(1.0, float(mask.sum()))),
+            "train/adv_abs_mean": float(sums[4]) / n,
         }
         if self.ref is not None:
             metrics["train/ref_kl"] = float(sums[2]) / n
         metrics["time/prepare_s"] = time.perf_counter() - t0
         return metrics, (returns if a.estimator == "ppo" else None)
 
-    def train(self, steps: int, first_step: int) -> list[dict[str, float]]:
+    def train(self, steps: int | list[int], first_step: int) -> list[dict[str, float]]:
+        """Optimizer steps on the batch of the last ``prepare``: ``steps`` equal parts, or parts of these sizes."""
         if self.batch is None:
             raise RuntimeError("train() called before prepare()")
         return self._train_steps(self.batch, steps, first_step)
 
-    def train_critic(self, returns, steps: int, first_step: int) -> list[dict]:
+    def train_critic(self, returns, steps: int | list[int], first_step: int) -> list[dict]:
         """The value-loss steps on the batch of the last ``values`` call, towards the actor's ``returns``."""
         if self.batch is None:
             raise RuntimeError("train_critic() called before values()")
         self.batch.returns = returns
         return self._train_steps(self.batch, steps, first_step)
 
-    def _train_steps(self, batch, steps: int, first_step: int) -> list[dict[str, float]]:
-        per = batch.size // steps
-        out = []
-        for s in range(steps):
+    def _train_steps(self, batch, steps: int | list[int], first_step: int) -> list[dict[str, float]]:
+        sizes = [batch.size // steps] * steps if isinstance(steps, int) else list(steps)
+        if sum(sizes) != batch.size:
+            raise ValueError(f"step sizes {sizes} do not add up to this rank's {batch.size} samples")
+        out, start = [], 0
+        for s, size in enumerate(sizes):
             t0 = time.perf_counter()
-            m = self.backend.train_step(batch.select(slice(s * per, (s + 1) * per)), step=first_step + s)
+            m = self.backend.train_step(batch.select(slice(start, start + size)), step=first_step + s)
             m["step_time_s"] = time.perf_counter() - t0
             out.append(m)
+            start += size
         self.batch = None
         return out
 
@@ -283,10 +291,19 @@ class TrainerGroup:
         ``num_returns`` > 1). Refs passed as arguments reach the rank as their values."""
         return [getattr(r, method).options(num_returns=num_returns).remote(*a) for r, a in zip(self.ranks, per_rank)]
 
-    def shards(self, items: list[Any], steps: int) -> list[list[Any]]:
-        from slime.runtime.train_data import shard_for_rank
+    @property
+    def dp_size(self) -> int:
+        return self.coords[0][1]
 
-        return [shard_for_rank(items, dp_rank=d, dp_size=n, steps=steps) for d, n in self.coords]
+    def plan(self, lengths: list[int], target: int, *, balance_tokens: bool = False) -> StepPlan:
+        """The optimizer steps for samples of these token lengths (``train_data.plan_steps``)."""
+        from slime.runtime.train_data import plan_steps
+
+        return plan_steps(lengths, dp_size=self.dp_size, target=target, balance_tokens=balance_tokens)
+
+    def shards(self, items: list[Any], plan: StepPlan) -> list[list[Any]]:
+        """Each rank's items along ``plan`` (ranks of one model replica get the same)."""
+        return [plan.take(items, d) for d, _ in self.coords]
 
     # ---------------------------------------------------------------- the loop's calls
     def sft_step(self, shards: list[list[dict]], step: int) -> dict[str, float]:
@@ -304,11 +321,13 @@ class TrainerGroup:
         refs = self.submit("prepare", args, num_returns=2)
         return [m for m, _ in refs], [r for _, r in refs]
 
-    def train(self, steps: int, first_step: int) -> list[Any]:
-        return self.submit("train", [(steps, first_step)] * len(self.ranks))
+    def train(self, plan: StepPlan, first_step: int) -> list[Any]:
+        return self.submit("train", [(plan.sizes(d), first_step) for d, _ in self.coords])
 
-    def train_critic(self, returns: list[Any], steps: int, first_step: int) -> list[Any]:
-        return self.submit("train_critic", [(ret, steps, first_step) for ret in returns])
+    def train_critic(self, returns: list[Any], plan: StepPlan, first_step: int) -> list[Any]:
+        return self.submit(
+            "train_critic", [(ret, plan.sizes(d), first_step) for ret, (d, _) in zip(returns, self.coords)]
+        )
 
     def export(self, out_dir: Path) -> None:
         self.call("export", str(out_dir))

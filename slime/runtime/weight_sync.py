@@ -14,7 +14,8 @@ Colocation (``rollout.colocate``): the engines share their slots' memory with th
 ``kv_cache`` and ``cuda_graph`` (resumed weights hold garbage until reloaded). The state is one flag,
 ``released``: release is a no-op when released (or not colocated), sync resumes only when released.
 
-Guaranteed: after ``sync`` returns, every engine has acknowledged the new version (or it raised).
+Without engines (``debug.mode: train_only``) or a policy (``rollout_only``) ``sync`` and ``release``
+do nothing. Guaranteed: after ``sync`` returns, every engine has acknowledged the new version (or it raised).
 Not guaranteed: the engines' memory state after a failed sync (the run then fails and they are
 stopped).
 """
@@ -54,7 +55,13 @@ def write_dir(dest: Path, fill: Callable[[Path], object]) -> None:
 
 class WeightSync:
     def __init__(
-        self, spec: Spec, policy: Policy, engines: RolloutBackend, exports: Path, *, say: Callable[[str], None]
+        self,
+        spec: Spec,
+        policy: Policy | None,
+        engines: RolloutBackend | None,
+        exports: Path,
+        *,
+        say: Callable[[str], None],
     ) -> None:
         self.mode, self.colocate = spec.rollout.weight_sync, spec.rollout.colocate
         self.policy, self.engines, self.exports, self.say = policy, engines, Path(exports), say
@@ -65,7 +72,7 @@ class WeightSync:
 
     def release(self) -> None:
         """Colocated runs: the engines free their memory for the trainer until the next :meth:`sync`."""
-        if not self.colocate or self.released:
+        if not self.colocate or self.released or self.engines is None:
             return
         replies = self.engines.release_memory()
         if not self._said:  # once, with what was freed
@@ -77,8 +84,11 @@ class WeightSync:
         self.released = True
 
     def sync(self, version: int) -> float:
-        """Every engine serves the actor's current weights as ``version``; returns the seconds taken."""
+        """Every engine serves the actor's current weights as ``version``; returns the seconds taken.
+        Without engines (``train_only``) or a policy (``rollout_only``) there is nothing to move."""
         t = time.monotonic()
+        if self.engines is None or self.policy is None:
+            return 0.0
         if self.released:
             self.engines.resume_memory(["weights"])
         if self.mode == "nccl":
@@ -103,9 +113,12 @@ class WeightSync:
         self.last_export = out
 
     def write_final_model(self, dest: Path) -> None:
-        """The policy the engines serve, as an HF dir at ``dest`` (complete or absent)."""
-        if self.mode == "nccl":  # collective sync writes no exports: write one now
+        """The policy the engines serve (the actor's, without engines), as an HF dir at ``dest`` (complete
+        or absent); ``ValueError`` without a policy (``rollout_only``: the caller copies the model)."""
+        if self.policy is None:
+            raise ValueError("no trained policy to write (debug.mode rollout_only)")
+        if self.mode == "nccl" or self.last_export is None:  # no export on disk to copy: write one now
             write_dir(dest, self.policy.export)
-        elif self.last_export is not None:
+        else:
             last = self.last_export
             write_dir(dest, lambda tmp: shutil.copytree(last, tmp))

@@ -244,6 +244,8 @@ def _special(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
     elif name == "--custom-rm-path":
         b.from_flag(f, "reward.custom", _plugin_path(one))
         b.set("reward.type", "custom", f"implied by {name} (line {f.line})")
+    elif name in _DATA_PATH_FLAGS:
+        _data_path_flag(f, one, b)
     elif name == "--train-backend":
         if one == "megatron":
             b.from_flag(f, "train.backend", "megatron")
@@ -316,6 +318,82 @@ def _rm_type(f: Flag, kind: str, b: Builder) -> None:
         )
         if differs:
             b.differences.append((f.shown(), differs))
+
+
+_DATA_PATH_FLAGS = frozenset(
+    {
+        "--dynamic-sampling-filter-path",
+        "--debug-rollout-only",
+        "--debug-train-only",
+        "--save-debug-rollout-data",
+        "--load-debug-rollout-data",
+        "--log-passrate",
+        "--eval-max-response-len",
+        "--eval-top-p",
+        "--eval-top-k",
+    }
+)
+
+
+def _data_path_flag(f: Flag, one: str | None, b: Builder) -> None:
+    """Dynamic sampling, debug modes and saved rollouts (eval sampling and pass@k: ``finish``, per eval set)."""
+    name = f.name
+    if name == "--dynamic-sampling-filter-path":
+        _dynamic_filter(f, one, b)
+    elif name in ("--debug-rollout-only", "--debug-train-only"):
+        b.from_flag(f, "debug.mode", "rollout_only" if name == "--debug-rollout-only" else "train_only")
+    elif name == "--save-debug-rollout-data":
+        b.from_flag(f, "debug.save_rollouts", True, " -- Parquet files in the run dir, see 'Differs from slime'")
+        b.differences.append(
+            (
+                f.shown(),
+                "slime torch.saves each rollout's samples to this path template; slime-submit writes one Parquet "
+                "file per rollout (pandas-readable) to the run dir's tasks/<i>/rollouts/ and ignores the path",
+            )
+        )
+    elif name == "--load-debug-rollout-data":
+        _load_rollouts(f, one, b)
+
+
+_SLIME_FILTERS = {
+    "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std": "nonzero_std",
+    "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std_with_fallback": (
+        "nonzero_std_with_fallback"
+    ),
+}
+
+
+def _dynamic_filter(f: Flag, one: str | None, b: Builder) -> None:
+    if one is None:
+        b.unmapped.append((f.name, "needs one value: the filter function's dotted path"))
+        return
+    builtin = _SLIME_FILTERS.get(one)
+    b.from_flag(
+        f, "rollout.dynamic_sampling.filter", builtin or _plugin_path(one), " -- slime's built-in" * bool(builtin)
+    )
+    b.differences.append(
+        (
+            f.shown(),
+            "slime draws over-sampling batches until rollout_batch_size groups pass (forever if none do) and keeps "
+            "the first groups to finish; slime-submit draws at most rollout.dynamic_sampling.max_rounds batches "
+            "(4), then trains on the groups that passed, and keeps the first passing groups in draw order",
+        )
+    )
+
+
+def _load_rollouts(f: Flag, one: str | None, b: Builder) -> None:
+    if one is None:
+        b.unmapped.append((f.name, "needs one value: the saved rollouts' path (template)"))
+        return
+    where = one.rsplit("/", 1)[0] if ("{" in one or one.endswith(".pt")) and "/" in one else one
+    b.set("debug.mode", "train_only", f"implied by {f.name} (line {f.line}), as in slime")
+    b.placeholder(
+        "debug.load_rollouts",
+        where,
+        "slime's torch.save dumps are not read: point it at a tasks/<i>/rollouts dir that slime-submit saved "
+        "(debug.save_rollouts: true)",
+    )
+    b.mapped.append((f.name, "debug.load_rollouts"))
 
 
 # ----------------------------------------------------------------------------- cross-flag mapping
@@ -480,9 +558,23 @@ def _weight_sync(b: Builder, seen: dict[str, Flag]) -> None:
             b.mapped.append((f.name, "rollout.weight_sync (delta updates travel over disk)"))
 
 
+# slime's eval flags that set one field of every eval set: flag -> (field, kind)
+_EVAL_EXTRAS = {
+    "--eval-interval": ("interval", "int"),
+    "--n-samples-per-eval-prompt": ("n_samples_per_prompt", "int"),
+    "--eval-temperature": ("temperature", "float"),
+    "--eval-max-response-len": ("max_response_len", "int"),
+    "--eval-top-p": ("top_p", "float"),
+    "--eval-top-k": ("top_k", "int"),
+}
+
+
 def _eval_sets(b: Builder, seen: dict[str, Flag]) -> None:
     data = seen.get("--eval-prompt-data")
-    extras = {n: seen.get(n) for n in ("--eval-interval", "--n-samples-per-eval-prompt", "--eval-temperature")}
+    extras = {n: seen.get(n) for n in _EVAL_EXTRAS}
+    passrate = seen.get("--log-passrate")
+    if passrate is not None and (data is None or not data.values):
+        b.unmapped.append((passrate.name, "slime/v1 logs pass@k for eval sets (data.eval[*].pass_at_k); none given"))
     if data is not None and not data.values:
         b.unmapped.append((data.name, "needs values: NAME PATH [NAME PATH ...] or a PATH"))
     if data is None or not data.values:
@@ -496,20 +588,21 @@ def _eval_sets(b: Builder, seen: dict[str, Flag]) -> None:
         if len(vals) > 1
         else [(re.sub(r"\.\w+$", "", vals[0].rsplit("/", 1)[-1]), vals[0])]
     )
-    interval = _num(extras["--eval-interval"], "int", b)
-    n_samples = _num(extras["--n-samples-per-eval-prompt"], "int", b)
-    temperature = _num(extras["--eval-temperature"], "float", b)
+    given = {_EVAL_EXTRAS[n][0]: _num(f, _EVAL_EXTRAS[n][1], b) for n, f in extras.items() if f is not None}
+    interval, temperature = given.get("interval"), given.get("temperature")
     sets = []
     for set_name, path in pairs:
         item: dict[str, Any] = {"name": re.sub(r"[^A-Za-z0-9_.-]", "-", set_name) or "eval", "path": path}
-        if interval is not None:
-            item["interval"] = interval
-        elif b.get("rollout.num_rollouts"):  # slime evaluates periodically only with --eval-interval
+        item.update({k: v for k, v in given.items() if v is not None})
+        if interval is None and b.get("rollout.num_rollouts"):  # slime evaluates periodically only with it
             item["interval"] = b.get("rollout.num_rollouts")
-        if n_samples is not None:
-            item["n_samples_per_prompt"] = n_samples
         item["temperature"] = temperature if temperature is not None else b.get("rollout.temperature", 1.0)
+        n = item.get("n_samples_per_prompt", 1)
+        if passrate is not None and n > 1:  # slime's k: 1, 2, 4, ... up to n
+            item["pass_at_k"] = [2**i for i in range(n.bit_length()) if 2**i <= n]
         sets.append(item)
+    if passrate is not None:
+        _passrate(b, passrate, any("pass_at_k" in s for s in sets))
     comment = f"{data.shown()} (line {data.line})"
     if interval is None:
         comment += "; no --eval-interval: evaluated at the end only"
@@ -518,6 +611,20 @@ def _eval_sets(b: Builder, seen: dict[str, Flag]) -> None:
     b.set("data.eval", sets, comment)
     b.mapped.append(("--eval-prompt-data", "data.eval"))
     b.mapped.extend((n, "data.eval[*]") for n, f in extras.items() if f is not None)
+
+
+def _passrate(b: Builder, f: Flag, applied: bool) -> None:
+    if not applied:
+        b.unmapped.append((f.name, "pass@k needs more than one sample per eval prompt (--n-samples-per-eval-prompt)"))
+        return
+    b.mapped.append((f.name, "data.eval[*].pass_at_k"))
+    b.differences.append(
+        (
+            f.shown(),
+            "slime also logs passrate/pass@k of the training rollouts and names eval keys eval/<set>-pass@k; "
+            "slime-submit logs eval/<set>/pass@k for the eval sets only",
+        )
+    )
 
 
 def _wandb(b: Builder, seen: dict[str, Flag]) -> None:

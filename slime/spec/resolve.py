@@ -18,7 +18,7 @@ from msgspec.structs import replace
 
 from slime.spec.types import Critic, Spec
 
-__all__ = ["BUILTIN_CONTEXT", "DERIVED_FROM", "count_jsonl_rows", "model_config", "resolve"]
+__all__ = ["BUILTIN_CONTEXT", "DERIVED_FROM", "count_jsonl_rows", "model_config", "resolve", "variable_count_reason"]
 
 # Which written fields each derived value is computed from (besides itself, when written).
 # slime.spec.partial uses it to tell which rules an invalid field can affect; a test checks it
@@ -38,11 +38,20 @@ DERIVED_FROM: dict[str, tuple[str, ...]] = {
     "rollout.num_rollouts": ("rollout.epochs", "data.prompts", "rollout.batch_size"),
     "rollout.over_sampling_batch_size": ("rollout.batch_size",),
     "train.global_batch_size": ("rollout.batch_size", "rollout.n_samples_per_prompt", "train.num_steps_per_rollout"),
-    "train.num_steps_per_rollout": ("rollout.batch_size", "rollout.n_samples_per_prompt", "train.global_batch_size"),
+    "train.num_steps_per_rollout": (
+        "rollout.batch_size",
+        "rollout.n_samples_per_prompt",
+        "train.global_batch_size",
+        "rollout.dynamic_sampling",
+        "rollout.partial",
+        "agent",
+        "debug.mode",
+    ),
     "algorithm.eps_clip_high": ("algorithm.eps_clip",),
     "algorithm.normalize_std": ("rollout.n_samples_per_prompt", "algorithm.estimator"),
     "algorithm.critic": ("algorithm.estimator",),
     "logging.wandb.group": ("name",),
+    "data.eval": ("rollout.max_response_len", "rollout.top_p", "rollout.top_k"),
 }
 
 # The built-in tiny model's max_position_embeddings (slime.models.tiny).
@@ -81,6 +90,20 @@ def count_jsonl_rows(path: str) -> int | None:
         return None
 
 
+def variable_count_reason(spec: Spec) -> str | None:
+    """Why a rollout's sample count is not always batch_size x n_samples_per_prompt (None: it is)."""
+    r = spec.rollout
+    if r.dynamic_sampling is not None:
+        return "rollout.dynamic_sampling keeps only the groups that pass its filter"
+    if r.partial:
+        return "rollout.partial trains groups continued from earlier rollouts"
+    if spec.agent is not None:
+        return "agent episodes that fork give several samples"
+    if spec.debug.mode == "train_only":
+        return "debug.mode train_only trains on saved rollouts"
+    return None
+
+
 def resolve(spec: Spec, base_dir: Path) -> Spec:
     c, m, t, r, d, a = spec.cluster, spec.model, spec.train, spec.rollout, spec.data, spec.algorithm
 
@@ -93,8 +116,20 @@ def resolve(spec: Spec, base_dir: Path) -> Spec:
         tokenizer=_abs(m.tokenizer, base_dir),
     )
     d = replace(
-        d, prompts=_abs(d.prompts, base_dir), eval=tuple(replace(e, path=_abs(e.path, base_dir)) for e in d.eval)
+        d,
+        prompts=_abs(d.prompts, base_dir),
+        eval=tuple(
+            replace(
+                e,
+                path=_abs(e.path, base_dir),
+                max_response_len=e.max_response_len if e.max_response_len is not None else r.max_response_len,
+                top_p=e.top_p if e.top_p is not None else r.top_p,
+                top_k=e.top_k if e.top_k is not None else r.top_k,
+            )
+            for e in d.eval
+        ),
     )
+    debug = replace(spec.debug, load_rollouts=_abs(spec.debug.load_rollouts, base_dir))
     ckpt = replace(t.checkpoint, dir=_abs(t.checkpoint.dir, base_dir), load=_abs(t.checkpoint.load, base_dir))
     logging = replace(
         spec.logging,
@@ -164,6 +199,8 @@ def resolve(spec: Spec, base_dir: Path) -> Spec:
         gbs = samples // steps
     if steps is None and gbs and samples % gbs == 0:
         steps = samples // gbs
+    if steps is None and gbs and variable_count_reason(spec) is not None:
+        steps = max(1, round(samples / gbs))  # a nominal count: the runtime sizes each rollout's steps
     t = replace(t, global_batch_size=gbs, num_steps_per_rollout=steps)
 
     a = replace(
@@ -175,4 +212,4 @@ def resolve(spec: Spec, base_dir: Path) -> Spec:
         critic=a.critic if a.critic is not None or a.estimator != "ppo" else Critic(),
     )
 
-    return replace(spec, cluster=c, model=m, train=t, rollout=r, data=d, algorithm=a, logging=logging)
+    return replace(spec, cluster=c, model=m, train=t, rollout=r, data=d, algorithm=a, logging=logging, debug=debug)

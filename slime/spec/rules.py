@@ -22,8 +22,8 @@ from slime.spec.engine_flags import (
 )
 from slime.spec.layout import LayoutError, plan_layout
 from slime.spec.megatron_model import ATTENTION_BACKENDS, MegatronConfigError, ModelShape, parallel_findings
-from slime.spec.resolve import model_config
-from slime.spec.types import SandboxSpec, Spec
+from slime.spec.resolve import model_config, variable_count_reason
+from slime.spec.types import BUILTIN_FILTERS, SandboxSpec, Spec
 
 Finding = tuple[str, str, str | None]
 Rule = Callable[[Spec], Iterator[Finding]]
@@ -448,6 +448,17 @@ def batch_sizes(s: Spec) -> Iterator[Finding]:
             f"over_sampling_batch_size {r.over_sampling_batch_size} < batch_size {r.batch_size}",
             "it must be at least rollout.batch_size",
         )
+    variable = variable_count_reason(s)
+    if variable is not None:
+        if t.global_batch_size is None:
+            yield (
+                "train.global_batch_size",
+                f"the samples per rollout vary ({variable}), so the optimizer steps are sized by "
+                "train.global_batch_size, which is not set (num_steps_per_rollout does not divide "
+                f"{samples} samples)",
+                "set train.global_batch_size: the target samples per optimizer step",
+            )
+        return  # the runtime splits whatever count a rollout has (no divisibility to check)
     if t.global_batch_size is None or t.num_steps_per_rollout is None:
         by = (
             f"global_batch_size {t.global_batch_size}"
@@ -487,6 +498,83 @@ def batch_sizes(s: Spec) -> Iterator[Finding]:
             "train.global_batch_size",
             f"global_batch_size {t.global_batch_size} is not divisible by {what}",
             f"make global_batch_size a multiple of {unit}",
+        )
+
+
+@rule
+def data_path(s: Spec) -> Iterator[Finding]:
+    """Dynamic sampling, over-sampling and partial rollout: each needs what makes it do something."""
+    r = s.rollout
+    ds, over = r.dynamic_sampling, (r.over_sampling_batch_size or r.batch_size) > r.batch_size
+    if ds is not None and ":" not in ds.filter and ds.filter not in BUILTIN_FILTERS:
+        yield (
+            "rollout.dynamic_sampling.filter",
+            f"unknown group filter {ds.filter!r}; built-in: {', '.join(BUILTIN_FILTERS)}",
+            "use a built-in name or 'package.module:function'",
+        )
+    if ds is not None and r.n_samples_per_prompt == 1:
+        yield (
+            "rollout.dynamic_sampling.filter",
+            "a group filter compares the samples of a prompt group, but n_samples_per_prompt is 1 "
+            "(nonzero_std would drop every group and the rollout would never fill)",
+            "set rollout.n_samples_per_prompt > 1, or remove rollout.dynamic_sampling",
+        )
+    if over and ds is None and not r.partial:
+        yield (
+            "rollout.over_sampling_batch_size",
+            f"over_sampling_batch_size {r.over_sampling_batch_size} > batch_size {r.batch_size} draws more prompt "
+            "groups than a rollout trains on; with neither a filter nor partial rollout the extra groups would be "
+            "generated and thrown away",
+            "set rollout.dynamic_sampling.filter or rollout.partial: true, or remove over_sampling_batch_size",
+        )
+    if r.partial and ds is None and not over:
+        yield (
+            "rollout.partial",
+            "partial rollout continues the requests aborted once enough groups passed; with neither a filter nor "
+            "over_sampling_batch_size > batch_size every drawn group is trained and nothing is ever aborted",
+            "set rollout.dynamic_sampling or over_sampling_batch_size > batch_size, or remove rollout.partial",
+        )
+    if r.partial and s.agent is not None:
+        yield (
+            "rollout.partial",
+            "partial rollout is not implemented for agent episodes (a multi-turn episode cannot be continued "
+            "from a cut response)",
+            "remove rollout.partial",
+        )
+    if r.partial_mask_offpolicy and not r.partial:
+        yield (
+            "rollout.partial_mask_offpolicy",
+            "partial_mask_offpolicy masks the tokens of continued partial responses, but rollout.partial is false",
+            "set rollout.partial: true, or remove partial_mask_offpolicy",
+        )
+
+
+@rule
+def debug_modes(s: Spec) -> Iterator[Finding]:
+    d = s.debug
+    if d.mode == "train_only" and d.load_rollouts is None:
+        yield (
+            "debug.load_rollouts",
+            "debug.mode train_only trains on saved rollouts, but debug.load_rollouts is not set",
+            "point it at a run's tasks/<i>/rollouts directory (written with debug.save_rollouts: true)",
+        )
+    if d.load_rollouts is not None and d.mode != "train_only":
+        yield (
+            "debug.load_rollouts",
+            f"debug.load_rollouts is only read in debug.mode train_only (mode is {d.mode!r})",
+            "set debug.mode: train_only, or remove load_rollouts",
+        )
+    if d.mode == "train_only" and s.data.eval:
+        yield (
+            "data.eval",
+            "debug.mode train_only starts no engines, so the eval sets could not be generated",
+            "remove data.eval (--set 'data.eval=[]'), or use debug.mode: normal",
+        )
+    if d.mode == "rollout_only" and s.algorithm.sft_warmup_steps > 0:
+        yield (
+            "algorithm.sft_warmup_steps",
+            "debug.mode rollout_only starts no trainer ranks, so the SFT warm-up cannot run",
+            "set algorithm.sft_warmup_steps: 0 (or point model.path at a warmed-up checkpoint)",
         )
 
 
@@ -720,6 +808,16 @@ def data_sets(s: Spec) -> Iterator[Finding]:
                 "give every eval set a distinct name",
             )
         seen.setdefault(e.name, i)
+        too_big = sorted({k for k in e.pass_at_k if k > e.n_samples_per_prompt})
+        if too_big:
+            yield (
+                f"data.eval[{i}].pass_at_k",
+                f"pass@{too_big[0]} needs at least {too_big[0]} samples per prompt, but n_samples_per_prompt is "
+                f"{e.n_samples_per_prompt}",
+                f"raise data.eval[{i}].n_samples_per_prompt to {too_big[-1]}, or drop k > {e.n_samples_per_prompt}",
+            )
+        if len(set(e.pass_at_k)) != len(e.pass_at_k):
+            yield (f"data.eval[{i}].pass_at_k", f"pass_at_k {list(e.pass_at_k)} repeats a k", "list each k once")
 
 
 @rule
@@ -853,3 +951,6 @@ def _paths(s: Spec) -> Iterator[Finding]:
     for path, value in (("model.path", s.model.path), ("model.ref_path", s.model.ref_path)):
         if value and value != "initial" and not os.path.isdir(value):
             yield (path, f"checkpoint directory not found: {value}", "point it at an HF-format checkpoint dir")
+    saved = s.debug.load_rollouts
+    if saved and not os.path.isdir(saved):
+        yield ("debug.load_rollouts", f"directory not found: {saved}", "point it at a run's tasks/<i>/rollouts dir")

@@ -26,6 +26,10 @@ ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 TIME_PATTERN = r"^(\d+|\d+:\d{2}|\d+:\d{2}:\d{2}|\d+-\d+|\d+-\d+:\d{2}|\d+-\d+:\d{2}:\d{2})$"
 MEM_PATTERN = r"^\d+[KMGT]?$"
 PLUGIN_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
+# A built-in name (a registry key) or a plug-in path.
+NAME_OR_PLUGIN_PATTERN = r"^([a-z][a-z0-9_]*|[A-Za-z_][\w.]*:[A-Za-z_][\w.]*)$"
+# The built-in group filters (``slime.rl.filters.FILTERS``; a test keeps the two equal).
+BUILTIN_FILTERS = ("nonzero_std", "nonzero_std_with_fallback")
 
 
 def D(description: str, **constraints: Any) -> Meta:
@@ -223,6 +227,24 @@ class Train(_Section, kw_only=True):
 
 
 # --------------------------------------------------------------------------- rollout
+class DynamicSampling(_Section, kw_only=True):
+    """DAPO-style dynamic sampling: train only on prompt groups that pass a filter."""
+
+    filter: Annotated[
+        str,
+        D(
+            "Group filter: 'nonzero_std' (drop groups whose rewards are all equal), 'nonzero_std_with_fallback' "
+            "(the same, but keep one when no other could replace it) or 'package.module:function' taking the "
+            "group's samples (or slime's (args, samples)) and returning keep or (keep, reason).",
+            pattern=NAME_OR_PLUGIN_PATTERN,
+        ),
+    ]
+    max_rounds: Annotated[
+        int,
+        D("Most over-sampling batches drawn per rollout; then the rollout trains on the groups that passed.", ge=1),
+    ] = 4
+
+
 class Rollout(_Section, kw_only=True):
     """Generation of samples by inference engines."""
 
@@ -241,8 +263,23 @@ class Rollout(_Section, kw_only=True):
     batch_size: Annotated[int, D("Prompts per rollout.", ge=1)] = 16
     n_samples_per_prompt: Annotated[int, D("Responses sampled per prompt (the group size).", ge=1)] = 8
     over_sampling_batch_size: Annotated[
-        Annotated[int, Meta(ge=1)] | None, D("Prompts drawn per rollout before filtering (derived: batch_size).")
+        Annotated[int, Meta(ge=1)] | None,
+        D(
+            "Prompts drawn per round of generation (derived: batch_size); more than batch_size needs "
+            "dynamic_sampling or partial."
+        ),
     ] = None
+    dynamic_sampling: Annotated[
+        DynamicSampling | None,
+        D("Keep only the prompt groups that pass a filter, drawing more prompts until batch_size groups pass."),
+    ] = None
+    partial: Annotated[
+        bool,
+        D("Partial rollout: abort requests still running once batch_size groups passed; continue them next rollout."),
+    ] = False
+    partial_mask_offpolicy: Annotated[
+        bool, D("With partial rollout: leave the tokens an older policy generated out of the loss.")
+    ] = False
     num_rollouts: Annotated[
         Annotated[int, Meta(ge=1)] | None, D("Rollouts to run (derived from epochs when not given).")
     ] = None
@@ -283,6 +320,17 @@ class EvalSet(_Section, kw_only=True):
     n_samples_per_prompt: Annotated[int, D("Samples per eval prompt.", ge=1)] = 1
     temperature: Annotated[float, D("Eval sampling temperature (0 = greedy).", ge=0)] = 0.0
     max_prompts: Annotated[Annotated[int, Meta(ge=1)] | None, D("Evaluate at most this many prompts.")] = None
+    max_response_len: Annotated[
+        Annotated[int, Meta(ge=1)] | None, D("Most new tokens per eval response (derived: rollout.max_response_len).")
+    ] = None
+    top_p: Annotated[
+        Annotated[float, Meta(gt=0, le=1)] | None, D("Eval nucleus sampling mass (derived: rollout.top_p).")
+    ] = None
+    top_k: Annotated[Annotated[int, Meta(ge=-1)] | None, D("Eval top-k, -1 = off (derived: rollout.top_k).")] = None
+    pass_at_k: Annotated[
+        tuple[PosInt, ...],
+        D("Log eval/<name>/pass@k for each k (unbiased estimator; each k <= n_samples_per_prompt)."),
+    ] = ()
 
 
 class Data(_Section, kw_only=True):
@@ -434,6 +482,26 @@ class Logging(_Section, kw_only=True):
     progress: Annotated[bool, D("Show a live progress bar on a terminal.")] = True
 
 
+# --------------------------------------------------------------------------- debug
+class Debug(_Section, kw_only=True):
+    """Debugging the data path: saved rollouts, generation-only and training-only runs."""
+
+    mode: Annotated[
+        Literal["normal", "rollout_only", "train_only"],
+        D(
+            "'rollout_only': generate and score, no trainer ranks and no weight updates; 'train_only': train on "
+            "debug.load_rollouts, no engines."
+        ),
+    ] = "normal"
+    save_rollouts: Annotated[
+        bool, D("Write each rollout's trained samples to <task>/rollouts/rollout_<id>.parquet.")
+    ] = False
+    load_rollouts: Annotated[
+        Annotated[str, Meta(min_length=1)] | None,
+        D("Saved rollouts train_only trains on: a run's tasks/<i>/rollouts directory."),
+    ] = None
+
+
 # --------------------------------------------------------------------------- top level
 class Spec(_Section, kw_only=True):
     """An RL post-training job (spec v1)."""
@@ -452,3 +520,6 @@ class Spec(_Section, kw_only=True):
     agent: Annotated[Agent | None, D("Agentic rollouts (optional).")] = None
     sweep: Annotated[Sweep | None, D("Grid sweep (optional): one task per point.")] = None
     logging: Annotated[Logging, D("Where runs and metrics go.")] = field(default_factory=Logging)
+    debug: Annotated[Debug, D("Saved rollouts and debug modes (rollout only, train only).")] = field(
+        default_factory=Debug
+    )

@@ -13,7 +13,8 @@ Two views of the same pipeline:
   the warm-up learns to copy digits, which still varies with the data order (issue #5);
   the full spec's reward curve is measured by hand (see the spec's header);
 * ``test_agent_local_parts`` drives the same parts in-process (spec, ``TorchTrainBackend``,
-  built-in engine, ``fill_samples``, ``train_data``) so it can inspect every sample:
+  built-in engine, ``fill_samples``, ``train_data``) so it can inspect every sample (every leaf of a
+  forked episode is a training sample):
   tool calls executed in sandboxes (outputs against independently computed sums),
   masks against the decoded text, one GRPO update.
 
@@ -45,7 +46,7 @@ from slime.backends.rollout.client import EngineClient  # noqa: E402
 from slime.backends.train.torch_backend import TorchTrainBackend  # noqa: E402
 from slime.models.tiny import ensure_builtin_model  # noqa: E402
 from slime.rl.sample import Sample, SampleStatus  # noqa: E402
-from slime.runtime.train_data import collate, sequence_scores, token_advantages  # noqa: E402
+from slime.runtime.train_data import collate, episode_id, sequence_scores, token_advantages  # noqa: E402
 from slime.spec import load_spec  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,7 +117,7 @@ def test_agent_local_through_cli(tmp_path):
 
 
 def _rollout(ctx, rows, spec) -> list[Sample]:
-    """What the rollout manager does for an agent spec: one episode per sample, in place."""
+    """What the rollout manager does for an agent spec: one episode per input sample, every leaf kept."""
     r = spec.rollout
     n = r.n_samples_per_prompt
     params = [
@@ -133,8 +134,9 @@ def _rollout(ctx, rows, spec) -> list[Sample]:
         for g, row in enumerate(rows)
         for i in range(n)
     ]
-    asyncio.run(fill_samples(ctx, samples, params))
-    return samples
+    per_input = asyncio.run(fill_samples(ctx, samples, params))
+    assert len(per_input) == len(samples) and all(per_input)  # every input accounted for
+    return [s for leaves in per_input for s in leaves]
 
 
 def test_agent_local_parts(tmp_path):
@@ -171,7 +173,11 @@ def test_agent_local_parts(tmp_path):
         engine.stop()
 
     n_eps = spec.rollout.batch_size * spec.rollout.n_samples_per_prompt
-    assert [s.index for s in samples] == list(range(n_eps))  # one sample per input, in order
+    assert sorted({s.index for s in samples}) == list(range(n_eps))  # every input's episode, leaves after it
+    for s in samples:  # a forked episode's leaves share the input's group, index and session
+        twins = [t for t in samples if t.index == s.index]
+        assert {t.group_index for t in twins} == {s.group_index}
+        assert 1 <= len(twins) <= max(1, s.metadata["agent"].get("leaves", 1))  # unusable leaves are left out
     episodes = {s.index: s.metadata["agent"] for s in samples}
     calls = [c for ep in episodes.values() for c in ep["tool_calls"]]
     # Tool calls happened and ran in sandboxes: the outputs are the calculator's, not the model's.
@@ -198,7 +204,7 @@ def test_agent_local_parts(tmp_path):
         model_text = tok.decode([t for t, m in zip(resp, s.loss_mask) if m])
         env_text = tok.decode([t for t, m in zip(resp, s.loss_mask) if not m])
         agent = s.metadata["agent"]
-        if agent["tool_calls"] and agent["turns"] > 1 and not agent.get("dropped_leaves"):
+        if agent["tool_calls"] and agent["turns"] > 1 and agent.get("leaves", 1) == 1:
             # The turn the environment inserted (the tool result) is mask 0, never trained; the model's
             # own text may contain any markup it sampled, so only the inserted turn is looked for.
             inserted = f"<|im_start|>user\n<tool_response>\n{agent['tool_calls'][0]['output']}\n</tool_response>"
@@ -211,7 +217,11 @@ def test_agent_local_parts(tmp_path):
     mask = batch.response_mask
     assert float(((old - batch.rollout_log_probs).abs() * mask).max()) < 1e-3
     scores = sequence_scores(
-        [s.reward for s in samples], estimator="grpo", group_size=spec.rollout.n_samples_per_prompt, normalize_std=True
+        [s.reward for s in samples],
+        estimator="grpo",
+        group_ids=[s.group_index for s in samples],
+        episode_ids=[episode_id(s) for s in samples],
+        normalize_std=True,
     )
     adv, _ = token_advantages(torch.tensor(scores), mask, estimator="grpo")
     batch.advantages, batch.old_log_probs = adv, old

@@ -332,6 +332,61 @@ def test_abort_one_and_all(server, tok):
     assert gen(server, tok.encode("abc"), {"max_new_tokens": 3}).finish_reason in ("length", "stop")
 
 
+def test_abort_matches_sglang_rids_prefixes_and_partial_replies(server, tok):
+    """SGLang 0.5's /abort_request: an in-flight rid aborts every request it prefixes, an unknown rid is a
+    no-op; a batch with one string rid names its items rid_0, rid_1, ...; the aborted reply is a 200 with
+    the tokens and log-probs so far and finish_reason {type: abort, message, status_code, err_type}."""
+    params = {"max_new_tokens": 240, "ignore_eos": True}
+
+    async def go(c):
+        group = asyncio.ensure_future(c.generate([tok.encode("ab")] * 3, params, rid="grp"))
+        other = asyncio.ensure_future(c.generate(tok.encode("zz"), {"max_new_tokens": 6, "ignore_eos": True}, rid="g"))
+        await asyncio.sleep(0.05)
+        await c.abort("no-such-request")  # not in flight: nothing happens (and no error)
+        await c.abort("grp_0")  # in flight: aborts grp_0 only ("grp_0" prefixes no other rid)
+        await asyncio.sleep(0.05)
+        assert not group.done()  # grp_1 and grp_2 still run
+        await c.abort("grp_1")
+        await c.abort("grp_2")
+        return await group, await other
+
+    (a, b, c_), other = run(_call(server.url, go))
+    assert [r.rid for r in (a, b, c_)] == ["grp_0", "grp_1", "grp_2"]
+    for r in (a, b, c_):
+        assert r.aborted and 0 < len(r.output_ids) < 240 and len(r.logprobs) == len(r.output_ids)
+        assert r.meta_info["finish_reason"] == {
+            "type": "abort",
+            "message": "Aborted by /abort_request",
+            "status_code": None,
+            "err_type": None,
+        }
+        assert r.meta_info["completion_tokens"] == len(r.output_ids) and r.text == tok.decode(
+            r.output_ids, skip_special_tokens=True
+        )
+    assert not other.aborted and len(other.output_ids) == 6  # "g" is a prefix of "grp_*", never aborted itself
+
+
+def test_an_aborted_reply_continues_where_it_stopped(server, tok):
+    """What partial rollout relies on: prompt + partial tokens, sent again, continue the response; with
+    greedy decoding the two parts equal one uninterrupted response."""
+    prompt = tok.encode("12+34=")
+    greedy = {"temperature": 0.0, "ignore_eos": True}
+    whole = gen(server, prompt, {**greedy, "max_new_tokens": 40})
+
+    async def go(c):
+        task = asyncio.ensure_future(c.generate(prompt, {**greedy, "max_new_tokens": 40}, rid="cut"))
+        await asyncio.sleep(0.05)
+        await c.abort("cut")
+        return await task
+
+    part = run(_call(server.url, go))
+    assert part.aborted and len(part.output_ids) < 40
+    rest = gen(server, prompt + part.output_ids, {**greedy, "max_new_tokens": 40 - len(part.output_ids)})
+    assert part.output_ids + rest.output_ids == whole.output_ids
+    joined = part.logprobs + rest.logprobs
+    assert max(abs(x - y) for x, y in zip(joined, whole.logprobs)) < 1e-4
+
+
 # ------------------------------------------------------------------- client
 def test_client_errors_name_the_url():
     with pytest.raises(ValueError, match="must start with http"):

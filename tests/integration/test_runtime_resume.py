@@ -1,5 +1,7 @@
 """The driver on a private local Ray: a run stopped by SIGUSR1 exits 75 after a checkpoint, and its resume
-continues exactly: the same rollouts, rewards and losses, the same final step, the same W&B run id.
+continues exactly: the same rollouts, rewards and losses, the same final step, the same W&B run id. The
+run uses dynamic sampling with over-sampling, so the prompt source's state (cursor, draw count) is part
+of what must resume exactly.
 
 Real parts only: ``python -m slime.train`` subprocesses, Ray actors, the built-in engine over HTTP, torch
 training of the tiny model (a short SFT warm-up first, so rewards are not all zero).
@@ -30,6 +32,8 @@ ROLLOUTS = 6
 OVERRIDES = [
     f"rollout.num_rollouts={ROLLOUTS}",
     "rollout.batch_size=8",
+    "rollout.over_sampling_batch_size=12",  # dynamic sampling: the draw counter and cursor must resume too
+    "rollout.dynamic_sampling.filter=nonzero_std",
     "train.global_batch_size=64",
     "train.micro_batch_size=32",
     "algorithm.sft_warmup_steps=100",
@@ -91,6 +95,7 @@ def test_a_run_reports_correctness_signals_and_learns_something(uninterrupted):
     assert [r["rollout_id"] for r in rows] == [-1, *range(ROLLOUTS)]
     assert rows[0]["sft/loss"] < rows[0]["sft/loss_first"]
     assert any(r["rollout/reward_mean"] > 0 for r in rows[1:]), "the SFT warm-up should give some reward"
+    assert any(r["rollout/groups_dropped"] for r in rows[1:]), "the filter should drop some flat groups"
     for r in rows[1:]:
         assert r["check/stale_samples"] == 0 and r["rollout/weight_version"] == r["weight_version"] - 1
         assert r["train/logprob_diff"] <= 1e-3

@@ -75,5 +75,5 @@ def test_sglang_engines_get_tokenizer_path(tmp_path):
         engine_commands(bad)
     assert str(exc.value) == (
         "rollout.engine_args.tokenizer-path: slime sets --tokenizer-path itself from the spec and layout; "
-        "remove it (change rollout.gpus_per_engine / model.path / model.tokenizer instead)"
+        "remove it (change model.tokenizer instead)"
     )

@@ -8,10 +8,10 @@ from slime.rl.sample import Sample, SampleStatus
 from slime.runtime.record import mean_metrics, rollout_record, sample_metrics, warmup_record
 
 
-def _samples(rewards, versions, statuses=None):
+def _samples(rewards, versions, statuses=None, group_size=2):
     statuses = statuses or [SampleStatus.COMPLETED] * len(rewards)
     return [
-        Sample(index=i, reward=r, response_length=2 + i, weight_version=v, status=s)
+        Sample(group_index=i // group_size, index=i, reward=r, response_length=2 + i, weight_version=v, status=s)
         for i, (r, v, s) in enumerate(zip(rewards, versions, statuses))
     ]
 
@@ -26,11 +26,23 @@ TRAIN = [
 def test_sample_metrics_count_full_credit_flat_groups_and_stale_samples():
     rewards = [1.0, 0.5, 0.0, 0.0]  # group 0 mixed, group 1 flat
     samples = _samples(rewards, [3, 3, 3, 2], [SampleStatus.COMPLETED] * 3 + [SampleStatus.TRUNCATED])
-    m = sample_metrics(samples, rewards, 2, 3)
+    m = sample_metrics(samples, 3)
+    assert m["rollout/samples"] == 4
     assert m["rollout/reward_mean"] == pytest.approx(0.375) and m["rollout/accuracy"] == 0.25
     assert m["rollout/zero_std_groups"] == 0.5 and m["rollout/truncated_frac"] == 0.25
     assert m["rollout/response_len_mean"] == 3.5 and m["rollout/weight_version"] == 3
-    assert m["check/stale_samples"] == 1
+    assert m["check/stale_samples"] == 1 and m["rollout/offpolicy_token_frac"] == 0.0
+    # groups are group_index, of any size: one group of three mixed rewards and one lone sample
+    uneven = _samples([1.0, 0.0, 0.0, 1.0], [3] * 4)
+    for s, g in zip(uneven, (0, 0, 0, 1)):
+        s.group_index = g
+    assert sample_metrics(uneven, 3)["rollout/zero_std_groups"] == 0.5
+    # a continued partial response: its newest tokens are from the current version, its first from an older one
+    cont = _samples([1.0], [2])[0]
+    cont.token_versions = [2, 2, 3]
+    cont.response_length = 3
+    m = sample_metrics([cont], 3)
+    assert m["check/stale_samples"] == 0 and m["rollout/offpolicy_token_frac"] == pytest.approx(2 / 3)
 
 
 def test_mean_metrics_average_the_steps_and_keep_the_last_learning_rate():
@@ -46,8 +58,6 @@ def test_a_rollout_line_holds_every_part_and_the_step0_checks_only_at_rollout_0(
         step=2,
         weight_version=5,
         samples=samples,
-        rewards=[1.0, 0.0],
-        group_size=2,
         used_version=4,
         prepare=PREPARE,
         train=TRAIN,
@@ -65,8 +75,6 @@ def test_a_rollout_line_holds_every_part_and_the_step0_checks_only_at_rollout_0(
         step=4,
         weight_version=6,
         samples=samples,
-        rewards=[1.0, 0.0],
-        group_size=2,
         used_version=5,
         prepare=PREPARE,
         train=TRAIN,
@@ -80,10 +88,24 @@ def test_an_agent_rollout_line_adds_the_agent_metrics():
     samples = _samples([1.0, 0.0], [0, 0])
     for s, calls in zip(samples, ([{"ok": True, "sandbox_id": "local-1"}], [])):
         s.metadata["agent"] = {"tool_calls": calls, "turns": 2, "stop": "answer", "sandbox_id": "local-1"}
-    kw = dict(step=1, weight_version=1, samples=samples, rewards=[1.0, 0.0], group_size=2, used_version=0)
+    kw = dict(step=1, weight_version=1, samples=samples, used_version=0)
     line = rollout_record(3, **kw, prepare={}, train=TRAIN[:1], critic=[], agent=True)
     assert line["agent/tool_calls"] == 1.0 and line["agent/tool_call_rate"] == 0.5
     assert not [k for k in rollout_record(3, **kw, prepare={}, train=TRAIN[:1], critic=[]) if k.startswith("agent/")]
+
+
+def test_a_rollout_without_optimizer_steps_has_no_train_keys():
+    line = rollout_record(
+        0,
+        step=0,
+        weight_version=0,
+        samples=_samples([1.0, 0.0], [0, 0]),
+        used_version=0,
+        prepare={},
+        train=[],
+        critic=[],
+    )
+    assert line["rollout/samples"] == 2 and not [k for k in line if k.startswith(("train/", "check/kl", "check/step0"))]
 
 
 def test_the_warmup_keys():

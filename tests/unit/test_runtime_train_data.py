@@ -1,4 +1,5 @@
-"""Samples → tensors and advantages: alignment, sharding over ranks, whitening with global moments."""
+"""Samples → tensors and advantages: alignment, step plans over ranks (any sample count), group scores of
+groups of any size, whitening with global moments."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from slime.rl.advantages import compute_advantages  # noqa: E402
-from slime.runtime.train_data import collate, sequence_scores, shard_for_rank, token_advantages  # noqa: E402
+from slime.rl.sample import Sample  # noqa: E402
+from slime.runtime.train_data import (  # noqa: E402
+    collate,
+    episode_id,
+    plan_steps,
+    sequence_scores,
+    token_advantages,
+)
 
 
 def test_collate_aligns_response_tokens_with_their_predicting_position():
@@ -32,14 +40,50 @@ def test_collate_aligns_response_tokens_with_their_predicting_position():
         collate([{"tokens": [1, 2], "response_length": 2}])
 
 
-def test_shards_cover_each_step_once_per_data_parallel_rank():
-    items = list(range(16))
-    shards = [shard_for_rank(items, dp_rank=r, dp_size=2, steps=2) for r in range(2)]
-    assert shards == [[0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]]
-    with pytest.raises(ValueError, match="data-parallel"):
-        shard_for_rank(list(range(6)), dp_rank=0, dp_size=4, steps=1)
-    with pytest.raises(ValueError, match="num_steps_per_rollout"):
-        shard_for_rank(list(range(6)), dp_rank=0, dp_size=1, steps=4)
+def test_a_fixed_count_plan_is_contiguous_steps_and_rank_slices():
+    plan = plan_steps([5] * 16, dp_size=2, target=8)
+    assert plan.steps == 2
+    assert [plan.take(list(range(16)), r) for r in range(2)] == [
+        [0, 1, 2, 3, 8, 9, 10, 11],
+        [4, 5, 6, 7, 12, 13, 14, 15],
+    ]
+    assert plan.sizes(0) == plan.sizes(1) == [4, 4]
+
+
+@pytest.mark.parametrize("n", [2, 3, 7, 11, 13, 24, 25, 40])
+@pytest.mark.parametrize("dp", [1, 2, 3])
+@pytest.mark.parametrize("tokens", [False, True])
+def test_any_count_is_planned_once_each_with_every_rank_busy(n, dp, tokens):
+    if n < dp:
+        return
+    lengths = [3 + (7 * i) % 11 for i in range(n)]
+    plan = plan_steps(lengths, dp_size=dp, target=8, balance_tokens=tokens)
+    assert plan.steps == max(1, min(int(n / 8 + 0.5), n // dp))  # global_batch_size is a target
+    seen = sorted(i for step in plan.rows for part in step for i in part)
+    assert seen == list(range(n))  # every sample exactly once
+    for step in plan.rows:
+        assert len(step) == dp and all(part for part in step)  # no rank idles
+        assert all(list(part) == sorted(part) for part in step)
+        sizes = [len(part) for part in step]
+        if not tokens:
+            assert max(sizes) - min(sizes) <= 1
+    counts = [sum(len(p) for p in step) for step in plan.rows]
+    assert max(counts) - min(counts) <= 1  # steps are near-equal slices in order
+    assert [i for step in plan.rows for i in sorted(j for p in step for j in p)] == list(range(n))
+
+
+def test_token_balance_evens_the_ranks_tokens():
+    lengths = [40, 3, 3, 3, 3, 3, 3, 30, 3, 3]  # 94 tokens; by count 52 vs 42, by tokens 46 vs 48
+    by_count = plan_steps(lengths, dp_size=2, target=10)
+    by_tokens = plan_steps(lengths, dp_size=2, target=10, balance_tokens=True)
+    load = lambda plan: [sum(lengths[i] for i in part) for part in plan.rows[0]]  # noqa: E731
+    assert load(by_count) == [52, 42]
+    assert load(by_tokens) == [46, 48] and by_tokens.rows[0] == ((0, 5, 8), (1, 2, 3, 4, 6, 7, 9))
+
+
+def test_fewer_samples_than_ranks_is_refused():
+    with pytest.raises(ValueError, match="1 sample\\(s\\) cannot give each of the 2 data-parallel ranks"):
+        plan_steps([4], dp_size=2, target=8)
 
 
 def test_sequence_scores_per_estimator():
@@ -50,6 +94,39 @@ def test_sequence_scores_per_estimator():
         :2
     ] == pytest.approx([0.75, -0.25])
     assert sequence_scores(r, estimator="ppo", group_size=4, normalize_std=True) == r
+
+
+def test_scores_of_groups_by_id_equal_the_contiguous_form_and_take_any_size():
+    r = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0]
+    contiguous = sequence_scores(r, estimator="grpo", group_size=4, normalize_std=True)
+    by_id = sequence_scores(r, estimator="grpo", group_ids=[0] * 4 + [1] * 4, normalize_std=True)
+    assert by_id == contiguous
+    # the same groups interleaved (the general path): the same scores per sample
+    order = [0, 4, 1, 5, 2, 6, 3, 7]
+    mixed = sequence_scores(
+        [r[i] for i in order], estimator="grpo", group_ids=[i // 4 for i in order], normalize_std=True
+    )
+    assert mixed == pytest.approx([contiguous[i] for i in order], abs=1e-6)
+    # uneven groups: 3 and 1 samples (a lone sample scores 0: no baseline to compare with)
+    uneven = sequence_scores([1.0, 0.0, 0.0, 1.0], estimator="grpo", group_ids=[7, 7, 7, 9], normalize_std=True)
+    assert uneven[0] == pytest.approx((1 - 1 / 3) / ((1 / 3) ** 0.5 + 1e-6), rel=1e-5)
+    assert uneven[3] == 0.0
+
+
+def test_forked_episode_leaves_count_once_in_their_group():
+    # group of 2 episodes: episode "a" (reward 1) forked into 3 leaves, episode "b" (reward 0) one sample
+    scores = sequence_scores(
+        [1.0, 1.0, 1.0, 0.0],
+        estimator="grpo",
+        group_ids=[0, 0, 0, 0],
+        episode_ids=["a", "a", "a", "b"],
+        normalize_std=True,
+    )
+    # per episode: mean 0.5, std (unbiased, 2 values) 0.7071: +0.7071 for every leaf of a, -0.7071 for b
+    assert scores == pytest.approx([0.70710, 0.70710, 0.70710, -0.70710], abs=1e-4)
+    leaf = Sample(index=3, metadata={"agent": {"session_id": "s1"}})
+    assert episode_id(leaf) == episode_id(Sample(index=4, metadata={"agent": {"session_id": "s1"}}))
+    assert episode_id(Sample(index=3)) != episode_id(Sample(index=3))  # plain samples: each its own
 
 
 def _mask(rows):

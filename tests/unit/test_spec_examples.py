@@ -42,6 +42,22 @@ def test_quickstart_is_the_local_cpu_default():
     assert Path(s.data.prompts).is_absolute() and s.data.prompts.startswith(str(ROOT / "specs"))
 
 
+def test_dapo_is_the_quickstart_with_dapo_settings():
+    q, d = (load_spec(ROOT / "specs" / f"{n}.yaml").spec for n in ("quickstart", "dapo"))
+    assert (d.cluster.launcher, d.model.builtin, d.train.backend, d.rollout.backend) == (
+        "local",
+        "tiny",
+        "torch",
+        "builtin",
+    )
+    assert (d.data.prompts, d.reward.type, d.algorithm.sft_warmup_steps) == (q.data.prompts, q.reward.type, 300)
+    r, a = d.rollout, d.algorithm
+    assert r.dynamic_sampling is not None and r.dynamic_sampling.filter == "nonzero_std"
+    assert r.over_sampling_batch_size > r.batch_size  # over-sampling makes up for the dropped groups
+    assert a.eps_clip_high > a.eps_clip and a.loss_agg == "token_mean" and a.estimator == "grpo"
+    assert d.debug.save_rollouts  # its trained groups can be checked
+
+
 def test_grpo_multinode_layout():
     s = load_spec(ROOT / "specs" / "grpo-multinode.yaml").spec
     assert (s.cluster.launcher, s.cluster.nodes, s.cluster.gpus_per_node) == ("slurm", 2, 8)

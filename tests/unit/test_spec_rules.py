@@ -32,6 +32,7 @@ from tests.fixtures.spec_helpers import (
 )
 
 G, C = GPU_SPEC, CPU_SPEC
+DS = {"filter": "nonzero_std"}
 # Disaggregated on 2 x 8 GPUs: the actor takes 6 GPUs of node 0, so engines start at GPU 6.
 _STRADDLE = {
     "train.nodes": 1,
@@ -744,6 +745,136 @@ CASES = [
         {"data.eval": [{"name": "a", "path": "/x"}, {"name": "b", "path": "/y"}]},
     ),
     (
+        "pass-at-k-too-big",
+        "data_sets",
+        C,
+        {"data.eval": [{"name": "h", "path": "h.jsonl", "n_samples_per_prompt": 4, "pass_at_k": [1, 8]}]},
+        "data.eval[0].pass_at_k",
+        ["pass@8 needs at least 8 samples per prompt", "n_samples_per_prompt is 4"],
+        ["n_samples_per_prompt to 8"],
+        {"data.eval": [{"name": "h", "path": "h.jsonl", "n_samples_per_prompt": 4, "pass_at_k": [1, 4]}]},
+    ),
+    (
+        "pass-at-k-repeated",
+        "data_sets",
+        C,
+        {"data.eval": [{"name": "h", "path": "h.jsonl", "n_samples_per_prompt": 4, "pass_at_k": [2, 2]}]},
+        "data.eval[0].pass_at_k",
+        ["repeats a k"],
+        ["each k once"],
+        {"data.eval": [{"name": "h", "path": "h.jsonl", "n_samples_per_prompt": 4, "pass_at_k": [2]}]},
+    ),
+    (
+        "filter-unknown",
+        "data_path",
+        C,
+        {"rollout.dynamic_sampling": {"filter": "nonzero"}},
+        "rollout.dynamic_sampling.filter",
+        ["unknown group filter 'nonzero'", "built-in: nonzero_std"],
+        ["package.module:function"],
+        {"rollout.dynamic_sampling": DS},
+    ),
+    (
+        "filter-one-sample",
+        "data_path",
+        C,
+        {"rollout.dynamic_sampling": DS, "rollout.n_samples_per_prompt": 1, "train.global_batch_size": 4},
+        "rollout.dynamic_sampling.filter",
+        ["n_samples_per_prompt is 1", "never fill"],
+        ["n_samples_per_prompt > 1"],
+        {"rollout.dynamic_sampling": DS},
+    ),
+    (
+        "over-sampling-alone",
+        "data_path",
+        C,
+        {"rollout.over_sampling_batch_size": 8},
+        "rollout.over_sampling_batch_size",
+        ["over_sampling_batch_size 8 > batch_size 4", "thrown away"],
+        ["rollout.dynamic_sampling.filter", "rollout.partial: true"],
+        {"rollout.over_sampling_batch_size": 8, "rollout.partial": True},
+    ),
+    (
+        "partial-alone",
+        "data_path",
+        C,
+        {"rollout.partial": True},
+        "rollout.partial",
+        ["nothing is ever aborted"],
+        ["over_sampling_batch_size > batch_size"],
+        {"rollout.partial": True, "rollout.over_sampling_batch_size": 6},
+    ),
+    (
+        "partial-agent",
+        "data_path",
+        C,
+        {"rollout.partial": True, "rollout.dynamic_sampling": DS, "agent": {"max_turns": 2}},
+        "rollout.partial",
+        ["not implemented for agent episodes"],
+        ["remove rollout.partial"],
+        {"rollout.dynamic_sampling": DS, "agent": {"max_turns": 2}},
+    ),
+    (
+        "mask-offpolicy-alone",
+        "data_path",
+        C,
+        {"rollout.partial_mask_offpolicy": True},
+        "rollout.partial_mask_offpolicy",
+        ["rollout.partial is false"],
+        ["rollout.partial: true"],
+        {"rollout.partial_mask_offpolicy": True, "rollout.partial": True, "rollout.over_sampling_batch_size": 6},
+    ),
+    (
+        "variable-count-needs-gbs",
+        "batch_sizes",
+        C,
+        {"rollout.dynamic_sampling": DS, "train.global_batch_size": DELETE, "train.num_steps_per_rollout": 3},
+        "train.global_batch_size",
+        ["samples per rollout vary", "rollout.dynamic_sampling keeps only the groups"],
+        ["target samples per optimizer step"],
+        {"rollout.dynamic_sampling": DS, "train.global_batch_size": DELETE, "train.num_steps_per_rollout": 2},
+    ),
+    (
+        "train-only-needs-rollouts",
+        "debug_modes",
+        C,
+        {"debug": {"mode": "train_only"}},
+        "debug.load_rollouts",
+        ["train_only trains on saved rollouts", "not set"],
+        ["debug.save_rollouts: true"],
+        {"debug": {"mode": "train_only", "load_rollouts": "runs/a/tasks/0/rollouts"}},
+    ),
+    (
+        "load-rollouts-needs-train-only",
+        "debug_modes",
+        C,
+        {"debug": {"load_rollouts": "runs/a/tasks/0/rollouts"}},
+        "debug.load_rollouts",
+        ["only read in debug.mode train_only", "'normal'"],
+        ["debug.mode: train_only"],
+        {"debug": {"mode": "train_only", "load_rollouts": "runs/a/tasks/0/rollouts"}},
+    ),
+    (
+        "train-only-evals",
+        "debug_modes",
+        C,
+        {"debug": {"mode": "train_only", "load_rollouts": "r"}, "data.eval": [{"name": "h", "path": "h.jsonl"}]},
+        "data.eval",
+        ["starts no engines"],
+        ["data.eval=[]"],
+        {"debug": {"mode": "train_only", "load_rollouts": "r"}},
+    ),
+    (
+        "rollout-only-warmup",
+        "debug_modes",
+        C,
+        {"debug": {"mode": "rollout_only"}, "algorithm.sft_warmup_steps": 10},
+        "algorithm.sft_warmup_steps",
+        ["rollout_only starts no trainer ranks"],
+        ["sft_warmup_steps: 0"],
+        {"debug": {"mode": "rollout_only"}},
+    ),
+    (
         "min-lr",
         "optimizer",
         G,
@@ -981,6 +1112,24 @@ def test_tensor_parallel_must_divide_attention_and_kv_heads(tmp_path: Path):
     assert not errors_at(
         problems(spec(G, **{"model.path": model, "train.parallel.tensor": 1})), "rollout.gpus_per_engine"
     )
+
+
+@pytest.mark.parametrize(
+    "edits",
+    [
+        {"rollout.dynamic_sampling": DS},
+        {"rollout.partial": True, "rollout.over_sampling_batch_size": 6},
+        {"agent": {"max_turns": 2}},
+        {"debug": {"mode": "train_only", "load_rollouts": "r"}},
+    ],
+)
+def test_a_variable_sample_count_lifts_the_divisibility_rule(edits):
+    # 16 samples per rollout: a global batch of 12 neither divides them nor is a multiple of micro_batch_size 8
+    odd = {"train.global_batch_size": 12, "train.micro_batch_size": 8}
+    assert errors_at(problems(spec(C, **odd)), "train.global_batch_size")
+    assert not errors_at(problems(spec(C, **odd, **edits)), "train.global_batch_size")
+    typed = resolve(msgspec.convert(spec(C, **odd, **edits), Spec), ROOT)
+    assert typed.train.num_steps_per_rollout == 1  # nominal: round(16 / 12)
 
 
 def test_over_sampling_is_reported_beside_a_batch_size_error():

@@ -16,7 +16,9 @@ Guarantees:
   token or the tokens of a matched stop string; ``text`` is trimmed at the
   match the way SGLang trims it (unless ``no_stop_trim``);
 * ``finish_reason`` uses SGLang's shapes: ``{"type": "length", "length": n}``,
-  ``{"type": "stop", "matched": id | str}``, ``{"type": "abort", "message": ...}``;
+  ``{"type": "stop", "matched": id | str}``, ``{"type": "abort", "message": ..., "status_code": None,
+  "err_type": None}``; an aborted request returns the tokens and log-probs it generated so far
+  (as SGLang's non-streaming ``/generate`` does), so a caller can continue it from there;
 * a weight update waits until running requests finish (new ones queue), like
   SGLang's update lock; with ``abort_all_requests`` it aborts them first.
 * with ``sampling_seed`` a request's samples do not depend on what else is in
@@ -200,7 +202,8 @@ class Engine:
     def abort(
         self, rid: str | None = None, *, abort_all: bool = False, message: str = "Aborted by /abort_request"
     ) -> None:
-        """Finish request ``rid`` (or all) at the next step, keeping its partial output."""
+        """Finish every request whose rid starts with ``rid`` (SGLang's scheduler matches the same way),
+        or all, at the next step, keeping its partial output: tokens and log-probs so far."""
         with self._lock:
             self._aborts.append((None if abort_all else rid, message))
         self._wake.set()
@@ -273,6 +276,11 @@ class Engine:
         self.abort(abort_all=True, message="Engine stopped")
         self._apply_aborts()
 
+    def in_flight(self, rid: str) -> bool:
+        """Whether a request with exactly this rid is queued or running."""
+        with self._lock:
+            return rid in self._rids
+
     @property
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
@@ -329,11 +337,12 @@ class Engine:
             aborts, self._aborts = self._aborts, []
         for rid, message in aborts:
             with self._lock:
-                doomed = [r for r in self._waiting if rid is None or r.rid == rid]
+                doomed = [r for r in self._waiting if rid is None or r.rid.startswith(rid)]
                 for r in doomed:
                     self._waiting.remove(r)
-            hit = [r for r in self._running.values() if rid is None or r.rid == rid]
-            self._finish_many([(r, {"type": "abort", "message": message}) for r in doomed + hit])
+            hit = [r for r in self._running.values() if rid is None or r.rid.startswith(rid)]
+            reason = {"type": "abort", "message": message, "status_code": None, "err_type": None}
+            self._finish_many([(r, dict(reason)) for r in doomed + hit])
             if hit:
                 self._refresh_bounds()
 

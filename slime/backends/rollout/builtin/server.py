@@ -4,7 +4,8 @@ The rollout client drives real SGLang and this server through the same code, so
 request and response shapes follow SGLang's ``http_server.py``:
 
 * ``POST /generate`` - ``input_ids`` (list, or list of lists for a batch) or
-  ``text``; ``sampling_params`` (object or one per item); ``rid``;
+  ``text``; ``sampling_params`` (object or one per item); ``rid`` (for a batch: a
+  list, or one string whose items become ``{rid}_{i}``, as in SGLang);
   ``return_logprob``. Replies ``{"text", "output_ids", "meta_info": {"id",
   "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens",
   "weight_version", "e2e_latency", "output_token_logprobs": [[logprob, id,
@@ -13,7 +14,12 @@ request and response shapes follow SGLang's ``http_server.py``:
   token), ``GET|POST /flush_cache`` (nothing to flush: no prefix cache),
   ``POST /update_weights_from_disk``, ``GET /get_model_info``,
   ``GET /get_weight_version``, ``POST /update_weight_version``,
-  ``GET /get_server_info``, ``POST /abort_request``.
+  ``GET /get_server_info``, ``POST /abort_request`` (``{"rid"}`` or
+  ``{"abort_all": true}``; as SGLang 0.5: a rid not in flight is a no-op, one in
+  flight aborts every request whose rid starts with it; the aborted ``/generate``
+  replies 200 with ``finish_reason`` type ``abort`` and the tokens and log-probs
+  generated so far. Stricter than SGLang: a missing rid without ``abort_all`` is
+  a 400, where SGLang ignores it).
 * RL control (``rl_control.py``): ``/init_weights_update_group``,
   ``/update_weights_from_distributed``, ``/destroy_weights_update_group``,
   ``/pause_generation``, ``/continue_generation``, ``/release_memory_occupation``,
@@ -167,11 +173,17 @@ class _Handlers:
             params = [SamplingParams.from_dict(p) for p in raw_params]
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
-        rids = _per_item(body.get("rid"), n, "rid", batched, None)
-        if not batched and body.get("rid") is not None and not isinstance(body["rid"], str):
+        rid = body.get("rid")
+        if rid is not None and not isinstance(rid, (str, list)):
+            raise BadRequest("rid must be a string (for a batch: a list with one id per input, or a string)")
+        if not batched and rid is not None and not isinstance(rid, str):
             raise BadRequest("rid must be a string")
-        if batched and body.get("rid") is not None and not isinstance(body["rid"], list):
-            raise BadRequest("for a batch, rid must be a list with one id per input")
+        # A batch with one string rid: items are f"{rid}_{i}", as SGLang names them (GenerateReqInput).
+        rids = (
+            [f"{rid}_{i}" for i in range(n)]
+            if batched and isinstance(rid, str)
+            else _per_item(rid, n, "rid", batched, None)
+        )
         want_lp = _per_item(body.get("return_logprob"), n, "return_logprob", batched, False)
         if not all(isinstance(x, bool) for x in want_lp):
             raise BadRequest("return_logprob must be true/false (or one per input)")
@@ -315,7 +327,9 @@ class _Handlers:
             raise BadRequest("abort_all must be true or false")
         if not abort_all and (not isinstance(rid, str) or not rid):
             raise BadRequest("give a request id in 'rid' (a string) or set abort_all=true")
-        self.engine.abort(rid, abort_all=abort_all)
+        # As SGLang: a rid that is not in flight is a no-op; one that is aborts every rid it prefixes.
+        if abort_all or self.engine.in_flight(rid):
+            self.engine.abort(rid, abort_all=abort_all)
         return web.Response(status=200)
 
     def control_route(self, name: str):

@@ -1,0 +1,122 @@
+"""Saved rollouts and the debug modes, end to end through ``python -m slime.train`` on a private Ray:
+
+* run A trains with dynamic sampling (a variable number of samples per rollout) and saves its rollouts;
+* run B (``debug.mode: train_only``, ``debug.load_rollouts`` = A's) starts no engines and reproduces A's
+  training metrics step for step: every ``train/*`` value equal, exactly (fp32 on CPU is deterministic
+  for the same computation);
+* run C (``debug.mode: rollout_only``) starts no trainer ranks and never updates the weights; its first
+  rollout is A's first rollout, sample for sample (log-probs to float rounding; later rollouts differ:
+  A's policy has moved).
+
+Real parts only: subprocesses, Ray actors, the built-in engine over HTTP, torch training of the tiny model.
+The reward is ``tests/fixtures/parity_reward.py:one_in_five`` (mixed and flat groups from an untrained policy).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray")
+pytest.importorskip("torch")
+pytest.importorskip("pyarrow")
+
+from launchers.base import SubmitOptions, create_run_dir
+from launchers.local.launcher import LocalLauncher
+from slime.spec import load_spec
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timeout(900)
+ROLLOUTS = 3
+OVERRIDES = [
+    f"rollout.num_rollouts={ROLLOUTS}",
+    "rollout.batch_size=6",
+    "rollout.n_samples_per_prompt=4",
+    "rollout.over_sampling_batch_size=9",
+    "rollout.dynamic_sampling.filter=nonzero_std",
+    "rollout.dynamic_sampling.max_rounds=1",  # often short: a varying sample count
+    "train.global_batch_size=8",
+    "train.micro_batch_size=8",
+    "algorithm.sft_warmup_steps=0",
+    "reward.type=custom",
+    "reward.custom=tests.fixtures.parity_reward:one_in_five",
+    "data.eval=[]",
+    "train.checkpoint.interval=100",
+    "logging.progress=false",
+]
+
+
+def run(parent: Path, name: str, *extra: str) -> Path:
+    loaded = load_spec(REPO / "specs" / "quickstart.yaml", overrides=[*OVERRIDES, *extra, f"logging.dir={parent}"])
+    run_dir = create_run_dir(LocalLauncher().dryrun(loaded, SubmitOptions(run_name=name)).request).root
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(
+        WANDB_MODE="offline",
+        HF_HUB_OFFLINE="1",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "slime.train", str(run_dir)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return run_dir
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in (run_dir / "tasks/0/metrics.jsonl").read_text().splitlines() if x]
+
+
+@pytest.fixture(scope="module")
+def run_a(tmp_path_factory):
+    return run(tmp_path_factory.mktemp("runs"), "a", "debug.save_rollouts=true")
+
+
+def test_a_train_only_replay_reproduces_the_training_metrics_exactly(run_a, tmp_path):
+    saved = run_a / "tasks/0/rollouts"
+    assert sorted(p.name for p in saved.iterdir()) == [f"rollout_{r:06d}.parquet" for r in range(ROLLOUTS)]
+    b = run(tmp_path, "b", "debug.mode=train_only", f"debug.load_rollouts={saved}")
+    rows_a, rows_b = metrics(run_a)[1:], metrics(b)[1:]
+    assert [r["rollout_id"] for r in rows_b] == list(range(ROLLOUTS))
+    assert any(r["rollout/groups_dropped"] for r in rows_a)  # the filter dropped groups ...
+    assert len({r["rollout/samples"] for r in rows_a} | {24}) > 1  # ... and some rollout trained on fewer than 6 x 4
+    compared = 0
+    for x, y in zip(rows_a, rows_b):
+        assert y["step"] == x["step"] and y["rollout/samples"] == x["rollout/samples"]
+        for key, value in x.items():
+            if key.startswith(("train/", "check/")) and key != "check/stale_samples":
+                assert y[key] == value, (x["rollout_id"], key, value, y[key])  # exact: same fp32 computation
+                compared += 1
+    assert compared > 20
+    assert not (b / "tasks/0/logs/engines").exists() or not list((b / "tasks/0/logs/engines").iterdir())
+    assert (b / "tasks/0/final_model/model.safetensors").is_file()
+
+
+def test_rollout_only_generates_what_a_generated_first_without_training(run_a, tmp_path):
+    import pyarrow.parquet as pq
+
+    c = run(tmp_path, "c", "debug.mode=rollout_only", "debug.save_rollouts=true")
+    rows = metrics(c)[1:]
+    assert [r["rollout_id"] for r in rows] == list(range(ROLLOUTS))
+    assert not [k for r in rows for k in r if k.startswith("train/")]
+    assert all(r["weight_version"] == 0 and r["rollout/weight_version"] == 0 for r in rows)
+    first_a = pq.read_table(run_a / "tasks/0/rollouts/rollout_000000.parquet").to_pylist()
+    first_c = pq.read_table(c / "tasks/0/rollouts/rollout_000000.parquet").to_pylist()
+    assert len(first_c) == len(first_a) > 0
+    for x, y in zip(first_a, first_c):  # same prompts, tokens, rewards, groups, masks, versions
+        lp_a, lp_c = x.pop("rollout_log_probs"), y.pop("rollout_log_probs")
+        assert y == x
+        # the engine's log-probs agree to float rounding: its batch shapes depend on when requests arrive
+        assert lp_c == pytest.approx(lp_a, abs=1e-5)
+    assert not list((c / "tasks/0").glob("checkpoints/*/actor-rank*.pt"))  # no trainer ranks: no rank state
+    state = json.loads((c / "tasks/0/state.json").read_text())
+    assert state["state"] == "succeeded"
