@@ -16,6 +16,13 @@ Policy losses, with ``r = exp(logp - old_logp)`` and advantages ``A``:
 - ``cispo``: ``-stopgrad(clip(r, 1 - eps, 1 + eps_high)) * A * logp`` — the
   clipped ratio is a constant weight, so gradients flow only through ``logp``.
 
+Truncated importance sampling (TIS, slime's ``--use-tis``): the engine that sampled a response and
+the trainer disagree a little on its log-probs (different kernels), and in async training a lot (the
+engine ran older weights). With ``w = clamp(exp(old_logp - rollout_logp), clip_low, clip)``
+(:func:`importance_ratio`, :func:`truncated_importance_weights`; a constant, no gradient) each token's policy loss
+above, dual clip included, is multiplied by ``w`` before aggregation (``tis_weights=`` of
+:func:`policy_loss`).
+
 Temperature (a design rule, after slime's W22 fix): only *policy logits* are
 divided by the sampling temperature, so that training log-probs match what the
 engine sampled from (:func:`scale_logits`, :func:`logprobs_from_logits`,
@@ -35,12 +42,14 @@ __all__ = [
     "POLICY_LOSSES",
     "critic_values",
     "entropy_from_logits",
+    "importance_ratio",
     "kl_loss",
     "logprobs_from_logits",
     "policy_loss",
     "scale_logits",
     "sft_loss",
     "total_loss",
+    "truncated_importance_weights",
     "value_loss",
 ]
 
@@ -92,6 +101,20 @@ def critic_values(head_output: torch.Tensor) -> torch.Tensor:
     return v.squeeze(-1) if v.dim() == 3 and v.shape[-1] == 1 else v
 
 
+def importance_ratio(old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-token ``exp(old_logp - rollout_logp)`` (trainer over engine probability), 1 where ``mask`` is 0."""
+    check_same_shape(old_logp=old_logp, rollout_logp=rollout_logp, mask=mask)
+    m = mask.bool().float()
+    return zero_masked(old_logp.float().detach() - rollout_logp.float().detach(), m).exp()
+
+
+def truncated_importance_weights(ratio: torch.Tensor, *, clip: float, clip_low: float = 0.0) -> torch.Tensor:
+    """Truncated importance weights ``clamp(ratio, clip_low, clip)`` (constants: no gradient)."""
+    if not 0 <= clip_low < clip:
+        raise ValueError(f"TIS needs 0 <= clip_low < clip, got clip_low={clip_low}, clip={clip}")
+    return ratio.detach().clamp(clip_low, clip)
+
+
 def _check_eps(eps_clip: float, eps_clip_high: float | None, dual_clip_c: float | None) -> float:
     if eps_clip < 0:
         raise ValueError(f"eps_clip must be >= 0, got {eps_clip}")
@@ -115,10 +138,12 @@ def policy_loss(
     dual_clip_c: float | None = None,
     agg: str = "token_mean",
     num_tokens: float | torch.Tensor | None = None,
+    tis_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """Clipped policy-gradient loss and detached metrics.
 
     Metrics: pg_loss, clipfrac, approx_kl, ratio_mean, and dual_clipfrac with dual clip.
+    ``tis_weights`` (see :func:`truncated_importance_weights`) multiply each token's loss before aggregation.
 
     ``clipfrac`` is the fraction of trained tokens whose ratio was clipped (for
     ppo-style losses: where clipping changed the loss); ``approx_kl`` is the mean
@@ -157,6 +182,9 @@ def policy_loss(
             negative = adv < 0
             metrics["dual_clipfrac"] = masked_mean((negative & (per_token > cap)).float(), m).detach()
             per_token = torch.where(negative, torch.minimum(per_token, cap), per_token)
+    if tis_weights is not None:
+        check_same_shape(tis_weights=tis_weights, mask=mask)
+        per_token = per_token * zero_masked(tis_weights.float().detach(), m)
 
     loss = aggregate(per_token, m, agg, num_tokens=num_tokens)
     metrics.update(
@@ -245,8 +273,11 @@ def total_loss(
     kl_loss_type: str = "low_var_kl",
     agg: str = "token_mean",
     num_tokens: float | torch.Tensor | None = None,
+    tis_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
-    """``pg - entropy_coef * H + kl_loss_coef * KL``; the entropy and KL terms need their inputs."""
+    """``pg - entropy_coef * H + kl_loss_coef * KL``; the entropy and KL terms need their inputs.
+
+    ``tis_weights`` reweight the policy-gradient term only (as slime does)."""
     loss, metrics = policy_loss(
         logp,
         old_logp,
@@ -258,6 +289,7 @@ def total_loss(
         dual_clip_c=dual_clip_c,
         agg=agg,
         num_tokens=num_tokens,
+        tis_weights=tis_weights,
     )
     if entropy_coef != 0.0 or entropy is not None:
         if entropy is None:

@@ -319,6 +319,20 @@ class Critic(_Section, kw_only=True):
     value_clip: Annotated[float, D("Clip range of the value loss.", gt=0)] = 0.2
 
 
+class Tis(_Section, kw_only=True):
+    """Truncated importance sampling: reweight the policy loss by the trainer/engine probability ratio."""
+
+    enabled: Annotated[
+        bool,
+        D(
+            "Multiply each token's policy loss by clamp(exp(old log-prob - rollout log-prob), clip_low, clip), "
+            "correcting engine/trainer mismatch and async staleness (slime's --use-tis)."
+        ),
+    ] = False
+    clip: Annotated[float, D("Upper clamp of the importance weight (slime's --tis-clip).", gt=0)] = 2.0
+    clip_low: Annotated[float, D("Lower clamp of the importance weight (slime's --tis-clip-low).", ge=0)] = 0.0
+
+
 Estimator = Literal["grpo", "ppo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"]
 
 
@@ -349,6 +363,16 @@ class Algorithm(_Section, kw_only=True):
         ),
     ] = "token_mean"
     critic: Annotated[Critic | None, D("Critic settings (derived for PPO).")] = None
+    tis: Annotated[Tis, D("Truncated importance sampling against the engine's rollout log-probs.")] = field(
+        default_factory=Tis
+    )
+    use_rollout_logprobs: Annotated[
+        bool,
+        D(
+            "Use the engine's rollout log-probs as the old log-probs of the ratio instead of the trainer's "
+            "recomputation (slime's --use-rollout-logprobs; exclusive with tis)."
+        ),
+    ] = False
     sft_warmup_steps: Annotated[int, D("Supervised warm-up steps on (prompt, label) before RL.", ge=0)] = 0
     sft_warmup_lr: Annotated[float, D("Learning rate of the SFT warm-up.", gt=0)] = 1e-3
 
