@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -256,6 +257,12 @@ class RolloutManager:
             )
         self._score(samples)
         return samples
+
+    def generate_timed(self, rollout_id: int) -> tuple[list[Sample], float]:
+        """:meth:`generate` and the seconds it took here (the engines' time, without the caller's waits)."""
+        t = time.perf_counter()
+        samples = self.generate(rollout_id)
+        return samples, time.perf_counter() - t
 
     # ---------------------------------------------------------------- eval
     def _eval_set(self, e: EvalSet):

@@ -52,6 +52,25 @@ def _free_port(ip: str) -> int:
         return int(s.getsockname()[1])
 
 
+def _device_name(device: str) -> str:
+    """The accelerator's marketing name (``NVIDIA H100 80GB HBM3``: what the MFU peak table matches), or
+    the CPU's model name."""
+    import platform
+
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(torch.device(device))
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
 class TrainerRank:
     """Ray actor body: one rank of the actor or critic group."""
 
@@ -274,6 +293,7 @@ class TrainerRank:
             "ip": ray.util.get_node_ip_address(),
             "pid": os.getpid(),
             "device": self.device,
+            "device_name": _device_name(self.device),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         }
 

@@ -593,6 +593,27 @@ def _importance_sampling(s: Spec) -> Iterator[Finding]:
 
 
 @rule
+def async_training(s: Spec) -> Iterator[Finding]:
+    if not s.train.async_:
+        return
+    if s.rollout.colocate:
+        yield (
+            "train.async",
+            "async training generates the next rollout while the trainer steps, so the engines need slots of "
+            "their own, but rollout.colocate is true",
+            "set rollout.colocate: false (with rollout.gpus for the engines on a GPU cluster), or train.async: false",
+        )
+    cpus = s.cluster.cpus_per_node
+    if not _gpu(s) and cpus is not None and cpus < 2:
+        yield (
+            "train.async",
+            f"async training on CPU splits each node's cores between trainer and engines, but "
+            f"cluster.cpus_per_node is {cpus}",
+            "give the nodes at least 2 CPUs (cluster.cpus_per_node), or train.async: false",
+        )
+
+
+@rule
 def reward(s: Spec) -> Iterator[Finding]:
     rw = s.reward
     if rw.type == "custom" and not rw.custom:

@@ -212,6 +212,14 @@ class Train(_Section, kw_only=True):
     checkpoint: Annotated[Checkpoint, D("Saving and resuming.")] = field(default_factory=Checkpoint)
     precision: Annotated[Literal["fp32", "bf16", "fp16"], D("Training precision (fp32 on CPU).")] = "fp32"
     seed: Annotated[int, D("Random seed (data order, sampling, init).", ge=0)] = 1234
+    async_: Annotated[
+        bool,
+        D(
+            "Generate rollout k+1 while training on k (one step off-policy, slime's train_async.py); needs "
+            "engines on their own slots (rollout.colocate: false; on CPU the node's cores are split between "
+            "trainer and engines)."
+        ),
+    ] = field(default=False, name="async")
     backend_args: Annotated[
         dict[str, Scalar], D("Extra backend flags passed through verbatim (e.g. Megatron's '--recompute-granularity').")
     ] = {}
@@ -444,6 +452,9 @@ class Logging(_Section, kw_only=True):
     ] = "runs"
     wandb: Annotated[Wandb, D("Weights & Biases settings.")] = field(default_factory=Wandb)
     progress: Annotated[bool, D("Show a live progress bar on a terminal.")] = True
+    tensorboard: Annotated[
+        bool, D("Also write the metrics as TensorBoard event files into the task dir (tasks/<i>/tensorboard).")
+    ] = False
 
 
 # --------------------------------------------------------------------------- top level
