@@ -40,7 +40,7 @@ from typing import Any
 from slime.core.errors import ExitCode
 from slime.core.paths import RunPaths
 from slime.runtime.checkpoint import CheckpointStore
-from slime.runtime.job import QUIET_ENV, Job, model_dir
+from slime.runtime.job import QUIET_ENV, Job, in_thread, model_dir
 from slime.runtime.perf import PerfModel, perf_model, step_perf
 from slime.runtime.rollout_feed import RolloutFeed, Taken
 from slime.runtime.state import StopFlag, TaskState
@@ -49,6 +49,15 @@ from slime.runtime.weight_sync import WeightSync, write_dir
 from slime.spec.task import load_task_spec
 
 __all__ = ["Driver", "Stopped", "run"]
+
+
+def _model_and_imports(spec: Any, tp: Any) -> Path:
+    """The policy's HF dir (building the built-in model once) and the torch import the first rollout needs:
+    done in a thread while Ray starts, since both are seconds of CPU and Ray's start is mostly waiting."""
+    path = model_dir(spec, tp)
+    import slime.runtime.train_data  # noqa: F401 - imports torch
+
+    return path
 
 
 class Stopped(Exception):
@@ -100,9 +109,10 @@ class Driver:
         after = None if point is None else int(point.state["rollout_id"])
         self.tensorboard = TensorBoardSink(spec, self.tp, resume_after=after)
         shutil.rmtree(self.tp.weights, ignore_errors=True)  # exports of an earlier attempt: derived data
-        self.model_dir = model_dir(spec, self.tp)
+        ready = in_thread("prepare", lambda: _model_and_imports(spec, self.tp))  # overlaps Ray's start
         self.job.connect()
         self.stop.install()  # after ray.init, which installs its own SIGTERM handler
+        self.model_dir = ready.result()
         self.say(f"connected to Ray ({'local' if self.job.own_ray else os.environ.get('RAY_ADDRESS')})")
         where = self.job.start(self.model_dir, spec.model.tokenizer or str(self.model_dir))
         self.status.update(ranks=where, engines=self.job.urls)
