@@ -126,6 +126,32 @@ def _check_eps(eps_clip: float, eps_clip_high: float | None, dual_clip_c: float 
     return high
 
 
+def _per_token_pg(logp, old_logp, adv, m, estimator, eps_clip, high, dual_clip_c, metrics):
+    """Per-token policy-gradient loss of ``estimator``, its ratio and clipped indicator (see the module doc);
+    adds ``dual_clipfrac`` to ``metrics`` with dual clip."""
+    log_ratio = logp - old_logp
+    if estimator == "cispo":
+        if dual_clip_c is not None:
+            raise ValueError("dual_clip_c does not apply to cispo (its ratio is already a clipped constant)")
+        ratio = log_ratio.detach().exp()
+        weight = ratio.clamp(1 - eps_clip, 1 + high)
+        return -weight * adv * logp, ratio, (weight != ratio).float()
+    if estimator == "gspo":
+        seq_log_ratio = log_ratio.sum(-1) / m.sum(-1).clamp_min(1)
+        log_ratio = seq_log_ratio[:, None].expand_as(logp)
+    ratio = log_ratio.exp()
+    pg_unclipped = -adv * ratio
+    pg_clipped = -adv * ratio.clamp(1 - eps_clip, 1 + high)
+    per_token = torch.maximum(pg_unclipped, pg_clipped)
+    clipped = (pg_clipped > pg_unclipped).float()
+    if dual_clip_c is not None:
+        cap = -dual_clip_c * adv
+        negative = adv < 0
+        metrics["dual_clipfrac"] = masked_mean((negative & (per_token > cap)).float(), m).detach()
+        per_token = torch.where(negative, torch.minimum(per_token, cap), per_token)
+    return per_token, ratio, clipped
+
+
 def policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -158,30 +184,8 @@ def policy_loss(
     logp = zero_masked(logp.float(), m)
     old_logp = zero_masked(old_logp.float().detach(), m)
     adv = zero_masked(advantages.float().detach(), m)
-    log_ratio = logp - old_logp
     metrics: Metrics = {}
-
-    if estimator == "cispo":
-        if dual_clip_c is not None:
-            raise ValueError("dual_clip_c does not apply to cispo (its ratio is already a clipped constant)")
-        ratio = log_ratio.detach().exp()
-        weight = ratio.clamp(1 - eps_clip, 1 + high)
-        per_token = -weight * adv * logp
-        clipped = (weight != ratio).float()
-    else:
-        if estimator == "gspo":
-            seq_log_ratio = log_ratio.sum(-1) / m.sum(-1).clamp_min(1)
-            log_ratio = seq_log_ratio[:, None].expand_as(logp)
-        ratio = log_ratio.exp()
-        pg_unclipped = -adv * ratio
-        pg_clipped = -adv * ratio.clamp(1 - eps_clip, 1 + high)
-        per_token = torch.maximum(pg_unclipped, pg_clipped)
-        clipped = (pg_clipped > pg_unclipped).float()
-        if dual_clip_c is not None:
-            cap = -dual_clip_c * adv
-            negative = adv < 0
-            metrics["dual_clipfrac"] = masked_mean((negative & (per_token > cap)).float(), m).detach()
-            per_token = torch.where(negative, torch.minimum(per_token, cap), per_token)
+    per_token, ratio, clipped = _per_token_pg(logp, old_logp, adv, m, estimator, eps_clip, high, dual_clip_c, metrics)
     if tis_weights is not None:
         check_same_shape(tis_weights=tis_weights, mask=mask)
         per_token = per_token * zero_masked(tis_weights.float().detach(), m)

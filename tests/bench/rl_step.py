@@ -149,6 +149,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="bare/runtime pairs, alternating")
     ap.add_argument("--threads", type=int, default=2, help="torch threads of the bare loop")
     ap.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="extra spec override")
+    ap.add_argument("--raw", type=Path, help="also write the per-step times and start-ups here (JSON)")
     args = ap.parse_args()
     overrides = [
         f"rollout.num_rollouts={args.rollouts}",
@@ -178,6 +179,9 @@ def main() -> int:
             startups.append(startup)
             walls.append(wall)
             print(f"round {i}: runtime start-up {startup:.1f} s, wall {wall:.1f} s", flush=True)
+
+    if args.raw:
+        args.raw.write_text(json.dumps({"bare": bare, "runtime": ours, "startup": startups, "wall": walls}))
 
     def med(xs: list[float]) -> float:
         return statistics.median(xs) * 1000
