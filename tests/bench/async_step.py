@@ -33,6 +33,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Before torch loads: what the runtime gives its CPU workers too (slime.runtime.job), so the bare loop and the
+# runtime wait the same way; OpenMP's default spinning is much slower when other work shares the cores.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 PHASES = ("time/step_s", "time/rollout_s", "time/generate_s", "time/train_s", "time/sync_s")
 

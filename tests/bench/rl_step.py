@@ -15,7 +15,8 @@ hits both; printed are medians over all rounds per phase and the runtime/bare ra
 overhead), the runtime's start-up (from launching ``python -m slime.train`` to the start of rollout 0: the
 moment its metrics line appears, less that step's time; median over rounds), the thread settings and the
 load average before and after (other work on a shared machine slows either side; compare runs made at
-similar load).
+similar load). Both sides run with ``OMP_WAIT_POLICY=PASSIVE`` unless the environment sets it, as the
+runtime's CPU workers do.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Before torch loads: what the runtime gives its CPU workers too (slime.runtime.job), so the bare loop and the
+# runtime wait the same way; OpenMP's default spinning is much slower when other work shares the cores.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
