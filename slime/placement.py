@@ -19,9 +19,10 @@ engines with it), so both see the same slot → bundle mapping:
 Shares: every actor that works on a slot asks for an equal share of the slot's bundle: a slot
 holding the actor rank and an engine (colocated, or the CPU layout's one slot per node) gives each
 ``0.49`` of the CPU and GPU. Ray then narrows ``CUDA_VISIBLE_DEVICES`` of each actor to the bundle's
-GPU. Threads: on CPU the trainer and the engines run one after the other (the loop is synchronous),
-so each may use the node's CPUs, divided among the actors of its own kind on that node (two trainer
-ranks on one node get half each).
+GPU. Threads: on CPU the trainer and the engines of a synchronous run take turns, so each may use
+the node's CPUs, divided among the actors of its own kind on that node (two trainer ranks on one node
+get half each); in a split CPU layout (``train.async``: both run at once) the engines get half the
+node's CPUs (at least one) and the trainer the rest, each again divided among its kind.
 
 ``ray`` is imported lazily: importing this module costs nothing.
 """
@@ -320,11 +321,15 @@ def placement_options(layout: Layout, placement: Placement | None, slot: Slot) -
 def torch_threads(layout: Layout, slot: Slot, kind: str, cpus_per_node: int | None) -> int:
     """Intra-op threads for an actor of ``kind`` ("train" or "engine") on ``slot``."""
     cpus = cpus_per_node or os.cpu_count() or 1
+    cpus = min(cpus, os.cpu_count() or cpus)
+    if layout.cpu_split:  # trainer and engines run at once: the node's cores are divided between them
+        engine_cpus = max(1, cpus // 2)
+        cpus = engine_cpus if kind == "engine" else max(1, cpus - engine_cpus)
     if kind == "engine":
         same = sum(1 for e in layout.engines if e[0].node == slot.node)
     else:
         same = sum(1 for s in layout.actor if s.node == slot.node)
-    return max(1, min(cpus, os.cpu_count() or cpus) // max(1, same))
+    return max(1, cpus // max(1, same))
 
 
 def normal_priority() -> None:

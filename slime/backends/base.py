@@ -62,6 +62,9 @@ class TrainBatch:
     ``log_probs`` are per-token log-probs aligned with ``tokens[:, 1:]`` (position t predicts t+1);
     every per-token tensor here uses that same ``[B, T-1]`` alignment.
 
+    ``tis_weights`` (set by the runtime with ``algorithm.tis``) multiply each token's policy loss
+    (``slime.rl.losses.policy_loss``); backends pass them on and never compute them.
+
     ``kind`` selects the loss: ``"rl"`` (the spec's policy loss, or the value loss on a critic) or
     ``"sft"`` (masked NLL of the response tokens, used by the SFT warm-up with
     ``algorithm.sft_warmup_lr`` and its own optimizer state; ``advantages`` unused).
@@ -76,6 +79,7 @@ class TrainBatch:
     returns: torch.Tensor | None = None
     old_values: torch.Tensor | None = None
     rollout_log_probs: torch.Tensor | None = None
+    tis_weights: torch.Tensor | None = None  # truncated importance weights of the policy loss (algorithm.tis)
     kind: Literal["rl", "sft"] = "rl"
 
     @property
@@ -98,6 +102,7 @@ class TrainBatch:
             returns=pick(self.returns),
             old_values=pick(self.old_values),
             rollout_log_probs=pick(self.rollout_log_probs),
+            tis_weights=pick(self.tis_weights),
             kind=self.kind,
         )
 

@@ -125,6 +125,10 @@ class TaskPaths:
         return self.dir / "wandb"
 
     @property
+    def tensorboard(self) -> Path:
+        return self.dir / "tensorboard"
+
+    @property
     def logs(self) -> Path:
         return self.dir / "logs"
 

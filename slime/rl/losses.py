@@ -16,6 +16,13 @@ Policy losses, with ``r = exp(logp - old_logp)`` and advantages ``A``:
 - ``cispo``: ``-stopgrad(clip(r, 1 - eps, 1 + eps_high)) * A * logp`` — the
   clipped ratio is a constant weight, so gradients flow only through ``logp``.
 
+Truncated importance sampling (TIS, slime's ``--use-tis``): the engine that sampled a response and
+the trainer disagree a little on its log-probs (different kernels), and in async training a lot (the
+engine ran older weights). With ``w = clamp(exp(old_logp - rollout_logp), clip_low, clip)``
+(:func:`importance_ratio`, :func:`truncated_importance_weights`; a constant, no gradient) each token's policy loss
+above, dual clip included, is multiplied by ``w`` before aggregation (``tis_weights=`` of
+:func:`policy_loss`).
+
 Temperature (a design rule, after slime's W22 fix): only *policy logits* are
 divided by the sampling temperature, so that training log-probs match what the
 engine sampled from (:func:`scale_logits`, :func:`logprobs_from_logits`,
@@ -35,12 +42,14 @@ __all__ = [
     "POLICY_LOSSES",
     "critic_values",
     "entropy_from_logits",
+    "importance_ratio",
     "kl_loss",
     "logprobs_from_logits",
     "policy_loss",
     "scale_logits",
     "sft_loss",
     "total_loss",
+    "truncated_importance_weights",
     "value_loss",
 ]
 
@@ -92,6 +101,20 @@ def critic_values(head_output: torch.Tensor) -> torch.Tensor:
     return v.squeeze(-1) if v.dim() == 3 and v.shape[-1] == 1 else v
 
 
+def importance_ratio(old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-token ``exp(old_logp - rollout_logp)`` (trainer over engine probability), 1 where ``mask`` is 0."""
+    check_same_shape(old_logp=old_logp, rollout_logp=rollout_logp, mask=mask)
+    m = mask.bool().float()
+    return zero_masked(old_logp.float().detach() - rollout_logp.float().detach(), m).exp()
+
+
+def truncated_importance_weights(ratio: torch.Tensor, *, clip: float, clip_low: float = 0.0) -> torch.Tensor:
+    """Truncated importance weights ``clamp(ratio, clip_low, clip)`` (constants: no gradient)."""
+    if not 0 <= clip_low < clip:
+        raise ValueError(f"TIS needs 0 <= clip_low < clip, got clip_low={clip_low}, clip={clip}")
+    return ratio.detach().clamp(clip_low, clip)
+
+
 def _check_eps(eps_clip: float, eps_clip_high: float | None, dual_clip_c: float | None) -> float:
     if eps_clip < 0:
         raise ValueError(f"eps_clip must be >= 0, got {eps_clip}")
@@ -101,6 +124,32 @@ def _check_eps(eps_clip: float, eps_clip_high: float | None, dual_clip_c: float 
     if dual_clip_c is not None and not dual_clip_c > 1:
         raise ValueError(f"dual_clip_c must be > 1 (it caps the loss at -c*A for A < 0), got {dual_clip_c}")
     return high
+
+
+def _per_token_pg(logp, old_logp, adv, m, estimator, eps_clip, high, dual_clip_c, metrics):
+    """Per-token policy-gradient loss of ``estimator``, its ratio and clipped indicator (see the module doc);
+    adds ``dual_clipfrac`` to ``metrics`` with dual clip."""
+    log_ratio = logp - old_logp
+    if estimator == "cispo":
+        if dual_clip_c is not None:
+            raise ValueError("dual_clip_c does not apply to cispo (its ratio is already a clipped constant)")
+        ratio = log_ratio.detach().exp()
+        weight = ratio.clamp(1 - eps_clip, 1 + high)
+        return -weight * adv * logp, ratio, (weight != ratio).float()
+    if estimator == "gspo":
+        seq_log_ratio = log_ratio.sum(-1) / m.sum(-1).clamp_min(1)
+        log_ratio = seq_log_ratio[:, None].expand_as(logp)
+    ratio = log_ratio.exp()
+    pg_unclipped = -adv * ratio
+    pg_clipped = -adv * ratio.clamp(1 - eps_clip, 1 + high)
+    per_token = torch.maximum(pg_unclipped, pg_clipped)
+    clipped = (pg_clipped > pg_unclipped).float()
+    if dual_clip_c is not None:
+        cap = -dual_clip_c * adv
+        negative = adv < 0
+        metrics["dual_clipfrac"] = masked_mean((negative & (per_token > cap)).float(), m).detach()
+        per_token = torch.where(negative, torch.minimum(per_token, cap), per_token)
+    return per_token, ratio, clipped
 
 
 def policy_loss(
@@ -115,10 +164,12 @@ def policy_loss(
     dual_clip_c: float | None = None,
     agg: str = "token_mean",
     num_tokens: float | torch.Tensor | None = None,
+    tis_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """Clipped policy-gradient loss and detached metrics.
 
     Metrics: pg_loss, clipfrac, approx_kl, ratio_mean, and dual_clipfrac with dual clip.
+    ``tis_weights`` (see :func:`truncated_importance_weights`) multiply each token's loss before aggregation.
 
     ``clipfrac`` is the fraction of trained tokens whose ratio was clipped (for
     ppo-style losses: where clipping changed the loss); ``approx_kl`` is the mean
@@ -133,30 +184,11 @@ def policy_loss(
     logp = zero_masked(logp.float(), m)
     old_logp = zero_masked(old_logp.float().detach(), m)
     adv = zero_masked(advantages.float().detach(), m)
-    log_ratio = logp - old_logp
     metrics: Metrics = {}
-
-    if estimator == "cispo":
-        if dual_clip_c is not None:
-            raise ValueError("dual_clip_c does not apply to cispo (its ratio is already a clipped constant)")
-        ratio = log_ratio.detach().exp()
-        weight = ratio.clamp(1 - eps_clip, 1 + high)
-        per_token = -weight * adv * logp
-        clipped = (weight != ratio).float()
-    else:
-        if estimator == "gspo":
-            seq_log_ratio = log_ratio.sum(-1) / m.sum(-1).clamp_min(1)
-            log_ratio = seq_log_ratio[:, None].expand_as(logp)
-        ratio = log_ratio.exp()
-        pg_unclipped = -adv * ratio
-        pg_clipped = -adv * ratio.clamp(1 - eps_clip, 1 + high)
-        per_token = torch.maximum(pg_unclipped, pg_clipped)
-        clipped = (pg_clipped > pg_unclipped).float()
-        if dual_clip_c is not None:
-            cap = -dual_clip_c * adv
-            negative = adv < 0
-            metrics["dual_clipfrac"] = masked_mean((negative & (per_token > cap)).float(), m).detach()
-            per_token = torch.where(negative, torch.minimum(per_token, cap), per_token)
+    per_token, ratio, clipped = _per_token_pg(logp, old_logp, adv, m, estimator, eps_clip, high, dual_clip_c, metrics)
+    if tis_weights is not None:
+        check_same_shape(tis_weights=tis_weights, mask=mask)
+        per_token = per_token * zero_masked(tis_weights.float().detach(), m)
 
     loss = aggregate(per_token, m, agg, num_tokens=num_tokens)
     metrics.update(
@@ -245,8 +277,11 @@ def total_loss(
     kl_loss_type: str = "low_var_kl",
     agg: str = "token_mean",
     num_tokens: float | torch.Tensor | None = None,
+    tis_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
-    """``pg - entropy_coef * H + kl_loss_coef * KL``; the entropy and KL terms need their inputs."""
+    """``pg - entropy_coef * H + kl_loss_coef * KL``; the entropy and KL terms need their inputs.
+
+    ``tis_weights`` reweight the policy-gradient term only (as slime does)."""
     loss, metrics = policy_loss(
         logp,
         old_logp,
@@ -258,6 +293,7 @@ def total_loss(
         dual_clip_c=dual_clip_c,
         agg=agg,
         num_tokens=num_tokens,
+        tis_weights=tis_weights,
     )
     if entropy_coef != 0.0 or entropy is not None:
         if entropy is None:

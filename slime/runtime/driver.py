@@ -9,20 +9,22 @@ What one run does, in order (THUDM/slime's loop, our code):
 2. resume from that checkpoint (``train_state.restore_checkpoint``: model, optimizer, RNG, rollout
    id, weight version, data cursor) or start fresh: SFT warm-up (``algorithm.sft_warmup_steps``),
    weight sync, an eval of the starting policy — the ``rollout_id = -1`` line;
-3. per rollout, :meth:`Driver.rollout_step`, to be read top to bottom: generate (the manager's data
-   path, ``slime.runtime.rollout``: prompts → responses → rewards → filters → buffer; any number of
-   samples) → :meth:`Driver.train_on` (sequence scores → step plan → critic values → prepare: old/ref
-   log-probs, advantages → optimizer steps) → weight sync (``weight_sync.WeightSync``,
-   ``weight_version`` + 1) → the ``metrics.jsonl`` line (``record``) → evals when due; then a
-   checkpoint on interval, at the end, or on a stop;
+3. per rollout, :meth:`Driver.rollout_step`, to be read top to bottom: take the rollout (the
+   manager's data path, ``slime.runtime.rollout``: prompts → responses → rewards → filters → buffer;
+   any number of samples; via ``rollout_feed.RolloutFeed``) → with ``train.async``, start generating
+   the next one → :meth:`Driver.train_on` (sequence scores → step plan → critic values → prepare:
+   old/ref log-probs, importance weights, advantages → optimizer steps) → (async: wait for the next
+   rollout) → weight sync (``weight_sync.WeightSync``, ``weight_version`` + 1) → the ``metrics.jsonl``
+   line (``record``, ``perf``) → evals when due; then a checkpoint on interval, at the end, or on a
+   stop (an async run's checkpoint also holds the rollout generated ahead: see ``rollout_feed``);
 4. at the end: HF copy of the final policy, curve PNG, ``summary.json``, ``state.json: succeeded``.
 
 Exit codes (``slime.core.errors.ExitCode``): 0 done · 1 bug · 2 bad input (spec, data, plug-in,
 checkpoint) · 3 infrastructure (Ray, placement, engines, a lost node) · 75 stopped by
 SIGUSR1/SIGTERM after saving a checkpoint ("requeue me", see ``state.py``) · 130 interrupted.
 
-Not done here (yet): asynchronous rollouts (the loop is synchronous: generate, then train),
-checkpoints during the SFT warm-up (a stop then exits 75 without one and the warm-up reruns).
+Not done here (yet): checkpoints during the SFT warm-up (a stop then exits 75 without one and the
+warm-up reruns), more than one step of staleness.
 """
 
 from __future__ import annotations
@@ -39,13 +41,24 @@ from typing import Any
 from slime.core.errors import ExitCode
 from slime.core.paths import RunPaths
 from slime.runtime.checkpoint import CheckpointStore
-from slime.runtime.job import QUIET_ENV, Job, model_dir
+from slime.runtime.job import QUIET_ENV, Job, in_thread, model_dir
+from slime.runtime.perf import PerfModel, perf_model, step_perf
+from slime.runtime.rollout_feed import RolloutFeed
 from slime.runtime.state import StopFlag, TaskState
 from slime.runtime.train_state import ResumePoint, TrainState, restore_checkpoint, save_checkpoint
 from slime.runtime.weight_sync import WeightSync, write_dir
 from slime.spec.task import load_task_spec
 
 __all__ = ["Driver", "Stopped", "run"]
+
+
+def _model_and_imports(spec: Any, tp: Any) -> Path:
+    """The policy's HF dir (building the built-in model once) and the torch import the first rollout needs:
+    done in a thread while Ray starts, since both are seconds of CPU and Ray's start is mostly waiting."""
+    path = model_dir(spec, tp)
+    import slime.runtime.train_data  # noqa: F401 - imports torch
+
+    return path
 
 
 class Stopped(Exception):
@@ -78,7 +91,9 @@ class Driver:
         self.checkpoint_dir: str | None = None  # the newest checkpoint saved or resumed from
         self.model_dir = Path()  # set by setup
         self.weights: WeightSync | None = None
-        self.metrics = self.wandb = self.progress = None
+        self.feed: RolloutFeed | None = None
+        self.perf: PerfModel | None = None
+        self.metrics = self.wandb = self.tensorboard = self.progress = None
 
     def say(self, message: str) -> None:
         print(f"[slime.train +{time.monotonic() - self.t0:.1f}s] {message}", file=sys.stderr, flush=True)
@@ -86,26 +101,33 @@ class Driver:
     # ================================================================ start
     def setup(self) -> None:
         """The checks that need no Ray first (checkpoint dir, resume point), then Ray and the job."""
-        from slime.runtime.metrics import WandbSink
+        from slime.runtime.metrics import TensorBoardSink, WandbSink
 
         spec = self.spec
         self.store.check_writable()  # now, not at the first save after all the training before it
-        self.resume_from = ResumePoint.find(self.store, spec.train.checkpoint.load)  # a damaged one fails here
-        self.wandb = WandbSink(spec, self.tp, resume=self.resume_from is not None, task_index=self.task_index)
+        self.resume_from = point = ResumePoint.find(self.store, spec.train.checkpoint.load)  # a damaged one fails here
+        self.wandb = WandbSink(spec, self.tp, resume=point is not None, task_index=self.task_index)
+        after = None if point is None else int(point.state["rollout_id"])
+        self.tensorboard = TensorBoardSink(spec, self.tp, resume_after=after)
         shutil.rmtree(self.tp.weights, ignore_errors=True)  # exports of an earlier attempt: derived data
-        self.model_dir = model_dir(spec, self.tp)
+        ready = in_thread("prepare", lambda: _model_and_imports(spec, self.tp))  # overlaps Ray's start
         self.job.connect()
         self.stop.install()  # after ray.init, which installs its own SIGTERM handler
+        self.model_dir = ready.result()
         self.say(f"connected to Ray ({'local' if self.job.own_ray else os.environ.get('RAY_ADDRESS')})")
         where = self.job.start(self.model_dir, spec.model.tokenizer or str(self.model_dir))
         self.status.update(ranks=where, engines=self.job.urls)
         self.weights = WeightSync(spec, self.job.actor, self.job.engines, self.tp.weights, say=self.say)
+        self.feed = RolloutFeed(self.job.manager, ahead=spec.train.async_, total=spec.rollout.num_rollouts or 0)
+        self.perf = perf_model(spec, self.model_dir, [w for w in where if w["role"] == "actor"])
 
     def resume(self, point: ResumePoint) -> None:
         import ray
 
         restore_checkpoint(point, self.state, self.job.trainers)
         ray.get(self.job.manager.load_state_dict.remote(self.state.data))
+        if self.state.prefetched is not None:  # an async run's next rollout, replayed (rollout_feed)
+            self.feed.restore(point.path, self.state.prefetched)
         self.checkpoint_dir = str(point.path)
         self.init_ref(fresh=False)
         self.weights.sync(self.state.weight_version)  # the engines get the checkpoint's weights under its version
@@ -177,39 +199,49 @@ class Driver:
 
     # ================================================================ one rollout
     def rollout_step(self, r: int) -> dict[str, Any]:
-        """Rollout ``r``: generate → train → sync → record → eval.
+        """Rollout ``r``: take → (async: prefetch r+1) → train → (settle) → sync → record → eval.
 
         Tensors stay on the ranks: values and returns pass between critic and actor ranks as Ray
         refs; the driver fetches only samples and metrics."""
-        import ray
 
         from slime.runtime.record import rollout_record
 
         st = self.state
         t0 = time.monotonic()
-        batch = ray.get(self.job.manager.generate.remote(r, st.weight_version))  # prompts → … → filters
+        taken = self.feed.take(r, st.weight_version)  # prompts → … → filters (or generated ahead)
+        self.feed.prefetch(r + 1, st.weight_version)  # async: r+1 generates with these weights while r trains
         self.weights.release()  # colocated: the engines' memory goes to the trainer
         t1 = time.monotonic()
-        steps, prep_m, train_m, critic_m = self.train_on(batch.samples)
+        steps, prep_m, train_m, critic_m = self.train_on(taken.samples)
         t2 = time.monotonic()
-        used_version = st.weight_version
+        self.feed.settle()  # async: rollout r+1 is complete before the weights change
+        policy_version = st.weight_version  # the weights the trainer started this step from
         sync_s = self.sync_weights() if steps else 0.0  # no step, no new weights
         st.step += steps
         record = rollout_record(
             r,
             step=st.step,
             weight_version=st.weight_version,
-            samples=batch.samples,
-            used_version=used_version,
+            samples=taken.samples,
+            used_version=taken.version,
+            policy_version=policy_version,
             prepare=prep_m,
             train=train_m,
             critic=critic_m,
             agent=self.spec.agent is not None,
         )
-        record.update(batch.metrics)  # rollout/groups_*: what the generation drew, kept and dropped
+        record.update(taken.metrics)  # rollout/groups_*: what the generation drew, kept and dropped
         record.update(self.evaluate(r))
-        record.update({"time/rollout_s": t1 - t0, "time/train_s": t2 - t1, "time/sync_s": sync_s})
-        record["time/step_s"] = time.monotonic() - t0
+        times = {
+            "time/rollout_s": (t1 - t0) + self.feed.settle_wait_s,  # the loop's wait for rollouts this step
+            "time/generate_s": taken.generate_s,
+            "time/train_s": t2 - t1,
+            "time/sync_s": sync_s,
+            "time/eval_s": record["time/eval_s"],
+            "time/step_s": time.monotonic() - t0,
+        }
+        record.update(times)
+        record.update(step_perf(self.perf, taken.samples, times))
         return record
 
     def train_on(self, samples: list) -> tuple[int, dict[str, float], list[dict], list[dict]]:
@@ -301,12 +333,16 @@ class Driver:
     def log(self, record: dict[str, Any]) -> None:
         self.metrics.write(record)
         self.wandb.log(record)
+        self.tensorboard.log(record)
 
     def checkpoint(self) -> None:
         import ray
 
+        self.feed.settle()
         self.state.data = ray.get(self.job.manager.state_dict.remote())
-        self.checkpoint_dir = str(save_checkpoint(self.store, self.state, self.job.trainers))
+        self.state.prefetched = self.feed.pending_id
+        files = self.feed.checkpoint_files()
+        self.checkpoint_dir = str(save_checkpoint(self.store, self.state, self.job.trainers, files))
         self.status.update(checkpoint=self.checkpoint_dir)
 
     def finish(self) -> dict[str, Any]:
@@ -383,6 +419,8 @@ def run(run_dir: Path, task: int = 0, *, json_output: bool = False) -> int:
     finally:
         if driver.wandb is not None:
             driver.wandb.finish(code)
+        if driver.tensorboard is not None:
+            driver.tensorboard.close()
         driver.teardown(node_lost=node_lost)
     if json_output and final is not None:
         print(json.dumps({"run_dir": str(driver.paths.root), "final_metrics": final}, indent=2, sort_keys=True))

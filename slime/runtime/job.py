@@ -5,6 +5,8 @@ run got to (also after a failed start):
 
 1. :meth:`~Job.connect` — the job's Ray cluster (``$RAY_ADDRESS``, set by the bootstrap) or,
    standalone, a private local Ray (single-node specs only);
+   A standalone run on a machine without an NVIDIA driver gets ``OMP_WAIT_POLICY=PASSIVE`` (unless
+   set), as the bootstrap gives launched CPU jobs;
 2. :meth:`~Job.start` — the placement group from the same layout the preflight checked
    (``slime.placement``), the trainer ranks (``TrainerGroup``: actor, plus a critic on the same
    slots for PPO), the rollout manager (a Ray actor on the driver's node) and the engines (the
@@ -38,7 +40,7 @@ if TYPE_CHECKING:
     from slime.spec.layout import Layout
     from slime.spec.types import Spec
 
-__all__ = ["QUIET_ENV", "Job", "model_dir"]
+__all__ = ["QUIET_ENV", "Job", "in_thread", "model_dir"]
 
 QUIET_ENV = {
     "TRANSFORMERS_VERBOSITY": "error",
@@ -58,7 +60,7 @@ def model_dir(spec: Spec, tp: TaskPaths) -> Path:
     return ensure_builtin_model(spec.model.builtin or "tiny", tp.model_cache)
 
 
-def _in_thread(name: str, fn: Callable[[], Any]) -> Future:
+def in_thread(name: str, fn: Callable[[], Any]) -> Future:
     """``fn()`` in a daemon thread (abandoned if the caller fails first); ``.result()`` re-raises."""
     fut: Future = Future()
 
@@ -108,6 +110,10 @@ class Job:
             )
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        if not Path("/dev/nvidiactl").exists():
+            # What the bootstrap gives a launched CPU job (see launchers.node.bootstrap): Ray's workers
+            # inherit it. Spinning OpenMP waiters of the idle trainer slowed the engine's decode.
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         # Ray runs workers at nice 15 by default; on a shared machine that starves the trainer.
         os.environ.setdefault("RAY_worker_niceness", "0")
         ray.init(
@@ -144,7 +150,7 @@ class Job:
         started = None
         if mode != "train_only":
             self.engines = engines = ROLLOUT_BACKENDS.get(spec.rollout.backend)()
-            started = _in_thread(
+            started = in_thread(
                 "start-engines",
                 lambda: engines.start(spec, layout, self.placement, model, log_dir=self.tp.logs / "engines"),
             )

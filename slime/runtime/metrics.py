@@ -1,4 +1,4 @@
-"""Metrics sinks: ``metrics.jsonl`` (the source of truth) and Weights & Biases.
+"""Metrics sinks: ``metrics.jsonl`` (the source of truth), Weights & Biases and TensorBoard.
 
 ``metrics.jsonl`` has one JSON object per line: one per rollout step
 (``rollout_id`` 0..N-1, ``step`` = optimizer steps taken after that rollout's
@@ -16,6 +16,14 @@ re-logged steps below its last step: the lines a resume replays appear once).
 W&B is optional: if it cannot start (not installed, no network in online mode),
 a warning is printed and training goes on with ``metrics.jsonl`` only.
 ``wandb.init`` runs in a background thread so its 2-4 s overlap the job's start.
+
+TensorBoard (``logging.tensorboard: true``): the same records as W&B (numbers only, step =
+``rollout_id + 1``) as event files in ``tasks/<i>/tensorboard/``, written with
+``torch.utils.tensorboard`` (the ``tensorboard`` package: its reader is what tests and users open the
+files with). A resumed run opens the writer with ``purge_step`` = the first re-logged step, so
+TensorBoard drops what the interrupted attempt logged past the checkpoint: the curves show each
+rollout once. Its import (seconds) also runs in a background thread; if it fails, a warning is
+printed and training goes on.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from slime.core.paths import TaskPaths, atomic_write
 if TYPE_CHECKING:
     from slime.spec.types import Spec
 
-__all__ = ["MetricsLog", "WandbSink", "clean", "read_metrics"]
+__all__ = ["MetricsLog", "TensorBoardSink", "WandbSink", "clean", "numbers", "read_metrics"]
 
 
 def clean(record: dict[str, Any]) -> dict[str, Any]:
@@ -46,6 +54,11 @@ def clean(record: dict[str, Any]) -> dict[str, Any]:
             v = None
         out[k] = v
     return out
+
+
+def numbers(record: dict[str, Any]) -> dict[str, int | float]:
+    """The numeric entries of a record (what W&B and TensorBoard take), NaN/inf dropped."""
+    return {k: v for k, v in clean(record).items() if isinstance(v, (int, float))}
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
@@ -145,7 +158,7 @@ class WandbSink:
         if not self._ready():
             return
         step = int(record.get("rollout_id", -1)) + 1  # W&B steps must be >= 0 and increasing
-        data = {k: v for k, v in clean(record).items() if isinstance(v, (int, float)) and v is not None}
+        data = numbers(record)
         try:
             self.run.log(data, step=step)
         except Exception as exc:  # noqa: BLE001
@@ -164,3 +177,50 @@ class WandbSink:
             except Exception:  # noqa: BLE001
                 pass
             self.run = None
+
+
+class TensorBoardSink:
+    """Writes the same records as :class:`WandbSink` as TensorBoard scalars (or nothing when off)."""
+
+    def __init__(self, spec: Spec, task: TaskPaths, *, resume_after: int | None) -> None:
+        self.writer: Any = None
+        self._thread: threading.Thread | None = None
+        if not spec.logging.tensorboard:
+            return
+        # the first W&B-style step a resumed run logs again (checkpoint rollout R covers steps <= R + 1)
+        purge = None if resume_after is None else resume_after + 2
+        self._thread = threading.Thread(
+            target=self._init, args=(task.tensorboard, purge), daemon=True, name="tensorboard-init"
+        )
+        self._thread.start()
+
+    def _init(self, logdir: Path, purge: int | None) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            logdir.mkdir(parents=True, exist_ok=True)
+            self.writer = SummaryWriter(log_dir=str(logdir), purge_step=purge, flush_secs=10)
+        except Exception as exc:  # noqa: BLE001 - TensorBoard is optional; say why and go on
+            print(f"warning: TensorBoard did not start, metrics go to metrics.jsonl only: {exc}", file=sys.stderr)
+            self.writer = None
+
+    def _ready(self) -> bool:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        return self.writer is not None
+
+    def log(self, record: dict[str, Any]) -> None:
+        if not self._ready():
+            return
+        step = int(record.get("rollout_id", -1)) + 1
+        for key, value in numbers(record).items():
+            self.writer.add_scalar(key, value, global_step=step)
+
+    def close(self) -> None:
+        if self._ready():
+            try:
+                self.writer.close()
+            except Exception:  # noqa: BLE001
+                pass
+            self.writer = None

@@ -13,9 +13,11 @@ serve after the step's sync):
   reward (they carry no GRPO signal); ``weight_version`` is the version that generated them (the
   caller adds the generation's own ``rollout/groups_*`` counts);
 * ``check/stale_samples`` counts samples whose newest tokens do not come from the weight version the
-  engines were told to serve (always 0 in this synchronous loop; non-zero means a sync did not reach
+  engines were told to serve when the rollout started (always 0: non-zero means a sync did not reach
   an engine); ``rollout/offpolicy_token_frac``: the share of response tokens an older policy
   generated (continued partial responses);
+* ``rollout/staleness_mean`` / ``_max``: how many weight updates the trainer's policy is ahead of the
+  version that generated each sample (0 in a synchronous run; 1 in an async run after rollout 0);
 * ``agent/*`` with an agent section (``slime.agent.generate.rollout_metrics``);
 * ``train/*`` / ``critic/*``: the mean over the rollout's optimizer steps (``lr``: the last value),
   plus ``prepare``'s ``train/logprob_diff`` & co; ``time/train_steps_s`` / ``time/critic_steps_s``
@@ -84,6 +86,7 @@ def rollout_record(
     weight_version: int,
     samples: Sequence[Sample],
     used_version: int,
+    policy_version: int | None = None,
     prepare: dict[str, float],
     train: list[dict[str, float]],
     critic: list[dict[str, float]],
@@ -91,10 +94,15 @@ def rollout_record(
 ) -> dict[str, Any]:
     """The line of rollout ``rollout_id`` without ``eval/*`` and ``time/*`` (see the module doc).
 
-    ``used_version``: the weight version that generated the samples; ``train`` / ``critic``: rank 0's
+    ``used_version``: the weight version that generated the samples; ``policy_version``: the version
+    the trainer's policy had when this step began (staleness); ``train`` / ``critic``: rank 0's
     metrics of each optimizer step (their ``step_time_s`` become the ``time/*_steps_s`` sums)."""
     record: dict[str, Any] = {"rollout_id": rollout_id, "step": step, "weight_version": weight_version}
     record.update(sample_metrics(samples, used_version))
+    if policy_version is not None:
+        lag = [policy_version - s.weight_version for s in samples] or [0]
+        record["rollout/staleness_mean"] = sum(lag) / len(lag)
+        record["rollout/staleness_max"] = max(lag)
     if agent:  # tool-call rate and friends of the agent episodes
         from slime.agent.generate import rollout_metrics
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 import uuid
 from collections.abc import Sequence
 from functools import partial
@@ -233,6 +234,12 @@ class RolloutManager:
 
             write_rollout(self.rollouts_dir, rollout_id, samples)
         return RolloutBatch(samples, metrics)
+
+    def generate_timed(self, rollout_id: int, weight_version: int | None = None) -> tuple[RolloutBatch, float]:
+        """:meth:`generate` and the seconds it took here (the engines' time, without the caller's waits)."""
+        t = time.perf_counter()
+        batch = self.generate(rollout_id, weight_version)
+        return batch, time.perf_counter() - t
 
     # ---------------------------------------------------------------- eval
     def eval_dataset(self, e: EvalSet):

@@ -22,7 +22,7 @@ fallback to an older checkpoint when the newest is damaged (the error says which
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,8 +43,9 @@ class TrainState:
     step: int = 0  # optimizer steps done
     weight_version: int = 0  # the version the engines serve (0: the initial weights)
     data: dict[str, Any] = field(default_factory=dict)  # the rollout manager's state_dict
+    prefetched: int | None = None  # async: the rollout generated ahead, saved beside state.json (rollout_feed)
 
-    KEYS = ("rollout_id", "step", "weight_version", "manager")
+    KEYS = ("rollout_id", "step", "weight_version", "manager")  # required ("prefetched" is optional)
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -52,6 +53,7 @@ class TrainState:
             "step": self.step,
             "weight_version": self.weight_version,
             "manager": self.data,
+            "prefetched": self.prefetched,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -61,6 +63,8 @@ class TrainState:
             raise ValueError(f"a train state needs {list(self.KEYS)}; missing {missing}")
         self.rollout_id, self.step = int(state["rollout_id"]), int(state["step"])
         self.weight_version, self.data = int(state["weight_version"]), dict(state["manager"])
+        prefetched = state.get("prefetched")
+        self.prefetched = None if prefetched is None else int(prefetched)
 
     @classmethod
     def missing(cls, state: dict[str, Any]) -> list[str]:
@@ -91,8 +95,12 @@ class ResumePoint:
         return cls(path, state, from_load)
 
 
-def save_checkpoint(store: CheckpointStore, state: TrainState, groups: Sequence[TrainerGroup]) -> Path:
-    """Checkpoint ``state`` and every rank of ``groups`` (actor first) as rollout ``state.rollout_id``."""
+def save_checkpoint(
+    store: CheckpointStore, state: TrainState, groups: Sequence[TrainerGroup], files: Mapping[str, str] | None = None
+) -> Path:
+    """Checkpoint ``state`` and every rank of ``groups`` (actor first) as rollout ``state.rollout_id``;
+    ``files`` (name → text) are written beside ``state.json`` (an async run's prefetched rollout)."""
+    from slime.core.paths import atomic_write
     from slime.runtime.failures import checkpoint_save_error
 
     tmp = None
@@ -100,6 +108,8 @@ def save_checkpoint(store: CheckpointStore, state: TrainState, groups: Sequence[
         tmp = store.begin(state.rollout_id)
         for group in groups:
             group.call("save", str(tmp))
+        for name, text in (files or {}).items():
+            atomic_write(tmp / name, text)
         world = len(groups[0].ranks) if groups else 0  # 0: debug.mode rollout_only has no trainer ranks
         doc = {"format": FORMAT, **state.state_dict(), "world_size": world, "saved_at": time.time()}
         return store.commit(tmp, state.rollout_id, doc)

@@ -34,6 +34,7 @@ on CUDA, gloo on CPU) on the first push and broadcasts through it.
 
 from __future__ import annotations
 
+import math
 import socket
 import time
 from pathlib import Path
@@ -52,6 +53,25 @@ def _free_port(ip: str) -> int:
     with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((ip, 0))
         return int(s.getsockname()[1])
+
+
+def _device_name(device: str) -> str:
+    """The accelerator's marketing name (``NVIDIA H100 80GB HBM3``: what the MFU peak table matches), or
+    the CPU's model name."""
+    import platform
+
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(torch.device(device))
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
 
 
 class TrainerRank:
@@ -123,8 +143,8 @@ class TrainerRank:
         return batch.old_values
 
     def prepare(self, samples: list[dict], scores: list[float], values=None) -> tuple[dict[str, float], Any]:
-        """Old/ref log-probs, KL and advantages for this rank's samples; keeps the batch for ``train``.
-        Returns ``(metrics, returns)``: PPO returns for the critic, else None (two Ray returns)."""
+        """Old/ref log-probs, KL, importance weights and advantages for this rank's samples; keeps the batch
+        for ``train``. Returns ``(metrics, returns)``: PPO returns for the critic, else None (two Ray returns)."""
         import torch
 
         from slime.rl.kl import compute_kl
@@ -136,19 +156,17 @@ class TrainerRank:
         batch = collate(samples)
         mask = batch.response_mask
         batch.old_log_probs = self.backend.log_probs(batch, temperature=temperature)
-        sums = torch.zeros(5, dtype=torch.float64)  # |diff| sum, token count, ref-KL sum, reward-KL sum, |adv| sum
-        sums[1] = mask.sum()
-        diff_max = torch.zeros(1, dtype=torch.float64)
-        if batch.rollout_log_probs is not None:
-            diff = zero_masked((batch.old_log_probs - batch.rollout_log_probs).abs(), mask)
-            sums[0] = diff.sum()
-            diff_max[0] = diff.max()
+        metrics = self._rollout_mismatch(batch)  # before old_log_probs may become the rollout's
         kl = None
+        sums = torch.zeros(4, dtype=torch.float64)  # token count, ref-KL sum, reward-KL sum, |adv| sum
+        sums[0] = mask.sum()
         if self.ref is not None:
             batch.ref_log_probs = self.ref.log_probs(batch, temperature=temperature)
-            sums[2] = zero_masked(compute_kl(batch.old_log_probs, batch.ref_log_probs, a.kl_loss_type), mask).sum()
+            sums[1] = zero_masked(compute_kl(batch.old_log_probs, batch.ref_log_probs, a.kl_loss_type), mask).sum()
             kl = compute_kl(batch.old_log_probs, batch.ref_log_probs, "k1")
-            sums[3] = zero_masked(kl, mask).sum()
+            sums[2] = zero_masked(kl, mask).sum()
+        if a.use_rollout_logprobs:
+            batch.old_log_probs = batch.rollout_log_probs  # the ratio is taken against the sampling policy
         adv, returns = token_advantages(
             torch.tensor(scores, dtype=torch.float32),
             mask,
@@ -162,20 +180,56 @@ class TrainerRank:
         )
         batch.advantages, batch.returns = adv, returns
         self.batch = batch
-        sums[4] = zero_masked(adv.abs(), mask).sum()
+        sums[3] = zero_masked(adv.abs(), mask).sum()
         self._all_reduce(sums)
-        self._all_reduce(diff_max, "max")
-        n = max(1.0, float(sums[1]))
-        metrics = {
-            "train/logprob_diff": float(sums[0]) / n,
-            "train/logprob_diff_max": float(diff_max[0]),
-            "train/tokens": float(sums[1]),
-            "train/adv_abs_mean": float(sums[4]) / n,
-        }
+        n = max(1.0, float(sums[0]))
+        metrics["train/tokens"] = float(sums[0])
+        metrics["train/adv_abs_mean"] = float(sums[3]) / n  # over every rank's tokens
         if self.ref is not None:
-            metrics["train/ref_kl"] = float(sums[2]) / n
+            metrics["train/ref_kl"] = float(sums[1]) / n
         metrics["time/prepare_s"] = time.perf_counter() - t0
         return metrics, (returns if a.estimator == "ppo" else None)
+
+    def _rollout_mismatch(self, batch) -> dict[str, float]:
+        """Trainer vs engine on the sampled tokens (reduced over ranks): ``train/logprob_diff[_max]`` and
+        the importance ratio ``exp(old - rollout)`` (``train/is_ratio_{mean,max,min}``); with
+        ``algorithm.tis`` also the batch's truncated weights and ``train/tis_clipfrac``."""
+        import torch
+
+        from slime.rl.losses import importance_ratio, truncated_importance_weights
+        from slime.rl.masked import zero_masked
+
+        a, mask = self.spec.algorithm, batch.response_mask
+        if batch.rollout_log_probs is None:
+            if a.tis.enabled or a.use_rollout_logprobs:
+                what = "algorithm.tis" if a.tis.enabled else "algorithm.use_rollout_logprobs"
+                raise ValueError(f"{what} needs the engine's rollout log-probs, but these samples have none")
+            return {}
+        ratio = importance_ratio(batch.old_log_probs, batch.rollout_log_probs, mask)
+        sums = torch.zeros(4, dtype=torch.float64)  # |diff| sum, ratio sum, clipped count, token count
+        sums[0] = zero_masked((batch.old_log_probs - batch.rollout_log_probs).abs(), mask).sum()
+        sums[1], sums[3] = zero_masked(ratio, mask).sum(), mask.sum()
+        m = mask.bool()
+        extremes = torch.tensor([0.0, -math.inf, -math.inf], dtype=torch.float64)  # max |diff|, max ratio, -min
+        if m.any():
+            extremes[0] = (batch.old_log_probs - batch.rollout_log_probs).abs()[m].max()
+            extremes[1], extremes[2] = ratio[m].max(), -ratio[m].min()
+        if a.tis.enabled:
+            batch.tis_weights = truncated_importance_weights(ratio, clip=a.tis.clip, clip_low=a.tis.clip_low)
+            sums[2] = zero_masked((batch.tis_weights != ratio).float(), mask).sum()
+        self._all_reduce(sums)
+        self._all_reduce(extremes, "max")
+        n = max(1.0, float(sums[3]))
+        out = {
+            "train/logprob_diff": float(sums[0]) / n,
+            "train/logprob_diff_max": float(extremes[0]),
+            "train/is_ratio_mean": float(sums[1]) / n,
+        }
+        if sums[3] > 0:  # some rank had trained tokens
+            out["train/is_ratio_max"], out["train/is_ratio_min"] = float(extremes[1]), -float(extremes[2])
+        if a.tis.enabled:
+            out["train/tis_clipfrac"] = float(sums[2]) / n
+        return out
 
     def train(self, steps: int | list[int], first_step: int) -> list[dict[str, float]]:
         """Optimizer steps on the batch of the last ``prepare``: ``steps`` equal parts, or parts of these sizes."""
@@ -247,6 +301,7 @@ class TrainerRank:
             "ip": ray.util.get_node_ip_address(),
             "pid": os.getpid(),
             "device": self.device,
+            "device_name": _device_name(self.device),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         }
 

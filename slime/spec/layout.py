@@ -12,7 +12,11 @@ exactly the slots some role uses (with train.gpus_per_node < cluster.gpus_per_no
 they are not a flat prefix). The PPO critic reuses the actor's slots. An engine
 must sit inside one node unless it covers every GPU of each node it spans. On a
 CPU-only cluster (``cluster.gpus_per_node == 0``) every node has one CPU "slot":
-one trainer rank per train node, engines placed round-robin.
+one trainer rank per train node, engines placed round-robin; trainer and engines
+share the node's cores, taking turns. With ``train.async`` (disaggregated), each
+node has two CPU slots instead, part 0 for its trainer rank and part 1 for its
+engines, and the node's cores are divided between them (``cpu_split``; the
+thread counts are ``slime.placement.torch_threads``'), so both can run at once.
 
 Guaranteed: pure and deterministic (no I/O, no imports beyond the spec types). Computed once
 per spec object: specs are frozen, so :func:`plan_layout` keeps the layouts of the last few
@@ -44,9 +48,12 @@ class Slot:
 
     node: int
     gpu: int | None
+    part: int = 0  # CPU slots of one node (a split CPU layout): 0 the trainer's, 1 the engines'
 
     def __str__(self) -> str:
-        return f"node{self.node}:{'cpu' if self.gpu is None else f'gpu{self.gpu}'}"
+        if self.gpu is not None:
+            return f"node{self.node}:gpu{self.gpu}"
+        return f"node{self.node}:cpu{self.part or ''}"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -61,19 +68,20 @@ class Layout:
     engines: tuple[tuple[Slot, ...], ...]
     total_slots: int  # len(all_slots())
     rollout_offset: int
+    cpu_split: bool = False  # CPU-only: trainer and engines on separate slots (parts) of each node
 
     @property
     def cpu_only(self) -> bool:
         return self.gpus_per_node == 0
 
     def all_slots(self) -> tuple[Slot, ...]:
-        """The slots some role uses, by node then GPU: one placement bundle each."""
-        if self.cpu_only:
+        """The slots some role uses, by node then GPU (then part): one placement bundle each."""
+        if self.cpu_only and not self.cpu_split:
             return tuple(Slot(node=n, gpu=None) for n in range(self.nodes))
         # The roles' own slots, not a flat prefix of node0:gpu0..: an actor on gpu0-3 of two
         # 8-GPU nodes needs bundles on both nodes.
         used = {*self.actor, *self.critic, *(s for e in self.engines for s in e)}
-        return tuple(sorted(used, key=lambda s: (s.node, s.gpu)))
+        return tuple(sorted(used, key=lambda s: (s.node, -1 if s.gpu is None else s.gpu, s.part)))
 
     def roles_of(self, slot: Slot) -> list[str]:
         roles = []
@@ -119,7 +127,8 @@ def _cpu_layout(spec: Spec) -> Layout:
         )
     actor = tuple(Slot(node=n, gpu=None) for n in range(spec.train.nodes))
     n_engines = spec.rollout.num_engines or 1
-    engines = tuple((Slot(node=i % nodes, gpu=None),) for i in range(n_engines))
+    split = spec.train.async_ and not spec.rollout.colocate
+    engines = tuple((Slot(node=i % nodes, gpu=None, part=int(split)),) for i in range(n_engines))
     critic = actor if spec.algorithm.estimator == "ppo" else ()
     return Layout(
         nodes=nodes,
@@ -128,8 +137,9 @@ def _cpu_layout(spec: Spec) -> Layout:
         actor=actor,
         critic=critic,
         engines=engines,
-        total_slots=nodes,
+        total_slots=len({*actor, *(e[0] for e in engines)}) if split else nodes,
         rollout_offset=0,
+        cpu_split=split,
     )
 
 

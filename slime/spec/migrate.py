@@ -181,14 +181,8 @@ def convert_slime_args(text: str, name: str | None = None) -> ConversionResult:
                 "config.json, add any others by hand",
             )
         )
-    if script.entry and "async" in script.entry:
-        b.unmapped.append(
-            (
-                script.entry,
-                "asynchronous training (rollout overlapping training) has no slime/v1 "
-                "field; the spec runs rollout and training in turn",
-            )
-        )
+    if script.entry and "async" in script.entry:  # train_async.py: the next rollout overlaps training
+        b.set("train.async", True, f"{script.entry} (line {script.entry_line})")
     flags = dedupe(flags, b)
     seen = {f.name: f for f in flags}
     for f in flags:

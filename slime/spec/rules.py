@@ -775,6 +775,45 @@ def algorithm(s: Spec) -> Iterator[Finding]:
             "std normalisation of group advantages needs n_samples_per_prompt > 1",
             "set normalize_std: false or sample more per prompt",
         )
+    yield from _importance_sampling(s)
+
+
+def _importance_sampling(s: Spec) -> Iterator[Finding]:
+    a = s.algorithm
+    if a.tis.enabled and a.use_rollout_logprobs:
+        yield (
+            "algorithm.use_rollout_logprobs",
+            "algorithm.use_rollout_logprobs and algorithm.tis are exclusive (as in slime): with the rollout "
+            "log-probs as the old log-probs, the importance weight would be 1",
+            "set algorithm.tis.enabled: false, or use_rollout_logprobs: false",
+        )
+    if a.tis.clip_low >= a.tis.clip:
+        yield (
+            "algorithm.tis.clip_low",
+            f"algorithm.tis.clip_low ({a.tis.clip_low}) must be below algorithm.tis.clip ({a.tis.clip})",
+            "e.g. clip_low: 0.0, clip: 2.0 (slime's defaults)",
+        )
+
+
+@rule
+def async_training(s: Spec) -> Iterator[Finding]:
+    if not s.train.async_:
+        return
+    if s.rollout.colocate:
+        yield (
+            "train.async",
+            "async training generates the next rollout while the trainer steps, so the engines need slots of "
+            "their own, but rollout.colocate is true",
+            "set rollout.colocate: false (with rollout.gpus for the engines on a GPU cluster), or train.async: false",
+        )
+    cpus = s.cluster.cpus_per_node
+    if not _gpu(s) and cpus is not None and cpus < 2:
+        yield (
+            "train.async",
+            f"async training on CPU splits each node's cores between trainer and engines, but "
+            f"cluster.cpus_per_node is {cpus}",
+            "give the nodes at least 2 CPUs (cluster.cpus_per_node), or train.async: false",
+        )
 
 
 @rule

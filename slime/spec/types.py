@@ -221,6 +221,14 @@ class Train(_Section, kw_only=True):
     checkpoint: Annotated[Checkpoint, D("Saving and resuming.")] = field(default_factory=Checkpoint)
     precision: Annotated[Literal["fp32", "bf16", "fp16"], D("Training precision (fp32 on CPU).")] = "fp32"
     seed: Annotated[int, D("Random seed (data order, sampling, init).", ge=0)] = 1234
+    async_: Annotated[
+        bool,
+        D(
+            "Generate rollout k+1 while training on k (one step off-policy, slime's train_async.py); needs "
+            "engines on their own slots (rollout.colocate: false; on CPU the node's cores are split between "
+            "trainer and engines)."
+        ),
+    ] = field(default=False, name="async")
     backend_args: Annotated[
         dict[str, Scalar], D("Extra backend flags passed through verbatim (e.g. Megatron's '--recompute-granularity').")
     ] = {}
@@ -379,6 +387,20 @@ class Critic(_Section, kw_only=True):
     value_clip: Annotated[float, D("Clip range of the value loss.", gt=0)] = 0.2
 
 
+class Tis(_Section, kw_only=True):
+    """Truncated importance sampling: reweight the policy loss by the trainer/engine probability ratio."""
+
+    enabled: Annotated[
+        bool,
+        D(
+            "Multiply each token's policy loss by clamp(exp(old log-prob - rollout log-prob), clip_low, clip), "
+            "correcting engine/trainer mismatch and async staleness (slime's --use-tis)."
+        ),
+    ] = False
+    clip: Annotated[float, D("Upper clamp of the importance weight (slime's --tis-clip).", gt=0)] = 2.0
+    clip_low: Annotated[float, D("Lower clamp of the importance weight (slime's --tis-clip-low).", ge=0)] = 0.0
+
+
 Estimator = Literal["grpo", "ppo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"]
 
 
@@ -409,6 +431,16 @@ class Algorithm(_Section, kw_only=True):
         ),
     ] = "token_mean"
     critic: Annotated[Critic | None, D("Critic settings (derived for PPO).")] = None
+    tis: Annotated[Tis, D("Truncated importance sampling against the engine's rollout log-probs.")] = field(
+        default_factory=Tis
+    )
+    use_rollout_logprobs: Annotated[
+        bool,
+        D(
+            "Use the engine's rollout log-probs as the old log-probs of the ratio instead of the trainer's "
+            "recomputation (slime's --use-rollout-logprobs; exclusive with tis)."
+        ),
+    ] = False
     sft_warmup_steps: Annotated[int, D("Supervised warm-up steps on (prompt, label) before RL.", ge=0)] = 0
     sft_warmup_lr: Annotated[float, D("Learning rate of the SFT warm-up.", gt=0)] = 1e-3
 
@@ -480,6 +512,9 @@ class Logging(_Section, kw_only=True):
     ] = "runs"
     wandb: Annotated[Wandb, D("Weights & Biases settings.")] = field(default_factory=Wandb)
     progress: Annotated[bool, D("Show a live progress bar on a terminal.")] = True
+    tensorboard: Annotated[
+        bool, D("Also write the metrics as TensorBoard event files into the task dir (tasks/<i>/tensorboard).")
+    ] = False
 
 
 # --------------------------------------------------------------------------- debug

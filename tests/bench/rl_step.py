@@ -2,17 +2,21 @@
 
 Run by hand (not part of the test suite)::
 
-    python tests/bench/rl_step.py                  # 30 rollouts of specs/quickstart.yaml, 2 threads
-    python tests/bench/rl_step.py --rollouts 60 --set rollout.batch_size=32
+    python tests/bench/rl_step.py                  # 3 rounds x 30 rollouts of specs/quickstart.yaml, 2 threads
+    python tests/bench/rl_step.py --rounds 1 --rollouts 60 --set rollout.batch_size=32
 
 Baseline, measured in the same run: the same step written as one plain Python loop in one process
 (built-in ``Engine`` called directly, ``TorchTrainBackend``, weights handed over through the same HF
 export on disk) — no Ray, no HTTP, no actors. The runtime is ``python -m slime.train`` on a fresh run dir
 (private local Ray, engine behind its HTTP server, trainer and rollout manager as actors); its per-phase
 times come from ``metrics.jsonl``. Both skip the SFT warm-up and evals and use the untrained tiny model, so
-responses run to ``max_response_len``. Printed: median ms per phase and the runtime/bare ratio (the
-orchestration overhead), plus the runtime's start-up time, the thread settings and the load average before
-and after (other work on a shared machine slows either side; compare runs made at similar load).
+responses run to ``max_response_len``. Rounds alternate bare and runtime, so a change in the machine's load
+hits both; printed are medians over all rounds per phase and the runtime/bare ratio (the orchestration
+overhead), the runtime's start-up (from launching ``python -m slime.train`` to the start of rollout 0: the
+moment its metrics line appears, less that step's time; median over rounds), the thread settings and the
+load average before and after (other work on a shared machine slows either side; compare runs made at
+similar load). Both sides run with ``OMP_WAIT_POLICY=PASSIVE`` unless the environment sets it, as the
+runtime's CPU workers do.
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Before torch loads: what the runtime gives its CPU workers too (slime.runtime.job), so the bare loop and the
+# runtime wait the same way; OpenMP's default spinning is much slower when other work shares the cores.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
@@ -101,37 +108,52 @@ def bare_loop(spec, model_dir: Path, rollouts: int, threads: int, tmp: Path) -> 
     return times
 
 
-def runtime_loop(overrides: list[str], logdir: Path) -> tuple[dict[str, list[float]], float, float]:
+def runtime_loop(overrides: list[str], logdir: Path, name: str) -> tuple[dict[str, list[float]], float, float]:
+    """Per-phase times of one ``slime.train`` run, its wall time, and its start-up (launch to rollout 0)."""
     from launchers.base import SubmitOptions, create_run_dir
     from launchers.local.launcher import LocalLauncher
 
     loaded = load(overrides, logdir)
-    run = create_run_dir(LocalLauncher().dryrun(loaded, SubmitOptions(run_name="bench")).request).root
+    run = create_run_dir(LocalLauncher().dryrun(loaded, SubmitOptions(run_name=name)).request).root
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["WANDB_MODE"] = "disabled"
+    metrics = run / "tasks/0/metrics.jsonl"
     t = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "slime.train", str(run)], cwd=REPO, env=env, capture_output=True, text=True
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "slime.train", str(run)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
+    first_line_at = None
+    while proc.poll() is None and first_line_at is None:
+        if metrics.is_file() and any('"rollout_id": 0' in x for x in metrics.read_text().splitlines()):
+            first_line_at = time.perf_counter() - t
+        time.sleep(0.02)
+    _, err = proc.communicate()
     wall = time.perf_counter() - t
     if proc.returncode != 0:
-        raise SystemExit(f"slime.train failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    rows = [json.loads(x) for x in (run / "tasks/0/metrics.jsonl").read_text().splitlines()]
+        raise SystemExit(f"slime.train failed ({proc.returncode}):\n{err[-3000:]}")
+    rows = [json.loads(x) for x in metrics.read_text().splitlines()]
     steps = [r for r in rows if r["rollout_id"] >= 0]
     times = {
         "rollout": [r["time/rollout_s"] for r in steps],
         "train": [r["time/train_s"] for r in steps],
         "sync": [r["time/sync_s"] for r in steps],
     }
-    total = json.loads((run / "tasks/0/summary.json").read_text())["time/total_s"]
-    return times, wall, total - sum(r["time/step_s"] for r in steps)
+    startup = (first_line_at or wall) - steps[0]["time/step_s"]
+    return times, wall, startup
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rollouts", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=3, help="bare/runtime pairs, alternating")
     ap.add_argument("--threads", type=int, default=2, help="torch threads of the bare loop")
     ap.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="extra spec override")
+    ap.add_argument("--raw", type=Path, help="also write the per-step times and start-ups here (JSON)")
     args = ap.parse_args()
     overrides = [
         f"rollout.num_rollouts={args.rollouts}",
@@ -141,24 +163,37 @@ def main() -> int:
         "train.checkpoint.interval=100000",
         *args.set,
     ]
+    skip = min(3, args.rollouts // 4)  # first steps pay one-off warm-up costs
     load_start = os.getloadavg()[0]
+    bare: dict[str, list[float]] = {"rollout": [], "train": [], "sync": []}
+    ours: dict[str, list[float]] = {"rollout": [], "train": [], "sync": []}
+    startups, walls = [], []
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         from slime.models.tiny import ensure_builtin_model
 
         spec = load(overrides, tmp / "runs").spec
         model_dir = ensure_builtin_model("tiny", tmp / "model")
-        bare = bare_loop(spec, model_dir, args.rollouts, args.threads, tmp / "weights")
-        ours, wall, startup = runtime_loop(overrides, tmp / "runs")
-    skip = min(3, args.rollouts // 4)  # first steps pay one-off warm-up costs
+        for i in range(args.rounds):
+            b = bare_loop(spec, model_dir, args.rollouts, args.threads, tmp / f"weights{i}")
+            o, wall, startup = runtime_loop(overrides, tmp / "runs", f"bench-{i}")
+            for phase in bare:
+                bare[phase] += b[phase][skip:]
+                ours[phase] += o[phase][skip:]
+            startups.append(startup)
+            walls.append(wall)
+            print(f"round {i}: runtime start-up {startup:.1f} s, wall {wall:.1f} s", flush=True)
+
+    if args.raw:
+        args.raw.write_text(json.dumps({"bare": bare, "runtime": ours, "startup": startups, "wall": walls}))
 
     def med(xs: list[float]) -> float:
-        return statistics.median(xs[skip:]) * 1000
+        return statistics.median(xs) * 1000
 
     print(
-        f"RL step breakdown, quickstart spec, {args.rollouts} rollouts of "
+        f"RL step breakdown, quickstart spec, {args.rounds} rounds x {args.rollouts} rollouts of "
         f"{spec.rollout.batch_size}x{spec.rollout.n_samples_per_prompt} samples (median ms/step, first {skip} "
-        "skipped)"
+        "of each run skipped)"
     )
     print(f"{'phase':<10}{'bare loop':>12}{'runtime':>12}{'ratio':>8}")
     for phase in ("rollout", "train", "sync"):
@@ -168,12 +203,13 @@ def main() -> int:
     r = med([x + y + z for x, y, z in zip(ours["rollout"], ours["train"], ours["sync"])])
     print(f"{'step':<10}{b:>12.1f}{r:>12.1f}{r / b:>8.2f}")
     print(
-        f"runtime start-up (driver start to first rollout, incl. local Ray) {startup:.1f} s; "
-        f"slime.train wall {wall:.1f} s"
+        f"runtime start-up (launch of slime.train to the start of rollout 0, incl. local Ray): median "
+        f"{statistics.median(startups):.1f} s (each: {', '.join(f'{x:.1f}' for x in startups)}); "
+        f"slime.train wall median {statistics.median(walls):.1f} s"
     )
     print(
         f"bare loop torch threads {args.threads}, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}; "
-        f"load average {load_start:.1f} -> {os.getloadavg()[0]:.1f}"
+        f"cores {os.cpu_count()}; load average {load_start:.1f} -> {os.getloadavg()[0]:.1f}"
     )
     return 0
 

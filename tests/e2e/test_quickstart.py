@@ -23,6 +23,9 @@ pytest.importorskip("torch")
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
 REPO = Path(__file__).resolve().parents[2]
 ROLLOUTS = 30
+# Measured with TIS (README, async quickstart): 0.824 at the end (0.89 at best, rollout 124); 0.822 without TIS
+# (0.82 at best). The synchronous run ends at 0.912.
+ASYNC_ACCURACY = 0.8
 
 
 def test_shortened_quickstart_increases_reward_and_writes_its_outputs(tmp_path):
@@ -70,8 +73,24 @@ def test_shortened_quickstart_increases_reward_and_writes_its_outputs(tmp_path):
         "time/sync_s",
         "weight_version",
         "train/lr",
+        "time/generate_s",
+        "time/step_s",
+        "rollout/staleness_mean",
+        "train/is_ratio_mean",
+        "perf/rollout_tokens_per_s",
+        "perf/rollout_samples_per_s",
+        "perf/train_tokens_per_s",
+        "perf/train_samples_per_s",
+        "perf/samples_per_s",
+        "perf/train_flops",
+        "perf/train_tflops",
+        "perf/trainer_idle_frac",
+        "perf/engine_idle_frac",
     ):
         assert key in rows[-1], key
+    for r in rows[1:]:
+        assert r["perf/train_flops"] > 0 and r["perf/train_tokens_per_s"] > 0 and r["rollout/staleness_max"] == 0
+        assert "perf/mfu" not in r  # CPU: no peak to divide by
     assert json.loads((task / "summary.json").read_text()) == final
     assert (task / "plots" / "curve.png").read_bytes()[:4] == b"\x89PNG"
     assert sorted(int(p.name) for p in (task / "checkpoints").iterdir() if p.name.isdigit()) == [14, 29]
@@ -81,4 +100,42 @@ def test_shortened_quickstart_increases_reward_and_writes_its_outputs(tmp_path):
     print(
         f"shortened quickstart: {elapsed:.1f} s wall; reward {first:.3f} -> {last:.3f}; held-out accuracy "
         f"{final['eval/accuracy_initial']:.3f} -> {final['eval/accuracy']:.3f}"
+    )
+
+
+@pytest.mark.timeout(1000)
+def test_async_quickstart_reaches_the_held_out_accuracy(tmp_path):
+    """The whole embedded default with ``train.async: true`` and TIS (trainer and engine on their own CPU slots,
+    rollout k+1 generated while the trainer trains on k): every rollout after the first is one update stale, TIS
+    reweights the stale tokens, and held-out accuracy rises from the warm-up's to at least ``ASYNC_ACCURACY``
+    (below the synchronous run's 0.91: see the README)."""
+    sets = {
+        "logging.dir": str(tmp_path / "runs"),
+        "train.async": True,
+        "algorithm.tis": {"enabled": True},
+        "logging.progress": False,
+    }
+    args = [a for k, v in sets.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    t = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "slime.cli.main", str(REPO / "specs" / "quickstart.yaml"), *args, "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
+    elapsed = time.monotonic() - t
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = json.loads(proc.stdout[proc.stdout.rindex('{\n  "run_dir"') :])
+    final = out["final_metrics"]
+    rows = [json.loads(line) for line in (Path(out["run_dir"]) / "tasks/0/metrics.jsonl").read_text().splitlines()]
+    assert [r["rollout/staleness_max"] for r in rows[1:]] == [0] + [1] * (len(rows) - 2)
+    assert final["eval/accuracy"] >= ASYNC_ACCURACY, final["eval/accuracy"]
+    assert final["eval/accuracy"] > final["eval/accuracy_initial"] + 0.03
+    assert all(r["train/tis_clipfrac"] >= 0 and r["train/is_ratio_max"] > 0 for r in rows[1:])
+    print(
+        f"async quickstart: {elapsed:.1f} s wall; held-out accuracy {final['eval/accuracy_initial']:.3f} -> "
+        f"{final['eval/accuracy']:.3f}"
     )

@@ -126,6 +126,21 @@ def test_batched_generate_with_per_item_params(server, tok):
     assert single.output_ids == results[0].output_ids  # greedy: same alone or batched
 
 
+def test_an_explicit_batch_closes_the_collection_window(models, tok):
+    """An idle engine waits up to ``batch_window_s`` for more requests to prefill them together; a batched
+    ``/generate`` (several inputs in one request) is a whole burst and starts at once. With a 60 s window the
+    difference is not a matter of timing: a waiting engine would hit the test's timeout."""
+    srv = start_server(models[0], host="127.0.0.1", port=0, seed=0, batch_window_s=60.0, batch_window_max_s=120.0)
+    try:
+        prompts = [tok.encode(p) for p in ("07+12=", "1", "hello world")]
+        t = time.monotonic()
+        results = gen(srv, prompts, [{"max_new_tokens": 2, "ignore_eos": True, "temperature": 0}] * 3)
+        assert [len(r.output_ids) for r in results] == [2, 2, 2]
+        assert time.monotonic() - t < 50, "the engine waited out its collection window"
+    finally:
+        srv.stop()
+
+
 def test_text_input(server, tok):
     by_text = run(
         _call(

@@ -72,8 +72,8 @@ def metrics(run: Path) -> list[dict]:
 
 
 def comparable(rows: list[dict]) -> list[dict]:
-    """Everything but wall-clock timings."""
-    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+    """Everything but wall-clock timings and the rates derived from them."""
+    return [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))} for r in rows]
 
 
 @pytest.fixture(scope="module")

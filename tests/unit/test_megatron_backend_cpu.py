@@ -7,8 +7,9 @@ batch each, so this also checks the micro-batch / data-parallel loss weighting);
 (SDPA attention over the all-gathered K/V, load-balanced chunks, megatron's own rotary chunking)
 gives the same log-probs, losses and gradient norms as no model parallelism; the exported HF
 checkpoint reproduces the trained model's log-probs; save → train → load → train gives the same
-parameters after the repeated step (optimizer moments, decaying learning rate); the SFT warm-up (its
-own optimizer) and the critic (value head) train identically under every layout.
+parameters after the repeated step (optimizer moments, decaying learning rate); TIS weights of 2
+double the policy loss; the SFT warm-up (its own optimizer) and the critic (value head) train
+identically under every layout.
 
 Fake at the boundary: megatron-core places a few buffers with ``device='cuda'`` and asserts CUDA
 tensor types in places; the worker redirects exactly those placements to the CPU inside megatron's
@@ -121,6 +122,10 @@ def test_tp_pp_dp_agree_and_export_round_trips(tiny_llama, tmp_path):
     # save -> step -> load -> step: identical parameters after the repeated step (so the optimizer's moments,
     # the scheduler's decaying learning rate and the step count came back, not only the weights)
     assert [r["reload_max_diff"] for r in tp2] == [0.0, 0.0]
+    for name, run in runs.items():  # TIS weights of 2 double the policy loss under every layout
+        for r in run:
+            tis = r["tis_pg_loss"]
+            assert tis["plain"] != 0 and tis["weighted"] == pytest.approx(2 * tis["plain"], rel=1e-5), (name, tis)
     # critic: zero-initialised value head, the value loss falls, identically under every layout
     critic = tp2[0]["critic_losses"]
     assert tp2[0]["critic_initial_abs"] == 0.0 and critic[2] < critic[0]
@@ -243,6 +248,13 @@ def _worker(
         again = backend.log_probs(batch, temperature=1.0)
         result["reload_max_diff"] = float((again - torch.tensor(result["logp_after"])).abs().max())
     backend.export_weights(Path(out_dir) / "export")
+    # TIS weights (algorithm.tis) reach the loss through the micro-batches: weights of 2 double the policy loss
+    backend.save(Path(out_dir) / "ckpt-tis")
+    plain = backend.train_step(batch, step=2)["pg_loss"]
+    backend.load(Path(out_dir) / "ckpt-tis")
+    batch.tis_weights = torch.full_like(batch.response_mask, 2.0, dtype=torch.float32)
+    result["tis_pg_loss"] = {"plain": plain, "weighted": backend.train_step(batch, step=2)["pg_loss"]}
+    batch.tis_weights = None
     try:  # what a collective weight sync sends (TrainBackend.hf_weights): every rank iterates, rank 0 is whole
         heads = {n: t.float().flatten()[:8].tolist() for n, t in backend.hf_weights()}
         result["hf_weights"] = heads if rank == 0 else {}

@@ -342,7 +342,8 @@ def test_individual_mappings(flags, path, value):
         ("--rm-type gpqa", "no built-in 'gpqa' reward"),
         ("--optimizer sgd", "Adam(W) only"),
         ("--lr-decay-style WSD", "constant, cosine and linear"),
-        ("--use-tis", "a slime option with no slime/v1 field"),
+        ("--custom-tis-function-path a.b", "not in slime/v1; algorithm.tis"),
+        ("--keep-old-actor", "corrects the one-step staleness"),
         ("--ci-test", "CI self-checks"),
         ("--custom-generate-function-path a.b.c", "plug-ins"),
         ("--sglang-router-port 3000", "starts the router itself"),
@@ -400,9 +401,21 @@ def test_a_megatron_flag_with_several_values_is_listed():
     assert "train.backend_args holds one value per Megatron flag" in unmapped["--recompute-modules"]
 
 
-def test_async_entry_point_is_noted():
-    result = convert_slime_args("python train_async.py --colocate --hf-checkpoint /m")
-    assert "asynchronous training" in dict(result.unmapped)["train_async.py"]
+def test_async_entry_point_tis_and_tensorboard_flags_map():
+    result = convert_slime_args(
+        "python train_async.py --hf-checkpoint /m --prompt-data /p --num-rollout 3 --use-tis --tis-clip 1.5 "
+        "--tis-clip-low 0.2 --use-tensorboard"
+    )
+    data, _ = load_yaml(result.yaml, "imported.yaml")
+    assert data["train"]["async"] is True and "train_async.py (line 1)" in result.yaml
+    assert data["algorithm"]["tis"] == {"enabled": True, "clip": 1.5, "clip_low": 0.2}
+    assert data["logging"]["tensorboard"] is True
+    assert "train_async.py" not in dict(result.unmapped)
+    rollout_lp = convert_slime_args("--hf-checkpoint /m --use-rollout-logprobs")
+    assert load_yaml(rollout_lp.yaml, "i.yaml")[0]["algorithm"]["use_rollout_logprobs"] is True
+    # slime's train_async.py refuses colocation; so does the imported spec's validation
+    colocated = convert_slime_args("python train_async.py --colocate --hf-checkpoint /m --prompt-data /p")
+    assert any(p.path == "train.async" and "rollout.colocate is true" in p.message for p in colocated.problems)
 
 
 def test_tables_do_not_overlap():

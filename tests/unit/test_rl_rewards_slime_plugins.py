@@ -39,7 +39,7 @@ async def reward_func(args, sample, **kwargs):
 
 
 async def reads_an_unknown_option(args, sample):
-    return 1.0 if args.use_tis else 0.0
+    return 1.0 if args.use_opsm else 0.0
 
 
 def sync_style(args, sample):
@@ -93,6 +93,7 @@ def test_the_args_hold_the_spec_under_slimes_names(plugin_dir):
     assert (args["n_samples_per_prompt"], args["rollout_max_response_len"], args["rollout_batch_size"]) == (4, 20, 16)
     assert (args["custom_rm_path"], args["rm_type"], args["lambd"]) == ("slime_style_rewards.sync_style", None, 1.0)
     assert args["rollout_stop"] == [] and args["use_kl_loss"] is False
+    assert (args["use_tis"], args["tis_clip"], args["use_tensorboard"]) == (False, 2.0, False)  # the new fields
     assert run(reward_from_spec(s), "anything") == 1.0  # a plain function in slime's convention works too
 
 
@@ -113,7 +114,7 @@ def test_a_slime_option_with_no_v1_field_is_named(plugin_dir):
     fn = reward_from_spec(spec("{type: custom, custom: 'slime_style_rewards:reads_an_unknown_option'}", plugin_dir))
     with pytest.raises(RewardFunctionError) as info:
         run(fn, "x")
-    assert "raised AttributeError: args.use_tis: slime's option 'use_tis' has no slime/v1 field" in str(info.value)
+    assert "raised AttributeError: args.use_opsm: slime's option 'use_opsm' has no slime/v1 field" in str(info.value)
     assert "slime_style_rewards.py:16 in reads_an_unknown_option" in str(info.value)
 
 

@@ -116,3 +116,32 @@ def test_the_warmup_keys():
         "sft/steps": 3,
         "time/sft_s": 9.0,
     }
+
+
+def test_staleness_counts_the_updates_the_policy_is_ahead_of_each_sample():
+    # async: the trainer's policy is version 6; the samples came from versions 5 and 4 (one lagging engine)
+    line = rollout_record(
+        3,
+        step=4,
+        weight_version=7,
+        samples=_samples([1.0, 0.0, 0.0], [5, 5, 4]),
+        used_version=5,
+        policy_version=6,
+        prepare=PREPARE,
+        train=TRAIN,
+        critic=[],
+    )
+    assert line["rollout/staleness_mean"] == pytest.approx(4 / 3) and line["rollout/staleness_max"] == 2
+    assert line["check/stale_samples"] == 1  # the version-4 sample: not what the engines were told to serve
+    sync = rollout_record(
+        0,
+        step=1,
+        weight_version=2,
+        samples=_samples([1.0], [1]),
+        used_version=1,
+        policy_version=1,
+        prepare=PREPARE,
+        train=TRAIN,
+        critic=[],
+    )
+    assert sync["rollout/staleness_mean"] == sync["rollout/staleness_max"] == 0

@@ -51,9 +51,17 @@ def test_a_checkpoint_round_trips_the_state_and_every_rank(tmp_path):
         STATE_FILE,
     ]
     doc = json.loads((path / STATE_FILE).read_text())
-    # the keys checkpoints have always had (older runs' checkpoints load, later ones stay readable)
-    assert set(doc) == {"format", "rollout_id", "step", "weight_version", "world_size", "manager", "saved_at"}
-    assert (doc["format"], doc["world_size"], doc["manager"]) == (1, 2, {"data": {"offset": 32}})
+    # the keys checkpoints have always had (older runs' checkpoints load, later ones stay readable), plus the
+    # optional "prefetched" (an async run's rollout generated ahead; None here)
+    assert set(doc) == {"format", "rollout_id", "step", "weight_version", "world_size", "manager", "saved_at"} | {
+        "prefetched"
+    }
+    assert (doc["format"], doc["world_size"], doc["manager"], doc["prefetched"]) == (
+        1,
+        2,
+        {"data": {"offset": 32}},
+        None,
+    )
 
     point = ResumePoint.find(store, "/elsewhere/ignored")  # its own checkpoint wins over load
     assert point is not None and point.path == path and not point.from_load
@@ -79,3 +87,16 @@ def test_a_load_checkpoint_is_the_start_point_until_the_run_has_its_own(tmp_path
     mine = CheckpointStore(tmp_path / "mine", keep=1)
     point = ResumePoint.find(mine, str(start))
     assert point is not None and point.path == start and point.from_load
+
+
+def test_an_async_checkpoint_carries_its_prefetched_rollout_and_older_ones_have_none(tmp_path):
+    store = CheckpointStore(tmp_path, keep=2)
+    st = TrainState(rollout_id=4, step=5, weight_version=6, prefetched=5)
+    path = save_checkpoint(store, st, [_Ranks("actor", 1)], {"prefetched_rollout.json": '{"rollout_id": 5}'})
+    assert json.loads((path / "prefetched_rollout.json").read_text()) == {"rollout_id": 5}
+    back = TrainState()
+    restore_checkpoint(ResumePoint.find(store, None), back, [_Ranks("actor", 1)])
+    assert back == st and back.prefetched == 5
+    old = {"rollout_id": 1, "step": 2, "weight_version": 3, "manager": {}}  # written before "prefetched" existed
+    back.load_state_dict(old)
+    assert back.prefetched is None and back.rollout_id == 1

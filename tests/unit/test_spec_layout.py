@@ -88,6 +88,40 @@ def test_cpu_layout_one_rank_per_node_and_round_robin_engines():
     assert [str(s) for s in layout.all_slots()] == ["node0:cpu", "node1:cpu"]
 
 
+def test_async_cpu_layout_splits_each_node_into_a_trainer_and_an_engine_slot(monkeypatch):
+    import slime.placement
+    from slime.placement import bundle_specs, placement_options, torch_threads
+
+    data = spec(
+        CPU_SPEC,
+        **{"cluster.nodes": 2, "cluster.launcher": "slurm", "train.nodes": 2, "rollout.num_engines": 3},
+        **{"train.async": True, "cluster.cpus_per_node": 5},
+    )
+    layout = plan_layout(resolved(data))
+    assert layout.cpu_only and layout.cpu_split
+    assert [str(s) for s in layout.actor] == ["node0:cpu", "node1:cpu"]
+    assert [[str(s) for s in e] for e in layout.engines] == [["node0:cpu1"], ["node1:cpu1"], ["node0:cpu1"]]
+    assert [str(s) for s in layout.all_slots()] == ["node0:cpu", "node0:cpu1", "node1:cpu", "node1:cpu1"]
+    assert layout.total_slots == 4 and len(bundle_specs(layout)) == 4
+    assert layout.roles_of(Slot(node=0, gpu=None)) == ["actor"]
+    assert layout.roles_of(Slot(node=0, gpu=None, part=1)) == ["engine0", "engine2"]
+    # each actor has its slot to itself (no 0.49 shares as when trainer and engines share a node's slot)
+    assert placement_options(layout, None, layout.actor[0])["num_cpus"] == 0.99
+    # 5 cores: engines 2 (node 0 holds two engines: one each), trainer 3; shared, each kind gets all 5
+    monkeypatch.setattr(slime.placement.os, "cpu_count", lambda: 8)
+    assert torch_threads(layout, layout.actor[0], "train", 5) == 3
+    assert torch_threads(layout, layout.engines[1][0], "engine", 5) == 2
+    assert torch_threads(layout, layout.engines[0][0], "engine", 5) == 1
+    assert (
+        torch_threads(layout, layout.actor[0], "train", 2)
+        == torch_threads(layout, layout.engines[1][0], "engine", 2)
+        == 1
+    )
+    shared = plan_layout(resolved({**data, "train": {**data["train"], "async": False}}))
+    assert not shared.cpu_split and [str(s) for s in shared.all_slots()] == ["node0:cpu", "node1:cpu"]
+    assert torch_threads(shared, shared.actor[0], "train", 5) == 5
+
+
 def test_layout_counts():
     colocated = layout_counts(resolved(spec(GPU_SPEC, **{"rollout.gpus": 12})))
     assert (colocated.actor_gpus, colocated.rollout_gpus, colocated.total, colocated.offset, colocated.available) == (

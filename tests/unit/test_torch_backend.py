@@ -282,6 +282,20 @@ def test_every_estimator_takes_a_finite_step(small_dir, algorithm):
         assert "dual_clipfrac" in m
 
 
+def test_tis_weights_scale_the_policy_loss_through_micro_batches(small_dir):
+    """A batch's ``tis_weights`` reach every micro-batch's loss: weights of 2 double the policy loss and the
+    update direction is the same as with weights of 1 (Adam normalises the step, so compare losses)."""
+    spec = make_spec(train={"micro_batch_size": 3})
+    data = samples(8, seed=5)
+    plain, weighted = backend(spec, small_dir), backend(spec, small_dir)
+    b1, b2 = rl_batch(plain, data), rl_batch(weighted, data)
+    b2.tis_weights = torch.full_like(b2.response_mask, 2.0)
+    m1, m2 = plain.train_step(b1, step=0), weighted.train_step(b2, step=0)
+    assert m1["pg_loss"] != 0
+    assert m2["pg_loss"] == pytest.approx(2 * m1["pg_loss"], rel=1e-5)
+    assert m2["grad_norm"] == pytest.approx(2 * m1["grad_norm"], rel=1e-4)
+
+
 def test_critic_step_fits_returns(small_dir):
     from slime.spec.types import Critic
 

@@ -284,7 +284,15 @@ class MegatronTrainBackend(TrainBackend):
         multiple = (8 * self.tp if self.config.sequence_parallel else 8) * (2 * self.cp if self.cp > 1 else 1)
         per_token = {
             k: _per_token(getattr(batch, k), T)
-            for k in ("response_mask", "advantages", "old_log_probs", "ref_log_probs", "returns", "old_values")
+            for k in (
+                "response_mask",
+                "advantages",
+                "old_log_probs",
+                "ref_log_probs",
+                "returns",
+                "old_values",
+                "tis_weights",
+            )
         }
         out = []
         for idx in plan.batches:
@@ -493,6 +501,7 @@ class MegatronTrainBackend(TrainBackend):
                     kl_loss_coef=a.kl_loss_coef,
                     kl_loss_type=a.kl_loss_type,
                     agg=a.loss_agg,
+                    tis_weights=mb.get("tis_weights"),
                 )
             local = float(m.bool().any(dim=1).sum() if seq_agg else m.bool().sum())
             weight = local / global_count

@@ -54,6 +54,15 @@ __all__ = ["TorchTrainBackend"]
 # Metrics that are already fractions of the global mean (summed over micro-batches and ranks);
 # every other metric is a per-micro-batch mean, weighted by the micro-batch's share of tokens.
 _ADDITIVE = frozenset({"loss", "pg_loss", "kl_loss", "entropy", "value_loss", "sft_loss"})
+_PER_TOKEN = (
+    "advantages",
+    "old_log_probs",
+    "ref_log_probs",
+    "returns",
+    "old_values",
+    "rollout_log_probs",
+    "tis_weights",
+)
 _HF_SIDE_FILES = (".json", ".jinja", ".txt", ".model", ".tiktoken")
 
 
@@ -148,7 +157,7 @@ class TorchTrainBackend(TrainBackend):
             response_mask=mb.response_mask[:, : length - 1],
             kind=mb.kind,
         )
-        for name in ("advantages", "old_log_probs", "ref_log_probs", "returns", "old_values", "rollout_log_probs"):
+        for name in _PER_TOKEN:
             value = getattr(mb, name)
             if value is not None:
                 setattr(cut, name, value[:, : length - 1].to(self.device))
@@ -293,6 +302,7 @@ class TorchTrainBackend(TrainBackend):
             kl_loss_type=a.kl_loss_type,
             agg=a.loss_agg,
             num_tokens=num_tokens,
+            tis_weights=mb.tis_weights,
         )
 
     def _value_loss(self, mb: TrainBatch, num_tokens: float | None):

@@ -97,9 +97,15 @@ class EngineHost:
 
 
 class BuiltinRolloutBackend(RolloutBackend):
+    """Engine calls from the driver (weight loads, memory, health) go through one event loop and one
+    ``EngineClient`` per engine kept for the backend's life: a weight sync every step then reuses its
+    connections instead of opening a session and a loop per call."""
+
     def __init__(self) -> None:
         self.actors: list[Any] = []
         self.urls: list[str] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._clients: list[Any] = []
 
     def start(
         self, spec: Spec, layout: Layout, placement: Any, model_dir: Path, *, log_dir: Path | None = None
@@ -142,15 +148,25 @@ class BuiltinRolloutBackend(RolloutBackend):
     def _each(self, fn) -> list[Any]:
         from slime.backends.rollout.client import EngineClient
 
-        async def go():
-            clients = [EngineClient(u) for u in self.urls]
-            try:
-                return await asyncio.gather(*(fn(c) for c in clients))
-            finally:
-                for c in clients:
-                    await c.close()
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            self._clients = [EngineClient(u) for u in self.urls]
 
-        return asyncio.run(go())
+        async def go():
+            return await asyncio.gather(*(fn(c) for c in self._clients))
+
+        return self._loop.run_until_complete(go())
+
+    def _close_clients(self) -> None:
+        if self._loop is None:
+            return
+        loop, self._loop = self._loop, None
+        try:
+            for c in self._clients:
+                loop.run_until_complete(c.close())
+        finally:
+            self._clients = []
+            loop.close()
 
     def update_weights(self, source: Path, version: int) -> None:
         self._each(lambda c: c.update_weights_from_disk(str(source), str(version)))
@@ -178,6 +194,10 @@ class BuiltinRolloutBackend(RolloutBackend):
     def stop(self) -> None:
         import ray
 
+        try:
+            self._close_clients()
+        except Exception:  # noqa: BLE001 - the engines are being stopped anyway
+            pass
         for a in self.actors:
             try:
                 ray.get(a.stop.remote(), timeout=15)

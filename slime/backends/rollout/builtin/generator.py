@@ -4,9 +4,10 @@ Requests are submitted from any thread (:meth:`Engine.submit` returns a
 ``concurrent.futures.Future``) and run on one scheduler thread, which owns the
 model. Each scheduler iteration: apply aborts; apply a pending weight update once
 nothing is running; admit waiting requests into free cache slots (one prefill
-for the group, after a short collection window when the engine was idle); then
-one decode step for every running request, each with its own sampling settings.
-A request that arrives while others decode joins at the next step.
+for the group, after a short collection window when the engine was idle, which a
+request submitted with ``burst_end`` — the last of an explicit batch — closes at
+once); then one decode step for every running request, each with its own sampling
+settings. A request that arrives while others decode joins at the next step.
 
 Guarantees:
 * log-probs are ``log_softmax(logits / T)`` of the chosen token in fp32 (raw
@@ -78,6 +79,7 @@ class _Request:
     created: float = field(default_factory=time.perf_counter)
     slot: int = -1
     stop_window: int = 0
+    burst_end: bool = False  # the last of a batch submitted together: admit without waiting for more
 
 
 class Engine:
@@ -163,8 +165,11 @@ class Engine:
         self._stopping = False
 
     # ------------------------------------------------------------- public API
-    def submit(self, input_ids: list[int], params: SamplingParams, rid: str | None = None) -> Future:
-        """Queue one request; raises ValueError for invalid input (nothing queued)."""
+    def submit(
+        self, input_ids: list[int], params: SamplingParams, rid: str | None = None, *, burst_end: bool = False
+    ) -> Future:
+        """Queue one request; raises ValueError for invalid input (nothing queued). ``burst_end``: this
+        request ends a batch submitted together, so an idle engine starts on it without waiting for more."""
         if not isinstance(input_ids, list) or not input_ids:
             raise ValueError("input_ids must be a non-empty list of token ids")
         for t in input_ids:
@@ -188,6 +193,7 @@ class Engine:
             future=Future(),
             max_new=min(params.max_new_tokens, self.context_length - len(input_ids)),
             stop_ids=frozenset(stop_ids),
+            burst_end=burst_end,
         )
         if params.stop:
             req.stop_window = max(len(self.tokenizer.encode(s, add_special_tokens=False)) for s in params.stop) + 2
@@ -247,8 +253,8 @@ class Engine:
         futs: list[Future] = []
         names = rids or [uuid.uuid4().hex for _ in prompts]
         try:
-            for p, sp, rid in zip(prompts, plist, names):
-                futs.append(self.submit(p, sp, rid))
+            for i, (p, sp, rid) in enumerate(zip(prompts, plist, names)):
+                futs.append(self.submit(p, sp, rid, burst_end=i == len(prompts) - 1))
         except ValueError:
             for rid in names[: len(futs)]:  # all or nothing: drop what was queued
                 self.abort(rid, message="another prompt of the batch was rejected")
@@ -312,6 +318,8 @@ class Engine:
         """
         first = self._waiting[0].created
         while not self._stopping and len(self._waiting) < len(self._free):
+            if self._waiting[-1].burst_end:  # a whole batch arrived: nothing more to wait for
+                return
             now = time.perf_counter()
             quiet_until = self._waiting[-1].created + self.batch_window_s
             if now >= quiet_until or now >= first + self.batch_window_max_s:

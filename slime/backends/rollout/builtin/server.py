@@ -214,8 +214,9 @@ class _Handlers:
         rids = [rid if rid is not None else uuid.uuid4().hex for rid in rids]
         futures, submitted = [], []
         try:
-            for p, sp, rid in zip(prompts, params, rids):
-                fut = self.engine.submit(p, sp, rid)
+            last = len(prompts) - 1 if batched and len(prompts) > 1 else -1  # an explicit batch ends a burst
+            for i, (p, sp, rid) in enumerate(zip(prompts, params, rids)):
+                fut = self.engine.submit(p, sp, rid, burst_end=i == last)
                 submitted.append(rid)
                 futures.append(asyncio.wrap_future(fut))
         except ValueError as exc:

@@ -1,0 +1,136 @@
+"""The rollouts the loop trains on, in order: generated when asked (synchronous) or one ahead (async).
+
+:class:`RolloutFeed` sits between the driver and the rollout manager (a serial Ray actor):
+
+* :meth:`~RolloutFeed.take` returns rollout ``r``: the one generated ahead, else it asks for it now;
+* :meth:`~RolloutFeed.prefetch` (``train.async``) starts rollout ``r + 1`` on the engines with the weights
+  they serve now, and returns at once: the trainer steps on ``r`` meanwhile;
+* :meth:`~RolloutFeed.settle` waits for that generation to finish: the driver calls it before a weight
+  sync, so a rollout is generated with one weight version throughout.
+
+So with ``train.async`` rollout ``k + 1`` is generated with the weights of step ``k - 1`` (version ``k``)
+while the trainer trains on rollout ``k``: every rollout after the first is one update stale, and every
+sample records the version that generated it (``rollout/staleness_*``).
+
+Checkpoints stay exact. A checkpoint after rollout ``r`` of an async run is taken after ``settle``:
+rollout ``r + 1`` is complete and the manager's data cursor is past its prompts. Its samples (tokens,
+log-probs, rewards, versions) are saved in the checkpoint (:data:`PREFETCH_FILE`, and ``prefetched: r+1``
+in ``state.json``) and :meth:`~RolloutFeed.restore` puts them back: a resumed run trains on exactly the
+samples the uninterrupted run trained on (they are *replayed*, not regenerated: regenerating needs
+version ``r``'s weights, which the checkpoint does not hold). Everything after them is regenerated
+with the same per-request sampling seeds from the same weights. A synchronous checkpoint holds no
+prefetched rollout. Resuming an async checkpoint with ``train.async: false`` still trains on the saved
+rollout first (no prompt is skipped), then continues synchronously.
+
+Not guaranteed: a prefetch in flight when the run fails is lost (the next attempt resumes from the
+last checkpoint, which has its own).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slime.rl.sample import Sample
+from slime.runtime.rollout import RolloutBatch
+
+__all__ = ["PREFETCH_FILE", "RolloutFeed", "Taken"]
+
+PREFETCH_FILE = "prefetched_rollout.json"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Taken:
+    """One rollout handed to the loop."""
+
+    rollout_id: int
+    samples: list[Sample]
+    metrics: dict[str, Any]  # the generation's own counts (rollout/groups_*, rollout/rounds)
+    version: int  # the weight version the engines served when its generation started
+    generate_s: float  # the manager's time generating and scoring it
+    wait_s: float  # the loop's wait for it in take()
+
+
+class RolloutFeed:
+    def __init__(self, manager: Any, *, ahead: bool, total: int) -> None:
+        self.manager, self.ahead, self.total = manager, ahead, total
+        self._pending: tuple[int, int, Any] | None = None  # (rollout id, version, ref to (RolloutBatch, seconds))
+        self.settle_wait_s = 0.0  # the loop's wait in settle() since the last take()
+
+    @property
+    def pending_id(self) -> int | None:
+        """The rollout generated (or being generated) ahead, if any."""
+        return None if self._pending is None else self._pending[0]
+
+    def take(self, rollout_id: int, version: int) -> Taken:
+        """Rollout ``rollout_id``: the prefetched one, or generated now with the engines' ``version``."""
+        import ray
+
+        t = time.monotonic()
+        if self._pending is None or self._pending[0] != rollout_id:
+            self._pending = (rollout_id, version, self.manager.generate_timed.remote(rollout_id, version))
+        _, used, ref = self._pending
+        self._pending = None
+        batch, seconds = ray.get(ref)
+        self.settle_wait_s = 0.0
+        return Taken(
+            rollout_id=rollout_id,
+            samples=batch.samples,
+            metrics=batch.metrics,
+            version=used,
+            generate_s=seconds,
+            wait_s=time.monotonic() - t,
+        )
+
+    def prefetch(self, rollout_id: int, version: int) -> None:
+        """Async only: start generating ``rollout_id`` (if the run has it) with the engines' ``version``."""
+        if self.ahead and rollout_id < self.total and self._pending is None:
+            self._pending = (rollout_id, version, self.manager.generate_timed.remote(rollout_id, version))
+
+    def settle(self) -> None:
+        """Wait until the rollout generated ahead is complete (before the engines' weights change)."""
+        import ray
+
+        if self._pending is not None:
+            t = time.monotonic()
+            ray.wait([self._pending[2]], num_returns=1, fetch_local=False)
+            self.settle_wait_s += time.monotonic() - t
+
+    def checkpoint_files(self) -> dict[str, str]:
+        """``{PREFETCH_FILE: json}`` when a rollout was generated ahead (call after :meth:`settle`)."""
+        import ray
+
+        if self._pending is None:
+            return {}
+        rollout_id, version, ref = self._pending
+        batch, seconds = ray.get(ref)
+        doc = {
+            "rollout_id": rollout_id,
+            "version": version,
+            "generate_s": seconds,
+            "metrics": batch.metrics,
+            "samples": [s.to_dict() for s in batch.samples],
+        }
+        return {PREFETCH_FILE: json.dumps(doc)}
+
+    def restore(self, checkpoint: Path, rollout_id: int) -> None:
+        """Put back rollout ``rollout_id`` saved in ``checkpoint`` by :meth:`checkpoint_files`."""
+        import ray
+
+        from slime.core.errors import CheckpointError
+
+        path = Path(checkpoint) / PREFETCH_FILE
+        try:
+            doc = json.loads(path.read_text())
+            batch = RolloutBatch([Sample.from_dict(d) for d in doc["samples"]], dict(doc.get("metrics", {})))
+            if doc["rollout_id"] != rollout_id:
+                raise ValueError(f"it holds rollout {doc['rollout_id']}, state.json says {rollout_id}")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CheckpointError(
+                f"checkpoint {checkpoint}: cannot read the rollout an async run generated ahead "
+                f"({PREFETCH_FILE}: {exc}); move this checkpoint aside to resume from an older one"
+            ) from None
+        self._pending = (rollout_id, int(doc["version"]), ray.put((batch, float(doc["generate_s"]))))
