@@ -57,7 +57,13 @@ def configure(p: argparse.ArgumentParser) -> None:
         metavar="PATH=VALUE",
         help="override a field before validation (value parsed as YAML); repeatable",
     ).completer = spec_field_completer("=")  # type: ignore[attr-defined]
-    p.add_argument("--rollouts", type=_rollouts, default=2, metavar="N", help="rollouts to run (>= 2, default 2)")
+    p.add_argument(
+        "--rollouts",
+        type=_rollouts,
+        default=2,
+        metavar="N",
+        help="rollouts to run (default 2: one before the checkpoint, one after the resume; 1 skips the resume)",
+    )
     p.add_argument("--task", type=int, default=0, metavar="N", help="which sweep task to run (default 0)")
     p.add_argument("--dir", default=None, metavar="D", help="keep the smoke's run dir under D (default: a temp dir)")
     p.add_argument("-v", "--verbose", action="store_true", help="show the run's output instead of logging it")
@@ -70,10 +76,8 @@ def _rollouts(text: str) -> int:
         n = int(text)
     except ValueError:
         n = 0
-    if n < 2:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: give at least 2 (one rollout before the checkpoint, one after the resume)"
-        )
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of rollouts >= 1")
     return n
 
 

@@ -2,16 +2,16 @@
 
 ``python -m slime.cli.smoke_driver RUN_DIR --task N`` (the bootstrap's ``--driver``) runs
 ``python -m slime.train RUN_DIR --task N`` with ``SLIME_STOP_AFTER_ROLLOUT`` set to the
-second-to-last rollout: the runtime stops there exactly as on SLURM's time-limit warning
-(checkpoint, exit 75). It then runs ``slime.train`` again on the same run dir, in the same Ray
-cluster — what a requeue does, without a second Ray start — and that run resumes from the
+second-to-last rollout (a one-rollout run runs once, unstopped): the runtime stops there exactly
+as on SLURM's time-limit warning (checkpoint, exit 75). It then runs ``slime.train`` again on the
+same run dir, in the same Ray cluster — what a requeue does, without a second Ray start — and that run resumes from the
 checkpoint. In between it keeps what the first run left for ``slime-submit smoke`` to judge, under
 ``tasks/<N>/smoke/``: ``phase1-metrics.jsonl``, ``phase1-state.json`` and ``phases.json`` (each
 run's exit code).
 
 Exit code: the second run's; the first run's when it did not stop as asked (0 included: the judge
 then finds nothing resumed). TERM/INT/USR1 are passed on to the running ``slime.train``, and no
-second run starts after one. Standard library only (it runs on the node, under the bootstrap).
+second run starts after one. Standard library and ``slime.core`` only (it runs on the node, under the bootstrap).
 """
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     child = _Child()
     phases: list[dict[str, int]] = []
 
-    first = child.run(cmd, {**os.environ, STOP_AFTER_ENV: str(stop_after)})
+    env = {k: v for k, v in os.environ.items() if k != STOP_AFTER_ENV}
+    first = child.run(cmd, {**env, STOP_AFTER_ENV: str(stop_after)} if stop_after >= 0 else env)
     phases.append({"exit_code": first, "stop_after_rollout": stop_after})
     for src, name in ((tp.metrics, "phase1-metrics.jsonl"), (tp.state, "phase1-state.json")):
         if src.exists():
@@ -84,7 +85,6 @@ def main(argv: list[str] | None = None) -> int:
     if first != ExitCode.REQUEUE or child.signalled:
         return first
 
-    env = {k: v for k, v in os.environ.items() if k != STOP_AFTER_ENV}
     second = child.run(cmd, env)
     phases.append({"exit_code": second})
     atomic_write(out / "phases.json", json.dumps(phases, indent=1) + "\n")

@@ -69,6 +69,11 @@ class Expect:
     critic: bool = False
     sft_steps: int = 0
 
+    @property
+    def resume(self) -> bool:
+        """Whether the run was stopped and resumed (it needs a rollout on each side of the checkpoint)."""
+        return self.rollouts >= 2
+
 
 class _Missing(Exception):
     """Evidence of a stage is absent or wrong: the message says which."""
@@ -148,7 +153,8 @@ def _start(run: _Run) -> str:
 
 
 def _data_read(run: _Run) -> str:
-    state = _checkpoint_state(run.tp, run.expect.rollouts - 2)
+    first = max(run.expect.rollouts - 2, 0)  # the first run's checkpoint
+    state = _checkpoint_state(run.tp, first)
     data = (state.get("manager") or {}).get("data") or {}
     size, index, epoch = data.get("size"), data.get("index"), data.get("epoch")
     if not (isinstance(size, int) and size > 0 and isinstance(index, int) and isinstance(epoch, int)):
@@ -156,7 +162,7 @@ def _data_read(run: _Run) -> str:
     drawn = epoch * size + index
     if drawn <= 0:
         raise _Missing(f"{size} rows loaded but no prompt was drawn")
-    return f"{size} prompt rows loaded; {drawn} drawn in {run.expect.rollouts - 1} rollout(s)"
+    return f"{size} prompt rows loaded; {drawn} drawn in {first + 1} rollout(s)"
 
 
 def _reward(run: _Run) -> str:
@@ -260,9 +266,16 @@ STAGES = (
     ("train step", _train, None),
     ("weight sync", _weight_sync, None),
     ("SFT warm-up", _sft, "sft_steps"),
-    ("checkpoint + resume", _resume, None),
+    ("checkpoint + resume", _resume, "resume"),
     ("eval", _eval, "eval_sets"),
 )
+
+
+_SKIPPED = {
+    "sft_steps": "no SFT warm-up (algorithm.sft_warmup_steps: 0)",
+    "eval_sets": "no eval sets (data.eval)",
+    "resume": "one rollout: nothing to resume (--rollouts 2 or more)",
+}
 
 
 def _failure(run: _Run) -> str:
@@ -283,7 +296,7 @@ def judge(tp: TaskPaths, expect: Expect, returncode: int) -> list[Stage]:
     stopped = False
     for name, check, needs in STAGES:
         if needs and not getattr(expect, needs):
-            out.append(Stage(name, SKIPPED, f"not configured ({needs.replace('_', ' ')})"))
+            out.append(Stage(name, SKIPPED, _SKIPPED[needs]))
             continue
         if stopped:
             out.append(Stage(name, NOT_REACHED, ""))

@@ -198,6 +198,7 @@ def _rest(s: Spec, logging_dir: str) -> Iterator[Edit]:
     )
     yield "logging.dir", logging_dir, "the smoke's own directory"
     yield "logging.wandb.mode", "disabled", "a smoke run creates no W&B run"
+    yield "cluster.env", {**s.cluster.env, "WANDB_MODE": "disabled"}, "$WANDB_MODE would override logging.wandb.mode"
     yield "logging.progress", False, "the smoke prints its own report"
 
 
@@ -234,10 +235,10 @@ def _put(obj: Any, parts: list[str | int], value: Any) -> Any:
 
 
 def scale_down(spec: Spec, *, rollouts: int = 2, logging_dir: str, tasks: int = 1) -> SmokePlan:
-    """The smoke's version of the resolved ``spec`` (see the module doc): ``rollouts`` >= 2; ``tasks``:
+    """The smoke's version of the resolved ``spec`` (see the module doc): ``rollouts`` >= 1; ``tasks``:
     how many sweep tasks the spec had (this is one of them)."""
-    if rollouts < 2:
-        raise ValueError("a smoke run needs at least 2 rollouts (one before the checkpoint, one after the resume)")
+    if rollouts < 1:
+        raise ValueError(f"a smoke run needs at least 1 rollout, got {rollouts}")
     r = spec.rollout
     prompts, n = min(r.batch_size, MAX_PROMPTS), min(r.n_samples_per_prompt, MAX_SAMPLES)
     edits = [
