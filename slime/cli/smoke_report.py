@@ -21,6 +21,8 @@ checkpoint + resume    the first run stopped after rollout N-2 with a checkpoint
                        counters continue from the checkpoint's, and it ended succeeded
 eval                   (when configured) every eval set's metrics for the starting policy and
                        at the end
+final outputs          state.json succeeded, the last checkpoint, summary.json, and final_model/
+                       exactly when train.checkpoint.save_hf
 =====================  ==========================================================================
 
 Only the standard library; nothing here runs anything.
@@ -68,6 +70,7 @@ class Expect:
     eval_sets: tuple[str, ...] = ()
     critic: bool = False
     sft_steps: int = 0
+    save_hf: bool = True
 
     @property
     def resume(self) -> bool:
@@ -249,6 +252,19 @@ def _resume(run: _Run) -> str:
     return f"stopped after rollout {last - 1} (exit 75), resumed from its checkpoint, rollout {last} continued"
 
 
+def _outputs(run: _Run) -> str:
+    if run.state.get("state") != "succeeded":
+        raise _Missing(f"state.json says {run.state.get('state')!r}, not succeeded")
+    if not isinstance(_json(run.tp.summary), dict):
+        raise _Missing("no summary.json")
+    _checkpoint_state(run.tp, run.expect.rollouts - 1)
+    final = run.tp.final_model / "config.json"
+    if final.is_file() != run.expect.save_hf:
+        missing = "is missing" if run.expect.save_hf else "was written"
+        raise _Missing(f"final_model/ {missing} (save_hf {run.expect.save_hf})")
+    return "succeeded; final checkpoint, summary.json" + (", final_model/" if run.expect.save_hf else "")
+
+
 def _eval(run: _Run) -> str:
     for rollout_id in (-1, run.expect.rollouts - 1):
         row = run.line(rollout_id)
@@ -268,6 +284,7 @@ STAGES = (
     ("SFT warm-up", _sft, "sft_steps"),
     ("checkpoint + resume", _resume, "resume"),
     ("eval", _eval, "eval_sets"),
+    ("final outputs", _outputs, None),
 )
 
 

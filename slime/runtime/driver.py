@@ -45,7 +45,7 @@ from slime.runtime.train_state import ResumePoint, TrainState, restore_checkpoin
 from slime.runtime.weight_sync import WeightSync, write_dir
 from slime.spec.task import load_task_spec
 
-__all__ = ["STOP_AFTER_ENV", "Driver", "Stopped", "run"]
+__all__ = ["STOP_AFTER_ENV", "Driver", "Stopped", "due_evals", "run"]
 
 
 # A stop requested after this rollout, exactly as a SIGUSR1 during it would (checkpoint, exit 75):
@@ -56,6 +56,11 @@ STOP_AFTER_ENV = "SLIME_STOP_AFTER_ROLLOUT"
 def _stop_after() -> int | None:
     value = os.environ.get(STOP_AFTER_ENV, "")
     return int(value) if value.strip().lstrip("-").isdigit() else None
+
+
+def due_evals(spec: Any, r: int) -> list[str]:
+    """The eval sets due after rollout ``r``: on their ``interval``, and all of them after the last rollout."""
+    return [e.name for e in spec.data.eval if (r + 1) % e.interval == 0 or r + 1 == spec.rollout.num_rollouts]
 
 
 class Stopped(Exception):
@@ -242,8 +247,7 @@ class Driver:
         """``eval/*`` of the sets due after rollout ``r`` (their interval, or the last rollout)."""
         import ray
 
-        spec = self.spec
-        due = [e.name for e in spec.data.eval if (r + 1) % e.interval == 0 or r + 1 == spec.rollout.num_rollouts]
+        due = due_evals(self.spec, r)
         if not due:
             return {"time/eval_s": 0.0}
         t = time.monotonic()

@@ -38,6 +38,7 @@ DERIVED_FROM: dict[str, tuple[str, ...]] = {
     "train.global_batch_size": ("rollout.batch_size", "rollout.n_samples_per_prompt", "train.num_steps_per_rollout"),
     "train.num_steps_per_rollout": ("rollout.batch_size", "rollout.n_samples_per_prompt", "train.global_batch_size"),
     "algorithm.eps_clip_high": ("algorithm.eps_clip",),
+    "train.optimizer.distributed": ("train.backend",),
     "algorithm.normalize_std": ("rollout.n_samples_per_prompt", "algorithm.estimator"),
     "algorithm.critic": ("algorithm.estimator",),
     "logging.wandb.group": ("name",),
@@ -114,11 +115,13 @@ def resolve(spec: Spec, base_dir: Path) -> Spec:
     if a.estimator == "ppo" and m.critic_path is None:
         m = replace(m, critic_path=m.path)
 
+    o = t.optimizer
     t = replace(
         t,
         nodes=t.nodes if t.nodes is not None else c.nodes,
         gpus_per_node=t.gpus_per_node if t.gpus_per_node is not None else c.gpus_per_node,
         checkpoint=ckpt,
+        optimizer=o if o.distributed is not None else replace(o, distributed=t.backend == "megatron"),
     )
 
     actor_gpus = t.nodes * t.gpus_per_node

@@ -42,7 +42,7 @@ import msgspec
 from msgspec.structs import fields, replace
 
 from slime.spec.resolve import resolve
-from slime.spec.types import Parallel, Spec
+from slime.spec.types import Cluster, Parallel, Spec
 
 __all__ = [
     "MAX_EVAL_PROMPTS",
@@ -119,6 +119,9 @@ def _cluster() -> Iterator[Edit]:
         yield f"cluster.{name}", None, _SLURM
     yield "cluster.exclude", (), _SLURM
     yield "cluster.network_interface", None, "an interface of the cluster's nodes, not of this machine"
+    for f in fields(Cluster):  # restart settings: a local run is never requeued
+        if f.name in ("on_preflight_failure", "max_requeues", "max_failures", "signal_grace_s"):
+            yield f"cluster.{f.name}", f.default, "SLURM's restart setting; a local run is never requeued"
 
 
 def _model(s: Spec) -> Iterator[Edit]:
@@ -142,6 +145,7 @@ def _train(s: Spec, samples: int) -> Iterator[Edit]:
         yield f"train.parallel.{f.encode_name}", f.default, "the torch trainer is data parallel only"
     yield "train.precision", "fp32", "CPU training is fp32"
     yield "train.backend_args", {}, "Megatron flags; the torch trainer takes none"
+    yield "train.optimizer.distributed", None, "derived: the torch trainer keeps a full optimizer copy per rank"
     yield "train.checkpoint.dir", None, "checkpoints go into the smoke's run dir"
     yield "train.checkpoint.load", None, "your checkpoint is for your model"
     steps = t.num_steps_per_rollout or 1

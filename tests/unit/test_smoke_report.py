@@ -70,6 +70,8 @@ def good_run(tmp_path: Path) -> TaskPaths:
     _checkpoint(tp, 2)
     _write(tp.metrics, rows)
     _write(tp.state, {**started, "state": "succeeded", "exit_code": 0, "resumed_from": str(tp.checkpoints / "1")})
+    _write(tp.summary, {"rollout_id": 2})
+    _write(tp.final_model / "config.json", {})
     return tp
 
 
@@ -87,7 +89,7 @@ def _edit_metrics(tp: TaskPaths, rollout_id: int, **changes) -> None:
 
 def test_a_complete_run_passes_every_stage(tmp_path):
     stages = judge(good_run(tmp_path), EXPECT, 0)
-    assert [s.status for s in stages] == ["passed"] * 9, stages
+    assert [s.status for s in stages] == ["passed"] * 10, stages
     assert exit_code(stages, 0) == ExitCode.OK
     got = {s.name: s.detail for s in stages}
     assert got["data read"] == "2000 prompt rows loaded; 8 drawn in 2 rollout(s)"
@@ -148,6 +150,8 @@ def test_configured_away_stages_are_skipped_not_failed(tmp_path):
             "rollout 2: weight_version 9 after its sync",
         ),
         (lambda tp: _edit_metrics(tp, 2, **{"eval/heldout/accuracy": None}), "eval", "eval/heldout/accuracy is None"),
+        (lambda tp: tp.summary.unlink(), "final outputs", "no summary.json"),
+        (lambda tp: (tp.final_model / "config.json").unlink(), "final outputs", "final_model/ is missing"),
     ],
     ids=lambda v: v if isinstance(v, str) else "",
 )
@@ -171,6 +175,14 @@ def test_a_failed_run_names_its_error_at_the_first_stage_it_did_not_reach(tmp_pa
     assert error in stages[1].detail and "exit 2" in stages[1].detail
     assert exit_code(stages, 2) == ExitCode.SPEC  # the run's own code: bad input
     assert exit_code(stages, 3) == ExitCode.INFRA
+
+
+def test_final_model_only_when_save_hf(tmp_path):
+    tp = good_run(tmp_path)
+    no_hf = Expect(rollouts=3, steps_per_rollout=2, eval_sets=("heldout",), sft_steps=2, save_hf=False)
+    assert verdicts(tp, no_hf)["final outputs"] == ("failed", "final_model/ was written (save_hf False)")
+    (tp.final_model / "config.json").unlink()
+    assert verdicts(tp, no_hf)["final outputs"][0] == "passed"
 
 
 def test_ppo_needs_critic_metrics_and_one_rollout_skips_the_resume(tmp_path):
