@@ -98,7 +98,12 @@ def run(args: argparse.Namespace) -> int:
     plan = scale_down(
         loaded.tasks[args.task].spec, rollouts=args.rollouts, logging_dir=str(root), tasks=len(loaded.tasks)
     )
-    scaled = _load_scaled(plan, Path(args.spec))
+    try:
+        scaled = _load_scaled(plan, Path(args.spec))
+    except BaseException:
+        if not args.dir:
+            shutil.rmtree(root, ignore_errors=True)
+        raise
     if not args.json:
         _print_plan(plan)
     t0 = time.monotonic()

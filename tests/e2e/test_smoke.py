@@ -92,6 +92,13 @@ def example_runs(tmp_path_factory):
     pool.shutdown(wait=True)
 
 
+@pytest.fixture(scope="module")
+def overlap(request):
+    """Starts the example smokes in the background when they are part of this session (see the module doc)."""
+    if any("test_every_example_spec" in item.nodeid for item in request.session.items):
+        request.getfixturevalue("example_runs")
+
+
 # ----------------------------------------------------------------------------- the property test
 def _quickstart() -> dict:
     spec = YAML(typ="safe", pure=True).load((REPO / "specs" / "quickstart.yaml").read_text())
@@ -201,7 +208,7 @@ def _dump(spec: dict) -> str:
 )
 @example(spec=_explicit(), rollouts=2)
 @given(variations(), st.sampled_from([1, 2]))
-def test_a_spec_that_validates_passes_the_smoke_without_a_bug(example_runs, tmp_path, spec, rollouts):
+def test_a_spec_that_validates_passes_the_smoke_without_a_bug(overlap, tmp_path, spec, rollouts):
     text = _dump(spec)
     try:
         load_spec_text(text, file="variation.yaml", base_dir=tmp_path)
