@@ -146,8 +146,10 @@ def _checkpoint_state(tp: TaskPaths, rollout_id: int) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- the stages
 def _start(run: _Run) -> str:
     pre = _json(run.tp.preflight_json)
-    if not isinstance(pre, dict) or pre.get("ok") is not True:
-        raise _Missing("the preflight did not pass" if pre else "no preflight.json: Ray or the bootstrap did not start")
+    if not isinstance(pre, dict):
+        raise _Missing("no preflight.json: the bootstrap did not get that far")
+    if pre.get("ok") is not True:
+        raise _Missing(f"the {pre.get('stage') or 'preflight'} failed: {pre.get('error') or 'see preflight.txt'}")
     first = _json(run.tp.dir / "smoke" / "phase1-state.json") or run.state
     ranks, engines = first.get("ranks") or [], first.get("engines") or []
     if not ranks or not engines:

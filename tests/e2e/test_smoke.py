@@ -60,6 +60,16 @@ class Result:
 
 
 def smoke(spec: Path, *args: str, env: dict[str, str] | None = None) -> Result:
+    """``slime-submit smoke SPEC --json ARGS``; a run the machine failed (exit 3: Ray did not come up on an
+    overloaded machine) is retried once — what is tested here is the spec and the runtime, not the load."""
+    first = _smoke_once(spec, *args, env=env)
+    if first.returncode != 3:
+        return first
+    print(f"smoke of {spec.name} failed on infrastructure (exit 3); retrying once")
+    return _smoke_once(spec, *args, env=env)
+
+
+def _smoke_once(spec: Path, *args: str, env: dict[str, str] | None = None) -> Result:
     base = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     # the example's W&B secret must resolve (the smoke disables W&B; the launcher checks secrets first)
     base.setdefault("WANDB_API_KEY", "not-used-by-smoke")
@@ -200,10 +210,11 @@ def _dump(spec: dict) -> str:
 
 
 @settings(
-    max_examples=PROPERTY_EXAMPLES,
+    max_examples=max(1, PROPERTY_EXAMPLES),
     deadline=None,
     derandomize=True,  # the same cases every run: CI is reproducible
-    phases=(Phase.explicit, Phase.generate),  # no shrinking: each step would be another smoke run
+    # no shrinking: each step would be another smoke run; SLIME_SMOKE_EXAMPLES=0 runs the fixed case only
+    phases=(Phase.explicit,) if PROPERTY_EXAMPLES == 0 else (Phase.explicit, Phase.generate),
     suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @example(spec=_explicit(), rollouts=2)

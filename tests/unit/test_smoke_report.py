@@ -108,6 +108,11 @@ def test_configured_away_stages_are_skipped_not_failed(tmp_path):
     ("breakage", "stage", "message"),
     [
         (lambda tp: tp.preflight_json.unlink(), "start", "no preflight.json"),
+        (
+            lambda tp: _write(tp.preflight_json, {"ok": False, "stage": "bootstrap", "error": "no Ray head"}),
+            "start",
+            "the bootstrap failed: no Ray head",
+        ),
         (lambda tp: (tp.checkpoints / "1" / "state.json").unlink(), "data read", "no complete checkpoint"),
         (lambda tp: _edit_metrics(tp, 1, **{"rollout/reward_mean": None}), "reward called", "reward_mean is None"),
         (lambda tp: _edit_metrics(tp, 0, **{"check/stale_samples": 3}), "rollout", "3 stale sample(s)"),
