@@ -60,8 +60,9 @@ class Result:
 
 
 def smoke(spec: Path, *args: str, env: dict[str, str] | None = None) -> Result:
-    """``slime-submit smoke SPEC --json ARGS``; a run the machine failed (exit 3: Ray did not come up on an
-    overloaded machine) is retried once — what is tested here is the spec and the runtime, not the load."""
+    """``slime-submit smoke SPEC --json ARGS``; a run the machine failed (exit 3) is retried once: on a 2-core
+    machine loaded far past its cores (load 25) Ray's raylet aborts when its dashboard agent takes over ~17 s
+    to start, and the bootstrap reports exit 3. What is tested here is the spec and the runtime, not the load."""
     first = _smoke_once(spec, *args, env=env)
     if first.returncode != 3:
         return first
