@@ -1,6 +1,7 @@
 """The spec ``slime-submit smoke`` runs: the user's resolved spec, scaled down to the embedded CPU default.
 
-:func:`scale_down` is pure: from a resolved, validated :class:`~slime.spec.types.Spec` it builds a
+:func:`scale_down` is pure (but for ``cluster.cpus_per_node``, which ``resolve`` derives from this
+machine): from a resolved, validated :class:`~slime.spec.types.Spec` it builds a
 new one with ``msgspec.structs.replace`` and returns it in a :class:`SmokePlan` with every
 :class:`Change` it made (field, value before, value after, why) and what those changes leave
 untested. The caller validates the result like any spec (``SmokePlan.yaml`` is its text) and runs
