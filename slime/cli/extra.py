@@ -1,4 +1,4 @@
-"""Subcommands beyond the spec ones (job management, init, completion, patches), registered by name.
+"""Subcommands beyond the spec ones (job management, smoke, init, completion, patches), registered by name.
 
 Each entry maps a subcommand to ``"module:configure"``; ``configure(parser)``
 adds its arguments and ``set_defaults(func=...)``. Modules are imported only
@@ -15,6 +15,10 @@ ENTRIES: dict[str, tuple[str, str]] = {
     "cancel": ("slime.cli.jobs:configure_cancel", "cancel a run (every task) or one task with --task"),
     "list": ("slime.cli.jobs:configure_list", "recent runs as a table: name, run dir, job ids, state, last step"),
     "rerun": ("slime.cli.jobs:configure_rerun", "submit exactly what a run dir's lock.json recorded, as a new run"),
+    "smoke": (
+        "slime.cli.smoke:configure",
+        "run a spec scaled down on CPU for a few rollouts and check every stage (before a GPU job waits in a queue)",
+    ),
     "patches": ("slime.cli.patches_cmd:configure", "check/apply our patches to the pinned SGLang and megatron-core"),
     "init": ("slime.cli.init_cmd:configure", "write a commented starter spec from an example (-o FILE)"),
     "completion": ("slime.cli.complete:configure", "print the shell completion script (bash, zsh, fish)"),

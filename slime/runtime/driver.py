@@ -49,7 +49,22 @@ from slime.runtime.train_state import ResumePoint, TrainState, restore_checkpoin
 from slime.runtime.weight_sync import WeightSync, write_dir
 from slime.spec.task import load_task_spec
 
-__all__ = ["Driver", "Stopped", "run"]
+__all__ = ["STOP_AFTER_ENV", "Driver", "Stopped", "due_evals", "run"]
+
+
+# A stop requested after this rollout, exactly as a SIGUSR1 during it would (checkpoint, exit 75):
+# `slime-submit smoke` preempts a run deterministically with it to test the checkpoint and the resume.
+STOP_AFTER_ENV = "SLIME_STOP_AFTER_ROLLOUT"
+
+
+def _stop_after() -> int | None:
+    value = os.environ.get(STOP_AFTER_ENV, "")
+    return int(value) if value.strip().lstrip("-").isdigit() else None
+
+
+def due_evals(spec: Any, r: int) -> list[str]:
+    """The eval sets due after rollout ``r``: on their ``interval``, and all of them after the last rollout."""
+    return [e.name for e in spec.data.eval if (r + 1) % e.interval == 0 or r + 1 == spec.rollout.num_rollouts]
 
 
 def _model_and_imports(spec: Any, tp: Any) -> Path:
@@ -129,6 +144,7 @@ class Driver:
         if self.state.prefetched is not None:  # an async run's next rollout, replayed (rollout_feed)
             self.feed.restore(point.path, self.state.prefetched)
         self.checkpoint_dir = str(point.path)
+        self.status.update(resumed_from=self.checkpoint_dir)  # evidence for `slime-submit smoke`
         self.init_ref(fresh=False)
         self.weights.sync(self.state.weight_version)  # the engines get the checkpoint's weights under its version
         st = self.state
@@ -289,8 +305,7 @@ class Driver:
         """``eval/*`` of the sets due after rollout ``r`` (their interval, or the last rollout)."""
         import ray
 
-        spec = self.spec
-        due = [e.name for e in spec.data.eval if (r + 1) % e.interval == 0 or r + 1 == spec.rollout.num_rollouts]
+        due = due_evals(self.spec, r)
         if not due:
             return {"time/eval_s": 0.0}
         t = time.monotonic()
@@ -317,12 +332,15 @@ class Driver:
             self.resume(point)
         self.progress.phase("RL", total, completed=st.rollout_id + 1)
         interval = spec.train.checkpoint.interval
+        stop_after = _stop_after()
         for r in range(st.rollout_id + 1, total):
             record = self.rollout_step(r)
             st.rollout_id = r
             self.log(record)
             self.progress.update(r + 1, record)
             self.status.update(rollout_id=r, step=st.step)
+            if r == stop_after:  # as if SIGUSR1 had come during rollout r
+                self.stop.request(STOP_AFTER_ENV)
             last = r + 1 == total
             if last or self.stop.requested or (interval and (r + 1) % interval == 0):
                 self.checkpoint()

@@ -130,6 +130,7 @@ class WandbSink:
             id=run_id,
             resume="allow",
             name=f"{spec.name}-{task.root.name}-t{task_index}",
+            notes=spec.description or None,
             dir=str(task.wandb),
             mode=self.mode,
         )

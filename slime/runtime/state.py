@@ -3,6 +3,7 @@
 ``TaskPaths.state`` (``tasks/<i>/state.json``) is rewritten atomically on every
 change: ``{"state": running|succeeded|failed|preempted, "rollout_id": last
 completed rollout (-1 = none), "num_rollouts", "checkpoint": newest saved dir,
+"resumed_from": the checkpoint this attempt started from (absent on a fresh start),
 "exit_code", "error", "pid", "host", "updated"}``. Job management (status,
 requeue decisions) reads it; it is never needed to resume (checkpoints are).
 

@@ -286,7 +286,8 @@ def _load_text(
             tasks = []
         else:
             tasks, task_problems = _sweep_tasks(api_version, data, marks, base_dir, check_paths, points)
-            problems += task_problems
+            # Tasks carry no sweep section: what the rules say about the sweep itself, only the base spec shows.
+            problems += task_problems + [p for p in base_problems if p.path.startswith("sweep.")]
     if any(p.severity == "error" for p in problems):
         raise SpecError(problems)
     return LoadedSpec(

@@ -48,6 +48,7 @@ DERIVED_FROM: dict[str, tuple[str, ...]] = {
         "debug.mode",
     ),
     "algorithm.eps_clip_high": ("algorithm.eps_clip",),
+    "train.optimizer.distributed": ("train.backend",),
     "algorithm.normalize_std": ("rollout.n_samples_per_prompt", "algorithm.estimator"),
     "algorithm.critic": ("algorithm.estimator",),
     "logging.wandb.group": ("name",),
@@ -151,6 +152,7 @@ def resolve(spec: Spec, base_dir: Path) -> Spec:
     if a.estimator == "ppo" and m.critic_path is None:
         m = replace(m, critic_path=m.path)
 
+    o = t.optimizer
     t = replace(
         t,
         nodes=t.nodes if t.nodes is not None else c.nodes,
@@ -162,6 +164,7 @@ def resolve(spec: Spec, base_dir: Path) -> Spec:
             expert_tensor=t.parallel.expert_tensor or t.parallel.tensor,
             sequence_parallel=t.parallel.sequence_parallel and t.parallel.tensor > 1,
         ),
+        optimizer=o if o.distributed is not None else replace(o, distributed=t.backend == "megatron"),
     )
 
     actor_gpus = t.nodes * t.gpus_per_node

@@ -12,6 +12,8 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Literal
 
+import msgspec
+
 from slime.spec.engine_flags import (
     BUILTIN_ENGINE_ARGS,
     EP_FLAGS,
@@ -23,7 +25,7 @@ from slime.spec.engine_flags import (
 from slime.spec.layout import LayoutError, plan_layout
 from slime.spec.megatron_model import ATTENTION_BACKENDS, MegatronConfigError, ModelShape, parallel_findings
 from slime.spec.resolve import model_config, variable_count_reason
-from slime.spec.types import BUILTIN_FILTERS, SandboxSpec, Spec
+from slime.spec.types import BUILTIN_FILTERS, Cluster, SandboxSpec, Spec
 
 Finding = tuple[str, str, str | None]
 Rule = Callable[[Spec], Iterator[Finding]]
@@ -31,6 +33,7 @@ RULES: list[Rule] = []
 WARNINGS: list[Rule] = []
 RAW_RULES: list[Rule] = []  # run on the spec as written, before derived values are filled in
 RAW_WARNINGS: list[Rule] = []  # warnings about what was written (resolve() changes it)
+_SLURM_RESTARTS = ("on_preflight_failure", "max_requeues", "max_failures", "signal_grace_s")
 
 __all__ = ["RAW_RULES", "RAW_WARNINGS", "RULES", "WARNINGS", "all_rules", "check", "check_raw"]
 
@@ -142,6 +145,28 @@ def local_launcher(s: Spec) -> Iterator[Finding]:
             "containers are started by the SLURM launcher (pyxis) only",
             "remove cluster.container, or set cluster.launcher: slurm",
         )
+    for name in ("time_limit", "mem"):
+        if getattr(c, name) is not None:
+            yield (
+                f"cluster.{name}",
+                f"cluster.{name} is a SLURM limit; the local launcher does not apply it",
+                f"remove cluster.{name}, or set cluster.launcher: slurm",
+            )
+    # Restart settings: a local run is never requeued (a stopped one stays stopped with exit 75). Their
+    # defaults carry no intent; a value written otherwise would be accepted and ignored.
+    for f in msgspec.structs.fields(Cluster):
+        if f.name in _SLURM_RESTARTS and getattr(c, f.name) != f.default:
+            yield (
+                f"cluster.{f.name}",
+                f"cluster.{f.name} is a SLURM restart setting; a local run is never requeued",
+                f"remove cluster.{f.name}, or set cluster.launcher: slurm",
+            )
+    if s.sweep is not None and (s.sweep.max_parallel or 1) > 1:
+        yield (
+            "sweep.max_parallel",
+            f"the local launcher runs sweep tasks one after another, not {s.sweep.max_parallel} at once",
+            "remove sweep.max_parallel, or set cluster.launcher: slurm",
+        )
 
 
 @rule
@@ -215,6 +240,12 @@ def devices(s: Spec) -> Iterator[Finding]:
                 "rollout.gpus",
                 f"rollout.gpus={s.rollout.gpus} on a CPU-only cluster",
                 "set cluster.gpus_per_node, or remove rollout.gpus",
+            )
+        if s.train.precision != "fp32":
+            yield (
+                "train.precision",
+                f"train.precision {s.train.precision} on a CPU-only cluster: the trainer computes in fp32 on CPU",
+                "set train.precision: fp32, or give the job GPUs",
             )
         return
     if s.train.gpus_per_node == 0:
@@ -426,7 +457,13 @@ _SPEC_OWNED_BACKEND_ARGS = {
 
 @rule
 def backend_args(s: Spec) -> Iterator[Finding]:
-    if s.train.backend != "megatron":
+    if s.train.backend == "torch":
+        for key in s.train.backend_args:
+            yield (
+                f"train.backend_args.{key}",
+                "train.backend_args are Megatron flags; the torch backend takes none",
+                "remove it, or use train.backend: megatron",
+            )
         return
     for key in s.train.backend_args:
         owner = _SPEC_OWNED_BACKEND_ARGS.get(key.replace("-", "_"))
@@ -864,6 +901,12 @@ def optimizer(s: Spec) -> Iterator[Finding]:
     o = s.train.optimizer
     if o.min_lr > o.lr:
         yield ("train.optimizer.min_lr", f"min_lr {o.min_lr} is above lr {o.lr}", "set min_lr <= lr")
+    if o.distributed and s.train.backend == "torch":
+        yield (
+            "train.optimizer.distributed",
+            "the torch backend keeps a full optimizer copy on every data-parallel rank; it cannot shard it",
+            "remove train.optimizer.distributed (derived: false with torch), or use train.backend: megatron",
+        )
 
 
 @rule
@@ -944,19 +987,6 @@ def context_fits_sglang(s: Spec) -> Iterator[Finding]:
 def long_responses(s: Spec) -> Iterator[Finding]:
     if s.rollout.backend != "sglang" and (over := _over_context(s)):
         yield ("rollout.max_response_len", f"{over}; the built-in engine stops responses at the context", None)
-
-
-@warning
-def slurm_limits_run_locally(s: Spec) -> Iterator[Finding]:
-    c = s.cluster
-    if c.launcher == "local":
-        for name in ("time_limit", "mem"):
-            if getattr(c, name) is not None:
-                yield (
-                    f"cluster.{name}",
-                    f"cluster.{name} is a SLURM limit; the local launcher does not apply it",
-                    f"remove cluster.{name}, or set cluster.launcher: slurm",
-                )
 
 
 def check_raw(spec: Spec) -> list[tuple[Literal["error", "warning"], Finding]]:

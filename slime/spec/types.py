@@ -179,7 +179,13 @@ class Optimizer(_Section, kw_only=True):
     betas: Annotated[tuple[float, float], D("Adam (beta1, beta2).")] = (0.9, 0.98)
     eps: Annotated[float, D("Adam epsilon.", gt=0)] = 1e-8
     clip_grad: Annotated[float, D("Global gradient-norm clip (0 disables).", ge=0)] = 1.0
-    distributed: Annotated[bool, D("Shard optimizer state across data-parallel ranks (megatron).")] = True
+    distributed: Annotated[
+        bool | None,
+        D(
+            "Shard optimizer state across data-parallel ranks (derived: true with megatron; the torch backend "
+            "keeps a full copy per rank and refuses true)."
+        ),
+    ] = None
 
 
 class Checkpoint(_Section, kw_only=True):
@@ -544,7 +550,7 @@ class Spec(_Section, kw_only=True):
     api_version: Annotated[Literal["slime/v1"], D("Spec version; 'slime/v1'.")] = field(name="apiVersion")
     kind: Annotated[Literal["RLJob"], D("Object kind; 'RLJob'.")]
     name: Annotated[str, D("Job name: lowercase letters, digits and dashes.", pattern=NAME_PATTERN)]
-    description: Annotated[str, D("Free-text description.")] = ""
+    description: Annotated[str, D("Free-text description (the W&B run's notes).")] = ""
     cluster: Annotated[Cluster, D("Where the job runs and with what resources.")] = field(default_factory=Cluster)
     model: Annotated[Model, D("The policy to train.")]
     train: Annotated[Train, D("The trainer.")] = field(default_factory=Train)

@@ -1071,13 +1071,10 @@ def test_long_responses_is_a_warning_not_an_error():
     assert not load(C).warnings
 
 
-def test_slurm_limits_under_the_local_launcher_are_warnings():
-    loaded = load(spec(C, **{"cluster.time_limit": "01:00:00", "cluster.mem": "1G"}))
-    assert {(w.path, w.severity) for w in loaded.warnings} == {
-        ("cluster.time_limit", "warning"),
-        ("cluster.mem", "warning"),
-    }
-    assert all("local launcher does not apply it" in w.message for w in loaded.warnings)
+def test_slurm_limits_under_the_local_launcher_are_refused():
+    found = problems(spec(C, **{"cluster.time_limit": "01:00:00", "cluster.mem": "1G"}))
+    assert {(p.path, p.severity) for p in found} == {("cluster.time_limit", "error"), ("cluster.mem", "error")}
+    assert all("local launcher does not apply it" in p.message for p in found)
 
 
 def test_sequence_parallel_with_tensor_1_is_a_warning_and_resolves_to_false():

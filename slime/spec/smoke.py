@@ -1,0 +1,308 @@
+"""The spec ``slime-submit smoke`` runs: the user's resolved spec, scaled down to the embedded CPU default.
+
+:func:`scale_down` is pure (but for ``cluster.cpus_per_node``, which ``resolve`` derives from this
+machine): from a resolved, validated :class:`~slime.spec.types.Spec` it builds a
+new one with ``msgspec.structs.replace`` and returns it in a :class:`SmokePlan` with every
+:class:`Change` it made (field, value before, value after, why) and what those changes leave
+untested. The caller validates the result like any spec (``SmokePlan.yaml`` is its text) and runs
+it through the local launcher.
+
+What changes (each one listed in ``SmokePlan.changes``, only where the value differs):
+
+* where it runs: the local launcher, one node, no GPU; SLURM-only settings dropped;
+* the model: the built-in tiny model (its tokenizer, its 256-token context); a reference
+  checkpoint becomes ``initial`` (the tiny model's starting policy);
+* the trainer: the torch backend, data parallel on one CPU rank, fp32, no Megatron flags; the
+  checkpoint dir is the run dir's (``train.checkpoint.load`` dropped);
+* the engines: one built-in engine; SGLang flags dropped; ``delta`` weight sync becomes ``disk``
+  (``nccl`` stays: it runs over gloo on CPU);
+* the size: ``--rollouts`` rollouts, at most :data:`MAX_PROMPTS` prompts x :data:`MAX_SAMPLES`
+  samples per rollout (optimizer steps per rollout and over-sampling kept in proportion), prompt and
+  response lengths cut to fit the tiny context, at most :data:`MAX_SFT_STEPS` SFT warm-up steps, eval
+  sets cut to :data:`MAX_EVAL_PROMPTS` prompts x :data:`MAX_EVAL_SAMPLES` samples;
+* logging: into the smoke's own directory, no W&B, no progress bar.
+
+Kept as written: the data files and keys, the chat template switch, the reward, the algorithm
+(estimator, clipping, KL and its reference, entropy, loss aggregation, critic, normalisation), the
+optimizer and its schedule, dynamic batching, colocation, ``disk``/``nccl`` weight sync, the agent
+section (adapter, tools, sandbox, plug-ins), sampling settings and ``cluster.env``/``secrets``.
+
+Not guaranteed: that a spec which passes the smoke fits its GPUs, or that its SGLang/Megatron
+settings are accepted: :func:`untested` says what the changes leave out, for this spec.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from msgspec.structs import fields, replace
+
+from slime.spec.resolve import resolve
+from slime.spec.types import Cluster, Parallel, Spec
+
+__all__ = [
+    "MAX_EVAL_PROMPTS",
+    "MAX_EVAL_SAMPLES",
+    "MAX_PROMPTS",
+    "MAX_SAMPLES",
+    "MAX_SFT_STEPS",
+    "TINY_CONTEXT",
+    "Change",
+    "SmokePlan",
+    "scale_down",
+    "untested",
+]
+
+MAX_PROMPTS = 4  # rollout.batch_size
+MAX_SAMPLES = 4  # rollout.n_samples_per_prompt
+MAX_SFT_STEPS = 2
+MAX_EVAL_PROMPTS = 8
+MAX_EVAL_SAMPLES = 2
+MAX_RESPONSE = 64  # when prompt + response do not fit the tiny context
+TINY_CONTEXT = 256  # slime.spec.resolve.BUILTIN_CONTEXT (the tiny model's max_position_embeddings)
+
+_SLURM = "a SLURM setting; the smoke runs here with the local launcher"
+
+
+@dataclass(frozen=True)
+class Change:
+    """One field the smoke changed: ``path`` (dotted, as in ``--set``), its value before and after, why."""
+
+    path: str
+    before: Any
+    after: Any
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "before": _plain(self.before), "after": _plain(self.after), "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class SmokePlan:
+    spec: Spec  # the scaled-down spec, resolved (the caller validates it by loading SmokePlan.yaml)
+    changes: tuple[Change, ...]
+    untested: tuple[str, ...]
+    rollouts: int
+
+    @property
+    def yaml(self) -> str:
+        """The scaled, resolved spec as YAML (loading it resolves it again to the same values)."""
+        import io
+
+        from ruamel.yaml import YAML
+
+        y = YAML(typ="safe", pure=True)
+        y.default_flow_style = False
+        buf = io.StringIO()
+        y.dump(_plain(self.spec), buf)
+        return buf.getvalue()
+
+
+def _plain(value: Any) -> Any:
+    return msgspec.to_builtins(value) if isinstance(value, msgspec.Struct | tuple | dict) else value
+
+
+# ----------------------------------------------------------------------------- edits
+Edit = tuple[str, Any, str]  # (dotted path, new value, reason)
+
+
+def _cluster() -> Iterator[Edit]:
+    yield "cluster.launcher", "local", "the smoke runs on this machine, without SLURM"
+    yield "cluster.nodes", 1, "one machine"
+    yield "cluster.gpus_per_node", 0, "CPU only: the torch trainer and the built-in engine"
+    yield "cluster.cpus_per_node", None, "derived from this machine"
+    for name in ("partition", "account", "qos", "constraint", "reservation", "time_limit", "mem", "container"):
+        yield f"cluster.{name}", None, _SLURM
+    yield "cluster.exclude", (), _SLURM
+    yield "cluster.network_interface", None, "an interface of the cluster's nodes, not of this machine"
+    for f in fields(Cluster):  # restart settings: a local run is never requeued
+        if f.name in ("on_preflight_failure", "max_requeues", "max_failures", "signal_grace_s"):
+            yield f"cluster.{f.name}", f.default, "SLURM's restart setting; a local run is never requeued"
+
+
+def _model(s: Spec) -> Iterator[Edit]:
+    m = s.model
+    if m.path is not None:
+        yield "model.path", None, "your checkpoint does not fit a CPU smoke; the built-in tiny model runs instead"
+    yield "model.builtin", "tiny", "the embedded default's model"
+    yield "model.tokenizer", None, "the tiny model's own (one token per character)"
+    yield "model.max_context_len", None, f"derived: the tiny model's {TINY_CONTEXT} tokens"
+    yield "model.critic_path", None, "the critic starts from the tiny policy"
+    if m.ref_path not in (None, "initial"):
+        yield "model.ref_path", "initial", "your reference checkpoint is for your model; the tiny model's is its start"
+
+
+def _train(s: Spec, samples: int) -> Iterator[Edit]:
+    t = s.train
+    yield "train.backend", "torch", "the embedded trainer (runs on CPU)"
+    yield "train.nodes", None, "derived: one node"
+    yield "train.gpus_per_node", None, "derived: one CPU rank"
+    for f in fields(Parallel):  # every model-parallel size back to 1 (the torch backend is data parallel)
+        yield f"train.parallel.{f.encode_name}", f.default, "the torch trainer is data parallel only"
+    yield "train.precision", "fp32", "CPU training is fp32"
+    yield "train.backend_args", {}, "Megatron flags; the torch trainer takes none"
+    yield "train.optimizer.distributed", None, "derived: the torch trainer keeps a full optimizer copy per rank"
+    yield "train.checkpoint.dir", None, "checkpoints go into the smoke's run dir"
+    yield "train.checkpoint.load", None, "your checkpoint is for your model"
+    steps = t.num_steps_per_rollout or 1
+    if samples % steps:
+        steps = 1
+    yield "train.num_steps_per_rollout", steps, "the same optimizer steps per rollout where they divide the samples"
+    gbs = samples // steps
+    yield "train.global_batch_size", gbs, f"{samples} samples per rollout / {steps} step(s)"
+    mbs = max(d for d in range(1, min(t.micro_batch_size, gbs) + 1) if gbs % d == 0)
+    yield "train.micro_batch_size", mbs, "at most your micro-batch size, dividing the smaller global batch"
+
+
+def _rollout(s: Spec, rollouts: int, prompts: int, n: int) -> Iterator[Edit]:
+    r = s.rollout
+    yield "rollout.backend", "builtin", "the embedded engine (SGLang needs GPUs)"
+    yield "rollout.gpus", None, "derived: no GPUs"
+    yield "rollout.gpus_per_engine", 1, "the built-in engine runs on one device"
+    yield "rollout.num_engines", None, "derived: one engine on CPU"
+    if r.backend != "builtin":
+        yield "rollout.engine_args", {}, "SGLang server flags; the built-in engine takes none of them"
+    yield "rollout.router_args", {}, "sglang-router flags"
+    if r.weight_sync == "delta":
+        yield "rollout.weight_sync", "disk", "delta sync is implemented for SGLang engines only"
+    yield "rollout.num_rollouts", rollouts, "a smoke run"
+    yield "rollout.epochs", None, "rollout.num_rollouts decides"
+    yield "rollout.batch_size", prompts, f"at most {MAX_PROMPTS} prompts per rollout"
+    yield "rollout.n_samples_per_prompt", n, f"at most {MAX_SAMPLES} samples per prompt"
+    over = r.over_sampling_batch_size or r.batch_size
+    yield (
+        "rollout.over_sampling_batch_size",
+        None if over == r.batch_size else max(prompts, math.ceil(over * prompts / r.batch_size)),
+        "in the same proportion to rollout.batch_size",
+    )
+    if r.max_prompt_len + r.max_response_len > TINY_CONTEXT:
+        response = min(r.max_response_len, MAX_RESPONSE)
+        why = f"prompt + response must fit the tiny model's {TINY_CONTEXT}-token context"
+        yield "rollout.max_response_len", response, why
+        yield "rollout.max_prompt_len", min(r.max_prompt_len, TINY_CONTEXT - response), why
+
+
+def _rest(s: Spec, logging_dir: str) -> Iterator[Edit]:
+    for i, e in enumerate(s.data.eval):
+        yield f"data.eval[{i}].max_prompts", min(e.max_prompts or MAX_EVAL_PROMPTS, MAX_EVAL_PROMPTS), "a short eval"
+        yield (
+            f"data.eval[{i}].n_samples_per_prompt",
+            min(e.n_samples_per_prompt, MAX_EVAL_SAMPLES),
+            f"at most {MAX_EVAL_SAMPLES} samples per eval prompt",
+        )
+    a = s.algorithm
+    yield (
+        "algorithm.sft_warmup_steps",
+        min(a.sft_warmup_steps, MAX_SFT_STEPS),
+        "the warm-up's code path, not its effect",
+    )
+    yield "logging.dir", logging_dir, "the smoke's own directory"
+    yield "logging.wandb.mode", "disabled", "a smoke run creates no W&B run"
+    yield "cluster.env", {**s.cluster.env, "WANDB_MODE": "disabled"}, "$WANDB_MODE would override logging.wandb.mode"
+    yield "logging.progress", False, "the smoke prints its own report"
+
+
+# ----------------------------------------------------------------------------- applying edits
+def _parts(path: str) -> list[str | int]:
+    out: list[str | int] = []
+    for part in path.split("."):
+        name, _, index = part.partition("[")
+        out.append(name)
+        if index:
+            out.append(int(index.rstrip("]")))
+    return out
+
+
+def _attr(struct: msgspec.Struct, encoded: str) -> str:
+    """The Python attribute of a field written ``encoded`` in the spec (``lambda`` -> ``lam``)."""
+    return next(f.name for f in fields(struct) if f.encode_name == encoded)
+
+
+def _get(obj: Any, parts: list[str | int]) -> Any:
+    for p in parts:
+        obj = obj[p] if isinstance(p, int) else getattr(obj, _attr(obj, p))
+    return obj
+
+
+def _put(obj: Any, parts: list[str | int], value: Any) -> Any:
+    head, rest = parts[0], parts[1:]
+    if isinstance(head, int):
+        items = list(obj)
+        items[head] = _put(items[head], rest, value) if rest else value
+        return tuple(items)
+    name = _attr(obj, head)
+    return replace(obj, **{name: _put(getattr(obj, name), rest, value) if rest else value})
+
+
+def scale_down(spec: Spec, *, rollouts: int = 2, logging_dir: str, tasks: int = 1) -> SmokePlan:
+    """The smoke's version of the resolved ``spec`` (see the module doc): ``rollouts`` >= 1; ``tasks``:
+    how many sweep tasks the spec had (this is one of them)."""
+    if rollouts < 1:
+        raise ValueError(f"a smoke run needs at least 1 rollout, got {rollouts}")
+    r = spec.rollout
+    prompts, n = min(r.batch_size, MAX_PROMPTS), min(r.n_samples_per_prompt, MAX_SAMPLES)
+    edits = [
+        *_cluster(),
+        *_model(spec),
+        *_train(spec, prompts * n),
+        *_rollout(spec, rollouts, prompts, n),
+        *_rest(spec, logging_dir),
+    ]
+    out = spec
+    for path, value, _ in edits:
+        out = _put(out, _parts(path), value)
+    # Derived values reset above are derived again for the new setting (resolve reads no file for
+    # the built-in model: every path is already absolute); a change is what differs afterwards.
+    out = resolve(out, Path("/"))
+    changes = []
+    for path, _, reason in edits:
+        before, after = _get(spec, _parts(path)), _get(out, _parts(path))
+        if before != after:
+            changes.append(Change(path, before, after, reason))
+    return SmokePlan(spec=out, changes=tuple(changes), untested=untested(spec, tasks=tasks), rollouts=rollouts)
+
+
+# ----------------------------------------------------------------------------- what it leaves out
+def untested(spec: Spec, *, tasks: int = 1) -> tuple[str, ...]:
+    """What a smoke of ``spec`` cannot show, given what it changes (plain sentences, most important first)."""
+    t, r, c, m = spec.train, spec.rollout, spec.cluster, spec.model
+    out: list[str] = []
+    if m.path is not None:
+        out.append(f"your model ({m.path}): its config, tokenizer, chat template, context length and memory")
+    if t.backend == "megatron":
+        p = t.parallel
+        sizes = [f"{f.encode_name} {getattr(p, f.name)}" for f in fields(Parallel) if getattr(p, f.name) != f.default]
+        out.append(
+            "Megatron-core training: "
+            + (f"parallel sizes ({', '.join(sizes)}), " if sizes else "")
+            + f"precision {t.precision}, the distributed optimizer, HF<->Megatron weight conversion"
+            + (f", backend_args {', '.join(t.backend_args)}" if t.backend_args else "")
+        )
+    if r.backend == "sglang":
+        out.append(
+            f"SGLang engines: gpus_per_engine {r.gpus_per_engine} (engine tensor parallelism)"
+            + (f", engine_args {', '.join(r.engine_args)}" if r.engine_args else "")
+            + ", CUDA graphs and memory fractions"
+        )
+    if r.weight_sync == "nccl":
+        out.append("NCCL itself: the same collective weight sync ran over gloo")
+    elif r.weight_sync == "delta":
+        out.append("delta weight sync (disk sync ran instead)")
+    if c.launcher == "slurm" or c.nodes > 1 or c.gpus_per_node > 0:
+        out.append(
+            f"SLURM submission, {c.nodes} node(s) x {c.gpus_per_node} GPU(s): the GPU preflight, placement, "
+            "multi-node Ray and collectives, requeues"
+        )
+    if t.checkpoint.load or t.checkpoint.dir:
+        out.append("your checkpoint directory and train.checkpoint.load")
+    if spec.logging.wandb.mode != "disabled":
+        out.append("W&B logging")
+    if tasks > 1:
+        out.append(f"the other {tasks - 1} sweep task(s)")
+    out.append("full-size batches and lengths, learning itself, throughput and memory")
+    return tuple(out)
