@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.slurm_cluster"]
+pytest_plugins = ["tests.fixtures.slurm_cluster"]
 
 TESTS = Path(__file__).resolve().parent
 #: directory under tests/ -> the tier marker its tests get

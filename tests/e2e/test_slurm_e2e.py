@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from launchers.slurm.cluster import job_records
-from tests.slurm_cluster import wait_job
+from tests.fixtures.slurm_cluster import wait_job
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e, pytest.mark.timeout(400)]
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm_cluster import job_records, run_sbatch, wait_job
+from tests.fixtures.slurm_cluster import job_records, run_sbatch, wait_job
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e, pytest.mark.timeout(420)]
 
