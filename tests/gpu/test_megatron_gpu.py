@@ -16,8 +16,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,7 +23,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.fixtures.ranks import last_json, spawn_ranks  # noqa: E402
+
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (megatron backend is GPU-only)"),
@@ -42,12 +41,6 @@ def peak_flops() -> float | None:
         return float(os.environ["SLIME_PEAK_TFLOPS"]) * 1e12
     name = torch.cuda.get_device_name(0)
     return next((v * 1e12 for k, v in PEAK_TFLOPS.items() if k in name), None)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -68,26 +61,24 @@ def model_dir(tmp_path_factory) -> Path:
 
 
 def _run(model_dir: Path, out: Path, *, attention: str, tp: int = 1) -> list[dict]:
-    port = _free_port()
-    procs = []
-    for rank in range(tp):
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": str(rank)}
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, __file__, str(model_dir), str(out), attention, str(rank), str(tp), str(port)],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
-    results = []
-    for p in procs:
-        stdout, stderr = p.communicate(timeout=600)
-        assert p.returncode == 0, stderr[-4000:]
+    outs = spawn_ranks(
+        lambda rank, port: [
+            sys.executable,
+            __file__,
+            str(model_dir),
+            str(out),
+            attention,
+            str(rank),
+            str(tp),
+            str(port),
+        ],
+        tp,
+        env=lambda rank: {"CUDA_VISIBLE_DEVICES": str(rank)},
+        timeout=600,
+    )
+    for stdout in outs:
         print(stdout)
-        results.append(json.loads(stdout.strip().splitlines()[-1]))
-    return results
+    return [last_json(stdout) for stdout in outs]
 
 
 @pytest.mark.parametrize("attention", ["sdpa", "local", "auto"])
