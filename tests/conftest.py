@@ -17,7 +17,11 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.fixtures.slurm_cluster"]
+pytest_plugins = [
+    "tests.fixtures.local_ray",  # local_ray: a private Ray per test module
+    "tests.fixtures.slurm_cluster",  # slurm_cluster: the real local SLURM cluster
+    "tests.fixtures.tiny_models",  # tiny_model(**shape): tiny HF checkpoints, built once per session
+]
 
 TESTS = Path(__file__).resolve().parent
 #: directory under tests/ -> the tier marker its tests get

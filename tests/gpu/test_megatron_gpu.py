@@ -44,11 +44,8 @@ def peak_flops() -> float | None:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    from slime.models.tiny import build_tiny_model
-
-    return build_tiny_model(
-        tmp_path_factory.mktemp("gpu") / "qwen2",
+def model_dir(tiny_model) -> Path:
+    return tiny_model(
         arch="qwen2",
         hidden=512,
         layers=4,

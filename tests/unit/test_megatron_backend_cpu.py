@@ -54,12 +54,8 @@ def _run(
 
 
 @pytest.fixture(scope="module")
-def tiny_llama(tmp_path_factory):
-    from slime.models.tiny import build_tiny_model
-
-    return build_tiny_model(
-        tmp_path_factory.mktemp("tiny") / "llama", arch="llama", hidden=64, layers=4, heads=4, kv_heads=2, seed=3
-    )
+def tiny_llama(tiny_model):
+    return tiny_model(arch="llama", hidden=64, layers=4, heads=4, kv_heads=2, seed=3)
 
 
 def test_tp_pp_dp_agree_and_export_round_trips(tiny_llama, tmp_path):
