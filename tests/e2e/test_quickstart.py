@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("ray")
 pytest.importorskip("torch")
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 REPO = Path(__file__).resolve().parents[2]
 ROLLOUTS = 30
 

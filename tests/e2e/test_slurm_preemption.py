@@ -33,7 +33,7 @@ import pytest
 
 from tests.fixtures.slurm_cluster import job_records, run_sbatch, wait_job
 
-pytestmark = [pytest.mark.slurm, pytest.mark.e2e, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(420)]
 
 REPO = Path(__file__).resolve().parents[2]
 ROLLOUTS = 28

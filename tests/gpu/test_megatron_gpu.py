@@ -26,7 +26,6 @@ torch = pytest.importorskip("torch")
 from tests.fixtures.ranks import last_json, spawn_ranks  # noqa: E402
 
 pytestmark = [
-    pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (megatron backend is GPU-only)"),
     pytest.mark.skipif(
         importlib.util.find_spec("megatron.core") is None,

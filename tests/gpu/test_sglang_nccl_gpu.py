@@ -13,7 +13,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 pytestmark = [
-    pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (NCCL)"),
     pytest.mark.skipif(
         torch.cuda.is_available() and torch.cuda.device_count() < 3,
