@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: install, then pytest. The SLURM tests bring the
-# local 2-node cluster up themselves (tests/slurm_cluster.py) and take it down after.
+# local 2-node cluster up themselves (tests/fixtures/slurm_cluster.py) and take it down after.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/install.sh

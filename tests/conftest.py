@@ -1,3 +1,47 @@
-"""Shared pytest configuration (keep minimal; fixtures live in their own modules)."""
+"""Shared pytest configuration: the test tiers as markers, and the shared fixtures as plug-ins.
 
-pytest_plugins = ["tests.slurm_cluster"]
+Tiers come from the directory a test lives in (``tests/unit`` → ``unit``, ``tests/integration`` →
+``integration``, ``tests/e2e`` → ``e2e``, ``tests/gpu`` → ``gpu``), so ``pytest -m unit`` runs exactly
+one directory's tests without anyone marking them by hand. ``slurm`` (the real local SLURM cluster)
+is added to every test that uses the ``slurm_cluster`` fixture, directly or through another fixture;
+a module may also mark itself ``slurm`` (a module whose tests share state with its cluster tests).
+``slow`` is marked by hand where a test takes tens of seconds or more. The markers are declared in
+``setup.cfg`` (``--strict-markers``); the README's "Tests" section says how to run each tier.
+
+Fixtures live in their own modules, loaded here as plug-ins.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = [
+    "tests.fixtures.local_ray",  # local_ray: a private Ray per test module
+    "tests.fixtures.slurm_cluster",  # slurm_cluster: the real local SLURM cluster
+    "tests.fixtures.tiny_models",  # tiny_model(**shape): tiny HF checkpoints, built once per session
+]
+
+TESTS = Path(__file__).resolve().parent
+#: directory under tests/ -> the tier marker its tests get
+TIERS = {"unit": "unit", "integration": "integration", "e2e": "e2e", "gpu": "gpu"}
+
+
+def tier_of(path: Path) -> str | None:
+    """The tier of a test file: its first directory under ``tests/`` (None outside the tiers)."""
+    try:
+        parts = path.resolve().relative_to(TESTS).parts
+    except ValueError:
+        return None
+    return TIERS.get(parts[0]) if len(parts) > 1 else None
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by these markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = tier_of(item.path)
+        if tier:
+            item.add_marker(tier)
+        if "slurm_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker("slurm")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slurm, pytest.mark.e2e, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(400)]
 
 REPO = Path(__file__).resolve().parents[2]
 PROMPTS = REPO / "specs" / "data" / "arith" / "train.jsonl"

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from launchers.slurm.cluster import job_records
-from tests.slurm_cluster import wait_job
+from tests.fixtures.slurm_cluster import wait_job
 
-pytestmark = [pytest.mark.slurm, pytest.mark.e2e, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(400)]
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "specs" / "smoke-slurm.yaml"

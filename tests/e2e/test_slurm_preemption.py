@@ -31,9 +31,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm_cluster import job_records, run_sbatch, wait_job
+from tests.fixtures.slurm_cluster import job_records, run_sbatch, wait_job
 
-pytestmark = [pytest.mark.slurm, pytest.mark.e2e, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(420)]
 
 REPO = Path(__file__).resolve().parents[2]
 ROLLOUTS = 28

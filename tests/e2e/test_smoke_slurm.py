@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm_cluster import wait_job
+from tests.fixtures.slurm_cluster import wait_job
 
-pytestmark = [pytest.mark.slurm, pytest.mark.e2e, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(400)]
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -1,4 +1,4 @@
-"""Context-parallel attention over NCCL on two GPUs: the check of ``tests/unit/test_megatron_context_parallel.py``
+"""Context-parallel attention over NCCL on two GPUs: the check of ``tests/fixtures/cp_attention.py``
 with CUDA tensors, which exercises the reduce-scatter backward of the K/V all-gather (gloo lacks
 reduce-scatter, so the CPU test takes the all-reduce path)."""
 
@@ -9,7 +9,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 pytestmark = [
-    pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (NCCL)"),
     pytest.mark.skipif(
         torch.cuda.is_available() and torch.cuda.device_count() < 2,
@@ -19,6 +18,6 @@ pytestmark = [
 
 
 def test_cp_attention_over_nccl(tmp_path):
-    from tests.unit.test_megatron_context_parallel import check_cp_attention
+    from tests.fixtures.cp_attention import check_cp_attention
 
     check_cp_attention(tmp_path, "nccl")

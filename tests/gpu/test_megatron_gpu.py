@@ -21,8 +21,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -30,9 +28,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.fixtures.ranks import last_json, spawn_ranks  # noqa: E402
+
 pytestmark = [
-    pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (megatron backend is GPU-only)"),
     pytest.mark.skipif(
         importlib.util.find_spec("megatron.core") is None,
@@ -49,18 +47,9 @@ def peak_flops() -> float | None:
     return next((v * 1e12 for k, v in PEAK_TFLOPS.items() if k in name), None)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    from slime.models.tiny import build_tiny_model
-
-    return build_tiny_model(
-        tmp_path_factory.mktemp("gpu") / "qwen2",
+def model_dir(tiny_model) -> Path:
+    return tiny_model(
         arch="qwen2",
         hidden=512,
         layers=4,
@@ -73,29 +62,17 @@ def model_dir(tmp_path_factory) -> Path:
 
 
 def _run(model_dir: Path, out: Path, *, tp: int = 1, **args) -> list[dict]:
-    port = _free_port()
     out.mkdir(parents=True, exist_ok=True)
-    payload = json.dumps({"model_dir": str(model_dir), "out": str(out), "tp": tp, "port": port, **args})
-    procs = []
-    for rank in range(tp):
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": str(rank)}
-        env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS for the resume check
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, __file__, payload, str(rank)],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
-    results = []
-    for p in procs:
-        stdout, stderr = p.communicate(timeout=600)
-        assert p.returncode == 0, stderr[-4000:]
+
+    def argv(rank: int, port: int) -> list[str]:
+        payload = {"model_dir": str(model_dir), "out": str(out), "tp": tp, "port": port, **args}
+        return [sys.executable, __file__, json.dumps(payload), str(rank)]
+
+    env = {"CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG", ":4096:8")}  # resume check
+    outs = spawn_ranks(argv, tp, env=lambda rank: {**env, "CUDA_VISIBLE_DEVICES": str(rank)}, timeout=600)
+    for stdout in outs:
         print(stdout)
-        results.append(json.loads(stdout.strip().splitlines()[-1]))
-    return results
+    return [last_json(stdout) for stdout in outs]
 
 
 @pytest.mark.parametrize("attention", ["sdpa", "local", "auto"])

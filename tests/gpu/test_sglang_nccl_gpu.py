@@ -1,5 +1,5 @@
 """NCCL weight sync between a trainer GPU and two (fake) engine GPUs: the protocol of
-``tests/unit/test_sglang_weights.py`` with ``backend="nccl"`` and CUDA tensors.
+``tests/fixtures/weight_sync_protocol.py`` with ``backend="nccl"`` and CUDA tensors.
 
 The engines are the same fakes at the SGLang boundary (SGLang is not installable on
 our GPU machine): they join the group exactly as SGLang does and receive by broadcast.
@@ -13,7 +13,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 pytestmark = [
-    pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (NCCL)"),
     pytest.mark.skipif(
         torch.cuda.is_available() and torch.cuda.device_count() < 3,
@@ -23,7 +22,7 @@ pytestmark = [
 
 
 def test_nccl_sync_protocol_on_gpus():
-    from tests.unit.test_sglang_weights import check_sync_protocol, run_sync_protocol
+    from tests.fixtures.weight_sync_protocol import check_sync_protocol, run_sync_protocol
 
     sent, logs = run_sync_protocol("nccl", devices=["0", "1", "2"])
     check_sync_protocol(sent, logs, "nccl")

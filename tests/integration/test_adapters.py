@@ -26,7 +26,6 @@ from slime.agent.adapters import InvalidToolCall, ToolCall, parse_tool_calls, st
 from slime.agent.generate import render_demonstration  # noqa: E402
 from slime.agent.tools import get_tools  # noqa: E402
 from slime.backends.rollout.builtin.server import start_server  # noqa: E402
-from slime.models.tiny import build_tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -92,9 +91,8 @@ def _fine_tune(model_dir: Path, out_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def scripted(tmp_path_factory):
-    root = tmp_path_factory.mktemp("adapters")
-    return _fine_tune(build_tiny_model(root / "base", seed=0), root / "scripted")
+def scripted(tmp_path_factory, tiny_model):
+    return _fine_tune(tiny_model(seed=0), tmp_path_factory.mktemp("adapters") / "scripted")
 
 
 @pytest.fixture(scope="module")

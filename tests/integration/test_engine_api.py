@@ -24,7 +24,6 @@ aiohttp = pytest.importorskip("aiohttp")
 
 from slime.backends.rollout.builtin.server import start_server  # noqa: E402
 from slime.backends.rollout.client import EngineClient, EngineError, EngineUnavailable  # noqa: E402
-from slime.models.tiny import build_tiny_model  # noqa: E402
 from tests.fixtures.decoder_parity import worst_logit_diff  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -33,9 +32,8 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    root = tmp_path_factory.mktemp("engine")
-    return build_tiny_model(root / "a", seed=0), build_tiny_model(root / "b", seed=1)
+def models(tiny_model):
+    return tiny_model(seed=0), tiny_model(seed=1)
 
 
 @pytest.fixture(scope="module")

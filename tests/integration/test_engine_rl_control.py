@@ -26,7 +26,6 @@ from slime.backends.rollout.builtin.rl_control import weights_checksum  # noqa: 
 from slime.backends.rollout.builtin.server import start_server  # noqa: E402
 from slime.backends.rollout.client import EngineClient, EngineError  # noqa: E402
 from slime.backends.sglang.weights import NcclWeightSync  # noqa: E402
-from slime.models.tiny import build_tiny_model  # noqa: E402
 from slime.rl.losses import logprobs_from_logits  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -37,9 +36,8 @@ GREEDY = {"max_new_tokens": 6, "temperature": 0.0, "ignore_eos": True}
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    root = tmp_path_factory.mktemp("control")
-    return build_tiny_model(root / "a", seed=0), build_tiny_model(root / "b", seed=1)
+def models(tiny_model):
+    return tiny_model(seed=0), tiny_model(seed=1)
 
 
 def _free_port() -> int:

@@ -1,5 +1,5 @@
 """The rollout manager against a real built-in engine: the data keys, the response cap and each eval set's
-size, samples and temperature do what the spec says (field-coverage audit, tests/field_coverage.py).
+size, samples and temperature do what the spec says (field-coverage audit, tests/fixtures/field_coverage.py).
 
 Real parts: the engine's HTTP server on the tiny model, the rollout manager, the tokenizer; the reward is a
 custom plug-in (this module's :func:`record`) that scores 0 and notes what it was asked to score.

@@ -27,7 +27,6 @@ from slime.backends.rollout.builtin.backend import BuiltinRolloutBackend  # noqa
 from slime.backends.rollout.builtin.rl_control import weights_checksum  # noqa: E402
 from slime.backends.rollout.builtin.server import start_server  # noqa: E402
 from slime.backends.rollout.client import EngineClient, EngineError  # noqa: E402
-from slime.models.tiny import build_tiny_model  # noqa: E402
 from slime.runtime.trainer_group import TrainerRank  # noqa: E402
 from slime.runtime.weight_sync import WeightSync  # noqa: E402
 from slime.spec import load_spec  # noqa: E402
@@ -66,8 +65,8 @@ def _generate_version(url: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("colocation") / "tiny", seed=0)
+def model_dir(tiny_model):
+    return tiny_model(seed=0)
 
 
 @pytest.fixture()

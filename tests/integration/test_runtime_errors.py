@@ -3,30 +3,21 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("ray")
 
-from launchers.base import SubmitOptions, create_run_dir
-from launchers.local.launcher import LocalLauncher
-from slime.spec import load_spec
+from tests.fixtures.quickstart import REPO, compile_run
+from tests.fixtures.quickstart import train as run_train
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(180)
 
 
 def train(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["WANDB_MODE"] = "disabled"
-    return subprocess.run(
-        [sys.executable, "-m", "slime.train", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=150
-    )
+    return run_train(*args, wandb="disabled", timeout=150)
 
 
 def test_missing_run_dir_or_task_is_a_usage_error(tmp_path):
@@ -40,16 +31,9 @@ def test_missing_run_dir_or_task_is_a_usage_error(tmp_path):
 def test_a_prompt_file_gone_bad_after_submit_fails_with_file_line_and_exit_2(tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     shutil.copy(REPO / "specs/data/arith/train.jsonl", prompts)
-    loaded = load_spec(
-        REPO / "specs" / "quickstart.yaml",
-        overrides=[
-            f"data.prompts={prompts}",
-            f"logging.dir={tmp_path / 'runs'}",
-            "algorithm.sft_warmup_steps=0",
-            "logging.progress=false",
-        ],
+    run = compile_run(
+        tmp_path / "runs", "bad", [f"data.prompts={prompts}", "algorithm.sft_warmup_steps=0", "logging.progress=false"]
     )
-    run = create_run_dir(LocalLauncher().dryrun(loaded, SubmitOptions(run_name="bad")).request).root
     with prompts.open("a") as fh:
         fh.write('{"prompt": "01+01=", "label": "2"\n')  # broken JSON on line 2001
     done = train(str(run))
@@ -61,16 +45,11 @@ def test_a_prompt_file_gone_bad_after_submit_fails_with_file_line_and_exit_2(tmp
 
 
 def test_resuming_from_a_truncated_checkpoint_names_it_and_the_usable_one_with_exit_2(tmp_path):
-    loaded = load_spec(
-        REPO / "specs" / "quickstart.yaml",
-        overrides=[
-            f"logging.dir={tmp_path / 'runs'}",
-            "rollout.num_rollouts=2",
-            "algorithm.sft_warmup_steps=2",
-            "logging.progress=false",
-        ],
+    run = compile_run(
+        tmp_path / "runs",
+        "damaged",
+        ["rollout.num_rollouts=2", "algorithm.sft_warmup_steps=2", "logging.progress=false"],
     )
-    run = create_run_dir(LocalLauncher().dryrun(loaded, SubmitOptions(run_name="damaged")).request).root
     ck = run / "tasks/0/checkpoints"
     state = {
         "format": 1,

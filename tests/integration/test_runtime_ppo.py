@@ -8,21 +8,14 @@ after it, the critic trains (value loss reported per rollout), and the run compl
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("ray")
 pytest.importorskip("torch")
 
-from launchers.base import SubmitOptions, create_run_dir
-from launchers.local.launcher import LocalLauncher
-from slime.spec import load_spec
+from tests.fixtures.quickstart import compile_run, final_json, metrics, train
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(400)
 ROLLOUTS = 4
 
@@ -41,24 +34,13 @@ def test_ppo_with_critic_reference_and_kl_penalty(tmp_path):
         "algorithm.critic.lr=1e-4",
         "data.eval=[]",
         "logging.progress=false",
-        f"logging.dir={tmp_path}",
     ]
-    loaded = load_spec(REPO / "specs" / "quickstart.yaml", overrides=overrides)
-    run = create_run_dir(LocalLauncher().dryrun(loaded, SubmitOptions(run_name="ppo")).request).root
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["WANDB_MODE"] = "disabled"
-    done = subprocess.run(
-        [sys.executable, "-m", "slime.train", str(run), "--json"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=360,
-    )
+    run = compile_run(tmp_path, "ppo", overrides)
+    done = train(run, "--json", wandb="disabled", timeout=360)
     assert done.returncode == 0, done.stderr[-4000:]
-    final = json.loads(done.stdout[done.stdout.index("{") :])["final_metrics"]
+    final = final_json(done.stdout)["final_metrics"]
     assert final["check/step0_ref_kl"] == 0.0 and abs(final["check/step0_kl"]) < 1e-6
-    rows = [json.loads(line) for line in (run / "tasks/0/metrics.jsonl").read_text().splitlines()]
+    rows = metrics(run)
     steps = rows[1:]
     assert len(steps) == ROLLOUTS
     assert steps[-1]["train/ref_kl"] > 0.0  # the policy moved away from the frozen reference

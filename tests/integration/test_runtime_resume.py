@@ -10,10 +10,7 @@ training of the tiny model (a short SFT warm-up first, so rewards are not all ze
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,11 +19,8 @@ import pytest
 pytest.importorskip("ray")
 pytest.importorskip("torch")
 
-from launchers.base import SubmitOptions, create_run_dir
-from launchers.local.launcher import LocalLauncher
-from slime.spec import load_spec
+from tests.fixtures.quickstart import compile_run, final_json, metrics, start_train, train
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(600)
 ROLLOUTS = 6
 OVERRIDES = [
@@ -45,30 +39,7 @@ OVERRIDES = [
 
 
 def make_run(parent: Path, name: str) -> Path:
-    loaded = load_spec(REPO / "specs" / "quickstart.yaml", overrides=OVERRIDES + [f"logging.dir={parent}"])
-    request = LocalLauncher().dryrun(loaded, SubmitOptions(run_name=name)).request
-    return create_run_dir(request).root
-
-
-def env() -> dict[str, str]:
-    e = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    e.update(WANDB_MODE="offline", HF_HUB_OFFLINE="1")
-    return e
-
-
-def train(run: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "slime.train", str(run), *args],
-        cwd=REPO,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def metrics(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "tasks/0/metrics.jsonl").read_text().splitlines() if line]
+    return compile_run(parent, name, OVERRIDES)
 
 
 def comparable(rows: list[dict]) -> list[dict]:
@@ -81,7 +52,7 @@ def uninterrupted(tmp_path_factory):
     run = make_run(tmp_path_factory.mktemp("runs"), "straight")
     done = train(run, "--json")
     assert done.returncode == 0, done.stderr[-4000:]
-    return run, json.loads(done.stdout[done.stdout.index("{") :])
+    return run, final_json(done.stdout)
 
 
 def test_a_run_reports_correctness_signals_and_learns_something(uninterrupted):
@@ -111,14 +82,7 @@ def test_a_run_reports_correctness_signals_and_learns_something(uninterrupted):
 def test_stop_then_resume_continues_exactly(uninterrupted, tmp_path):
     straight, _ = uninterrupted
     run = make_run(tmp_path, "stopped")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "slime.train", str(run)],
-        cwd=REPO,
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_train(run)
     mfile = run / "tasks/0/metrics.jsonl"
     deadline = time.monotonic() + 300
     while True:

@@ -13,7 +13,6 @@ pytest.importorskip("transformers")
 from msgspec.structs import replace
 
 from slime.backends.rollout.builtin.server import start_server
-from slime.models.tiny import build_tiny_model
 from slime.rl.sample import SampleStatus
 from slime.runtime.rollout_manager import RolloutManager
 from slime.spec import load_spec
@@ -24,8 +23,8 @@ pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("rollout") / "tiny", seed=0)
+def model_dir(tiny_model):
+    return tiny_model(seed=0)
 
 
 @pytest.fixture(scope="module")

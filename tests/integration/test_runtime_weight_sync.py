@@ -11,10 +11,6 @@ back to the same state.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,11 +18,8 @@ import pytest
 pytest.importorskip("ray")
 pytest.importorskip("torch")
 
-from launchers.base import SubmitOptions, create_run_dir
-from launchers.local.launcher import LocalLauncher
-from slime.spec import load_spec
+from tests.fixtures.quickstart import compile_run, metrics, train
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(600)
 ROLLOUTS = 3
 OVERRIDES = [
@@ -43,16 +36,10 @@ OVERRIDES = [
 
 
 def _run(parent: Path, name: str, extra: list[str]) -> tuple[list[dict], str, Path]:
-    loaded = load_spec(REPO / "specs" / "quickstart.yaml", overrides=OVERRIDES + extra + [f"logging.dir={parent}"])
-    run = create_run_dir(LocalLauncher().dryrun(loaded, SubmitOptions(run_name=name)).request).root
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update(WANDB_MODE="offline", HF_HUB_OFFLINE="1")
-    done = subprocess.run(
-        [sys.executable, "-m", "slime.train", str(run)], cwd=REPO, env=env, capture_output=True, text=True, timeout=400
-    )
+    run = compile_run(parent, name, OVERRIDES + extra)
+    done = train(run, timeout=400)
     assert done.returncode == 0, done.stderr[-4000:]
-    rows = [json.loads(line) for line in (run / "tasks/0/metrics.jsonl").read_text().splitlines() if line]
-    return rows, done.stderr, run
+    return metrics(run), done.stderr, run
 
 
 def _same(a: list[dict], b: list[dict], what: str) -> None:

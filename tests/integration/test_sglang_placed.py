@@ -27,6 +27,7 @@ from slime.backends.sglang.backend import SGLangRolloutBackend  # noqa: E402
 from slime.placement import map_bundles, reserve  # noqa: E402
 from slime.spec.layout import Layout, Slot  # noqa: E402
 from slime.spec.load import load_spec  # noqa: E402
+from tests.fixtures.tiny_models import SMALL  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(300)
@@ -52,25 +53,14 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def local_ray():
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(
-        num_cpus=4,
-        num_gpus=4,
-        resources={"slime_node_0": 1.0, "slime_node_1": 1.0},
-        include_dashboard=False,
-        logging_level="WARNING",
-        log_to_driver=False,
-    )
-    yield
-    ray.shutdown()
+def ray_init_kwargs():
+    """The module's Ray (tests/fixtures/local_ray.py): 4 logical GPUs and two slime nodes' resources."""
+    return {"num_cpus": 4, "num_gpus": 4, "resources": {"slime_node_0": 1.0, "slime_node_1": 1.0}}
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    from slime.models.tiny import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("m") / "tiny", hidden=32, layers=2, heads=2, kv_heads=1)
+def tiny(tiny_model) -> Path:
+    return tiny_model(**SMALL)
 
 
 def test_engines_start_through_node_actors_with_node_ips_gpus_ports_and_logs(local_ray, tiny, tmp_path):

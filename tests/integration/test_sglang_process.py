@@ -23,6 +23,7 @@ from slime.backends.sglang.backend import SGLangRolloutBackend
 from slime.backends.sglang.launch import EngineCommand
 from slime.backends.sglang.process import EngineStartError, ProcessSpec, busy_ports, start_processes, stop_all
 from slime.spec.load import load_spec
+from tests.fixtures.tiny_models import SMALL
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,10 +61,8 @@ def _builtin_argv(model_dir: Path, port: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    from slime.models.tiny import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("m") / "tiny", hidden=32, layers=2, heads=2, kv_heads=1)
+def tiny(tiny_model) -> Path:
+    return tiny_model(**SMALL)
 
 
 def test_builtin_engine_starts_healthy_and_stops_by_process_group(tiny, tmp_path):

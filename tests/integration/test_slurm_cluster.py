@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm_cluster import SCRIPT, SlurmError, job_records, run_sbatch, wait_job
+from tests.fixtures.slurm_cluster import SCRIPT, SlurmError, job_records, run_sbatch, wait_job
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 

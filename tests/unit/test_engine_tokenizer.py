@@ -19,15 +19,14 @@ from slime.backends.rollout.builtin.backend import engine_kwargs
 from slime.backends.sglang.launch import LaunchError, engine_commands
 from slime.spec import SpecError
 from slime.spec.load import load_spec
+from tests.fixtures.tiny_models import ONE_LAYER
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def dirs(tmp_path_factory):
-    from slime.models.tiny import build_tiny_model
-
-    model = build_tiny_model(tmp_path_factory.mktemp("m") / "tiny", seed=0, hidden=32, layers=1, heads=2, kv_heads=1)
+def dirs(tmp_path_factory, tiny_model):
+    model = tiny_model(seed=0, **ONE_LAYER)
     tok = tmp_path_factory.mktemp("tok")
     for f in model.iterdir():
         if f.name.startswith(("tokenizer", "special_tokens")):

@@ -1,5 +1,5 @@
 """No spec field is accepted and ignored: every leaf of the JSON Schema has a row in
-``tests/field_coverage.py`` naming what reads it (with a test showing the effect) or the rule refusing
+``tests/fixtures/field_coverage.py`` naming what reads it (with a test showing the effect) or the rule refusing
 what nothing honours, and the row is checked against the code.
 
 Checks: the table's fields are exactly the schema's leaves; each consumer ``module:qualname`` exists
@@ -21,7 +21,7 @@ import pytest
 from slime.spec import rules
 from slime.spec.schema import schema_for
 from slime.spec.types import Spec
-from tests.field_coverage import FIELDS, Fixed, Gap, Read, Refused
+from tests.fixtures.field_coverage import FIELDS, Fixed, Gap, Read, Refused
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,7 +77,9 @@ def test_the_leaf_walk_sees_every_kind_of_field():
 def test_every_schema_leaf_has_a_row_and_every_row_a_leaf():
     leaves = set(schema_leaves())
     missing, stale = sorted(leaves - set(FIELDS)), sorted(set(FIELDS) - leaves)
-    assert not missing, f"fields without a row in tests/field_coverage.py (add what reads or refuses them): {missing}"
+    assert not missing, (
+        f"fields without a row in tests/fixtures/field_coverage.py (add what reads or refuses them): {missing}"
+    )
     assert not stale, f"rows for fields the schema no longer has: {stale}"
 
 

@@ -1,4 +1,4 @@
-"""Spec fields whose effect no other test showed (found by the field-coverage audit, tests/field_coverage.py):
+"""Spec fields whose effect no other test showed (found by the field-coverage audit, tests/fixtures/field_coverage.py):
 each test changes the field and watches what reads it change — or, for a combination nothing honours,
 the rule that refuses it (message asserted, and the passing variant).
 

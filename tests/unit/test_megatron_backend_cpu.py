@@ -23,66 +23,38 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.ranks import last_json, spawn_ranks
+
 HAS_MEGATRON = importlib.util.find_spec("megatron.core") is not None
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not HAS_MEGATRON, reason="megatron-core is not installed (optional extra 'megatron')"),
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run(
     model_dir: Path, out_dir: Path, *, tp: int, pp: int, dp_split: bool, save: bool = False, cp: int = 1
 ) -> list[dict]:
-    port = _free_port()
-    procs = []
     world = 4 if tp * pp * cp == 4 else 2
-    for rank in range(world):
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
-        args = [
-            sys.executable,
-            __file__,
-            str(model_dir),
-            str(out_dir),
-            str(rank),
-            str(port),
-            str(tp),
-            str(pp),
-            str(int(dp_split)),
-            str(int(save)),
-            str(cp),
-            str(world),
-        ]
-        procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    results = []
-    for p in procs:
-        out, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err[-4000:]
-        results.append(json.loads(out.strip().splitlines()[-1]))
-    return results
+    args = [str(model_dir), str(out_dir)]
+    flags = [str(tp), str(pp), str(int(dp_split)), str(int(save)), str(cp), str(world)]
+    outs = spawn_ranks(
+        lambda rank, port: [sys.executable, __file__, *args, str(rank), str(port), *flags],
+        world,
+        env={"PYTHONWARNINGS": "ignore"},
+        timeout=300,
+    )
+    return [last_json(out) for out in outs]
 
 
 @pytest.fixture(scope="module")
-def tiny_llama(tmp_path_factory):
-    from slime.models.tiny import build_tiny_model
-
-    return build_tiny_model(
-        tmp_path_factory.mktemp("tiny") / "llama", arch="llama", hidden=64, layers=4, heads=4, kv_heads=2, seed=3
-    )
+def tiny_llama(tiny_model):
+    return tiny_model(arch="llama", hidden=64, layers=4, heads=4, kv_heads=2, seed=3)
 
 
 def test_tp_pp_dp_agree_and_export_round_trips(tiny_llama, tmp_path):

@@ -19,24 +19,8 @@ from slime.backends.megatron.config import (
     split_backend_args,
     transformer_config_kwargs,
 )
+from tests.fixtures.hf_configs import QWEN25_7B
 
-# Qwen2.5-7B-Instruct's config.json (the fields that matter), as published.
-QWEN25_7B = {
-    "architectures": ["Qwen2ForCausalLM"],
-    "model_type": "qwen2",
-    "hidden_act": "silu",
-    "hidden_size": 3584,
-    "intermediate_size": 18944,
-    "max_position_embeddings": 32768,
-    "num_attention_heads": 28,
-    "num_hidden_layers": 28,
-    "num_key_value_heads": 4,
-    "rms_norm_eps": 1e-06,
-    "rope_theta": 1000000.0,
-    "tie_word_embeddings": False,
-    "use_sliding_window": False,
-    "vocab_size": 152064,
-}
 LLAMA_31_8B = {
     "model_type": "llama",
     "hidden_act": "silu",

@@ -12,10 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -34,9 +31,9 @@ from slime.backends.megatron.convert import (
     shard_tp,
     split_pp,
 )
+from tests.fixtures.ranks import last_json, spawn_ranks
 
 HAS_MEGATRON = importlib.util.find_spec("megatron.core") is not None
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _hf_model(arch: str, *, tied: bool, layers: int = 4, head_dim: int | None = None):
@@ -186,37 +183,9 @@ def test_bad_state_dicts_name_the_tensors():
 
 
 # ----------------------------------------------------------------------------- real GPTModel on CPU
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run_workers(args: list[str], world: int, timeout: float = 240) -> list[dict]:
-    port = _free_port()
-    procs = []
-    for rank in range(world):
-        env = {
-            **os.environ,
-            "RANK": str(rank),
-            "WORLD_SIZE": str(world),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-            "PYTHONPATH": str(ROOT),
-            "PYTHONWARNINGS": "ignore",
-            "OMP_NUM_THREADS": "1",
-        }
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, __file__, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-            )
-        )
-    results = []
-    for p in procs:
-        out, err = p.communicate(timeout=timeout)
-        assert p.returncode == 0, err[-3000:]
-        results.append(json.loads(out.strip().splitlines()[-1]))
-    return results
+    outs = spawn_ranks([sys.executable, __file__, *args], world, env={"PYTHONWARNINGS": "ignore"}, timeout=timeout)
+    return [last_json(out) for out in outs]
 
 
 @pytest.mark.skipif(not HAS_MEGATRON, reason="megatron-core is not installed (optional extra 'megatron')")

@@ -23,6 +23,7 @@ from slime.rl.sample import Sample
 from slime.spec import SpecError, load_spec_text
 from slime.spec.migrate import convert_slime_args
 from slime.spec.slime_args import slime_args
+from tests.fixtures.tiny_models import ONE_LAYER
 
 PLUGIN = '''
 import re
@@ -149,14 +150,13 @@ def test_import_maps_the_plugin_and_its_reward_key():
     assert ("--reward-key", "reward.key") in result.mapped
 
 
-def test_the_rollout_manager_scores_with_a_slime_style_plugin(plugin_dir, tmp_path):
+def test_the_rollout_manager_scores_with_a_slime_style_plugin(plugin_dir, tmp_path, tiny_model):
     """The runtime path: the rollout manager's reward function is the slime-style plug-in, args included."""
     from msgspec.structs import replace
 
-    from slime.models.tiny import build_tiny_model
     from slime.runtime.rollout_manager import RolloutManager
 
-    model = build_tiny_model(tmp_path / "tiny", seed=0, hidden=32, layers=1, heads=2, kv_heads=1)
+    model = tiny_model(seed=0, **ONE_LAYER)
     (tmp_path / "p.jsonl").write_text('{"prompt": "1+2=", "label": "3"}\n')
     s = spec("{type: custom, custom: 'slime_style_rewards:reward_func', key: score}", tmp_path)
     s = replace(s, data=replace(s.data, prompts=str(tmp_path / "p.jsonl")))

@@ -22,6 +22,7 @@ from slime.runtime.failures import checkpoint_save_error, classify
 from slime.runtime.job import Job
 from slime.runtime.train_state import ResumePoint, TrainState, restore_checkpoint, save_checkpoint
 from slime.spec import load_spec
+from tests.fixtures.tiny_models import ONE_LAYER
 
 REPO = Path(__file__).resolve().parents[2]
 STATE = {"format": 1, "rollout_id": 0, "step": 1, "weight_version": 2, "world_size": 1, "manager": {"data": {}}}
@@ -212,10 +213,8 @@ def test_the_driver_resumes_from_its_own_checkpoint_when_load_is_set(tmp_path, m
 
 
 @pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory):
-    from slime.models.tiny import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("tok") / "tiny", seed=0, hidden=32, layers=1, heads=2, kv_heads=1)
+def tokenizer_dir(tiny_model):
+    return tiny_model(seed=0, **ONE_LAYER)
 
 
 def manager(tmp_path: Path, tokenizer_dir: Path, rows: list[str], *, warmup: int, label_key: str | None = "label"):

@@ -26,7 +26,7 @@ from slime.backends.sglang.launch import (
 )
 from slime.spec import SpecError
 from slime.spec.load import load_spec
-from tests.unit.test_megatron_config import QWEN25_7B
+from tests.fixtures.hf_configs import QWEN25_7B
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"

@@ -12,21 +12,19 @@ sbatch.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
-import stat
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from launchers.base import SubmitOptions
-from launchers.slurm.launcher import SlurmLauncher
 from launchers.slurm.script import ScriptOptions, render_script
 from slime.spec import SpecError, load_spec_text
+from tests.fixtures.fake_slurm import EXIT_0, RECORD_ARGS_AND_ENV, FakeSlurm
+from tests.fixtures.slurm_script import compile_script, spec_text
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "slurm"
 BASH = shutil.which("bash")
@@ -72,42 +70,6 @@ def sbatch_options(script: str) -> dict[str, str | None]:
             flag, sep, value = word.partition("=")
             out[flag] = value if sep else None
     return out
-
-
-def spec_text(*, name: str = "golden", logdir: str = "/runs", sweep: dict | None = None, **cluster) -> str:
-    doc = {
-        "apiVersion": "slime/v1",
-        "kind": "RLJob",
-        "name": name,
-        "cluster": {"launcher": "slurm", "nodes": 2, "gpus_per_node": 2, **cluster},
-        "model": {"builtin": "tiny"},
-        "rollout": {
-            "colocate": True,
-            "batch_size": 4,
-            "n_samples_per_prompt": 2,
-            "num_rollouts": 2,
-            "max_prompt_len": 16,
-            "max_response_len": 8,
-        },
-        "data": {"prompts": "/data/p.jsonl"},
-        "logging": {"dir": logdir},
-    }
-    if sweep is not None:
-        doc["sweep"] = sweep
-    return json.dumps(doc)  # JSON is YAML
-
-
-def compile_script(text: str, **extra) -> str:
-    loaded = load_spec_text(text, base_dir=Path("/specs"))
-    dry = SlurmLauncher().dryrun(
-        loaded,
-        SubmitOptions(
-            run_name="run-1",
-            preflight_only=extra.pop("preflight_only", False),
-            extra={"python": "/opt/venv/bin/python", **extra},
-        ),
-    )
-    return dry.request.file("job.sbatch")
 
 
 def bash_n(script: str, tmp_path: Path) -> None:
@@ -188,32 +150,15 @@ def _hostile(canary: str, tag: str) -> str:
     return f"{tag} a b'c\"d $(touch {canary}) ;touch {canary}; `touch {canary}` #x %j & | > < * ? \\ end"
 
 
-def _shim(tmp_path: Path) -> tuple[Path, Path]:
-    shim, rec = tmp_path / "shim", tmp_path / "rec"
-    shim.mkdir()
-    rec.mkdir()
-    srun = shim / "srun"
-    srun.write_text('#!/bin/bash\nprintf "%s\\0" "$@" > "$SHIM_REC/args"\nenv -0 > "$SHIM_REC/env"\n')
-    srun.chmod(srun.stat().st_mode | stat.S_IEXEC)
-    return shim, rec
-
-
 def _run_script(script: str, tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    shim, rec = _shim(tmp_path)
-    helper = shim / "helper"  # the restarts helper (python -m launchers.slurm.restarts): test_slurm_restarts.py
-    helper.write_text("#!/bin/sh\nexit 0\n")
-    helper.chmod(0o755)
+    fake = FakeSlurm(tmp_path)
+    fake.add("srun", RECORD_ARGS_AND_ENV)
+    # the restarts helper (python -m launchers.slurm.restarts) is tested in test_slurm_restarts.py
+    helper = fake.add("helper", EXIT_0)
     path = tmp_path / "job.sbatch"
     path.write_text(script.replace("SLIME_HELPER=(/opt/venv/bin/python)", f"SLIME_HELPER=({helper})"))
-    full = {"PATH": f"{shim}:{os.environ['PATH']}", "SHIM_REC": str(rec), "HOME": str(tmp_path), **env}
+    full = fake.env(inherit=False, HOME=str(tmp_path), **env)
     return subprocess.run([BASH, str(path)], cwd=tmp_path, env=full, capture_output=True, text=True, timeout=30)
-
-
-def _records(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
-    rec = tmp_path / "rec"
-    args = (rec / "args").read_bytes().split(b"\0")[:-1]
-    env = dict(e.split(b"=", 1) for e in (rec / "env").read_bytes().split(b"\0") if b"=" in e)
-    return [a.decode() for a in args], {k.decode(): v.decode() for k, v in env.items()}
 
 
 def test_hostile_values_reach_the_job_exactly_and_execute_nothing(tmp_path):
@@ -253,7 +198,7 @@ def test_hostile_values_reach_the_job_exactly_and_execute_nothing(tmp_path):
     proc = _run_script(script, tmp_path, {"SRC_VAR": h("S1")})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not canary.exists(), "a hostile value was executed"
-    args, env = _records(tmp_path)
+    args, env = FakeSlurm(tmp_path).recorded()
     run_dir = str(logdir / "run-1")
     assert f"--container-image={h('I')}" in args
     assert f"--container-mounts={one_line('M')};/dst,{logdir}:{logdir}" in args
@@ -278,25 +223,26 @@ def test_array_task_and_offset_select_the_task(tmp_path):
     script = compile_script(spec_text(nodes=1, sweep={"grid": {"train.seed": [1, 2, 3]}}))
     proc = _run_script(script, tmp_path, {"SLURM_ARRAY_TASK_ID": "1", "SLIME_TASK_OFFSET": "1000"})
     assert proc.returncode == 0, proc.stderr
-    args, env = _records(tmp_path)
+    args, env = FakeSlurm(tmp_path).recorded()
     assert args[-2:] == ["--task", "1001"] and env["SLIME_TASK"] == "1001"
 
 
 def test_the_script_never_signals_the_step_and_returns_its_code(tmp_path):
     """USR1/TERM to the batch shell become a stop file (see test_slurm_restarts.py): srun itself gets no
     signal (slurmstepd would pass it to every process of the step); the script returns the step's code."""
-    shim, rec = _shim(tmp_path)
-    (shim / "srun").write_text(
+    fake = FakeSlurm(tmp_path)
+    rec = fake.rec
+    fake.add(
+        "srun",
         "#!/bin/bash\ntrap 'echo USR1 >> \"$SHIM_REC/sig\"' USR1\n"
         "trap 'echo TERM >> \"$SHIM_REC/sig\"' TERM\n"
         'echo ready > "$SHIM_REC/ready"\nwhile [ ! -e "$SHIM_REC/go" ]; do sleep 0.05; done\n'
-        "exit 42\n"
+        "exit 42\n",
     )
-    (shim / "python3").write_text("#!/bin/sh\nexit 0\n")  # the restarts helper: tested in test_slurm_restarts.py
-    (shim / "python3").chmod(0o755)
+    fake.add("python3", EXIT_0)  # the restarts helper: tested in test_slurm_restarts.py
     path = tmp_path / "job.sbatch"
     path.write_text(compile_script(spec_text(logdir=str(tmp_path)), python="python3"))
-    env = {"PATH": f"{shim}:{os.environ['PATH']}", "SHIM_REC": str(rec), "HOME": str(tmp_path), "SLURM_JOB_ID": "9"}
+    env = fake.env(inherit=False, HOME=str(tmp_path), SLURM_JOB_ID="9")
     proc = subprocess.Popen([BASH, str(path)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
     end = time.monotonic() + 10
     while not (rec / "ready").exists() and time.monotonic() < end:
@@ -315,9 +261,9 @@ def test_the_script_never_signals_the_step_and_returns_its_code(tmp_path):
 
 
 def test_term_before_the_step_ends_the_job_with_143(tmp_path):
-    shim, rec = _shim(tmp_path)
-    (shim / "python3").write_text("#!/bin/sh\nkill -TERM $PPID\nsleep 1\n")  # TERM arrives during the start helper
-    (shim / "python3").chmod(0o755)
+    fake = FakeSlurm(tmp_path)
+    fake.add("srun", RECORD_ARGS_AND_ENV)
+    fake.add("python3", "#!/bin/sh\nkill -TERM $PPID\nsleep 1\n")  # TERM arrives during the start helper
     path = tmp_path / "job.sbatch"
     path.write_text(compile_script(spec_text(logdir=str(tmp_path)), python="python3"))
     proc = subprocess.run(
@@ -326,10 +272,10 @@ def test_term_before_the_step_ends_the_job_with_143(tmp_path):
         capture_output=True,
         text=True,
         timeout=30,
-        env={"PATH": f"{shim}:{os.environ['PATH']}", "SHIM_REC": str(rec), "HOME": str(tmp_path)},
+        env=fake.env(inherit=False, HOME=str(tmp_path)),
     )
     assert proc.returncode == 143 and "finished with exit code 143" in proc.stdout
-    assert not (rec / "args").exists()  # srun never ran
+    assert not (fake.rec / "args").exists()  # srun never ran
 
 
 @pytest.mark.parametrize(

@@ -22,10 +22,10 @@ from launchers.node.driverproc import catches
 from launchers.slurm import restarts
 from slime.core.paths import RunPaths
 from slime.core.rendezvous import Rendezvous
+from tests.fixtures.fake_slurm import FakeSlurm
+from tests.fixtures.slurm_script import compile_script, spec_text
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(Path(__file__).parent))
-from test_slurm_render import compile_script, spec_text  # noqa: E402
 
 PREEMPT = "slurmstepd-sn1: error: *** JOB 7 ON sn1 CANCELLED AT 2026-11-30T03:23:03 DUE TO PREEMPTION ***"
 REQUEUE = "slurmstepd-sn1: error: *** JOB 7 ON sn1 CANCELLED AT 2026-11-30T03:23:23 DUE TO JOB REQUEUE ***"
@@ -129,24 +129,15 @@ def test_a_torn_last_line_is_skipped_and_repaired_on_append(tmp_path):
 
 
 # ----------------------------------------------------------------------------- after (fake scontrol)
-def fake_scontrol(tmp_path: Path, record: str) -> tuple[Path, Path]:
-    bindir, calls = tmp_path / "bin", tmp_path / "calls"
-    bindir.mkdir(parents=True, exist_ok=True)
-    path = bindir / "scontrol"
-    path.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nif [ "$1" = show ]; then echo {json.dumps(record)}; fi\n')
-    path.chmod(0o755)
-    return bindir, calls
+def fake_scontrol(tmp_path: Path, record: str) -> FakeSlurm:
+    fake = FakeSlurm(tmp_path)
+    fake.add_scontrol(record)
+    return fake
 
 
 def after(paths: RunPaths, tmp_path: Path, record: str, *args: str, restart: int = 0) -> tuple[int, str, list[str]]:
-    bindir, calls = fake_scontrol(tmp_path, record)
-    env = {
-        **os.environ,
-        "PATH": f"{bindir}:{os.environ['PATH']}",
-        "SLURM_JOB_ID": "7",
-        "SLURM_RESTART_COUNT": str(restart),
-        "SLURM_JOB_NODELIST": "sn[1-2]",
-    }
+    fake = fake_scontrol(tmp_path, record)
+    env = fake.env(SLURM_JOB_ID="7", SLURM_RESTART_COUNT=str(restart), SLURM_JOB_NODELIST="sn[1-2]")
     proc = subprocess.run(
         [sys.executable, "-m", "launchers.slurm.restarts", "after", str(paths.root), "--task", "0", *args],
         env=env,
@@ -155,7 +146,7 @@ def after(paths: RunPaths, tmp_path: Path, record: str, *args: str, restart: int
         text=True,
         timeout=60,
     )
-    return proc.returncode, proc.stdout + proc.stderr, calls.read_text().splitlines() if calls.exists() else []
+    return proc.returncode, proc.stdout + proc.stderr, fake.calls()
 
 
 RUNNING = "JobId=7 JobState=RUNNING Restarts=0 PreemptTime=None EndTime=2099-01-01T00:00:00 TimeLimit=UNLIMITED"
@@ -271,24 +262,21 @@ def test_the_script_turns_usr1_into_a_stop_file_and_requeues_after_exit_75(tmp_p
     paths = run_dir(tmp_path)
     script = compile_script(spec_text(logdir=str(tmp_path / "logs")), python=sys.executable)
     script = script.replace(str(tmp_path / "logs" / "run-1"), str(paths.root))
-    bindir, calls = fake_scontrol(tmp_path, RUNNING)
-    srun = bindir / "srun"
-    srun.write_text(
+    fake = fake_scontrol(tmp_path, RUNNING)
+    fake.add(
+        "srun",
         "#!/bin/bash\ntrap 'echo USR1 >> \"$SHIM/srun-signals\"' USR1\n"
-        'while [ ! -e "$SHIM/go" ]; do sleep 0.05; done\nexit 75\n'
+        'while [ ! -e "$SHIM/go" ]; do sleep 0.05; done\nexit 75\n',
     )
-    srun.chmod(0o755)
     path = tmp_path / "job.sbatch"
     path.write_text(script)
-    env = {
-        **os.environ,
-        "PATH": f"{bindir}:{os.environ['PATH']}",
-        "SHIM": str(tmp_path),
-        "SLURM_JOB_ID": "7",
-        "SLURM_RESTART_COUNT": "0",
-        "SLURM_JOB_NODELIST": "sn[1-2]",
-        "PYTHONPATH": str(REPO),
-    }
+    env = fake.env(
+        SHIM=str(tmp_path),
+        SLURM_JOB_ID="7",
+        SLURM_RESTART_COUNT="0",
+        SLURM_JOB_NODELIST="sn[1-2]",
+        PYTHONPATH=str(REPO),
+    )
     proc = subprocess.Popen(
         ["bash", str(path)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -306,7 +294,7 @@ def test_the_script_turns_usr1_into_a_stop_file_and_requeues_after_exit_75(tmp_p
     assert proc.returncode == 75, out
     assert not (tmp_path / "srun-signals").exists()
     assert "slime: task 0 finished with exit code 75" in out and "requeued job 7 (requeued" in out
-    assert calls.read_text().splitlines()[-1] == "requeue 7"
+    assert fake.calls()[-1] == "requeue 7"
     assert [r["cause"] for r in restarts.read(paths.task(0))] == ["requeued"]  # USR1 far from any time limit
 
 
@@ -316,18 +304,9 @@ def test_the_script_refuses_to_start_when_the_budget_is_spent(tmp_path):
     script = compile_script(spec_text(logdir=str(tmp_path / "logs")), python=sys.executable)
     path = tmp_path / "job.sbatch"
     path.write_text(script.replace(str(tmp_path / "logs" / "run-1"), str(paths.root)))
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "srun").write_text('#!/bin/sh\ntouch "$SHIM/srun-ran"\n')
-    (bindir / "srun").chmod(0o755)
-    env = {
-        **os.environ,
-        "PATH": f"{bindir}:{os.environ['PATH']}",
-        "SHIM": str(tmp_path),
-        "SLURM_JOB_ID": "7",
-        "SLURM_RESTART_COUNT": "1",
-        "PYTHONPATH": str(REPO),
-    }
+    fake = FakeSlurm(tmp_path)
+    fake.add("srun", '#!/bin/sh\ntouch "$SHIM/srun-ran"\n')
+    env = fake.env(SHIM=str(tmp_path), SLURM_JOB_ID="7", SLURM_RESTART_COUNT="1", PYTHONPATH=str(REPO))
     proc = subprocess.run(["bash", str(path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "will not run again" in proc.stdout and "slime: task 0 finished with exit code 3" in proc.stdout

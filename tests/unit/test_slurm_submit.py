@@ -9,8 +9,6 @@ and environment. The real submission path is covered by tests/e2e/test_slurm_e2e
 from __future__ import annotations
 
 import json
-import os
-import stat
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from launchers.base import SubmitOptions
 from launchers.slurm.launcher import SlurmLauncher
 from slime.core.errors import InfraError
 from slime.spec import load_spec_text
+from tests.fixtures.fake_slurm import FakeSlurm
 
 SCONTROL = r"""#!/bin/bash
 case "$2" in
@@ -31,9 +30,9 @@ esac
 """
 
 SBATCH = r"""#!/bin/bash
-n=$(ls "$REC" | wc -l)
-printf '%s\n' "$@" > "$REC/call-$n"
-echo "offset=$SLIME_TASK_OFFSET" >> "$REC/call-$n"
+n=$(ls "$SHIM_REC" | wc -l)
+printf '%s\n' "$@" > "$SHIM_REC/call-$n"
+echo "offset=$SLIME_TASK_OFFSET" >> "$SHIM_REC/call-$n"
 [ -n "${FAIL_AT:-}" ] && [ "$n" = "$FAIL_AT" ] && { echo "sbatch: error: QOSMaxSubmitJobPerUserLimit" >&2; exit 1; }
 echo "$((100 + n))"
 """
@@ -63,15 +62,11 @@ def _spec(tmp_path: Path, n_seeds: int) -> str:
 
 @pytest.fixture
 def shims(tmp_path, monkeypatch):
-    bin_dir, rec = tmp_path / "bin", tmp_path / "rec"
-    bin_dir.mkdir()
-    rec.mkdir()
-    for name, text in (("scontrol", SCONTROL), ("sbatch", SBATCH)):
-        (bin_dir / name).write_text(text)
-        (bin_dir / name).chmod(0o755 | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setenv("REC", str(rec))
-    return rec
+    fake = FakeSlurm(tmp_path)
+    fake.add("scontrol", SCONTROL)
+    fake.add("sbatch", SBATCH)
+    fake.activate(monkeypatch)
+    return fake.rec
 
 
 def _calls(rec: Path) -> list[list[str]]:

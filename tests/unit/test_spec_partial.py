@@ -23,7 +23,7 @@ from slime.spec.load import parse_path
 from slime.spec.resolve import DERIVED_FROM, resolve
 from slime.spec.types import Spec
 from tests.fixtures.spec_helpers import CPU_SPEC, DELETE, GPU_SPEC, problems, spec
-from tests.unit.test_spec_rules import CASES
+from tests.fixtures.spec_rule_cases import CASES
 
 G, C = GPU_SPEC, CPU_SPEC
 

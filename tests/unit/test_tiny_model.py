@@ -18,8 +18,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "m", seed=0)
+def tiny(tiny_model):
+    return tiny_model(seed=0)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,10 +19,11 @@ from msgspec.structs import replace  # noqa: E402
 from slime.backends.base import RankInfo, TrainBatch  # noqa: E402
 from slime.backends.train.micro_batches import plan_micro_batches  # noqa: E402
 from slime.backends.train.torch_backend import TorchTrainBackend  # noqa: E402
-from slime.models.tiny import build_tiny_model  # noqa: E402
 from slime.rl.kl import compute_kl  # noqa: E402
 from slime.runtime.train_data import collate  # noqa: E402
 from slime.spec import load_spec  # noqa: E402
+from tests.fixtures.ranks import spawn_ranks  # noqa: E402
+from tests.fixtures.tiny_models import SMALL  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[2]
@@ -32,15 +32,13 @@ SOLO = RankInfo(rank=0, world_size=1, master_addr="127.0.0.1", master_port=0, de
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("torch-backend") / "tiny", seed=0)
+def model_dir(tiny_model):
+    return tiny_model(seed=0)
 
 
 @pytest.fixture(scope="module")
-def small_dir(tmp_path_factory):
-    return build_tiny_model(
-        tmp_path_factory.mktemp("torch-backend") / "small", seed=3, hidden=32, layers=2, heads=2, kv_heads=1
-    )
+def small_dir(tiny_model):
+    return tiny_model(seed=3, **SMALL)
 
 
 def make_spec(**changes):
@@ -198,24 +196,13 @@ def configs():
 
 
 def test_two_gloo_ranks_take_the_same_step_as_one_process(small_dir, tmp_path):
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     script = tmp_path / "rank.py"
     script.write_text(_RANK_SCRIPT.format(repo=str(REPO), here=str(Path(__file__).parent)))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(script), str(r), str(port), str(small_dir), str(tmp_path / f"r{r}.json")],
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for r in (0, 1)
-    ]
-    for p in procs:
-        _, err = p.communicate(timeout=150)
-        assert p.returncode == 0, err[-3000:]
+    spawn_ranks(
+        lambda r, port: [sys.executable, str(script), str(r), str(port), str(small_dir), str(tmp_path / f"r{r}.json")],
+        2,
+        timeout=150,
+    )
     ranks = [json.loads((tmp_path / f"r{r}.json").read_text()) for r in (0, 1)]
     for name, spec in configs().items():
         single = backend(spec, small_dir)

@@ -1,0 +1,79 @@
+"""The layout of the test suite itself: test modules never import each other, every test sits in a tier.
+
+Test modules share code only through ``tests/fixtures/`` (helpers, data, pytest plug-ins): an import of
+another test module (``tests.unit.test_x``, ``tests.slurm_cluster``, or ``test_x`` after a ``sys.path``
+insert) couples two files that are edited, moved and deselected independently. Every import counts,
+including function-level ones. Every test file lives in a tier directory whose name is a declared
+marker, because ``tests/conftest.py`` marks tests by directory (``pytest -m unit`` etc.).
+"""
+
+from __future__ import annotations
+
+import ast
+import configparser
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[1]
+TIER_DIRS = ("unit", "integration", "e2e", "gpu")
+
+
+def _imports(source: str) -> list[tuple[int, str]]:
+    """(line, module) of every import in ``source``; a relative import as ``.`` plus its module."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            found.append((node.lineno, "." * node.level + (node.module or "")))
+        elif isinstance(node, ast.ImportFrom):
+            found.append((node.lineno, node.module))
+            if node.module == "tests":  # from tests import unit
+                found += [(node.lineno, f"tests.{alias.name}") for alias in node.names]
+    return found
+
+
+def _forbidden(module: str) -> bool:
+    """An import of test code other than tests.fixtures (relative imports: write tests.fixtures.x)."""
+    parts = module.split(".")
+    if module.startswith(".") or parts[0].startswith("test_"):
+        return True
+    return parts[0] == "tests" and len(parts) > 1 and parts[1] != "fixtures"
+
+
+def test_test_modules_import_no_other_test_module():
+    files = sorted(TESTS.glob("**/test_*.py")) + sorted((TESTS / "fixtures").glob("**/*.py"))
+    bad = [
+        f"{path.relative_to(TESTS.parent)}:{line}: imports {module}"
+        for path in files
+        for line, module in _imports(path.read_text())
+        if _forbidden(module)
+    ]
+    assert not bad, "shared test code belongs in tests/fixtures/:\n" + "\n".join(bad)
+
+
+def test_the_checker_sees_each_kind_of_cross_import():
+    samples = {
+        "from tests.unit.test_spec_rules import CASES": True,
+        "import tests.slurm_cluster": True,
+        "from tests import conftest": True,
+        "from .test_engine_api import server": True,
+        "def f():\n    from test_slurm_render import spec_text": True,
+        "from tests.fixtures.ranks import spawn_ranks": False,
+        "from tests import fixtures": False,
+        "import testing_tools, pytest": False,
+    }
+    for code, expected in samples.items():
+        modules = [m for _, m in _imports(code)]
+        assert any(_forbidden(m) for m in modules) is expected, (code, modules)
+
+
+def test_every_test_file_is_in_a_declared_tier_directory(request):
+    strays = [
+        str(p.relative_to(TESTS)) for p in TESTS.glob("**/test_*.py") if p.relative_to(TESTS).parts[0] not in TIER_DIRS
+    ]
+    assert not strays, f"test files outside the tier directories {TIER_DIRS}: {strays}"
+    cfg = configparser.ConfigParser()
+    cfg.read(TESTS.parent / "setup.cfg")
+    declared = {line.split(":")[0].strip() for line in cfg["tool:pytest"]["markers"].splitlines() if line.strip()}
+    assert set(TIER_DIRS) | {"slurm", "slow"} <= declared
+    assert request.node.get_closest_marker("unit") is not None  # conftest marked this test by its directory
