@@ -16,7 +16,7 @@ from pathlib import Path
 
 from msgspec.structs import replace
 
-from slime.spec.types import Critic, Spec
+from slime.spec.types import Algorithm, Critic, Model, Rollout, Spec, Train
 
 __all__ = ["BUILTIN_CONTEXT", "DERIVED_FROM", "count_jsonl_rows", "model_config", "resolve", "variable_count_reason"]
 
@@ -106,9 +106,21 @@ def variable_count_reason(spec: Spec) -> str | None:
 
 
 def resolve(spec: Spec, base_dir: Path) -> Spec:
-    c, m, t, r, d, a = spec.cluster, spec.model, spec.train, spec.rollout, spec.data, spec.algorithm
+    """``spec`` with relative paths made absolute and every derived value filled in (see ``DERIVED_FROM``)."""
+    spec = _absolute_paths(spec, base_dir)  # first: everything after may read files
+    c = spec.cluster
+    if c.cpus_per_node is None and c.launcher == "local":
+        c = replace(c, cpus_per_node=os.cpu_count() or 1)
+    m = _model(spec)
+    t = _train(spec)
+    r = _rollout(spec, t)
+    t = _batches(spec, t, r)
+    return replace(spec, cluster=c, model=m, train=t, rollout=r, algorithm=_algorithm(spec))
 
-    # Paths first: everything after may read files.
+
+def _absolute_paths(spec: Spec, base_dir: Path) -> Spec:
+    """Paths relative to the spec file made absolute; eval sets inherit the rollout's sampling limits."""
+    m, t, r, d = spec.model, spec.train, spec.rollout, spec.data
     m = replace(
         m,
         path=_abs(m.path, base_dir),
@@ -130,17 +142,24 @@ def resolve(spec: Spec, base_dir: Path) -> Spec:
             for e in d.eval
         ),
     )
-    debug = replace(spec.debug, load_rollouts=_abs(spec.debug.load_rollouts, base_dir))
     ckpt = replace(t.checkpoint, dir=_abs(t.checkpoint.dir, base_dir), load=_abs(t.checkpoint.load, base_dir))
     logging = replace(
         spec.logging,
         dir=_abs(spec.logging.dir, base_dir),
         wandb=replace(spec.logging.wandb, group=spec.logging.wandb.group or spec.name),
     )
+    return replace(
+        spec,
+        model=m,
+        data=d,
+        train=replace(t, checkpoint=ckpt),
+        logging=logging,
+        debug=replace(spec.debug, load_rollouts=_abs(spec.debug.load_rollouts, base_dir)),
+    )
 
-    if c.cpus_per_node is None and c.launcher == "local":
-        c = replace(c, cpus_per_node=os.cpu_count() or 1)
 
+def _model(spec: Spec) -> Model:
+    m = spec.model
     cfg = model_config(m.path)
     if m.max_context_len is None:
         if m.builtin:
@@ -149,15 +168,18 @@ def resolve(spec: Spec, base_dir: Path) -> Spec:
             m = replace(m, max_context_len=cfg["max_position_embeddings"])
     if m.tokenizer is None and m.path:
         m = replace(m, tokenizer=m.path)
-    if a.estimator == "ppo" and m.critic_path is None:
+    if spec.algorithm.estimator == "ppo" and m.critic_path is None:
         m = replace(m, critic_path=m.path)
+    return m
 
+
+def _train(spec: Spec) -> Train:
+    c, t = spec.cluster, spec.train
     o = t.optimizer
-    t = replace(
+    return replace(
         t,
         nodes=t.nodes if t.nodes is not None else c.nodes,
         gpus_per_node=t.gpus_per_node if t.gpus_per_node is not None else c.gpus_per_node,
-        checkpoint=ckpt,
         # megatron turns sequence parallelism off at tensor 1 (with a warning; rules.py warns too)
         parallel=replace(
             t.parallel,
@@ -167,6 +189,10 @@ def resolve(spec: Spec, base_dir: Path) -> Spec:
         optimizer=o if o.distributed is not None else replace(o, distributed=t.backend == "megatron"),
     )
 
+
+def _rollout(spec: Spec, t: Train) -> Rollout:
+    """Rollout GPUs, engines, weight sync and rollout count; ``t``: the resolved train section."""
+    c, r = spec.cluster, spec.rollout
     actor_gpus = t.nodes * t.gpus_per_node
     gpus = r.gpus
     if gpus is None and (r.colocate or c.gpus_per_node == 0):
@@ -182,10 +208,10 @@ def resolve(spec: Spec, base_dir: Path) -> Spec:
     weight_sync = r.weight_sync or ("nccl" if collective else "disk")
     num_rollouts = r.num_rollouts
     if num_rollouts is None and r.epochs is not None:
-        rows = count_jsonl_rows(d.prompts)
+        rows = count_jsonl_rows(spec.data.prompts)
         if rows is not None:
             num_rollouts = max(1, rows // r.batch_size) * r.epochs
-    r = replace(
+    return replace(
         r,
         gpus=gpus,
         num_engines=num_engines,
@@ -194,6 +220,9 @@ def resolve(spec: Spec, base_dir: Path) -> Spec:
         over_sampling_batch_size=r.over_sampling_batch_size or r.batch_size,
     )
 
+
+def _batches(spec: Spec, t: Train, r: Rollout) -> Train:
+    """``global_batch_size`` and ``num_steps_per_rollout``, each from the other and the samples per rollout."""
     samples = r.batch_size * r.n_samples_per_prompt
     gbs, steps = t.global_batch_size, t.num_steps_per_rollout
     if gbs is None and steps is None:
@@ -204,15 +233,14 @@ def resolve(spec: Spec, base_dir: Path) -> Spec:
         steps = samples // gbs
     if steps is None and gbs and variable_count_reason(spec) is not None:
         steps = max(1, round(samples / gbs))  # a nominal count: the runtime sizes each rollout's steps
-    t = replace(t, global_batch_size=gbs, num_steps_per_rollout=steps)
+    return replace(t, global_batch_size=gbs, num_steps_per_rollout=steps)
 
-    a = replace(
+
+def _algorithm(spec: Spec) -> Algorithm:
+    a, n = spec.algorithm, spec.rollout.n_samples_per_prompt
+    return replace(
         a,
         eps_clip_high=a.eps_clip_high if a.eps_clip_high is not None else a.eps_clip,
-        normalize_std=a.normalize_std
-        if a.normalize_std is not None
-        else (r.n_samples_per_prompt > 1 and a.estimator in _GROUP_ESTIMATORS),
+        normalize_std=a.normalize_std if a.normalize_std is not None else (n > 1 and a.estimator in _GROUP_ESTIMATORS),
         critic=a.critic if a.critic is not None or a.estimator != "ppo" else Critic(),
     )
-
-    return replace(spec, cluster=c, model=m, train=t, rollout=r, data=d, algorithm=a, logging=logging, debug=debug)

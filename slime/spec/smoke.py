@@ -276,7 +276,12 @@ def untested(spec: Spec, *, tasks: int = 1) -> tuple[str, ...]:
         out.append(f"your model ({m.path}): its config, tokenizer, chat template, context length and memory")
     if t.backend == "megatron":
         p = t.parallel
-        sizes = [f"{f.encode_name} {getattr(p, f.name)}" for f in fields(Parallel) if getattr(p, f.name) != f.default]
+        derived = {"expert_tensor": p.tensor}  # resolved to tensor unless set otherwise
+        sizes = [
+            f"{f.encode_name} {getattr(p, f.name)}"
+            for f in fields(Parallel)
+            if getattr(p, f.name) not in (f.default, derived.get(f.name, f.default))
+        ]
         out.append(
             "Megatron-core training: "
             + (f"parallel sizes ({', '.join(sizes)}), " if sizes else "")
