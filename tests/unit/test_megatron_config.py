@@ -180,7 +180,7 @@ def test_backend_args_split_and_override():
 
 @pytest.mark.skipif(not HAS_MEGATRON, reason="megatron-core is not installed (optional extra 'megatron')")
 def test_transformer_config_builds_and_rejects_unknown_options():
-    from slime.backends.megatron.config import build_transformer_config
+    from slime.backends.megatron.transformer_config import build_transformer_config
 
     s = ModelShape.from_hf_config({**QWEN25_7B, "num_hidden_layers": 2})
     cfg = build_transformer_config(

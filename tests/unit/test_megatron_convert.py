@@ -212,7 +212,8 @@ def _worker(model_dir: str) -> None:
     from transformers import AutoModelForCausalLM
 
     from slime.backends.megatron.attention import layer_spec
-    from slime.backends.megatron.config import build_transformer_config, gpt_model_kwargs, transformer_config_kwargs
+    from slime.backends.megatron.config import gpt_model_kwargs, transformer_config_kwargs
+    from slime.backends.megatron.transformer_config import build_transformer_config
 
     class _NoRng:  # the model-parallel CUDA RNG tracker (only forked around dropout)
         def fork(self, *a, **k):

@@ -58,6 +58,7 @@ from slime.backends.megatron import config as mcfg
 from slime.backends.megatron import convert, hf_io
 from slime.backends.megatron.batching import pad_to_multiple, plan_micro_batches
 from slime.backends.megatron.logprobs import vocab_parallel_logprobs
+from slime.backends.megatron.transformer_config import build_transformer_config
 from slime.rl.losses import critic_values, sft_loss, total_loss, value_loss
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ class MegatronTrainBackend(TrainBackend):
         # off, megatron-core 0.16 never tags TP-split weights (tensor_model_parallel), and the
         # gradient norm (hence clipping) then drops the shards of TP ranks > 0.
         base = {} if self.device.type == "cuda" else {"use_cpu_initialization": True}
-        self.config = mcfg.build_transformer_config(
+        self.config = build_transformer_config(
             mcfg.transformer_config_kwargs(
                 self.shape,
                 tp=self.tp,
