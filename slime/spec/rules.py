@@ -25,7 +25,7 @@ from slime.spec.engine_flags import (
 from slime.spec.layout import LayoutError, plan_layout
 from slime.spec.megatron_model import ATTENTION_BACKENDS, MegatronConfigError, ModelShape, parallel_findings
 from slime.spec.resolve import model_config, variable_count_reason
-from slime.spec.types import BUILTIN_FILTERS, Cluster, SandboxSpec, Spec
+from slime.spec.types import BUILTIN_FILTERS, Cluster, SandboxSpec, Spec, Tis
 
 Finding = tuple[str, str, str | None]
 Rule = Callable[[Spec], Iterator[Finding]]
@@ -815,6 +815,9 @@ def algorithm(s: Spec) -> Iterator[Finding]:
     yield from _importance_sampling(s)
 
 
+_TIS_DEFAULTS = Tis()
+
+
 def _importance_sampling(s: Spec) -> Iterator[Finding]:
     a = s.algorithm
     if a.tis.enabled and a.use_rollout_logprobs:
@@ -830,6 +833,16 @@ def _importance_sampling(s: Spec) -> Iterator[Finding]:
             f"algorithm.tis.clip_low ({a.tis.clip_low}) must be below algorithm.tis.clip ({a.tis.clip})",
             "e.g. clip_low: 0.0, clip: 2.0 (slime's defaults)",
         )
+    if not a.tis.enabled:  # clamps of an importance weight nothing computes: set, they would be ignored
+        for name in ("clip", "clip_low"):
+            value, default = getattr(a.tis, name), getattr(_TIS_DEFAULTS, name)
+            if value != default:
+                yield (
+                    f"algorithm.tis.{name}",
+                    f"algorithm.tis.{name} is {value}, but algorithm.tis.enabled is false: no importance weight "
+                    "is computed, so nothing would clamp at it",
+                    f"set algorithm.tis.enabled: true, or remove tis.{name} (default {default})",
+                )
 
 
 @rule

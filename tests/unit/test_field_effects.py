@@ -156,15 +156,29 @@ def test_half_precision_needs_gpus():
     assert not errors_at(problems(spec(G, **{"train.precision": "bf16"})), "train.precision")
 
 
-def test_over_sampling_beyond_the_batch_is_refused():
-    (p,) = errors_at(problems(spec(C, **{"rollout.over_sampling_batch_size": 8})), "rollout.over_sampling_batch_size")
-    assert "needs a dynamic filter" in p.message and "remove rollout.over_sampling_batch_size" in p.hint
-    assert not problems(spec(C, **{"rollout.over_sampling_batch_size": 4}))  # = batch_size
+def test_over_sampling_needs_a_filter_or_partial_rollout():
+    """Over-sampling draws more groups than a rollout trains on: only a filter (which drops some) or partial
+    rollout (which keeps the rest for later) uses them, so without either it is refused; below the batch too."""
+    over = {"rollout.over_sampling_batch_size": 8}  # the CPU spec's batch_size is 4
+    (p,) = errors_at(problems(spec(C, **over)), "rollout.over_sampling_batch_size")
+    assert "8 > batch_size 4" in p.message and "the extra groups would be generated and thrown away" in p.message
+    assert "set rollout.dynamic_sampling.filter or rollout.partial: true" in p.hint
+    assert not problems(spec(C, **over, **{"rollout.dynamic_sampling": {"filter": "nonzero_std"}}))
+    assert not problems(spec(C, **over, **{"rollout.partial": True}))
+    assert load(spec(C, **over, **{"rollout.partial": True})).spec.rollout.over_sampling_batch_size == 8
+    (low,) = errors_at(problems(spec(C, **{"rollout.over_sampling_batch_size": 2})), "rollout.over_sampling_batch_size")
+    assert "over_sampling_batch_size 2 < batch_size 4" in low.message and "at least rollout.batch_size" in low.hint
+    assert not problems(spec(C, **{"rollout.over_sampling_batch_size": 4}))  # = batch_size: no over-sampling
 
 
 # ----------------------------------------------------------------------------- the torch backend's maths
 torch = pytest.importorskip("torch")
-from tests.unit.test_torch_backend import backend, make_spec, rl_batch, samples, small_dir  # noqa: E402,F401
+from tests.fixtures.torch_backend import backend, make_spec, rl_batch, samples, small_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def small_dir(tiny_model):
+    return small_model(tiny_model)
 
 
 def _step(spec, path, batch, **kw):
@@ -175,7 +189,7 @@ def _step(spec, path, batch, **kw):
     return be, metrics, moved
 
 
-def test_dynamic_batch_packs_micro_batches_by_tokens(small_dir):  # noqa: F811
+def test_dynamic_batch_packs_micro_batches_by_tokens(small_dir):
     from slime.runtime.train_data import collate
 
     batch = collate(samples(8, seed=2))
@@ -188,7 +202,7 @@ def test_dynamic_batch_packs_micro_batches_by_tokens(small_dir):  # noqa: F811
     assert len(packed._micro_batches(batch)) > 2  # rows of up to 10 tokens, 12 padded tokens per micro-batch
 
 
-def test_the_optimizer_and_its_schedule_follow_the_spec(small_dir):  # noqa: F811
+def test_the_optimizer_and_its_schedule_follow_the_spec(small_dir):
     opt = {"lr": 2e-3, "betas": (0.8, 0.9), "eps": 1e-5, "weight_decay": 0.05}
     be = backend(make_spec(train={"optimizer": opt}), small_dir)
     group = be.optimizer.param_groups[0]
@@ -204,7 +218,7 @@ def test_the_optimizer_and_its_schedule_follow_the_spec(small_dir):  # noqa: F81
     assert clipped["grad_norm"] == pytest.approx(free["grad_norm"]) and small < 0.5 * large
 
 
-def test_clipping_settings_change_the_policy_loss(small_dir):  # noqa: F811
+def test_clipping_settings_change_the_policy_loss(small_dir):
     be = backend(make_spec(), small_dir)
     batch = rl_batch(be, samples(8, seed=5))
 
@@ -228,7 +242,7 @@ def replace_batch(batch, **fields):
     return out
 
 
-def test_kl_loss_settings_change_the_policy_loss(small_dir):  # noqa: F811
+def test_kl_loss_settings_change_the_policy_loss(small_dir):
     be = backend(make_spec(), small_dir)
     batch = rl_batch(be, samples(8, seed=6))
     batch.ref_log_probs = batch.old_log_probs - 0.5 * batch.response_mask
@@ -246,7 +260,7 @@ def test_kl_loss_settings_change_the_policy_loss(small_dir):  # noqa: F811
     assert k1["loss"] != pytest.approx(base["loss"]) and k1["loss"] != pytest.approx(k3["loss"])
 
 
-def test_the_critic_takes_its_own_lr_and_value_clip(small_dir):  # noqa: F811
+def test_the_critic_takes_its_own_lr_and_value_clip(small_dir):
     from slime.runtime.train_data import collate
     from slime.spec.types import Critic
 
@@ -264,7 +278,7 @@ def test_the_critic_takes_its_own_lr_and_value_clip(small_dir):  # noqa: F811
     assert tight["value_loss"] != pytest.approx(loose["value_loss"])
 
 
-def test_the_sft_warmup_takes_its_own_lr(small_dir):  # noqa: F811
+def test_the_sft_warmup_takes_its_own_lr(small_dir):
     from slime.runtime.train_data import collate
 
     be = backend(make_spec(algorithm={"sft_warmup_lr": 3e-3}), small_dir)
@@ -307,8 +321,8 @@ def test_sampling_params_come_from_the_rollout_and_eval_settings():
     s = _quickstart(
         **{"rollout.top_p": "0.9", "rollout.top_k": "7", "rollout.stop": "['###']", "rollout.max_response_len": "5"}
     )
-    mgr = RolloutManager(s, [], "unused")  # construction only records; _sampling_params reads the spec
-    p = mgr._sampling_params(temperature=s.rollout.temperature, seed=11)
+    mgr = RolloutManager(s, [], "unused")  # construction only records; sampling_params reads the spec
+    p = mgr.sampling_params(temperature=s.rollout.temperature, seed=11)
     assert p == {
         "max_new_tokens": 5,
         "temperature": 1.0,
@@ -317,8 +331,65 @@ def test_sampling_params_come_from_the_rollout_and_eval_settings():
         "stop": ["###"],
         "sampling_seed": 11,
     }
-    greedy = mgr._sampling_params(temperature=s.data.eval[0].temperature, seed=11)
+    # an eval set without its own settings takes the rollout's (derived at load) ...
+    inherited = s.data.eval[0]
+    assert (inherited.max_response_len, inherited.top_p, inherited.top_k) == (5, 0.9, 7)
+    greedy = mgr.sampling_params(temperature=inherited.temperature, seed=11, e=inherited)
     assert greedy["temperature"] == 0.0 and "sampling_seed" not in greedy
+    assert (greedy["max_new_tokens"], greedy["top_p"], greedy["top_k"]) == (5, 0.9, 7)
+    # ... and one with its own uses them
+    own = _quickstart(**{"data.eval[0].max_response_len": "3", "data.eval[0].top_p": "0.5", "data.eval[0].top_k": "2"})
+    e = own.data.eval[0]
+    q = RolloutManager(own, [], "unused").sampling_params(temperature=0.5, seed=3, e=e)
+    assert (q["max_new_tokens"], q["top_p"], q["top_k"], q["sampling_seed"]) == (3, 0.5, 2, 3)
+
+
+def test_the_seed_orders_the_prompts_and_seeds_every_request(small_dir):
+    """``train.seed`` shuffles the prompt order and seeds each request's sampling (what a seed does inside
+    the engine: tests/integration/test_engine_api.py). A recorder stands in for the engine (an HTTP process):
+    it answers every request with an empty completed response and keeps the sampling dicts it was sent."""
+    from slime.rl.sample import SampleStatus
+    from slime.runtime.rollout_manager import RolloutManager, _collect
+
+    class Engine:
+        def __init__(self) -> None:
+            self.params: list[dict] = []
+
+        async def run(self, group, position, params):
+            self.params += params
+            for s in group.samples:
+                s.status = SampleStatus.COMPLETED
+
+        async def abort(self) -> int:
+            return 0
+
+    def rollout(seed):
+        s = _quickstart(
+            **{
+                "train.seed": str(seed),
+                "rollout.temperature": "0.7",
+                "rollout.batch_size": "4",
+                "train.global_batch_size": "32",
+                "train.micro_batch_size": "32",
+            }
+        )
+        mgr = RolloutManager(s, [], str(small_dir))
+        mgr.setup()
+        engine = Engine()
+        mgr.generator = lambda tag, max_new_tokens: engine
+        try:
+            samples, _ = mgr._run(_collect(mgr, 0, None))
+        finally:
+            mgr.close()
+        return [x.prompt for x in samples], engine.params
+
+    prompts, params = rollout(1)
+    assert len(params) == 4 * 8 and {p["temperature"] for p in params} == {0.7}  # rollout.temperature
+    seeds = [p["sampling_seed"] for p in params]
+    assert len(set(seeds)) == len(seeds)  # one seed per request
+    assert rollout(1) == (prompts, params)  # the same seed: the same prompts and requests
+    other_prompts, other_params = rollout(2)
+    assert other_prompts != prompts and not set(seeds) & {p["sampling_seed"] for p in other_params}
 
 
 def test_a_remote_reward_gets_its_url_timeout_and_retries():

@@ -14,21 +14,16 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from msgspec.structs import replace  # noqa: E402
-
-from slime.backends.base import RankInfo, TrainBatch  # noqa: E402
+from slime.backends.base import TrainBatch  # noqa: E402
 from slime.backends.train.micro_batches import plan_micro_batches  # noqa: E402
-from slime.backends.train.torch_backend import TorchTrainBackend  # noqa: E402
 from slime.rl.kl import compute_kl  # noqa: E402
 from slime.runtime.train_data import collate  # noqa: E402
-from slime.spec import load_spec  # noqa: E402
 from tests.fixtures.ranks import spawn_ranks  # noqa: E402
-from tests.fixtures.tiny_models import SMALL  # noqa: E402
+from tests.fixtures.torch_backend import backend, make_spec, params_of, rl_batch, samples, small_model  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(180)
-SOLO = RankInfo(rank=0, world_size=1, master_addr="127.0.0.1", master_port=0, device="cpu")
 
 
 @pytest.fixture(scope="module")
@@ -38,53 +33,7 @@ def model_dir(tiny_model):
 
 @pytest.fixture(scope="module")
 def small_dir(tiny_model):
-    return tiny_model(seed=3, **SMALL)
-
-
-def make_spec(**changes):
-    """The quickstart spec with sections replaced (``section={field: value}``)."""
-    spec = load_spec(REPO / "specs" / "quickstart.yaml").spec
-    for section, fields in changes.items():
-        current = getattr(spec, section)
-        nested = {k: v for k, v in fields.items() if isinstance(v, dict)}
-        flat = {k: v for k, v in fields.items() if not isinstance(v, dict)}
-        for k, v in nested.items():
-            flat[k] = replace(getattr(current, k), **v)
-        spec = replace(spec, **{section: replace(current, **flat)})
-    return spec
-
-
-def backend(spec, path, role="actor", rank=SOLO):
-    b = TorchTrainBackend()
-    b.init(spec, rank, path, role=role)
-    return b
-
-
-def samples(n=8, seed=0, vocab=90):
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(n):
-        p = int(torch.randint(3, 7, (1,), generator=g))
-        r = int(torch.randint(1, 5, (1,), generator=g))
-        toks = torch.randint(5, vocab, (p + r,), generator=g).tolist()
-        mask = [1] * r
-        if r >= 3 and i % 3 == 0:
-            mask[1] = 0  # a tool/environment token inside the response
-        out.append({"tokens": toks, "response_length": r, "loss_mask": mask})
-    return out
-
-
-def rl_batch(be, data, seed=0, temperature=1.0):
-    b = collate(data)
-    b.old_log_probs = be.log_probs(b, temperature=temperature)
-    g = torch.Generator().manual_seed(seed + 1)
-    adv = torch.randn(b.size, generator=g)[:, None].expand_as(b.response_mask).clone()
-    b.advantages = adv * b.response_mask
-    return b
-
-
-def params_of(model):
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return small_model(tiny_model)
 
 
 # ------------------------------------------------------------------ correctness signals
@@ -166,7 +115,8 @@ import json, sys, torch
 from msgspec.structs import replace
 sys.path.insert(0, {repo!r})
 sys.path.insert(0, {here!r})
-from test_torch_backend import make_spec, samples, rl_batch, backend, configs
+from tests.fixtures.torch_backend import make_spec, samples, rl_batch, backend
+from test_torch_backend import configs
 from slime.backends.base import RankInfo
 rank, port, model_dir, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 torch.set_num_threads(1)
