@@ -77,7 +77,9 @@ def _device_name(device: str) -> str:
 class TrainerRank:
     """Ray actor body: one rank of the actor or critic group."""
 
-    def __init__(self, spec: Spec, role: str, rank: int, world_size: int, *, threads: int, gpu_slot: bool) -> None:
+    def __init__(
+        self, spec: Spec, role: str, rank: int, world_size: int, *, threads: int, gpu_slot: bool, slot: str = ""
+    ) -> None:
         import torch
 
         from slime.backends.base import TRAIN_BACKENDS
@@ -86,7 +88,8 @@ class TrainerRank:
         normal_priority()
         torch.set_num_threads(max(1, threads))
         self.spec, self.role, self.rank, self.world_size = spec, role, rank, world_size
-        self.device = "cuda:0" if gpu_slot and torch.cuda.is_available() else "cpu"
+        self.gpu_slot, self.slot = gpu_slot, slot
+        self.device = "cpu"  # set by init(): a GPU slot without CUDA fails there, as a typed InfraError
         self.backend_cls = TRAIN_BACKENDS.get(spec.train.backend)
         self.backend = self.backend_cls()
         self.ref = None
@@ -103,7 +106,10 @@ class TrainerRank:
 
     def init(self, master_addr: str, master_port: int, model_dir: str) -> tuple[int, int]:
         from slime.backends.base import RankInfo
+        from slime.placement import slot_device
 
+        what = f"{self.role} rank {self.rank}" + (f" (slot {self.slot})" if self.slot else "")
+        self.device = slot_device(self.gpu_slot, fake_gpus=self.spec.cluster.fake_gpus, what=what)
         self.rank_info = RankInfo(
             rank=self.rank,
             world_size=self.world_size,
@@ -324,6 +330,7 @@ class TrainerGroup:
                 len(slots),
                 threads=torch_threads(layout, slot, "train", spec.cluster.cpus_per_node),
                 gpu_slot=slot.gpu is not None,
+                slot=str(slot),
             )
             for i, slot in enumerate(slots)
         ]
