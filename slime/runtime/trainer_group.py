@@ -197,11 +197,18 @@ class TrainerRank:
         return metrics, (returns if a.estimator == "ppo" else None)
 
     def _rollout_mismatch(self, batch) -> dict[str, float]:
-        """Trainer vs engine on the sampled tokens (reduced over ranks): ``train/logprob_diff[_max]`` and
-        the importance ratio ``exp(old - rollout)`` (``train/is_ratio_{mean,max,min}``); with
-        ``algorithm.tis`` also the batch's truncated weights and ``train/tis_clipfrac``."""
+        """Trainer vs engine on the sampled tokens (reduced over ranks): ``train/logprob_diff[_max]``, the
+        importance ratio ``exp(old - rollout)`` (``train/is_ratio_{mean,max,min}``) and ``train/rollout_kl``;
+        with ``algorithm.tis`` also the batch's truncated weights and ``train/tis_clipfrac``.
+
+        ``train/rollout_kl`` estimates KL(engine's sampling policy || trainer's policy) from the tokens the
+        engine sampled: the mean over response tokens of k3 = exp(old - rollout) - 1 - (old - rollout), which
+        is unbiased for that KL under the engine's sampling and never negative (``slime.rl.kl.k3`` with the
+        engine as the sampling policy). 0 only where the trainer gives every sampled token the engine's
+        log-prob; weights, temperature or numerics that differ make it grow."""
         import torch
 
+        from slime.rl.kl import compute_kl
         from slime.rl.losses import importance_ratio, truncated_importance_weights
         from slime.rl.masked import zero_masked
 
@@ -212,9 +219,10 @@ class TrainerRank:
                 raise ValueError(f"{what} needs the engine's rollout log-probs, but these samples have none")
             return {}
         ratio = importance_ratio(batch.old_log_probs, batch.rollout_log_probs, mask)
-        sums = torch.zeros(4, dtype=torch.float64)  # |diff| sum, ratio sum, clipped count, token count
+        sums = torch.zeros(5, dtype=torch.float64)  # |diff| sum, ratio sum, clipped count, token count, k3 sum
         sums[0] = zero_masked((batch.old_log_probs - batch.rollout_log_probs).abs(), mask).sum()
         sums[1], sums[3] = zero_masked(ratio, mask).sum(), mask.sum()
+        sums[4] = zero_masked(compute_kl(batch.rollout_log_probs, batch.old_log_probs, "k3"), mask).sum()
         m = mask.bool()
         extremes = torch.tensor([0.0, -math.inf, -math.inf], dtype=torch.float64)  # max |diff|, max ratio, -min
         if m.any():
@@ -230,6 +238,7 @@ class TrainerRank:
             "train/logprob_diff": float(sums[0]) / n,
             "train/logprob_diff_max": float(extremes[0]),
             "train/is_ratio_mean": float(sums[1]) / n,
+            "train/rollout_kl": float(sums[4]) / n,
         }
         if sums[3] > 0:  # some rank had trained tokens
             out["train/is_ratio_max"], out["train/is_ratio_min"] = float(extremes[1]), -float(extremes[2])
