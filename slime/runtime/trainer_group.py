@@ -204,11 +204,11 @@ class TrainerRank:
         ``train/rollout_kl`` estimates KL(engine's sampling policy || trainer's policy) from the tokens the
         engine sampled: the mean over response tokens of k3 = exp(old - rollout) - 1 - (old - rollout), which
         is unbiased for that KL under the engine's sampling and never negative (``slime.rl.kl.k3`` with the
-        engine as the sampling policy). 0 only where the trainer gives every sampled token the engine's
-        log-prob; weights, temperature or numerics that differ make it grow."""
+        engine as the sampling policy, computed here in float64 so that a fp32-sized mismatch is not lost to
+        rounding; the log-ratio is clamped to +-20). 0 only where the trainer gives every sampled token the
+        engine's log-prob; weights, temperature or numerics that differ make it grow."""
         import torch
 
-        from slime.rl.kl import compute_kl
         from slime.rl.losses import importance_ratio, truncated_importance_weights
         from slime.rl.masked import zero_masked
 
@@ -222,7 +222,9 @@ class TrainerRank:
         sums = torch.zeros(5, dtype=torch.float64)  # |diff| sum, ratio sum, clipped count, token count, k3 sum
         sums[0] = zero_masked((batch.old_log_probs - batch.rollout_log_probs).abs(), mask).sum()
         sums[1], sums[3] = zero_masked(ratio, mask).sum(), mask.sum()
-        sums[4] = zero_masked(compute_kl(batch.rollout_log_probs, batch.old_log_probs, "k3"), mask).sum()
+        # k3 in float64 with expm1: in float32, exp(d) - 1 - d of a ~1e-7 mismatch rounds to +-1e-8 noise.
+        d = (batch.old_log_probs.double() - batch.rollout_log_probs.double()).clamp(-20.0, 20.0)
+        sums[4] = zero_masked((torch.expm1(d) - d).clamp_min(0.0), mask).sum()
         m = mask.bool()
         extremes = torch.tensor([0.0, -math.inf, -math.inf], dtype=torch.float64)  # max |diff|, max ratio, -min
         if m.any():

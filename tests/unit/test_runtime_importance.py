@@ -101,6 +101,11 @@ def test_rollout_kl_is_the_k3_estimate_of_engine_vs_trainer_and_becomes_check_st
         s["rollout_log_probs"] = [lp + d for lp, d in zip(s["rollout_log_probs"], SHIFT)]
     same, _ = r.prepare(agree, [1.0, -1.0])
     assert 0.0 <= same["train/rollout_kl"] < 1e-10 and same["train/logprob_diff"] < 1e-6
+    small = stale_samples(r)
+    for s in small:  # a mismatch of 0.01 nat per token: k3 ~ 5e-5, kept to 3 digits (float64, expm1)
+        s["rollout_log_probs"] = [lp + d + 0.01 for lp, d in zip(s["rollout_log_probs"], SHIFT)]
+    near, _ = r.prepare(small, [1.0, -1.0])
+    assert near["train/rollout_kl"] == pytest.approx(math.expm1(-0.01) + 0.01, rel=1e-3)
 
     samples = [Sample(group_index=0, index=i, reward=1.0, response_length=3) for i in range(2)]
     kw = dict(step=1, weight_version=1, samples=samples, used_version=0, critic=[])
