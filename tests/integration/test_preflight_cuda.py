@@ -9,12 +9,15 @@ the report and the table. ``--preflight-only`` stops after the preflight (no dri
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from launchers.node.rayproc import temp_root
 
 pytestmark = [pytest.mark.timeout(300)]
 torch = pytest.importorskip("torch")
@@ -52,6 +55,10 @@ def _preflight(tmp_path: Path, extra: str = "") -> tuple[subprocess.CompletedPro
     run_dir = Path(json.loads(proc.stdout)["run_dir"])
     task = run_dir / "tasks" / "0"
     assert (task / "preflight.json").exists(), proc.stdout + proc.stderr
+    for rec in (task / "rendezvous").glob("node-*.json"):  # a failed job keeps Ray's logs; this one failed on purpose
+        job = json.loads(rec.read_text())["instance"].split(".")[0]
+        for kept in temp_root().glob(f"{job}-*"):
+            shutil.rmtree(kept, ignore_errors=True)
     return proc, json.loads((task / "preflight.json").read_text()), (task / "preflight.txt").read_text()
 
 
