@@ -15,6 +15,9 @@ engines with it), so both see the same slot → bundle mapping:
 * :func:`create_placement`: both, for the runtime.
 * :func:`placement_options`, :func:`torch_threads`, :func:`normal_priority`: what one actor placed on a
   slot asks of it (trainer ranks, critic ranks, engines, all in their slot's bundle).
+* :func:`slot_device`: the torch device of an actor on a slot. A GPU slot without working CUDA is an
+  ``InfraError`` naming the host and slot, never a silent CPU run; only ``cluster.fake_gpus`` (GPU
+  slots that are placeholders, as on a test cluster's fake GRES) puts GPU slots on the CPU.
 
 Shares: every actor that works on a slot asks for an equal share of the slot's bundle: a slot
 holding the actor rank and an engine (colocated, or the CPU layout's one slot per node) gives each
@@ -54,6 +57,7 @@ __all__ = [
     "placement_from_infos",
     "placement_options",
     "reserve",
+    "slot_device",
     "torch_threads",
 ]
 
@@ -344,3 +348,34 @@ def normal_priority() -> None:
             os.setpriority(os.PRIO_PROCESS, 0, 0)
     except (PermissionError, OSError):
         pass
+
+
+def slot_device(gpu_slot: bool, *, fake_gpus: bool, what: str) -> str:
+    """``"cuda:0"`` (the bundle's GPU: Ray narrows CUDA_VISIBLE_DEVICES to it) for a GPU slot, ``"cpu"`` for a
+    CPU slot or with ``cluster.fake_gpus``. ``what`` names the caller in the error ("actor rank 1", "engine 0").
+
+    Raises ``InfraError`` (exit 3) when a GPU slot has no usable CUDA: torch without CUDA, no driver, or no
+    device visible to this process. The preflight catches this first; this is the guard if it was skipped.
+    """
+    if not gpu_slot or fake_gpus:
+        return "cpu"
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+        return "cuda:0"
+    from slime.core.errors import InfraError
+
+    host = socket.gethostname().split(".")[0]
+    try:
+        import ray
+
+        gpus = [str(g) for g in ray.get_gpu_ids()]
+    except Exception:  # noqa: BLE001 - outside a Ray worker: no GPU ids to name
+        gpus = []
+    why = "torch is a CPU-only build" if torch.version.cuda is None else "no CUDA device is usable in this process"
+    raise InfraError(
+        f"{what} on {host} sits on a GPU slot (Ray GPU {','.join(gpus) or '?'}, CUDA_VISIBLE_DEVICES="
+        f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r}) but CUDA is not available there: {why}. Fix: check the "
+        f"node's NVIDIA driver and torch's CUDA build, or exclude the node (cluster.exclude: [{host}]); on a test "
+        "cluster whose GPUs are placeholders, set cluster.fake_gpus: true to run on CPU"
+    )

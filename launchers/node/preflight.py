@@ -5,9 +5,15 @@ Checks, each naming the node and the fix when it fails (the decisions themselves
 
 * ``ray_nodes`` — Ray sees every node of the job.
 * ``gpu_count`` / ``cuda_visible_devices`` — the GPUs a node really has for this job match
-  ``cluster.gpus_per_node`` (``nvidia-smi``/torch on real GPU nodes; SLURM's GRES count where
-  there is no driver, as in CI), and CUDA_VISIBLE_DEVICES (as SLURM set it for the node's
-  bootstrap) matches SLURM's allocation.
+  ``cluster.gpus_per_node`` (``nvidia-smi``/torch; a node without CUDA fails, unless
+  ``cluster.fake_gpus`` says the GPUs are placeholders: then SLURM's GRES count, as in CI), and
+  CUDA_VISIBLE_DEVICES (as SLURM set it for the node's bootstrap) matches SLURM's allocation.
+* ``cuda`` — in every GPU bundle of the placement group, a Ray task
+  (``launchers.node.preflight_tasks.cuda_probe``) finds torch seeing exactly the bundle's GPU,
+  CUDA_VISIBLE_DEVICES naming the GPU Ray gave it, and a small tensor op computing the right
+  result; a node failing it is named with the fix. Started as soon as the bundles are mapped, so it
+  overlaps the collective; bounded by the collective's timeout. With ``cluster.fake_gpus`` it is
+  skipped, and the check, a line under the table and ``report["fake_gpus"]`` say so.
 * ``ray_resources`` — Ray registered the CPUs/GPUs the bootstrap gave it, and enough CPUs for
   the node's slots.
 * ``bundles`` / ``placement`` / ``roles`` — the placement group of ``plan_layout(spec)`` (made by
@@ -17,8 +23,8 @@ Checks, each naming the node and the fix when it fails (the decisions themselves
   span whole nodes.
 * ``collective`` — a gloo all_reduce across all nodes checking the sum, done by each node's
   collective subprocess (``launchers.node.collective``, started with the bootstrap so torch's import
-  overlaps Ray's start-up); with CUDA on every node also ``collective_nccl``, an NCCL all_reduce
-  over every GPU bundle (``launchers.node.preflight_tasks``, Ray tasks in the bundles).
+  overlaps Ray's start-up); when every GPU bundle passed ``cuda``, also ``collective_nccl``, an NCCL
+  all_reduce over every GPU bundle (``launchers.node.preflight_tasks``, Ray tasks in the bundles).
 
 The go-ahead for the collective is given first, so it runs while the placement group is made and
 probed. ``ray`` is imported lazily. The report is written by :func:`write_report` (preflight.json
@@ -35,6 +41,7 @@ from launchers.node.context import NodeContext
 from launchers.node.preflight_checks import (
     Check,
     PreflightResult,
+    cuda_checks,
     gpu_visibility,
     parse_ids,
     ray_resources,
@@ -42,7 +49,7 @@ from launchers.node.preflight_checks import (
     role_conflicts,
     write_report,
 )
-from launchers.node.preflight_tasks import nccl_rank
+from launchers.node.preflight_tasks import cuda_probe, nccl_rank
 from slime.core.ports import PortBlock
 from slime.core.rendezvous import Rendezvous
 from slime.placement import Placement, PlacementError, bundle_strategy, map_bundles, node_rank_of, reserve
@@ -153,12 +160,16 @@ def run_preflight(
     placement: Placement | None = None
     rows: list[dict[str, Any]] = []
     pg = None
+    cuda_refs: list[Any] = []
+    fake = spec.cluster.fake_gpus
     try:
         pg = reserve(layout, timeout_s=timeout_s)
         lap("placement_group")
         placement = map_bundles(pg, layout, timeout_s=timeout_s)
         lap("bundle_probes")
         rows = placement.to_json()
+        if not layout.cpu_only and not fake:  # runs while the collective is gathered below
+            cuda_refs = _start_cuda_probes(placement)
         wrong: list[tuple[str, str]] = []  # (host, what is wrong)
         for b in placement.bundles:
             cvd = parse_ids((node_meta.get(b.node_rank) or {}).get("env", {}).get("CUDA_VISIBLE_DEVICES"))
@@ -210,7 +221,7 @@ def run_preflight(
                 "slurm_gpus_on_node": env.get("SLURM_GPUS_ON_NODE"),
                 "slurm_gpus": env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS"),
             }
-            checks += gpu_visibility(host, spec.cluster.gpus_per_node, seen)
+            checks += gpu_visibility(host, spec.cluster.gpus_per_node, seen, fake_gpus=fake)
         if r in nodes:
             checks.append(
                 ray_resources(host, nodes[r].get("Resources", {}), meta, spec.cluster.gpus_per_node, slots_per_node[r])
@@ -228,13 +239,22 @@ def run_preflight(
     collective, check = _collective_check("collective", "gloo", results, world, [hosts[r] for r in sorted(hosts)])
     checks.append(check)
 
+    cuda: list[dict[str, Any]] = []
+    if cuda_refs and placement is not None:
+        cuda = _gather(cuda_refs, coll_timeout)
+        checks += cuda_checks(cuda, [(b.bundle, b.host) for b in placement.bundles])
+        lap("cuda")
+    elif fake and not layout.cpu_only:
+        checks.append(
+            Check(
+                name="cuda",
+                ok=True,
+                message=f"not checked: cluster.fake_gpus (the {len(layout.all_slots())} GPU slot(s) are "
+                "placeholders; trainers and engines run on CPU)",
+            )
+        )
     nccl: dict[str, Any] | None = None
-    if (
-        placement is not None
-        and not layout.cpu_only
-        and len(probes) == world
-        and all((p.get("torch_cuda") or 0) > 0 for p in probes.values())
-    ):
+    if cuda and all(c.ok for c in checks if c.name == "cuda"):
         nccl, check = _nccl(placement, ports, coll_timeout)
         checks.append(check)
         lap("nccl")
@@ -252,11 +272,13 @@ def run_preflight(
         "created": time.time(),
         "seconds": round(time.monotonic() - t0, 3),
         "ray_nodes": len(nodes),
-        "nodes": [_node_row(r, hosts, nodes, probes, node_meta, rows, spec) for r in range(world)],
+        "nodes": [_node_row(r, hosts, nodes, probes, node_meta, rows, spec, checks) for r in range(world)],
         "slots": rows,
         "collective": collective,
         "checks": [asdict(c) for c in checks],
         "timings": timings,
+        "fake_gpus": fake,
+        "cuda": cuda,
     }
     if nccl is not None:
         report["nccl"] = nccl
@@ -265,6 +287,29 @@ def run_preflight(
     if not ok:
         report["error"] = result.error
     return result
+
+
+def _start_cuda_probes(placement: Placement) -> list[Any]:
+    """One ``cuda_probe`` task per GPU bundle (refs; see :func:`_gather`)."""
+    import ray
+
+    task = ray.remote(cuda_probe)
+    return [
+        task.options(num_cpus=1, num_gpus=1, scheduling_strategy=bundle_strategy(placement.pg, b.bundle)).remote(
+            bundle=b.bundle
+        )
+        for b in placement.bundles
+    ]
+
+
+def _gather(refs: list[Any], timeout_s: float) -> list[dict[str, Any]]:
+    """The answers of the tasks that finished within ``timeout_s`` (the others are cancelled)."""
+    import ray
+
+    ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    for ref in pending:
+        ray.cancel(ref, force=True)
+    return [ray.get(r) for r in ready]
 
 
 def _nccl(placement: Placement, ports: PortBlock, timeout_s: float) -> tuple[dict[str, Any], Check]:
@@ -291,6 +336,7 @@ def _node_row(
     meta: dict[int, Any],
     rows: list[dict[str, Any]],
     spec: Spec,
+    checks: list[Check],
 ) -> dict[str, Any]:
     p = probes.get(r, {})
     env = (meta.get(r) or {}).get("env", {})
@@ -308,4 +354,18 @@ def _node_row(
         "torch_cuda": p.get("torch_cuda"),
         "ray": {"CPU": res.get("CPU"), "GPU": res.get("GPU", 0)},
         "roles": {(row["gpu"] if row["gpu"] is not None else "cpu"): row["roles"] for row in mine},
+        "cuda": _cuda_status(hosts.get(r), spec, checks),
     }
+
+
+def _cuda_status(host: str | None, spec: Spec, checks: list[Check]) -> str | None:
+    """The node's CUDA column: fake (cluster.fake_gpus), FAIL (its cuda or gpu_count check failed), ok; None
+    for a CPU job or when the probes did not run (the placement failed)."""
+    if spec.cluster.gpus_per_node == 0:
+        return None
+    if spec.cluster.fake_gpus:
+        return "fake"
+    mine = [c for c in checks if c.name in ("cuda", "gpu_count") and c.node == host]
+    if any(not c.ok for c in mine):
+        return "FAIL"
+    return "ok" if any(c.name == "cuda" and c.ok for c in checks) else None

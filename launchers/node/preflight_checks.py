@@ -1,14 +1,18 @@
 """The preflight's decisions and report, without Ray: pure functions of what the nodes reported.
 
-* :func:`gpu_visibility` — GPU count against the spec (``nvidia-smi``/torch on real GPU nodes,
-  SLURM's GRES count where there is no driver, as in CI) and CUDA_VISIBLE_DEVICES against
-  SLURM's allocation (the same ids, or 0..n-1 when device cgroups renumber them).
+* :func:`gpu_visibility` — GPU count against the spec (``nvidia-smi``/torch; a node whose torch sees
+  no CUDA fails unless ``cluster.fake_gpus`` says the GPUs are placeholders, when SLURM's GRES count
+  is what is checked, as in CI) and CUDA_VISIBLE_DEVICES against SLURM's allocation (the same ids,
+  or 0..n-1 when device cgroups renumber them).
+* :func:`cuda_checks` — the per-bundle CUDA probes (``launchers.node.preflight_tasks.cuda_probe``):
+  one failing check per node with a bundle whose CUDA is broken or that never answered.
 * :func:`ray_resources` — what Ray registered per node against what the bootstrap gave it,
   the spec, and the slots the layout puts there.
 * :func:`role_conflicts` — no physical GPU shared by non-colocated roles; engines inside a node
   unless they span whole nodes; (node, GPU) pairs distinct.
 * :func:`render_table` / :func:`write_report` — ``preflight.json`` and the rich table
-  (node, IP, GPUs, roles) in ``preflight.txt``.
+  (node, IP, GPUs, CUDA: ok / FAIL / fake / -, roles) in ``preflight.txt``; a line under it says
+  ``fake GPUs: running on CPU`` under ``cluster.fake_gpus``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from slime.spec.layout import Layout
 __all__ = [
     "Check",
     "PreflightResult",
+    "cuda_checks",
     "gpu_visibility",
     "parse_ids",
     "ray_resources",
@@ -66,39 +71,51 @@ def parse_ids(text: str | None) -> list[str]:
     return [x.strip() for x in (text or "").split(",") if x.strip()]
 
 
-def gpu_visibility(host: str, expected: int, probe: dict[str, Any]) -> list[Check]:
-    """gpu_count and cuda_visible_devices checks from one node probe."""
+_NO_CUDA_FIX = (
+    "check the node's NVIDIA driver and torch's CUDA build (nvidia-smi; python -c 'import torch; "
+    "print(torch.cuda.is_available())'), or exclude the node with cluster.exclude; if this cluster's GPUs "
+    "are placeholders (a test cluster's fake GRES), set cluster.fake_gpus: true to run on CPU"
+)
+
+
+def gpu_visibility(host: str, expected: int, probe: dict[str, Any], *, fake_gpus: bool = False) -> list[Check]:
+    """gpu_count and cuda_visible_devices checks from one node probe (``fake_gpus``: cluster.fake_gpus)."""
     cvd = probe.get("cuda_visible_devices")
     slurm_ids = parse_ids(probe.get("slurm_gpus"))
+    torch_cuda = probe.get("torch_cuda")
     checks = []
-    if probe.get("nvidia_smi") is not None:
-        seen = len(parse_ids(cvd)) if cvd is not None else probe["nvidia_smi"]
-        source = "CUDA_VISIBLE_DEVICES" if cvd is not None else "nvidia-smi"
-        extra = []
-        if probe["nvidia_smi"] < seen:
-            extra.append(f"nvidia-smi lists only {probe['nvidia_smi']}")
-        if probe.get("torch_cuda") is not None and probe["torch_cuda"] != seen:
-            extra.append(f"torch.cuda sees {probe['torch_cuda']}")
-        ok = seen == expected and not extra
-    elif probe.get("slurm_gpus_on_node"):
-        seen, source, extra = int(probe["slurm_gpus_on_node"]), "SLURM GRES (no nvidia-smi)", []
-        ok = seen == expected
-    else:
-        seen, source, extra = 0, "none (no nvidia-smi, no SLURM GRES)", []
-        ok = expected == 0
-    msg = f"{seen} GPU(s) via {source}, spec wants {expected}" + (f"; {'; '.join(extra)}" if extra else "")
-    checks.append(
-        Check(
-            name="gpu_count",
-            ok=ok,
-            node=host,
-            message=msg,
-            fix=None
-            if ok
-            else "check the node's GPUs/driver (nvidia-smi), or set cluster.gpus_per_node "
-            "to what the nodes have; exclude a broken node with cluster.exclude",
-        )
+    fix = (
+        "check the node's GPUs/driver (nvidia-smi), or set cluster.gpus_per_node "
+        "to what the nodes have; exclude a broken node with cluster.exclude"
     )
+    if fake_gpus:
+        gres = probe.get("slurm_gpus_on_node")
+        seen = int(gres) if gres else expected
+        source = "SLURM GRES" if gres else "the spec (no SLURM GRES)"
+        extra = ["fake GPUs (cluster.fake_gpus): CUDA not checked, trainers and engines run on CPU"]
+        ok = seen == expected
+    elif probe.get("nvidia_smi") is not None or torch_cuda:
+        smi = probe.get("nvidia_smi")
+        seen = len(parse_ids(cvd)) if cvd is not None else (smi if smi is not None else torch_cuda)
+        source = "CUDA_VISIBLE_DEVICES" if cvd is not None else ("nvidia-smi" if smi is not None else "torch.cuda")
+        extra = []
+        if smi is not None and smi < seen:
+            extra.append(f"nvidia-smi lists only {smi}")
+        if torch_cuda is not None and torch_cuda != seen:
+            extra.append(f"torch.cuda sees {torch_cuda}")
+        ok = seen == expected and not extra
+        if torch_cuda == 0 and expected:
+            fix = _NO_CUDA_FIX
+    elif expected:
+        gres = probe.get("slurm_gpus_on_node")
+        seen, source = 0, "torch.cuda (no nvidia-smi)"
+        extra = [f"no CUDA on this node{f' although SLURM GRES gives it {gres} GPU(s)' if gres else ''}"]
+        ok, fix = False, _NO_CUDA_FIX
+    else:
+        seen, source, extra = 0, "none (no nvidia-smi, no CUDA)", []
+        ok = True
+    msg = f"{seen} GPU(s) via {source}, spec wants {expected}" + (f"; {'; '.join(extra)}" if extra else "")
+    checks.append(Check(name="gpu_count", ok=ok, node=host, message=msg, fix=None if ok else fix))
     if slurm_ids:
         cvd_ids = parse_ids(cvd)
         renumbered = [str(i) for i in range(len(slurm_ids))]
@@ -115,6 +132,41 @@ def gpu_visibility(host: str, expected: int, probe: dict[str, Any]) -> list[Chec
             )
         )
     return checks
+
+
+def cuda_checks(results: list[dict[str, Any]], bundles: list[tuple[int, str]]) -> list[Check]:
+    """The CUDA probes' answers (``cuda_probe`` dicts) for the GPU ``bundles`` ((index, host) pairs): one
+    failing ``cuda`` check per node with a broken or silent bundle, else one passing check."""
+    by_bundle = {r["bundle"]: r for r in results}
+    bad: dict[str, list[str]] = {}
+    for index, host in bundles:
+        r = by_bundle.get(index)
+        if r is None:
+            bad.setdefault(host, []).append(f"bundle {index}: no answer within the timeout")
+        elif "error" in r:
+            gpus = ",".join(r.get("gpu_ids") or []) or "?"
+            bad.setdefault(r.get("host") or host, []).append(f"bundle {index} (GPU {gpus}): {r['error']}")
+    if bad:
+        return [
+            Check(
+                name="cuda",
+                ok=False,
+                node=host,
+                message=f"CUDA fails on {len(problems)} GPU slot(s) of {host}: " + "; ".join(problems),
+                fix=_NO_CUDA_FIX,
+            )
+            for host, problems in sorted(bad.items())
+        ]
+    names = sorted({r["device_name"] for r in results if r.get("device_name")})
+    return [
+        Check(
+            name="cuda",
+            ok=True,
+            message=f"CUDA works on all {len(bundles)} GPU slot(s) on {len({h for _, h in bundles})} node(s)"
+            + (f" ({', '.join(names)})" if names else "")
+            + ": torch sees the bundle's GPU, CUDA_VISIBLE_DEVICES matches Ray's, a tensor op ran",
+        )
+    ]
 
 
 def role_conflicts(layout: Layout, placement_rows: list[dict[str, Any]]) -> list[Check]:
@@ -214,7 +266,7 @@ def render_table(report: dict[str, Any]) -> str:
         f"job {report.get('job_id')}, {report.get('ray_nodes')} Ray node(s), {len(report.get('slots', []))} slot(s)"
     )
     table = Table(title=title, title_justify="left")
-    for col in ("node", "IP", "GPUs", "roles", "status"):
+    for col in ("node", "IP", "GPUs", "CUDA", "roles", "status"):
         table.add_column(col)
     for n in report.get("nodes", []):
         roles = "; ".join(f"{'gpu' + g if g != 'cpu' else 'cpu'}: {', '.join(r) or '-'}" for g, r in n["roles"].items())
@@ -222,12 +274,18 @@ def render_table(report: dict[str, Any]) -> str:
             f"{n['host']} (rank {n['rank']})",
             str(n.get("ip") or "?"),
             ",".join(n["gpus"]) or "-",
+            n.get("cuda") or "-",
             roles or "-",
             "FAIL" if n["host"] in bad else "ok",
         )
     buf = io.StringIO()
     con = Console(file=buf, width=120, highlight=False, color_system=None)
     con.print(table)
+    if report.get("fake_gpus"):
+        con.print(
+            "  fake GPUs: running on CPU (cluster.fake_gpus: the GPU slots are placeholders; CUDA was not checked)",
+            markup=False,
+        )
     for c in report.get("checks", []):
         mark = "ok  " if c["ok"] else "FAIL"
         con.print(

@@ -1,8 +1,12 @@
-"""What the preflight runs in Ray tasks on real GPU nodes: the NCCL smoke test.
+"""What the preflight runs in Ray tasks in the GPU bundles: the CUDA probe and the NCCL smoke test.
 
-* :func:`nccl_rank` — one per GPU bundle, only when every node has CUDA: an NCCL all_reduce over
-  every GPU of the job (the cross-node gloo test is ``launchers.node.collective``). Failures are
-  returned, not raised, so every rank's answer reaches the report.
+* :func:`cuda_probe` — one per GPU bundle (unless ``cluster.fake_gpus``): torch sees exactly the
+  bundle's GPU(s), CUDA_VISIBLE_DEVICES names the GPU Ray gave the bundle, and a small tensor op
+  runs on it with the right result.
+* :func:`nccl_rank` — one per GPU bundle, only when every bundle passed the CUDA probe: an NCCL
+  all_reduce over every GPU of the job (the cross-node gloo test is ``launchers.node.collective``).
+
+Failures are returned, not raised, so every bundle's answer reaches the report.
 
 Each rank contributes ``rank + 1``; the expected sum is ``world * (world + 1) / 2``. gloo/NCCL are
 pinned to the interface that holds the node's Ray address (``GLOO_SOCKET_IFNAME``,
@@ -17,7 +21,7 @@ import socket
 import time
 from typing import Any
 
-__all__ = ["all_reduce", "nccl_rank"]
+__all__ = ["all_reduce", "cuda_probe", "nccl_rank"]
 
 
 def _pin_interface() -> None:
@@ -62,3 +66,52 @@ def nccl_rank(*, rank: int, world: int, addr: str, port: int, timeout_s: float) 
         return all_reduce("nccl", rank=rank, world=world, addr=addr, port=port, timeout_s=timeout_s)
     except Exception as exc:  # noqa: BLE001
         return {"rank": rank, "host": socket.gethostname().split(".")[0], "error": f"{type(exc).__name__}: {exc}"}
+
+
+def _cuda_problem(gpu_ids: list[str]) -> str | None:
+    """What is wrong with CUDA in this process for a bundle holding ``gpu_ids`` (None: nothing)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        build = (
+            "torch is a CPU-only build" if torch.version.cuda is None else f"torch built for CUDA {torch.version.cuda}"
+        )
+        return f"torch.cuda.is_available() is False ({build}; no usable driver or device)"
+    seen = torch.cuda.device_count()
+    if seen != len(gpu_ids):
+        return f"torch sees {seen} CUDA device(s), the bundle holds {len(gpu_ids)} (Ray GPU ids {','.join(gpu_ids)})"
+    cvd = [x.strip() for x in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if x.strip()]
+    if cvd != gpu_ids:
+        return f"CUDA_VISIBLE_DEVICES={','.join(cvd) or 'unset'} but Ray gave the bundle GPU(s) {','.join(gpu_ids)}"
+    x = torch.arange(1, 5, dtype=torch.float32, device="cuda")
+    got = float((x * x).sum().item())  # 1 + 4 + 9 + 16
+    torch.cuda.synchronize()
+    if got != 30.0:
+        return f"a tensor op on the GPU returned {got:g}, expected 30"
+    return None
+
+
+def cuda_probe(*, bundle: int) -> dict[str, Any]:
+    """Check CUDA in this GPU bundle (see the module doc); returns host, ids and ``error`` when it failed."""
+    import ray
+
+    t0 = time.monotonic()
+    gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+    out: dict[str, Any] = {
+        "bundle": bundle,
+        "host": socket.gethostname().split(".")[0],
+        "gpu_ids": gpu_ids,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+    try:
+        problem = _cuda_problem(gpu_ids)
+    except Exception as exc:  # noqa: BLE001 - a broken driver raises from deep inside torch
+        problem = f"{type(exc).__name__}: {exc}"
+    if problem:
+        out["error"] = problem
+    else:
+        import torch
+
+        out["device_name"] = torch.cuda.get_device_name(0)
+    out["seconds"] = round(time.monotonic() - t0, 3)
+    return out

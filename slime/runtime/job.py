@@ -13,7 +13,9 @@ run got to (also after a failed start):
    spec's ``RolloutBackend``). Loading overlaps: the engines start in a thread while the trainer
    ranks load their models and the manager reads and checks the data. ``debug.mode: rollout_only``
    starts no trainer ranks and ``train_only`` no engines (the layout, and so each rank's threads,
-   stay those of a normal run: a replay computes what the run it replays computed);
+   stay those of a normal run: a replay computes what the run it replays computed). With
+   ``cluster.fake_gpus`` the log says ``fake GPUs: running on CPU`` first; without it a GPU slot
+   lacking CUDA fails the start (``slime.placement.slot_device``: exit 3), never falls back to CPU;
 3. :meth:`~Job.teardown` — engines, ranks, manager, placement group, then Ray.
 
 Guaranteed: data and reward errors of the manager surface from ``start`` typed (not as a dead
@@ -140,6 +142,11 @@ class Job:
         self.layout = layout = plan_layout(spec)
         self.placement = create_placement(spec, timeout_s=min(300.0, spec.cluster.bootstrap_timeout_s))
         self.say(f"placement group ready: {len(layout.all_slots())} slot(s)")
+        if spec.cluster.fake_gpus:
+            self.say(
+                f"fake GPUs: running on CPU (cluster.fake_gpus: the {len(layout.all_slots())} GPU slot(s) are "
+                "placeholders; trainer ranks and engines use no CUDA)"
+            )
         mode = spec.debug.mode  # rollout_only: no trainer ranks; train_only: no engines
         if mode != "rollout_only":  # trainer constructors start now and load in parallel with the engines
             self.actor = TrainerGroup(spec, layout, self.placement, "actor", layout.actor)

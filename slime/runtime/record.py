@@ -20,12 +20,17 @@ serve after the step's sync):
   version that generated each sample (0 in a synchronous run; 1 in an async run after rollout 0);
 * ``agent/*`` with an agent section (``slime.agent.generate.rollout_metrics``);
 * ``train/*`` / ``critic/*``: the mean over the rollout's optimizer steps (``lr``: the last value),
-  plus ``prepare``'s ``train/logprob_diff`` & co; ``time/train_steps_s`` / ``time/critic_steps_s``
-  sum the steps' times;
-* (when the rollout took optimizer steps) ``check/kl_before_update`` (the first step's ``approx_kl``)
-  and, on rollout 0 only,
-  ``check/step0_logprob_diff``, ``check/step0_kl`` and ``check/step0_ref_kl``: the engine/trainer
-  consistency checks before any update. The caller adds ``eval/*`` and ``time/*``.
+  plus ``prepare``'s ``train/logprob_diff``, ``train/rollout_kl`` & co; ``time/train_steps_s`` /
+  ``time/critic_steps_s`` sum the steps' times;
+* (when the rollout took optimizer steps) ``check/kl_before_update`` (the first step's ``approx_kl``:
+  the trainer against its own log-probs of the same weights, so ~0 unless the forward pass is not
+  repeatable or ``algorithm.use_rollout_logprobs`` puts the engine's in their place) and, on rollout 0
+  only, the engine/trainer consistency checks before any update: ``check/step0_logprob_diff`` (mean
+  |trainer - engine| log-prob of the sampled tokens), ``check/step0_kl`` (``train/rollout_kl`` of
+  rollout 0: KL(engine's sampling policy || trainer's policy), the k3 estimate on the sampled tokens;
+  ~0 when the engine serves the trainer's weights at the trainer's temperature, and it grows when they
+  disagree; absent when the samples carry no engine log-probs) and ``check/step0_ref_kl`` (with a
+  reference model). The caller adds ``eval/*`` and ``time/*``.
 """
 
 from __future__ import annotations
@@ -119,7 +124,8 @@ def rollout_record(
     record["check/kl_before_update"] = train[0].get("approx_kl")
     if rollout_id == 0:
         record["check/step0_logprob_diff"] = record.get("train/logprob_diff")
-        record["check/step0_kl"] = record["check/kl_before_update"]
+        if "train/rollout_kl" in record:
+            record["check/step0_kl"] = record["train/rollout_kl"]
         if "train/ref_kl" in record:
             record["check/step0_ref_kl"] = record["train/ref_kl"]
     return record

@@ -5,8 +5,9 @@ the latest eval metrics (``eval/accuracy`` is the first eval set's held-out
 accuracy), the same accuracy before RL (``eval/accuracy_initial``), the last
 rollout's reward and the mean of the last 10, the step-0 correctness checks
 (``check/step0_logprob_diff``: mean |trainer - engine| log-prob at the first
-rollout; ``check/step0_kl``: KL(policy being trained || sampling policy) before
-the first update; ``check/step0_ref_kl`` with a reference model), the final
+rollout; ``check/step0_kl``: KL(engine's sampling policy || trainer's policy) on
+the first rollout's sampled tokens before any update, the k3 estimate (see
+``slime.runtime.record``); ``check/step0_ref_kl`` with a reference model), the final
 ``rollout_id``/``step``/``weight_version`` and total timings.
 """
 

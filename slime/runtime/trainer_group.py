@@ -77,7 +77,9 @@ def _device_name(device: str) -> str:
 class TrainerRank:
     """Ray actor body: one rank of the actor or critic group."""
 
-    def __init__(self, spec: Spec, role: str, rank: int, world_size: int, *, threads: int, gpu_slot: bool) -> None:
+    def __init__(
+        self, spec: Spec, role: str, rank: int, world_size: int, *, threads: int, gpu_slot: bool, slot: str = ""
+    ) -> None:
         import torch
 
         from slime.backends.base import TRAIN_BACKENDS
@@ -86,7 +88,8 @@ class TrainerRank:
         normal_priority()
         torch.set_num_threads(max(1, threads))
         self.spec, self.role, self.rank, self.world_size = spec, role, rank, world_size
-        self.device = "cuda:0" if gpu_slot and torch.cuda.is_available() else "cpu"
+        self.gpu_slot, self.slot = gpu_slot, slot
+        self.device = "cpu"  # set by init(): a GPU slot without CUDA fails there, as a typed InfraError
         self.backend_cls = TRAIN_BACKENDS.get(spec.train.backend)
         self.backend = self.backend_cls()
         self.ref = None
@@ -103,7 +106,10 @@ class TrainerRank:
 
     def init(self, master_addr: str, master_port: int, model_dir: str) -> tuple[int, int]:
         from slime.backends.base import RankInfo
+        from slime.placement import slot_device
 
+        what = f"{self.role} rank {self.rank}" + (f" (slot {self.slot})" if self.slot else "")
+        self.device = slot_device(self.gpu_slot, fake_gpus=self.spec.cluster.fake_gpus, what=what)
         self.rank_info = RankInfo(
             rank=self.rank,
             world_size=self.world_size,
@@ -191,9 +197,16 @@ class TrainerRank:
         return metrics, (returns if a.estimator == "ppo" else None)
 
     def _rollout_mismatch(self, batch) -> dict[str, float]:
-        """Trainer vs engine on the sampled tokens (reduced over ranks): ``train/logprob_diff[_max]`` and
-        the importance ratio ``exp(old - rollout)`` (``train/is_ratio_{mean,max,min}``); with
-        ``algorithm.tis`` also the batch's truncated weights and ``train/tis_clipfrac``."""
+        """Trainer vs engine on the sampled tokens (reduced over ranks): ``train/logprob_diff[_max]``, the
+        importance ratio ``exp(old - rollout)`` (``train/is_ratio_{mean,max,min}``) and ``train/rollout_kl``;
+        with ``algorithm.tis`` also the batch's truncated weights and ``train/tis_clipfrac``.
+
+        ``train/rollout_kl`` estimates KL(engine's sampling policy || trainer's policy) from the tokens the
+        engine sampled: the mean over response tokens of k3 = exp(old - rollout) - 1 - (old - rollout), which
+        is unbiased for that KL under the engine's sampling and never negative (``slime.rl.kl.k3`` with the
+        engine as the sampling policy, computed here in float64 so that a fp32-sized mismatch is not lost to
+        rounding; the log-ratio is clamped to +-20). 0 only where the trainer gives every sampled token the
+        engine's log-prob; weights, temperature or numerics that differ make it grow."""
         import torch
 
         from slime.rl.losses import importance_ratio, truncated_importance_weights
@@ -206,9 +219,12 @@ class TrainerRank:
                 raise ValueError(f"{what} needs the engine's rollout log-probs, but these samples have none")
             return {}
         ratio = importance_ratio(batch.old_log_probs, batch.rollout_log_probs, mask)
-        sums = torch.zeros(4, dtype=torch.float64)  # |diff| sum, ratio sum, clipped count, token count
+        sums = torch.zeros(5, dtype=torch.float64)  # |diff| sum, ratio sum, clipped count, token count, k3 sum
         sums[0] = zero_masked((batch.old_log_probs - batch.rollout_log_probs).abs(), mask).sum()
         sums[1], sums[3] = zero_masked(ratio, mask).sum(), mask.sum()
+        # k3 in float64 with expm1: in float32, exp(d) - 1 - d of a ~1e-7 mismatch rounds to +-1e-8 noise.
+        d = (batch.old_log_probs.double() - batch.rollout_log_probs.double()).clamp(-20.0, 20.0)
+        sums[4] = zero_masked((torch.expm1(d) - d).clamp_min(0.0), mask).sum()
         m = mask.bool()
         extremes = torch.tensor([0.0, -math.inf, -math.inf], dtype=torch.float64)  # max |diff|, max ratio, -min
         if m.any():
@@ -224,6 +240,7 @@ class TrainerRank:
             "train/logprob_diff": float(sums[0]) / n,
             "train/logprob_diff_max": float(extremes[0]),
             "train/is_ratio_mean": float(sums[1]) / n,
+            "train/rollout_kl": float(sums[4]) / n,
         }
         if sums[3] > 0:  # some rank had trained tokens
             out["train/is_ratio_max"], out["train/is_ratio_min"] = float(extremes[1]), -float(extremes[2])
@@ -324,6 +341,7 @@ class TrainerGroup:
                 len(slots),
                 threads=torch_threads(layout, slot, "train", spec.cluster.cpus_per_node),
                 gpu_slot=slot.gpu is not None,
+                slot=str(slot),
             )
             for i, slot in enumerate(slots)
         ]

@@ -263,6 +263,39 @@ def devices(s: Spec) -> Iterator[Finding]:
 
 
 @rule
+def fake_gpus(s: Spec) -> Iterator[Finding]:
+    """``cluster.fake_gpus`` runs GPU slots on CPU: only where there are GPU slots and the backends run on CPU."""
+    c = s.cluster
+    if not c.fake_gpus:
+        return
+    if c.gpus_per_node == 0:
+        yield (
+            "cluster.fake_gpus",
+            "cluster.fake_gpus with cluster.gpus_per_node 0: there are no GPU slots to fake",
+            "remove cluster.fake_gpus (a CPU-only job needs no opt-in)",
+        )
+        return
+    if s.train.backend == "megatron":  # its CPU path needs megatron-core's CUDA calls redirected (tests only)
+        yield (
+            "train.backend",
+            "the megatron backend needs CUDA; with cluster.fake_gpus its ranks would run on CPU",
+            "use train.backend: torch on fake GPUs, or remove cluster.fake_gpus on real GPU nodes",
+        )
+    if s.rollout.backend == "sglang":
+        yield (
+            "rollout.backend",
+            "SGLang engines need CUDA; cluster.fake_gpus runs GPU slots on CPU",
+            "use rollout.backend: builtin on fake GPUs, or remove cluster.fake_gpus on real GPU nodes",
+        )
+    if s.train.precision != "fp32":
+        yield (
+            "train.precision",
+            f"train.precision {s.train.precision} with cluster.fake_gpus: the trainer computes in fp32 on CPU",
+            "set train.precision: fp32, or remove cluster.fake_gpus on real GPU nodes",
+        )
+
+
+@rule
 def parallel_sizes(s: Spec) -> Iterator[Finding]:
     p = s.train.parallel
     world = _world(s)

@@ -115,6 +115,7 @@ def _cluster() -> Iterator[Edit]:
     yield "cluster.launcher", "local", "the smoke runs on this machine, without SLURM"
     yield "cluster.nodes", 1, "one machine"
     yield "cluster.gpus_per_node", 0, "CPU only: the torch trainer and the built-in engine"
+    yield "cluster.fake_gpus", False, "no GPU slots to fake on a CPU-only run"
     yield "cluster.cpus_per_node", None, "derived from this machine"
     for name in ("partition", "account", "qos", "constraint", "reservation", "time_limit", "mem", "container"):
         yield f"cluster.{name}", None, _SLURM

@@ -77,6 +77,13 @@ class Cluster(_Section, kw_only=True):
     ] = "local"
     nodes: Annotated[int, D("Number of nodes to allocate.", ge=1)] = 1
     gpus_per_node: Annotated[int, D("GPUs per node (0 = CPU-only job).", ge=0)] = 0
+    fake_gpus: Annotated[
+        bool,
+        D(
+            "GPU slots are placeholders without CUDA (a test cluster's fake GRES): trainers and engines run on "
+            "CPU; the preflight checks placement but not CUDA."
+        ),
+    ] = False
     cpus_per_node: Annotated[
         Annotated[int, Meta(ge=1)] | None,
         D("CPUs per node (local: derived from this machine; SLURM: --cpus-per-task)."),

@@ -91,6 +91,7 @@ def test_preflight_only_bootstraps_both_nodes_and_maps_four_distinct_gpu_slots(s
     run_dir, (job,) = Path(out["run_dir"]), out["job_ids"]
     pre = json.loads((run_dir / "tasks/0/preflight.json").read_text())
     assert pre["ok"] and pre["ray_nodes"] == 2
+    assert pre["fake_gpus"] is True and [n["cuda"] for n in pre["nodes"]] == ["fake", "fake"]  # the spec opts in
     assert [n["host"] for n in pre["nodes"]] == ["sn1", "sn2"]
     assert [n["ip"] for n in pre["nodes"]] == [slurm_cluster.node_ips["sn1"], slurm_cluster.node_ips["sn2"]]
     slots = pre["slots"]
@@ -165,6 +166,27 @@ def test_more_gpus_per_node_than_the_nodes_have_fails_at_submit_naming_gres(slur
     assert "'batch'" in out["message"] and "at most 2" in out["message"]
     assert not (tmp_path / "runs").exists()  # refused before anything was written
     print(f"gres check refused the job in {time.monotonic() - t:.1f} s")
+
+
+def test_without_fake_gpus_the_gres_gpus_without_cuda_fail_the_preflight_naming_both_nodes(slurm_cluster, tmp_path):
+    """The CI nodes' GRES GPUs have no CUDA: without the cluster.fake_gpus opt-in they are broken GPU nodes."""
+    proc, out = submit(
+        str(SMOKE),
+        "--preflight-only",
+        *setting("cluster.fake_gpus", False),
+        *setting("logging.dir", str(tmp_path / "runs")),
+    )
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    run_dir, (job,) = Path(out["run_dir"]), out["job_ids"]
+    pre = json.loads((run_dir / "tasks/0/preflight.json").read_text())
+    assert not pre["ok"] and pre["fake_gpus"] is False and pre["bad_nodes"] == ["sn1", "sn2"]
+    failed = {(c["name"], c["node"]) for c in pre["checks"] if not c["ok"]}
+    assert {("cuda", "sn1"), ("cuda", "sn2"), ("gpu_count", "sn1"), ("gpu_count", "sn2")} <= failed, failed
+    assert "torch.cuda.is_available() is False" in pre["error"] and "cluster.fake_gpus: true" in pre["error"]
+    assert "FAIL cuda [sn1]" in proc.stderr and "preflight FAILED" in proc.stderr
+    forget_kept_ray_dirs(job)
+    (rec,) = job_records(job)
+    assert rec["JobState"] == "FAILED" and rec["ExitCode"].startswith("3:")
 
 
 def test_a_node_whose_ray_cannot_start_fails_the_job_within_the_timeout_naming_it(slurm_cluster, tmp_path):

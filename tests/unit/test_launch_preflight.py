@@ -11,7 +11,14 @@ import json
 
 import pytest
 
-from launchers.node.preflight_checks import gpu_visibility, ray_resources, render_table, role_conflicts, write_report
+from launchers.node.preflight_checks import (
+    cuda_checks,
+    gpu_visibility,
+    ray_resources,
+    render_table,
+    role_conflicts,
+    write_report,
+)
 from slime.core.paths import TaskPaths
 from slime.placement import bundle_specs, node_rank_of, placement_from_infos
 from slime.spec.layout import Layout, Slot, plan_layout
@@ -22,24 +29,38 @@ def _checks(checks):
     return {c.name: c for c in checks}
 
 
-def test_ci_fake_gpus_are_counted_from_slurm_gres():
-    c = _checks(
-        gpu_visibility(
-            "sn1",
-            2,
-            {"cuda_visible_devices": "0,1", "slurm_gpus_on_node": "2", "slurm_gpus": "0,1", "nvidia_smi": None},
-        )
-    )
+CI_NODE = {"cuda_visible_devices": "0,1", "slurm_gpus_on_node": "2", "slurm_gpus": "0,1", "nvidia_smi": None}
+
+
+def test_gres_gpus_without_cuda_fail_naming_the_node_unless_fake_gpus_is_set():
+    """The CI cluster's nodes: SLURM GRES gives 2 GPUs, torch sees none. A failure, not a pass on GRES."""
+    c = _checks(gpu_visibility("sn1", 2, dict(CI_NODE, torch_cuda=0)))
+    assert not c["gpu_count"].ok and c["gpu_count"].node == "sn1"
+    assert "no CUDA on this node although SLURM GRES gives it 2 GPU(s)" in c["gpu_count"].message
+    assert "cluster.fake_gpus: true" in c["gpu_count"].fix and "cluster.exclude" in c["gpu_count"].fix
+    c = _checks(gpu_visibility("sn1", 2, dict(CI_NODE, torch_cuda=0), fake_gpus=True))
     assert c["gpu_count"].ok and "SLURM GRES" in c["gpu_count"].message
+    assert "fake GPUs (cluster.fake_gpus): CUDA not checked" in c["gpu_count"].message
     assert c["cuda_visible_devices"].ok
-    c = _checks(
-        gpu_visibility(
-            "sn1",
-            4,
-            {"cuda_visible_devices": "0,1", "slurm_gpus_on_node": "2", "slurm_gpus": "0,1", "nvidia_smi": None},
-        )
-    )
+    c = _checks(gpu_visibility("sn1", 4, CI_NODE, fake_gpus=True))
     assert not c["gpu_count"].ok and c["gpu_count"].node == "sn1" and "spec wants 4" in c["gpu_count"].message
+    # A driver present but torch without CUDA (a CPU wheel on a GPU node): named, with the CUDA fix.
+    c = _checks(gpu_visibility("g1", 2, dict(CI_NODE, nvidia_smi=2, torch_cuda=0)))
+    assert not c["gpu_count"].ok and "torch.cuda sees 0" in c["gpu_count"].message
+    assert "cluster.fake_gpus" in c["gpu_count"].fix
+
+
+def test_cuda_probe_answers_become_one_check_per_bad_node():
+    bundles = [(0, "sn1"), (1, "sn1"), (2, "sn2"), (3, "sn2")]
+    good = [{"bundle": i, "host": h, "gpu_ids": [str(i % 2)], "device_name": "NVIDIA H200"} for i, h in bundles]
+    (ok,) = cuda_checks(good, bundles)
+    assert ok.ok and ok.name == "cuda" and "all 4 GPU slot(s) on 2 node(s) (NVIDIA H200)" in ok.message
+    broken = [dict(good[0]), dict(good[1], error="torch.cuda.is_available() is False"), good[2]]  # bundle 3: silent
+    bad = cuda_checks(broken, bundles)
+    assert [(c.name, c.ok, c.node) for c in bad] == [("cuda", False, "sn1"), ("cuda", False, "sn2")]
+    assert "bundle 1 (GPU 1): torch.cuda.is_available() is False" in bad[0].message
+    assert "bundle 3: no answer within the timeout" in bad[1].message
+    assert all("cluster.fake_gpus: true" in c.fix for c in bad)
 
 
 def test_real_gpus_use_cuda_visible_devices_checked_against_nvidia_smi_and_torch():
@@ -217,9 +238,10 @@ def test_report_files_and_table(tmp_path):
                 "host": "sn1",
                 "ip": "10.77.0.11",
                 "gpus": ["0", "1"],
+                "cuda": "ok",
                 "roles": {"0": ["actor", "engine0"], "1": ["actor"]},
             },
-            {"rank": 1, "host": "sn2", "ip": "10.77.0.12", "gpus": [], "roles": {}},
+            {"rank": 1, "host": "sn2", "ip": "10.77.0.12", "gpus": [], "cuda": "FAIL", "roles": {}},
         ],
         "checks": [
             {"name": "collective", "ok": False, "node": "sn2", "message": "timed out", "fix": "check the network"}
@@ -233,3 +255,10 @@ def test_report_files_and_table(tmp_path):
     sn2_line = next(line for line in text.splitlines() if "sn2 (rank 1)" in line)
     assert "FAIL" in sn2_line
     assert "preflight PASSED" in render_table(dict(report, ok=True, bad_nodes=[], checks=[]))
+    header = next(line for line in text.splitlines() if "node" in line and "IP" in line)
+    assert header.index("GPUs") < header.index("CUDA") < header.index("roles")
+    sn1_line = next(line for line in text.splitlines() if "sn1 (rank 0)" in line)
+    assert "│ ok " in sn1_line and "│ FAIL " in sn2_line
+    assert "fake GPUs" not in text
+    fake = render_table(dict(report, ok=True, bad_nodes=[], checks=[], fake_gpus=True))
+    assert "fake GPUs: running on CPU (cluster.fake_gpus: " in fake

@@ -83,3 +83,33 @@ def test_tis_without_engine_log_probs_is_refused(model_dir):
     r = rank(model_dir, tis=Tis(enabled=True))
     with pytest.raises(ValueError, match="algorithm.tis needs the engine's rollout log-probs"):
         r.prepare([{"tokens": [5, 6, 7, 8], "response_length": 2}], [0.0])
+
+
+def test_rollout_kl_is_the_k3_estimate_of_engine_vs_trainer_and_becomes_check_step0_kl(model_dir):
+    """check/step0_kl can fail: engine log-probs shifted off the trainer's (an engine serving other weights)
+    give the k3 value by hand, clearly non-zero; the trainer's own log-probs as the engine's give ~0."""
+    from slime.rl.sample import Sample
+    from slime.runtime.record import rollout_record
+
+    r = rank(model_dir)
+    metrics, _ = r.prepare(stale_samples(r), [1.0, -1.0])
+    k3 = [math.exp(d) - 1 - d for d in SHIFT]  # log(trainer / engine) = d on each response token
+    assert metrics["train/rollout_kl"] == pytest.approx(sum(k3) / 3, rel=1e-4)
+    assert metrics["train/rollout_kl"] > 0.05
+    agree = stale_samples(r)
+    for s in agree:  # the engine gave each sampled token exactly the trainer's log-prob
+        s["rollout_log_probs"] = [lp + d for lp, d in zip(s["rollout_log_probs"], SHIFT)]
+    same, _ = r.prepare(agree, [1.0, -1.0])
+    assert 0.0 <= same["train/rollout_kl"] < 1e-10 and same["train/logprob_diff"] < 1e-6
+    small = stale_samples(r)
+    for s in small:  # a mismatch of 0.01 nat per token: k3 ~ 5e-5, kept to 3 digits (float64, expm1)
+        s["rollout_log_probs"] = [lp + d + 0.01 for lp, d in zip(s["rollout_log_probs"], SHIFT)]
+    near, _ = r.prepare(small, [1.0, -1.0])
+    assert near["train/rollout_kl"] == pytest.approx(math.expm1(-0.01) + 0.01, rel=1e-3)
+
+    samples = [Sample(group_index=0, index=i, reward=1.0, response_length=3) for i in range(2)]
+    kw = dict(step=1, weight_version=1, samples=samples, used_version=0, critic=[])
+    step = r.train(1, 0)  # prepare() above kept the agreeing batch
+    line = rollout_record(0, **kw, prepare=metrics, train=step)
+    assert line["check/step0_kl"] == metrics["train/rollout_kl"] > 0.05
+    assert abs(line["check/kl_before_update"]) < 1e-6  # the trainer against itself: blind to the engine

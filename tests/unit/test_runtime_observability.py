@@ -25,7 +25,7 @@ def rows():
                 "rollout/reward_mean": 0.1 * r,
                 "time/train_s": 1.0,
                 "weight_version": r + 2,
-                **({"check/step0_logprob_diff": 1e-7, "check/step0_kl": 0.0} if r == 0 else {}),
+                **({"check/step0_logprob_diff": 1e-7, "check/step0_kl": 3e-14} if r == 0 else {}),
             }
         )
     out[-1].update({"eval/accuracy": 0.9, "eval/heldout/accuracy": 0.9})
@@ -58,7 +58,7 @@ def test_final_metrics_report_latest_eval_initial_accuracy_and_checks(tmp_path):
     assert final["eval/accuracy"] == 0.9 and final["eval/heldout/accuracy"] == 0.9
     assert final["eval/accuracy_initial"] == 0.5
     assert final["rollout_id"] == 3 and final["step"] == 4 and final["weight_version"] == 5
-    assert final["check/step0_logprob_diff"] == 1e-7 and final["check/step0_kl"] == 0.0
+    assert final["check/step0_logprob_diff"] == 1e-7 and final["check/step0_kl"] == 3e-14
     assert final["time/train_s"] == 4.0 and final["time/total_s"] == 12.5
     assert final["rollout/reward_mean_last10"] == pytest.approx(0.15)
     write_summary(tmp_path / "summary.json", final)

@@ -16,7 +16,13 @@ def _samples(rewards, versions, statuses=None, group_size=2):
     ]
 
 
-PREPARE = {"train/logprob_diff": 2e-7, "train/tokens": 40.0, "train/ref_kl": 0.0, "time/prepare_s": 0.5}
+PREPARE = {
+    "train/logprob_diff": 2e-7,
+    "train/rollout_kl": 3e-6,
+    "train/tokens": 40.0,
+    "train/ref_kl": 0.0,
+    "time/prepare_s": 0.5,
+}
 TRAIN = [
     {"loss": 1.0, "approx_kl": 1e-8, "lr": 1e-3, "step_time_s": 0.25},
     {"loss": 3.0, "approx_kl": 0.1, "lr": 2e-3, "step_time_s": 0.75},
@@ -68,7 +74,8 @@ def test_a_rollout_line_holds_every_part_and_the_step0_checks_only_at_rollout_0(
     assert line["train/loss"] == 2.0 and line["train/lr"] == 2e-3 and line["critic/value_loss"] == 0.5
     assert line["time/train_steps_s"] == 1.0 and line["time/critic_steps_s"] == 1.0
     assert "train/step_time_s" not in line and TRAIN[0]["step_time_s"] == 0.25  # the caller's dicts unchanged
-    assert line["check/kl_before_update"] == 1e-8 == line["check/step0_kl"]
+    assert line["check/kl_before_update"] == 1e-8  # the first step's approx_kl: the trainer against itself
+    assert line["check/step0_kl"] == 3e-6 == line["train/rollout_kl"]  # engine vs trainer, not the trainer's own
     assert line["check/step0_logprob_diff"] == 2e-7 and line["check/step0_ref_kl"] == 0.0
     later = rollout_record(
         1,

@@ -14,8 +14,9 @@ training steps.
 ``max_running_requests``, ``context_length``, ``dtype``, ``num_threads``,
 ``max_prefill_tokens``, ``max_cache_bytes``; anything else is rejected with the
 valid names. ``model.tokenizer``, when it is not the model's own directory, is the engines'
-tokenizer too (``tokenizer_path``). Devices: CUDA when the slot is a GPU slot and CUDA is available in
-the actor (Ray narrows ``CUDA_VISIBLE_DEVICES`` to the bundle's GPU), else CPU.
+tokenizer too (``tokenizer_path``). Devices: CUDA on a GPU slot (Ray narrows ``CUDA_VISIBLE_DEVICES`` to
+the bundle's GPU), CPU on a CPU slot or with ``cluster.fake_gpus``; a GPU slot without CUDA fails ``start``
+with an ``InfraError`` naming the host (``slime.placement.slot_device``), never a silent CPU engine.
 """
 
 from __future__ import annotations
@@ -64,25 +65,27 @@ class EngineHost:
         kwargs: dict[str, Any],
         weight_version: str = "0",
         host: str | None = None,
+        fake_gpus: bool = False,
+        name: str = "engine",
     ) -> None:
         from slime.placement import normal_priority
 
         normal_priority()
         self.model_dir, self.seed, self.gpu_slot = model_dir, seed, gpu_slot
+        self.fake_gpus, self.name = fake_gpus, name
         self.kwargs, self.weight_version, self.host = dict(kwargs), weight_version, host
         self.server = None
 
     def start(self) -> str:
-        import torch
-
         from slime.backends.rollout.builtin.server import start_server
+        from slime.placement import slot_device
 
         host = self.host
         if host is None:
             import ray
 
             host = ray.util.get_node_ip_address()
-        device = "cuda" if self.gpu_slot and torch.cuda.is_available() else "cpu"
+        device = slot_device(self.gpu_slot, fake_gpus=self.fake_gpus, what=self.name)
         self.server = start_server(self.model_dir, host=host, port=0, seed=self.seed, device=device, **self.kwargs)
         self.server.engine.weight_version = self.weight_version
         return self.server.url
@@ -122,7 +125,14 @@ class BuiltinRolloutBackend(RolloutBackend):
             kw.setdefault("num_threads", torch_threads(layout, slot, "engine", spec.cluster.cpus_per_node))
             cls = ray.remote(EngineHost).options(max_concurrency=4, **placement_options(layout, placement, slot))
             self.actors.append(
-                cls.remote(str(model_dir), seed=spec.train.seed + i, gpu_slot=slot.gpu is not None, kwargs=kw)
+                cls.remote(
+                    str(model_dir),
+                    seed=spec.train.seed + i,
+                    gpu_slot=slot.gpu is not None,
+                    kwargs=kw,
+                    fake_gpus=spec.cluster.fake_gpus,
+                    name=f"engine {i} (slot {slot})",
+                )
             )
         timeout = spec.rollout.startup_timeout_s
         try:
