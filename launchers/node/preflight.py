@@ -53,7 +53,7 @@ from launchers.node.preflight_tasks import cuda_probe, nccl_rank
 from slime.core.ports import PortBlock
 from slime.core.rendezvous import Rendezvous
 from slime.placement import Placement, PlacementError, bundle_strategy, map_bundles, node_rank_of, reserve
-from slime.spec.layout import plan_layout
+from slime.spec.layout import Layout, plan_layout
 from slime.spec.types import Spec
 
 __all__ = [
@@ -120,6 +120,19 @@ def _gather_collective(rdv: Rendezvous, world: int, timeout_s: float) -> dict[in
         time.sleep(0.05)
 
 
+class _Laps:
+    """Seconds per preflight stage (``report["timings"]``)."""
+
+    def __init__(self) -> None:
+        self.t0 = self.mark = time.monotonic()
+        self.timings: dict[str, float] = {}
+
+    def __call__(self, name: str) -> None:
+        now = time.monotonic()
+        self.timings[name] = round(now - self.mark, 3)
+        self.mark = now
+
+
 def run_preflight(
     spec: Spec, ctx: NodeContext, *, rdv: Rendezvous, ports: PortBlock, timeout_s: float
 ) -> PreflightResult:
@@ -129,16 +142,7 @@ def run_preflight(
     variables; the collective's go-ahead and results); ``ports``: the job's port block (the NCCL
     rendezvous port is in it). Needs a connected Ray driver. Writes nothing: see ``write_report``.
     """
-    t0 = time.monotonic()
-    timings: dict[str, float] = {}
-    mark = t0
-
-    def lap(name: str) -> None:
-        nonlocal mark
-        now = time.monotonic()
-        timings[name] = round(now - mark, 3)
-        mark = now
-
+    lap = _Laps()
     layout = plan_layout(spec)
     node_meta = rdv.nodes(ctx.num_nodes)
     nodes = _ray_nodes()
@@ -157,107 +161,18 @@ def run_preflight(
     ]
     coll_timeout = min(timeout_s, 60.0)
     rdv.go()  # the nodes' collective subprocesses (torch already imported) join the gloo all_reduce now
-    placement: Placement | None = None
-    rows: list[dict[str, Any]] = []
-    pg = None
-    cuda_refs: list[Any] = []
     fake = spec.cluster.fake_gpus
-    try:
-        pg = reserve(layout, timeout_s=timeout_s)
-        lap("placement_group")
-        placement = map_bundles(pg, layout, timeout_s=timeout_s)
-        lap("bundle_probes")
-        rows = placement.to_json()
-        if not layout.cpu_only and not fake:  # runs while the collective is gathered below
-            cuda_refs = _start_cuda_probes(placement)
-        wrong: list[tuple[str, str]] = []  # (host, what is wrong)
-        for b in placement.bundles:
-            cvd = parse_ids((node_meta.get(b.node_rank) or {}).get("env", {}).get("CUDA_VISIBLE_DEVICES"))
-            if nodes.get(b.node_rank, {}).get("NodeID") != b.node_id:
-                wrong.append((b.host, f"bundle {b.bundle} is on {b.host}, not on node {b.node_rank}"))
-            elif not layout.cpu_only and (len(b.gpu_ids) != 1 or (cvd and b.gpu_ids[0] not in cvd)):
-                wrong.append(
-                    (
-                        b.host,
-                        f"bundle {b.bundle} on {b.host} got GPU(s) {list(b.gpu_ids)} (node's "
-                        f"CUDA_VISIBLE_DEVICES: {','.join(cvd) or 'unset'})",
-                    )
-                )
-        checks.append(
-            Check(
-                name="bundles",
-                ok=not wrong,
-                node=wrong[0][0] if wrong else None,
-                message="; ".join(w for _, w in wrong)
-                if wrong
-                else f"{len(placement.bundles)} bundle(s) on their pinned nodes"
-                + ("" if layout.cpu_only else " with one of the node's GPUs each"),
-            )
-        )
-        checks += role_conflicts(layout, rows)
-    except PlacementError as exc:
-        checks.append(
-            Check(
-                name="placement",
-                ok=False,
-                message=str(exc),
-                node=None,
-                fix="raise cluster.cpus_per_node (one CPU per slot), or check the nodes' GPUs",
-            )
-        )
+    pg, placement, rows, cuda_refs = _placement_stage(layout, node_meta, nodes, checks, lap, timeout_s, fake)
 
     probes = _gather_collective(rdv, world, coll_timeout + 10)
     lap("collective")
-    slots_per_node = {r: sum(1 for s in layout.all_slots() if s.node == r) for r in range(world)}
-    for r in range(world):
-        meta, p = node_meta.get(r) or {}, probes.get(r, {})
-        host = p.get("host") or hosts[r]
-        hosts[r] = host
-        env = meta.get("env", {})
-        if "nvidia_smi" in p or "torch_cuda" in p:
-            seen = {
-                **p,
-                "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
-                "slurm_gpus_on_node": env.get("SLURM_GPUS_ON_NODE"),
-                "slurm_gpus": env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS"),
-            }
-            checks += gpu_visibility(host, spec.cluster.gpus_per_node, seen, fake_gpus=fake)
-        if r in nodes:
-            checks.append(
-                ray_resources(host, nodes[r].get("Resources", {}), meta, spec.cluster.gpus_per_node, slots_per_node[r])
-            )
-    results = [dict(p, host=hosts[r]) for r, p in probes.items()]
-    for r in range(world):
-        if r not in probes:
-            results.append(
-                {
-                    "rank": r,
-                    "host": hosts[r],
-                    "error": f"no result from this node's collective process (see {hosts[r]}'s log)",
-                }
-            )
-    collective, check = _collective_check("collective", "gloo", results, world, [hosts[r] for r in sorted(hosts)])
+    checks += _node_checks(spec, layout, node_meta, nodes, probes, hosts)
+    collective, check = _collective_check(
+        "collective", "gloo", _collective_results(probes, hosts), world, [hosts[r] for r in sorted(hosts)]
+    )
     checks.append(check)
 
-    cuda: list[dict[str, Any]] = []
-    if cuda_refs and placement is not None:
-        cuda = _gather(cuda_refs, coll_timeout)
-        checks += cuda_checks(cuda, [(b.bundle, b.host) for b in placement.bundles])
-        lap("cuda")
-    elif fake and not layout.cpu_only:
-        checks.append(
-            Check(
-                name="cuda",
-                ok=True,
-                message=f"not checked: cluster.fake_gpus (the {len(layout.all_slots())} GPU slot(s) are "
-                "placeholders; trainers and engines run on CPU)",
-            )
-        )
-    nccl: dict[str, Any] | None = None
-    if cuda and all(c.ok for c in checks if c.name == "cuda"):
-        nccl, check = _nccl(placement, ports, coll_timeout)
-        checks.append(check)
-        lap("nccl")
+    cuda, nccl = _gpu_stage(layout, placement, cuda_refs, checks, lap, ports, coll_timeout, fake)
     if pg is not None:
         from ray.util.placement_group import remove_placement_group
 
@@ -270,13 +185,13 @@ def run_preflight(
         "job_id": ctx.job_id,
         "instance": ctx.instance,
         "created": time.time(),
-        "seconds": round(time.monotonic() - t0, 3),
+        "seconds": round(time.monotonic() - lap.t0, 3),
         "ray_nodes": len(nodes),
         "nodes": [_node_row(r, hosts, nodes, probes, node_meta, rows, spec, checks) for r in range(world)],
         "slots": rows,
         "collective": collective,
         "checks": [asdict(c) for c in checks],
-        "timings": timings,
+        "timings": lap.timings,
         "fake_gpus": fake,
         "cuda": cuda,
     }
@@ -287,6 +202,152 @@ def run_preflight(
     if not ok:
         report["error"] = result.error
     return result
+
+
+def _gpu_stage(
+    layout: Layout,
+    placement: Placement | None,
+    cuda_refs: list[Any],
+    checks: list[Check],
+    lap: _Laps,
+    ports: PortBlock,
+    timeout_s: float,
+    fake: bool,
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The CUDA probes' results and checks, then NCCL once every GPU bundle has working CUDA (checks
+    appended to ``checks``). Returns ``(cuda results, nccl report or None)``."""
+    cuda: list[dict[str, Any]] = []
+    if cuda_refs and placement is not None:
+        cuda = _gather(cuda_refs, timeout_s)
+        checks += cuda_checks(cuda, [(b.bundle, b.host) for b in placement.bundles])
+        lap("cuda")
+    elif fake and not layout.cpu_only:
+        checks.append(
+            Check(
+                name="cuda",
+                ok=True,
+                message=f"not checked: cluster.fake_gpus (the {len(layout.all_slots())} GPU slot(s) are "
+                "placeholders; trainers and engines run on CPU)",
+            )
+        )
+    nccl: dict[str, Any] | None = None
+    if cuda and placement is not None and all(c.ok for c in checks if c.name == "cuda"):
+        nccl, check = _nccl(placement, ports, timeout_s)
+        checks.append(check)
+        lap("nccl")
+    return cuda, nccl
+
+
+def _placement_stage(
+    layout: Layout,
+    node_meta: dict[int, dict[str, Any]],
+    nodes: dict[int, dict[str, Any]],
+    checks: list[Check],
+    lap: _Laps,
+    timeout_s: float,
+    fake: bool,
+) -> tuple[Any, Placement | None, list[dict[str, Any]], list[Any]]:
+    """Reserve the layout's placement group, map its bundles and check them (appended to ``checks``);
+    starts the CUDA probes (they run while the collective is gathered). Returns
+    ``(pg, placement, slot rows, CUDA probe refs)``; ``pg``/``placement`` are None if it cannot be placed."""
+    pg = placement = None
+    rows: list[dict[str, Any]] = []
+    cuda_refs: list[Any] = []
+    try:
+        pg = reserve(layout, timeout_s=timeout_s)
+        lap("placement_group")
+        placement = map_bundles(pg, layout, timeout_s=timeout_s)
+        lap("bundle_probes")
+        rows = placement.to_json()
+        if not layout.cpu_only and not fake:
+            cuda_refs = _start_cuda_probes(placement)
+        checks.append(_bundle_check(layout, placement, node_meta, nodes))
+        checks += role_conflicts(layout, rows)
+    except PlacementError as exc:
+        checks.append(
+            Check(
+                name="placement",
+                ok=False,
+                message=str(exc),
+                node=None,
+                fix="raise cluster.cpus_per_node (one CPU per slot), or check the nodes' GPUs",
+            )
+        )
+    return pg, placement, rows, cuda_refs
+
+
+def _bundle_check(
+    layout: Layout, placement: Placement, node_meta: dict[int, dict[str, Any]], nodes: dict[int, dict[str, Any]]
+) -> Check:
+    """Each bundle on its pinned node, with exactly one of that node's visible GPUs (GPU layouts)."""
+    wrong: list[tuple[str, str]] = []  # (host, what is wrong)
+    for b in placement.bundles:
+        cvd = parse_ids((node_meta.get(b.node_rank) or {}).get("env", {}).get("CUDA_VISIBLE_DEVICES"))
+        if nodes.get(b.node_rank, {}).get("NodeID") != b.node_id:
+            wrong.append((b.host, f"bundle {b.bundle} is on {b.host}, not on node {b.node_rank}"))
+        elif not layout.cpu_only and (len(b.gpu_ids) != 1 or (cvd and b.gpu_ids[0] not in cvd)):
+            wrong.append(
+                (
+                    b.host,
+                    f"bundle {b.bundle} on {b.host} got GPU(s) {list(b.gpu_ids)} (node's "
+                    f"CUDA_VISIBLE_DEVICES: {','.join(cvd) or 'unset'})",
+                )
+            )
+    return Check(
+        name="bundles",
+        ok=not wrong,
+        node=wrong[0][0] if wrong else None,
+        message="; ".join(w for _, w in wrong)
+        if wrong
+        else f"{len(placement.bundles)} bundle(s) on their pinned nodes"
+        + ("" if layout.cpu_only else " with one of the node's GPUs each"),
+    )
+
+
+def _node_checks(
+    spec: Spec,
+    layout: Layout,
+    node_meta: dict[int, dict[str, Any]],
+    nodes: dict[int, dict[str, Any]],
+    probes: dict[int, dict[str, Any]],
+    hosts: dict[int, str],
+) -> list[Check]:
+    """Per node: the GPUs it shows (nvidia-smi, torch, SLURM's variables) and what it gave Ray.
+    Updates ``hosts`` with the names the nodes' probes reported."""
+    checks: list[Check] = []
+    slots_per_node = {r: sum(1 for s in layout.all_slots() if s.node == r) for r in hosts}
+    for r in hosts:
+        meta, p = node_meta.get(r) or {}, probes.get(r, {})
+        host = hosts[r] = p.get("host") or hosts[r]
+        env = meta.get("env", {})
+        if "nvidia_smi" in p or "torch_cuda" in p:
+            seen = {
+                **p,
+                "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
+                "slurm_gpus_on_node": env.get("SLURM_GPUS_ON_NODE"),
+                "slurm_gpus": env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS"),
+            }
+            checks += gpu_visibility(host, spec.cluster.gpus_per_node, seen, fake_gpus=spec.cluster.fake_gpus)
+        if r in nodes:
+            checks.append(
+                ray_resources(host, nodes[r].get("Resources", {}), meta, spec.cluster.gpus_per_node, slots_per_node[r])
+            )
+    return checks
+
+
+def _collective_results(probes: dict[int, dict[str, Any]], hosts: dict[int, str]) -> list[dict[str, Any]]:
+    """Every node's collective result, a node that sent none as an error naming its log."""
+    results = [dict(p, host=hosts[r]) for r, p in probes.items()]
+    for r in hosts:
+        if r not in probes:
+            results.append(
+                {
+                    "rank": r,
+                    "host": hosts[r],
+                    "error": f"no result from this node's collective process (see {hosts[r]}'s log)",
+                }
+            )
+    return results
 
 
 def _start_cuda_probes(placement: Placement) -> list[Any]:
