@@ -274,92 +274,90 @@ def schema_problems(api_version: str, data: Any, marks: Marks, *, task: int | No
     problems: list[Problem] = []
     reported_missing: set[tuple[Path, str]] = set()
     for error in _validator(api_version).iter_errors(data):
-        parent_path: Path = tuple(error.absolute_path)
-        description = error.schema.get("description")
         err = _leaf_error(error)
         path: Path = tuple(err.absolute_path)
-        origin = origin_of(path, marks)
-        v = err.validator
-        if v == "additionalProperties":
-            allowed = list(err.schema.get("properties", {}))
-            for key in sorted(set(err.instance) - set(allowed)):
-                close = suggest_field(key, path, allowed)
-                hint = (f"did you mean '{close}'? " if close else "") + f"valid keys here: {', '.join(allowed)}"
-                problems.append(
-                    Problem(
-                        path=dotted(path + (key,)),
-                        message=f"unknown field '{key}'",
-                        hint=hint,
-                        origin=origin_of(path + (key,), marks),
-                        task=task,
-                    )
-                )
-            continue
-        if v == "required":
-            # jsonschema yields one error per missing key, each naming the whole list: report each key once
-            missing = [k for k in err.validator_value if k not in err.instance and (path, k) not in reported_missing]
-            reported_missing.update((path, k) for k in missing)
-            for key in missing:
-                sub = err.schema.get("properties", {}).get(key, {})
-                desc = _deref(sub, schema_for(api_version)).get("description") or sub.get("description")
-                problems.append(
-                    Problem(
-                        path=dotted(path + (key,)),
-                        message=f"required field '{key}' is missing",
-                        hint=f"add '{key}:' under '{dotted(path) or 'the top level'}'" + (f" ({desc})" if desc else ""),
-                        origin=origin,
-                        task=task,
-                    )
-                )
-            continue
-        if v == "enum":
-            options = [str(o) for o in err.validator_value if o is not None]
-            close = did_you_mean(str(err.instance), options)
-            hint = (f"did you mean '{close}'? " if close else "") + f"valid values: {', '.join(options)}"
-            problems.append(
-                Problem(
-                    path=dotted(path),
-                    message=f"{_describe(err.instance)} is not a valid value",
-                    hint=hint,
-                    origin=origin,
-                    task=task,
-                )
-            )
-            continue
-        if v == "const":
-            problems.append(
-                Problem(
-                    path=dotted(path),
-                    message=f"must be {err.validator_value!r}, got {_describe(err.instance)}",
-                    hint=f"supported: {err.validator_value}",
-                    origin=origin,
-                    task=task,
-                )
-            )
-            continue
-        if v == "type":
-            want = err.validator_value
-            wants = want if isinstance(want, list) else [want]
-            words = " or ".join(_TYPE_WORDS.get(w, w) for w in wants)
-            message = f"expected {words}, got {_describe(err.instance)}"
-            if "string" in wants and isinstance(err.instance, (int, float)) and not isinstance(err.instance, bool):
-                # YAML reads `time_limit: 30` or `mem: 500` as a number
-                message += f" (a number in YAML; write it in quotes, '{err.instance}', to give the text)"
-        elif v == "pattern":
-            message = f"{_describe(err.instance)} has the wrong format"
+        if err.validator == "additionalProperties":
+            problems += _unknown_keys(err, path, marks, task)
+        elif err.validator == "required":
+            problems += _missing_keys(api_version, err, path, marks, task, reported_missing)
         else:
-            message = err.message
-        desc = err.schema.get("description") or description
-        problems.append(
+            problems.append(_value_problem(error, err, path, marks, task))
+    return problems
+
+
+def _unknown_keys(err: Any, path: Path, marks: Marks, task: int | None) -> list[Problem]:
+    allowed = list(err.schema.get("properties", {}))
+    out = []
+    for key in sorted(set(err.instance) - set(allowed)):
+        close = suggest_field(key, path, allowed)
+        hint = (f"did you mean '{close}'? " if close else "") + f"valid keys here: {', '.join(allowed)}"
+        out.append(
             Problem(
-                path=dotted(path if path else parent_path),
-                message=message,
-                hint=f"expected: {desc}" if desc else None,
-                origin=origin,
+                path=dotted(path + (key,)),
+                message=f"unknown field '{key}'",
+                hint=hint,
+                origin=origin_of(path + (key,), marks),
                 task=task,
             )
         )
-    return problems
+    return out
+
+
+def _missing_keys(
+    api_version: str, err: Any, path: Path, marks: Marks, task: int | None, reported: set[tuple[Path, str]]
+) -> list[Problem]:
+    # jsonschema yields one error per missing key, each naming the whole list: report each key once
+    missing = [k for k in err.validator_value if k not in err.instance and (path, k) not in reported]
+    reported.update((path, k) for k in missing)
+    out = []
+    for key in missing:
+        sub = err.schema.get("properties", {}).get(key, {})
+        desc = _deref(sub, schema_for(api_version)).get("description") or sub.get("description")
+        out.append(
+            Problem(
+                path=dotted(path + (key,)),
+                message=f"required field '{key}' is missing",
+                hint=f"add '{key}:' under '{dotted(path) or 'the top level'}'" + (f" ({desc})" if desc else ""),
+                origin=origin_of(path, marks),
+                task=task,
+            )
+        )
+    return out
+
+
+def _value_problem(error: Any, err: Any, path: Path, marks: Marks, task: int | None) -> Problem:
+    """A wrong value: not one of the enum/const, the wrong type or format, or another schema keyword."""
+    v, hint = err.validator, None
+    if v == "enum":
+        options = [str(o) for o in err.validator_value if o is not None]
+        close = did_you_mean(str(err.instance), options)
+        message = f"{_describe(err.instance)} is not a valid value"
+        hint = (f"did you mean '{close}'? " if close else "") + f"valid values: {', '.join(options)}"
+    elif v == "const":
+        message = f"must be {err.validator_value!r}, got {_describe(err.instance)}"
+        hint = f"supported: {err.validator_value}"
+    elif v == "type":
+        want = err.validator_value
+        wants = want if isinstance(want, list) else [want]
+        words = " or ".join(_TYPE_WORDS.get(w, w) for w in wants)
+        message = f"expected {words}, got {_describe(err.instance)}"
+        if "string" in wants and isinstance(err.instance, (int, float)) and not isinstance(err.instance, bool):
+            # YAML reads `time_limit: 30` or `mem: 500` as a number
+            message += f" (a number in YAML; write it in quotes, '{err.instance}', to give the text)"
+    elif v == "pattern":
+        message = f"{_describe(err.instance)} has the wrong format"
+    else:
+        message = err.message
+    if hint is None:
+        desc = err.schema.get("description") or error.schema.get("description")
+        hint = f"expected: {desc}" if desc else None
+    return Problem(
+        path=dotted(path if path else tuple(error.absolute_path)),
+        message=message,
+        hint=hint,
+        origin=origin_of(path, marks),
+        task=task,
+    )
 
 
 def value_problems(api_version: str, path: Path, value: Any, marks: Marks, *, task: int | None = None) -> list[Problem]:
