@@ -24,6 +24,7 @@ from slime.spec.engine_flags import sglang_reserved
 from slime.spec.slime_flags import (
     ARCHITECTURE,
     BOXED_RM_TYPES,
+    DATA_PATH_FLAGS,
     DIRECT,
     RM_TYPES,
     SLIME_DEFAULTS,
@@ -244,7 +245,7 @@ def _special(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
     elif name == "--custom-rm-path":
         b.from_flag(f, "reward.custom", _plugin_path(one))
         b.set("reward.type", "custom", f"implied by {name} (line {f.line})")
-    elif name in _DATA_PATH_FLAGS:
+    elif name in DATA_PATH_FLAGS:
         _data_path_flag(f, one, b)
     elif name == "--train-backend":
         if one == "megatron":
@@ -318,21 +319,6 @@ def _rm_type(f: Flag, kind: str, b: Builder) -> None:
         )
         if differs:
             b.differences.append((f.shown(), differs))
-
-
-_DATA_PATH_FLAGS = frozenset(
-    {
-        "--dynamic-sampling-filter-path",
-        "--debug-rollout-only",
-        "--debug-train-only",
-        "--save-debug-rollout-data",
-        "--load-debug-rollout-data",
-        "--log-passrate",
-        "--eval-max-response-len",
-        "--eval-top-p",
-        "--eval-top-k",
-    }
-)
 
 
 def _data_path_flag(f: Flag, one: str | None, b: Builder) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 __all__ = [
     "ARCHITECTURE",
     "BOXED_RM_TYPES",
+    "DATA_PATH_FLAGS",
     "DIRECT",
     "RM_TYPES",
     "SLIME_DEFAULTS",
@@ -94,37 +95,9 @@ DIRECT: dict[str, tuple[str, str]] = {
     "--use-tensorboard": ("logging.tensorboard", "bool"),
 }
 
-# Flags migrate.py maps with logic of their own (they count as known).
-SPECIAL = frozenset(
+# Mapped by flagmap's data-path helper (rollout.dynamic_sampling, debug.*, eval sampling, pass@k).
+DATA_PATH_FLAGS = frozenset(
     {
-        "--use-kl-loss",
-        "--kl-loss-coef",
-        "--adam-beta1",
-        "--adam-beta2",
-        "--lr-decay-style",
-        "--optimizer",
-        "--load",
-        "--ref-load",
-        "--save-hf",
-        "--rm-type",
-        "--custom-rm-path",
-        "--eval-prompt-data",
-        "--eval-interval",
-        "--n-samples-per-eval-prompt",
-        "--eval-temperature",
-        "--use-wandb",
-        "--wandb-mode",
-        "--wandb-key",
-        "--train-backend",
-        "--bf16",
-        "--fp16",
-        "--update-weight-mode",
-        "--update-weight-transport",
-        "--train-env-vars",
-        "--disable-grpo-std-normalization",
-        "--calculate-per-token-loss",
-        "--reward-key",
-        "--loss-type",
         "--dynamic-sampling-filter-path",
         "--debug-rollout-only",
         "--debug-train-only",
@@ -135,6 +108,43 @@ SPECIAL = frozenset(
         "--eval-top-p",
         "--eval-top-k",
     }
+)
+
+# Flags migrate.py maps with logic of their own (they count as known).
+SPECIAL = (
+    frozenset(
+        {
+            "--use-kl-loss",
+            "--kl-loss-coef",
+            "--adam-beta1",
+            "--adam-beta2",
+            "--lr-decay-style",
+            "--optimizer",
+            "--load",
+            "--ref-load",
+            "--save-hf",
+            "--rm-type",
+            "--custom-rm-path",
+            "--eval-prompt-data",
+            "--eval-interval",
+            "--n-samples-per-eval-prompt",
+            "--eval-temperature",
+            "--use-wandb",
+            "--wandb-mode",
+            "--wandb-key",
+            "--train-backend",
+            "--bf16",
+            "--fp16",
+            "--update-weight-mode",
+            "--update-weight-transport",
+            "--train-env-vars",
+            "--disable-grpo-std-normalization",
+            "--calculate-per-token-loss",
+            "--reward-key",
+            "--loss-type",
+        }
+    )
+    | DATA_PATH_FLAGS
 )
 
 # Megatron model-architecture flags: model.path's config.json already says all of these.
