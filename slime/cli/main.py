@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from slime.cli.complete import run_completer, spec_field_completer
+from slime.cli.spec_args import add_spec_args
 from slime.core.errors import ExitCode
 
 # name -> (module:function implementing it, help)
@@ -35,22 +36,6 @@ def _command(ref: str) -> Callable[[argparse.Namespace], int]:
 
     run.__qualname__ = ref
     return run
-
-
-def _spec_args(p: argparse.ArgumentParser, *, many: bool = False) -> None:
-    if many:
-        p.add_argument("specs", nargs="+", metavar="SPEC", help="spec file(s)")
-    else:
-        p.add_argument("spec", metavar="SPEC", help="spec file")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="PATH=VALUE",
-        help="override a field before validation (value parsed as YAML); repeatable",
-    ).completer = spec_field_completer("=")  # type: ignore[attr-defined]
-    p.add_argument("--json", action="store_true", help="print JSON for scripts")
 
 
 def _version_args(parser: argparse.ArgumentParser) -> None:
@@ -76,19 +61,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("submit", help="validate, compile and submit/run a spec (the default command)")
-    _spec_args(p)
+    add_spec_args(p)
     p.add_argument("--dry-run", action="store_true", help="print what would be written and run; change nothing")
     p.add_argument("--preflight-only", action="store_true", help="bootstrap Ray + run the preflight, then stop")
     p.add_argument("--force", action="store_true", help="submit even if this spec's job is already pending/running")
     p.set_defaults(func=_command("slime.cli.commands:submit"))
 
     p = sub.add_parser("validate", help="check spec(s): schema and cross-field rules, every problem at once")
-    _spec_args(p, many=True)
+    add_spec_args(p, many=True)
     p.add_argument("--check-paths", action="store_true", help="also require local data/model paths to exist")
     p.set_defaults(func=_command("slime.cli.commands:validate"))
 
     p = sub.add_parser("render", help="print the script/command the launcher would run (side-effect free)")
-    _spec_args(p)
+    add_spec_args(p)
     p.set_defaults(func=_command("slime.cli.commands:render"))
 
     p = sub.add_parser("schema", help="print the JSON Schema (for editors' YAML language servers)")

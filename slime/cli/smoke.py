@@ -46,17 +46,9 @@ DRIVER = "slime.cli.smoke_driver"
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    from slime.cli.complete import spec_field_completer
+    from slime.cli.spec_args import add_spec_args
 
-    p.add_argument("spec", metavar="SPEC", help="spec file")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="PATH=VALUE",
-        help="override a field before validation (value parsed as YAML); repeatable",
-    ).completer = spec_field_completer("=")  # type: ignore[attr-defined]
+    add_spec_args(p, json_help="print the report as JSON")
     p.add_argument(
         "--rollouts",
         type=_rollouts,
@@ -67,7 +59,6 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", type=int, default=0, metavar="N", help="which sweep task to run (default 0)")
     p.add_argument("--dir", default=None, metavar="D", help="keep the smoke's run dir under D (default: a temp dir)")
     p.add_argument("-v", "--verbose", action="store_true", help="show the run's output instead of logging it")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=run)
 
 
