@@ -94,7 +94,8 @@ rollout: {{backend: builtin, colocate: {colocate}, batch_size: 4, n_samples_per_
 data: {{prompts: {prompts}, eval: []}}
 logging: {{dir: {logdir}, wandb: {{mode: disabled}}}}
 """
-SLURM_LINES = '  mem: 2G\n  time_limit: "00:10:00"\n  partition: batch\n'
+# fake_gpus: the CI cluster's GRES GPUs have no CUDA (without it the preflight fails, as it must)
+SLURM_LINES = '  mem: 2G\n  time_limit: "00:10:00"\n  partition: batch\n  fake_gpus: true\n'
 
 
 @pytest.fixture(scope="module")
