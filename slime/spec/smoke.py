@@ -181,6 +181,15 @@ def _rollout(s: Spec, rollouts: int, prompts: int, n: int) -> Iterator[Edit]:
         None if over == r.batch_size else max(prompts, math.ceil(over * prompts / r.batch_size)),
         "in the same proportion to rollout.batch_size",
     )
+    if r.dynamic_sampling is not None and r.dynamic_sampling.filter == "nonzero_std":
+        # a 2-step warm-up of the tiny model gives mostly flat groups: the plain filter could drop them all
+        # and leave no sample to train, sync or checkpoint (a custom filter is kept: it is what you test)
+        yield (
+            "rollout.dynamic_sampling.filter",
+            "nonzero_std_with_fallback",
+            "the same filter, but flat groups are trained on when no other passed (the tiny model's rewards "
+            "are mostly equal), so every stage has samples",
+        )
     if r.max_prompt_len + r.max_response_len > TINY_CONTEXT:
         response = min(r.max_response_len, MAX_RESPONSE)
         why = f"prompt + response must fit the tiny model's {TINY_CONTEXT}-token context"
