@@ -80,7 +80,7 @@ def test_data_keys_pick_the_prompt_label_and_metadata(rows, server, model_dir):
     data = dict(prompts=str(rows), input_key="question", label_key="answer", metadata_key="meta", eval=())
     in_order = make(data={**data, "shuffle": False}, rollout={"batch_size": 3, "n_samples_per_prompt": 1})
     mgr = manager(in_order, server, model_dir)
-    got = mgr.generate(0)
+    got = mgr.generate(0).samples
     assert [s.label for s in got] == ["11", "12", "13"]  # file order, the answer key
     assert [s.metadata["row"] for s in got] == [0, 1, 2] and "prompt" not in got[0].metadata
     assert got[0].prompt == "00+11=" and "<|im_start|>" not in mgr.tokenizer.decode(got[0].tokens)
@@ -90,7 +90,7 @@ def test_data_keys_pick_the_prompt_label_and_metadata(rows, server, model_dir):
         rollout={"batch_size": 3, "n_samples_per_prompt": 1, "max_prompt_len": 64},
     )
     mgr = manager(templated, server, model_dir)
-    again = mgr.generate(0)
+    again = mgr.generate(0).samples
     assert [s.label for s in again] != ["11", "12", "13"]  # a seeded shuffle
     assert again[0].prompt.startswith("<|im_start|>") and again[0].prompt.rstrip().endswith("assistant")
     mgr.close()
@@ -99,7 +99,7 @@ def test_data_keys_pick_the_prompt_label_and_metadata(rows, server, model_dir):
 def test_responses_stop_at_max_response_len(server, model_dir):
     s = make(rollout={"batch_size": 2, "n_samples_per_prompt": 4, "max_response_len": 2})
     mgr = manager(s, server, model_dir)
-    got = mgr.generate(0)
+    got = mgr.generate(0).samples
     assert max(x.response_length for x in got) <= 2
     assert any(x.status == SampleStatus.TRUNCATED for x in got)
     assert len(SCORED) == len(got) == 8  # every sample went through the reward
