@@ -42,9 +42,17 @@ def make_run(parent: Path, name: str) -> Path:
     return compile_run(parent, name, OVERRIDES)
 
 
+# How many of the groups left over when the batch filled were still running (aborted) rather than
+# finished depends on timing, by design (README, the data path: "not guaranteed"); which groups are
+# kept, dropped and trained on does not.
+TIMING_DEPENDENT = ("rollout/groups_aborted",)
+
+
 def comparable(rows: list[dict]) -> list[dict]:
-    """Everything but wall-clock timings and the rates derived from them."""
-    return [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))} for r in rows]
+    """Everything but wall-clock timings, the rates derived from them and the timing-dependent counts."""
+    return [
+        {k: v for k, v in r.items() if not k.startswith(("time/", "perf/")) and k not in TIMING_DEPENDENT} for r in rows
+    ]
 
 
 @pytest.fixture(scope="module")
