@@ -220,6 +220,11 @@ def _worker(
         again = backend.log_probs(batch, temperature=1.0)
         result["reload_max_diff"] = float((again - torch.tensor(result["logp_after"])).abs().max())
     backend.export_weights(Path(out_dir) / "export")
+    try:  # what a collective weight sync sends (TrainBackend.hf_weights): every rank iterates, rank 0 is whole
+        heads = {n: t.float().flatten()[:8].tolist() for n, t in backend.hf_weights()}
+        result["hf_weights"] = heads if rank == 0 else {}
+    except ValueError as exc:
+        result["hf_weights_error"] = str(exc)
     # TIS weights (algorithm.tis) reach the loss through the micro-batches: weights of 2 double the policy loss
     backend.save(Path(out_dir) / "ckpt-tis")
     plain = backend.train_step(batch, step=2)["pg_loss"]
@@ -227,11 +232,6 @@ def _worker(
     batch.tis_weights = torch.full_like(batch.response_mask, 2.0, dtype=torch.float32)
     result["tis_pg_loss"] = {"plain": plain, "weighted": backend.train_step(batch, step=2)["pg_loss"]}
     batch.tis_weights = None
-    try:  # what a collective weight sync sends (TrainBackend.hf_weights): every rank iterates, rank 0 is whole
-        heads = {n: t.float().flatten()[:8].tolist() for n, t in backend.hf_weights()}
-        result["hf_weights"] = heads if rank == 0 else {}
-    except ValueError as exc:
-        result["hf_weights_error"] = str(exc)
 
     critic = MegatronTrainBackend()
     critic.init(
