@@ -18,6 +18,7 @@ import pytest
 from slime.spec import rules
 from slime.spec.resolve import resolve
 from slime.spec.types import Spec
+from tests.fixtures.hf_configs import QWEN25_7B
 from tests.fixtures.spec_helpers import (
     CPU_SPEC,
     GPU_SPEC,
@@ -137,19 +138,7 @@ def _model_dir(tmp_path: Path, **config) -> str:
     """A checkpoint dir holding only a config.json: Qwen2.5-7B's shape (28 heads, 4 KV heads), edited."""
     model = tmp_path / "m"
     model.mkdir(exist_ok=True)
-    base = {
-        "model_type": "qwen2",
-        "hidden_act": "silu",
-        "hidden_size": 3584,
-        "intermediate_size": 18944,
-        "max_position_embeddings": 32768,
-        "num_attention_heads": 28,
-        "num_hidden_layers": 28,
-        "num_key_value_heads": 4,
-        "rms_norm_eps": 1e-06,
-        "vocab_size": 152064,
-    }
-    (model / "config.json").write_text(json.dumps({**base, **config}))
+    (model / "config.json").write_text(json.dumps({**QWEN25_7B, **config}))
     return str(model)
 
 
