@@ -9,4 +9,8 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline RAY_USAGE_STAT
 .venv/bin/ruff format --check --quiet .
 .venv/bin/ruff check --quiet .
 .venv/bin/lint-imports --no-cache >/dev/null || .venv/bin/lint-imports --no-cache
-exec .venv/bin/python -m pytest "$@"
+# Four pytest-xdist workers on CI's two cores: most of a run's wall time is waiting (Ray and engine
+# start-ups, SLURM polls), so workers overlap it. tests/conftest.py keeps the SLURM tests on one worker
+# (one cluster per machine) and a module's tests together when they share a module-scoped fixture.
+# SLIME_TEST_WORKERS=0 runs everything in this one process.
+exec .venv/bin/python -m pytest -n "${SLIME_TEST_WORKERS:-4}" --dist loadgroup "$@"

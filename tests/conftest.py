@@ -45,3 +45,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(tier)
         if "slurm_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker("slurm")
+        group = xdist_group_of(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def xdist_group_of(item: pytest.Item) -> str | None:
+    """Which tests pytest-xdist (``--dist loadgroup``) keeps on one worker: every SLURM test (one cluster per
+    machine), and the tests of a module that share a module-scoped fixture (built once, not once per worker)."""
+    if item.get_closest_marker("slurm"):
+        return "slurm"
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in info.name2fixturedefs.values() if info else ():
+        if defs and defs[-1].scope in ("module", "class", "package"):
+            return item.path.stem
+    return None

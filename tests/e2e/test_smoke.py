@@ -5,10 +5,10 @@ property test runs random valid variations of the quickstart through it.
 Real parts only: the CLI as a subprocess, the local launcher, a private Ray per run, the preflight,
 ``slime.train`` twice (stopped after a checkpoint, then resumed), the built-in engine and torch.
 
-Time (CI's budget): the example smokes run in a background pool of ``SLIME_SMOKE_JOBS`` (default 1)
-started by the first test, the property test, whose cases (``SLIME_SMOKE_EXAMPLES``, default 4) run
-meanwhile; each example's test then waits only for its own result. The examples whose data lives on a
-cluster get the shipped arithmetic files with ``--set``.
+Time (CI's budget): every smoke is its own test, so that pytest-xdist spreads them over its workers: one
+test per example, the fixed PPO case, and the property test in ``SHARDS`` shards, each drawing its own
+cases (``SLIME_SMOKE_EXAMPLES`` in all, default 4; shard ``i`` is seeded ``SEED + i``). The examples
+whose data lives on a cluster get the shipped arithmetic files with ``--set``.
 """
 
 from __future__ import annotations
@@ -19,12 +19,11 @@ import subprocess
 import sys
 import textwrap
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase, assume, example, given, settings
+from hypothesis import HealthCheck, Phase, assume, given, seed, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
@@ -44,8 +43,8 @@ SETS = {
     "grpo-multinode.yaml": [TRAIN, HELDOUT],
 }
 EXAMPLES = sorted(p.name for p in (REPO / "specs").glob("*.yaml"))
-JOBS = int(os.environ.get("SLIME_SMOKE_JOBS", "1"))
 PROPERTY_EXAMPLES = int(os.environ.get("SLIME_SMOKE_EXAMPLES", "4"))
+SHARDS, SEED = 2, 20261201
 
 
 @dataclass(frozen=True)
@@ -88,26 +87,6 @@ def _smoke_once(spec: Path, *args: str, env: dict[str, str] | None = None) -> Re
     except ValueError:
         report = None
     return Result(proc.returncode, report, proc.stderr, time.monotonic() - t)
-
-
-@pytest.fixture(scope="module")
-def example_runs(tmp_path_factory):
-    """Every example's smoke, started at once in a pool (results are awaited by the tests)."""
-    pool = ThreadPoolExecutor(max_workers=JOBS)
-    futures: dict[str, Future] = {}
-    for name in EXAMPLES:
-        sets = [a for s in SETS.get(name, []) for a in ("--set", s)]
-        where = tmp_path_factory.mktemp(name.removesuffix(".yaml"))
-        futures[name] = pool.submit(smoke, REPO / "specs" / name, *sets, "--dir", str(where))
-    yield futures
-    pool.shutdown(wait=True)
-
-
-@pytest.fixture(scope="module")
-def overlap(request):
-    """Starts the example smokes in the background when they are part of this session (see the module doc)."""
-    if any("test_every_example_spec" in item.nodeid for item in request.session.items):
-        request.getfixturevalue("example_runs")
 
 
 # ----------------------------------------------------------------------------- the property test
@@ -210,23 +189,16 @@ def _dump(spec: dict) -> str:
     return buf.getvalue()
 
 
-@settings(
-    max_examples=max(1, PROPERTY_EXAMPLES),
-    deadline=None,
-    derandomize=True,  # the same cases every run: CI is reproducible
-    # no shrinking: each step would be another smoke run; SLIME_SMOKE_EXAMPLES=0 runs the fixed case only
-    phases=(Phase.explicit,) if PROPERTY_EXAMPLES == 0 else (Phase.explicit, Phase.generate),
-    suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-@example(spec=_explicit(), rollouts=2)
-@given(variations(), st.sampled_from([1, 2]))
-def test_a_spec_that_validates_passes_the_smoke_without_a_bug(overlap, tmp_path, spec, rollouts):
+def _check_validated_spec_smokes(spec: dict, rollouts: int, where: Path, *, drawn: bool = True) -> None:
+    """A spec that validates passes its smoke, or (exit 3) the machine failed it; never exit 1, 2 or a traceback."""
     text = _dump(spec)
     try:
-        load_spec_text(text, file="variation.yaml", base_dir=tmp_path)
+        load_spec_text(text, file="variation.yaml", base_dir=where)
     except SpecError:
+        if not drawn:
+            raise
         assume(False)  # only specs that validate are promised to run
-    case = tmp_path / f"case-{time.monotonic_ns()}"
+    case = where / f"case-{time.monotonic_ns()}"
     case.mkdir()
     (case / "spec.yaml").write_text(text)
     result = smoke(case / "spec.yaml", "--rollouts", str(rollouts), "--dir", str(case / "runs"))
@@ -237,10 +209,36 @@ def test_a_spec_that_validates_passes_the_smoke_without_a_bug(overlap, tmp_path,
         print("infrastructure failure (exit 3), not the spec's:", result.explain()[-2000:])
 
 
+def test_the_fixed_ppo_case_passes_the_smoke_without_a_bug(tmp_path):
+    _check_validated_spec_smokes(_explicit(), 2, tmp_path, drawn=False)
+
+
+@pytest.mark.skipif(PROPERTY_EXAMPLES == 0, reason="SLIME_SMOKE_EXAMPLES=0: the fixed case only")
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_a_spec_that_validates_passes_the_smoke_without_a_bug(shard, tmp_path):
+    """The property: ``PROPERTY_EXAMPLES`` drawn cases over the shards, each shard with its own fixed seed (the
+    same cases every run: CI is reproducible). No shrinking: each step would be another smoke run."""
+
+    @seed(SEED + shard)
+    @settings(
+        max_examples=max(1, -(-PROPERTY_EXAMPLES // SHARDS)),
+        deadline=None,
+        phases=(Phase.generate,),
+        database=None,
+        suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+    )
+    @given(variations(), st.sampled_from([1, 2]))
+    def case(spec: dict, rollouts: int) -> None:
+        _check_validated_spec_smokes(spec, rollouts, tmp_path)
+
+    case()
+
+
 # ----------------------------------------------------------------------------- the examples, and a failure
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_every_example_spec_passes_every_stage_of_the_smoke(example_runs, name):
-    result = example_runs[name].result()
+def test_every_example_spec_passes_every_stage_of_the_smoke(tmp_path, name):
+    sets = [a for s in SETS.get(name, []) for a in ("--set", s)]
+    result = smoke(REPO / "specs" / name, *sets, "--dir", str(tmp_path))
     assert result.returncode == 0 and result.report and result.report["ok"], result.explain()
     stages = {s["stage"]: s for s in result.report["stages"]}
     assert all(s["status"] in ("passed", "skipped") for s in stages.values()), result.explain()
