@@ -52,7 +52,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def xdist_group_of(item: pytest.Item) -> str | None:
     """Which tests pytest-xdist (``--dist loadgroup``) keeps on one worker: every SLURM test (one cluster per
-    machine), and the tests of a module that share a module-scoped fixture (built once, not once per worker)."""
+    machine), and the tests of a module that share a module-scoped fixture (built once, not once per worker).
+    A module may name a group itself (``pytest.mark.xdist_group("learning")``: the long CPU-bound learning
+    runs, one at a time, so that their thresholds and time limits hold on two cores)."""
+    if item.get_closest_marker("xdist_group"):
+        return None  # the test (or its module) names its group itself
     if item.get_closest_marker("slurm"):
         return "slurm"
     info = getattr(item, "_fixtureinfo", None)

@@ -60,7 +60,7 @@ SHORT = [
     "train.micro_batch_size=16",
     "rollout.num_rollouts=1",
 ]
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("learning"), pytest.mark.timeout(1500)]
 
 
 def _sum_of(expression: str) -> str | None:

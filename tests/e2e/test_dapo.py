@@ -26,7 +26,7 @@ pytest.importorskip("ray")
 pytest.importorskip("torch")
 pd = pytest.importorskip("pandas")
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("learning"), pytest.mark.timeout(600)]
 REPO = Path(__file__).resolve().parents[2]
 ROLLOUTS = 30
 THRESHOLD = 0.84  # measured: see the README's data-path section; the warm-up alone gives 0.77

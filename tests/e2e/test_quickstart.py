@@ -21,7 +21,7 @@ pytest.importorskip("torch")
 
 from tests.fixtures.quickstart import train_env
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("learning"), pytest.mark.timeout(400)]
 REPO = Path(__file__).resolve().parents[2]
 ROLLOUTS = 30
 # Measured with TIS (README, async quickstart): 0.824 at the end (0.89 at best, rollout 124); 0.822 without TIS

@@ -11,6 +11,11 @@ from __future__ import annotations
 
 import ast
 import configparser
+import os
+import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -77,3 +82,52 @@ def test_every_test_file_is_in_a_declared_tier_directory(request):
     declared = {line.split(":")[0].strip() for line in cfg["tool:pytest"]["markers"].splitlines() if line.strip()}
     assert set(TIER_DIRS) | {"slurm", "slow"} <= declared
     assert request.node.get_closest_marker("unit") is not None  # conftest marked this test by its directory
+
+
+def test_xdist_keeps_each_group_on_one_worker(tmp_path):
+    """``ci/test.sh`` runs pytest-xdist with ``--dist loadgroup``; tests/conftest.py's groups must really reach
+    the scheduler (a pytest release once broke that silently: every SLURM test then ran at once on one cluster)."""
+    (tmp_path / "conftest.py").write_text(
+        textwrap.dedent(
+            """
+            import pytest
+            from tests.conftest import xdist_group_of
+
+            @pytest.hookimpl(tryfirst=True)
+            def pytest_collection_modifyitems(config, items):
+                for item in items:
+                    group = xdist_group_of(item)
+                    if group:
+                        item.add_marker(pytest.mark.xdist_group(group))
+            """
+        )
+    )
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slurm: x\n")
+    body = "import time\n\ndef _where():\n    time.sleep(0.2)\n"
+    (tmp_path / "test_cluster.py").write_text(
+        "import pytest\npytestmark = pytest.mark.slurm\n"
+        + body
+        + "".join(f"\ndef test_c{i}():\n    _where()\n" for i in range(4))
+    )
+    (tmp_path / "test_shared.py").write_text(
+        "import pytest\n"
+        + body
+        + "\n@pytest.fixture(scope='module')\ndef shared():\n    return 1\n"
+        + "".join(f"\ndef test_s{i}(shared):\n    _where()\n" for i in range(3))
+    )
+    (tmp_path / "test_free.py").write_text(body + "".join(f"\ndef test_f{i}():\n    _where()\n" for i in range(4)))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "3", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(TESTS.parent)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    ran = re.findall(r"\[(gw\d+)\].* PASSED (test_\w+)\.py::(test_\w+)(@\w+)?", proc.stdout)
+    assert len(ran) == 11, proc.stdout[-3000:]
+    workers = {f: {w for w, mod, _, _ in ran if mod == f} for f in ("test_cluster", "test_shared")}
+    assert all(len(w) == 1 for w in workers.values()), workers
+    groups = {mod: g for _, mod, _, g in ran}
+    assert groups["test_cluster"] == "@slurm" and groups["test_shared"] == "@test_shared" and not groups["test_free"]

@@ -120,6 +120,9 @@ __all__ = ["SANDBOX_WORKDIR", "LocalSandbox"]
 log = logging.getLogger(__name__)
 
 _SELF_CHECK_TIMEOUT_S = 20.0
+# How long bwrap may take to create a call's namespaces before the call fails. Creating network namespaces
+# is serialised in the kernel: dozens of calls starting at once on a loaded 2-core machine took over 20 s.
+_JOIN_TIMEOUT_S = 90.0
 # Outcome of the bwrap self-check per configuration: None = works, str = why not.
 _self_checks: dict[tuple, str | None] = {}
 
@@ -494,7 +497,7 @@ class LocalSandbox(BaseSandbox):
     async def _join(self, fds: CallFds, cgroup: MemoryCgroup, proc: asyncio.subprocess.Process) -> None:
         """Put the call's sandbox process into the memory cgroup before it runs anything."""
         try:
-            await asyncio.wait_for(fds.join(cgroup), _SELF_CHECK_TIMEOUT_S)
+            await asyncio.wait_for(fds.join(cgroup), _JOIN_TIMEOUT_S)
         except (OSError, ValueError, KeyError, TimeoutError) as exc:
             await self._terminate(proc, True)
             raise SandboxError(
