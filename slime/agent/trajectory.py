@@ -23,9 +23,14 @@ ties go to the most recently added node):
    original by at most the threshold. The window is overwritten with the new
    prompt's tokens, mask 0 and log-prob 0.0: the model never produced those
    exact tokens, so training on them (or on their stale log-probs) would be
-   off-policy noise, while the rest of the response keeps its mask and
-   log-probs. The child's sequence is then exactly ``prompt + response`` as the
-   engine saw it.
+   off-policy noise. The response's tokens *after* the window keep their
+   log-probs but get mask 0 too: the engine generated them after the original
+   tokens, so their log-probs belong to a context the sequence no longer holds
+   (measured: a byte-level model that emitted half a UTF-8 character had it
+   re-rendered as U+FFFD's three bytes; the trainer then put the following
+   tokens 7-11 nats below the engine). Tokens before the window keep mask 1.
+   The child's sequence is then exactly ``prompt + response`` as the engine
+   saw it.
 3. **fork** – anything else (history edited or compressed, drift beyond the
    threshold, a ``parent`` whose tokens do not match): the turn starts a new
    root whose prompt is the whole new prompt.
@@ -35,8 +40,9 @@ Guaranteed for every emitted sample:
 - ``tokens[:prompt_length]`` is the root turn's prompt; ``loss_mask`` and
   ``rollout_log_probs`` cover ``tokens[prompt_length:]`` one entry per token.
 - Only model-generated tokens have mask 1; environment/tool/user tokens and
-  realigned windows have mask 0 and log-prob 0.0. Mask-1 positions carry the
-  engine's log-prob for that exact token.
+  realigned windows have mask 0 and log-prob 0.0, and the tokens after a
+  realigned window mask 0. Mask-1 positions carry the engine's log-prob for
+  that exact token, in the context the sample holds.
 - A turn on several root-to-leaf paths is trained (mask 1) in exactly one of
   them: the first leaf in insertion order whose copy of the turn is neither
   realigned nor cut by truncation, else the first leaf. In the other paths its
@@ -319,7 +325,8 @@ class TrajectoryTree:
         last = parent.spans[-1]
         s, h = last.start, last.end
         new_len = k - pre - suf  # tokens of the new prompt that replace the drifted window
-        mask = parent.mask[: s + pre] + [0] * new_len + parent.mask[h - suf : h]
+        # after the window: the engine's log-probs, but for the original context (see the module doc): mask 0
+        mask = parent.mask[: s + pre] + [0] * new_len + [0] * suf
         logprobs = parent.logprobs[: s + pre] + [0.0] * new_len + parent.logprobs[h - suf : h]
         tail = len(prompt) - (s + k)
         mask += [0] * tail

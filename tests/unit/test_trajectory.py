@@ -67,8 +67,11 @@ def test_drift_within_threshold_realigns_with_mask_zero():
     # The sequence is exactly what the engine saw for turn 2, plus its response.
     assert s.tokens == list(t2.prompt_token_ids) + [30, 31]
     assert s.prompt_length == 2
+    # 13 and 99 were generated after 11 12, not after 50: their log-probs are for another context, mask 0
+    # (a byte-level model's half UTF-8 character came back as U+FFFD's three bytes; the trainer then put the
+    # tokens after it 7-11 nats below the engine's log-probs)
     #                     10  50  13  99  20  21  30  31
-    assert s.loss_mask == [1, 0, 1, 1, 0, 0, 1, 1]
+    assert s.loss_mask == [1, 0, 0, 0, 0, 0, 1, 1]
     assert s.rollout_log_probs == lp(-1, 0, -4, -5, 0, 0, -6, -7)
     assert s.metadata["turns"][0]["realigned_tokens"] == 2
     assert s.weight_versions == [3, 4]
@@ -97,12 +100,13 @@ def test_drift_threshold_zero_disables_realignment():
 
 
 def test_drift_with_length_change_keeps_suffix_logprobs_aligned():
-    # "11" was re-tokenised into two tokens "51 52": lengths differ by one.
+    # "11" was re-tokenised into two tokens "51 52": lengths differ by one. The suffix's log-probs stay on their
+    # tokens (kept, untrained: they were generated after 11, not after 51 52).
     t1 = Turn([7], [10, 11, 12, 99], lp(-1, -2, -3, -4), 0)
     t2 = Turn([7, 10, 51, 52, 12, 99, 8], [40], lp(-5), 1)
     [s] = merge_turns([t1, t2], drift_threshold=2)
     assert s.tokens == [7, 10, 51, 52, 12, 99, 8, 40]
-    assert s.loss_mask == [1, 0, 0, 1, 1, 0, 1]
+    assert s.loss_mask == [1, 0, 0, 0, 0, 0, 1]
     assert s.rollout_log_probs == lp(-1, 0, 0, -3, -4, 0, -5)
 
 
