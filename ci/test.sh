@@ -9,8 +9,9 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline RAY_USAGE_STAT
 .venv/bin/ruff format --check --quiet .
 .venv/bin/ruff check --quiet .
 .venv/bin/lint-imports --no-cache >/dev/null || .venv/bin/lint-imports --no-cache
-# Four pytest-xdist workers on CI's two cores: most of a run's wall time is waiting (Ray and engine
-# start-ups, SLURM polls), so workers overlap it. tests/conftest.py keeps the SLURM tests on one worker
-# (one cluster per machine) and a module's tests together when they share a module-scoped fixture.
+# Two pytest-xdist workers on CI's two cores: a run's wall time is half waiting (Ray and engine start-ups,
+# SLURM polls), which a second worker overlaps; more workers than cores made the CPU-bound runs (learning,
+# smokes) time out. tests/conftest.py keeps the SLURM tests on one worker (one cluster per machine), the
+# learning runs on one, and a module's tests together when they share a module-scoped fixture.
 # SLIME_TEST_WORKERS=0 runs everything in this one process.
-exec .venv/bin/python -m pytest -n "${SLIME_TEST_WORKERS:-4}" --dist loadgroup "$@"
+exec .venv/bin/python -m pytest -n "${SLIME_TEST_WORKERS:-2}" --dist loadgroup "$@"
