@@ -837,6 +837,12 @@ def algorithm(s: Spec) -> Iterator[Finding]:
         )
     if a.dual_clip_c is not None and a.dual_clip_c <= 1:
         yield ("algorithm.dual_clip_c", f"dual clip needs c > 1, got {a.dual_clip_c}", "e.g. 3.0, or remove it")
+    if a.dual_clip_c is not None and a.estimator == "cispo":
+        yield (  # slime.rl.losses refuses it at the first step; found by the smoke property test
+            "algorithm.dual_clip_c",
+            "dual clip does not apply to cispo: its importance weight is already a clipped constant",
+            "remove algorithm.dual_clip_c, or use another estimator",
+        )
     if a.critic is not None and a.estimator != "ppo":
         yield ("algorithm.critic", f"a critic is only used by ppo, not {a.estimator}", "remove algorithm.critic")
     if s.rollout.n_samples_per_prompt == 1 and a.normalize_std:

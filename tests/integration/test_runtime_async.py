@@ -30,6 +30,7 @@ from slime.spec import load_spec
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(900)
 ROLLOUTS = 6
+ENGINE_EXTREMES = {"train/logprob_diff_max", "train/is_ratio_max", "train/is_ratio_min"}
 OVERRIDES = [
     f"rollout.num_rollouts={ROLLOUTS}",
     "rollout.batch_size=8",
@@ -176,7 +177,10 @@ def test_sigusr1_mid_run_then_resume_replays_the_prefetched_rollout_exactly(unin
         assert set(x) == set(y), x["rollout_id"]
         for key in x:
             if isinstance(x[key], float):
-                assert y[key] == pytest.approx(x[key], rel=1e-5, abs=1e-6), (x["rollout_id"], key)
+                # extremes of trainer-vs-engine log-prob differences: the engine's batches form by timing, and a
+                # batch's size changes its matmul's rounding (~1e-6 on a log-prob); a max picks that noise up
+                tol = 2e-5 if key in ENGINE_EXTREMES else 1e-6
+                assert y[key] == pytest.approx(x[key], rel=1e-5, abs=tol), (x["rollout_id"], key)
             else:
                 assert y[key] == x[key], (x["rollout_id"], key)
     # TensorBoard dropped what the stopped attempt logged past its checkpoint: each step once
