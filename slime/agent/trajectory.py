@@ -28,7 +28,7 @@ ties go to the most recently added node):
    tokens, so their log-probs belong to a context the sequence no longer holds
    (measured: a byte-level model that emitted half a UTF-8 character had it
    re-rendered as U+FFFD's three bytes; the trainer then put the following
-   tokens 7-11 nats below the engine). Tokens before the window keep mask 1.
+   tokens up to 10.4 nats below the engine). Tokens before the window keep mask 1.
    The child's sequence is then exactly ``prompt + response`` as the engine
    saw it.
 3. **fork** – anything else (history edited or compressed, drift beyond the

@@ -15,7 +15,6 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -87,21 +86,8 @@ def test_every_test_file_is_in_a_declared_tier_directory(request):
 def test_xdist_keeps_each_group_on_one_worker(tmp_path):
     """``ci/test.sh`` runs pytest-xdist with ``--dist loadgroup``; tests/conftest.py's groups must really reach
     the scheduler (a pytest release once broke that silently: every SLURM test then ran at once on one cluster)."""
-    (tmp_path / "conftest.py").write_text(
-        textwrap.dedent(
-            """
-            import pytest
-            from tests.conftest import xdist_group_of
-
-            @pytest.hookimpl(tryfirst=True)
-            def pytest_collection_modifyitems(config, items):
-                for item in items:
-                    group = xdist_group_of(item)
-                    if group:
-                        item.add_marker(pytest.mark.xdist_group(group))
-            """
-        )
-    )
+    # the suite's own hook, not a copy of it
+    (tmp_path / "conftest.py").write_text("from tests.conftest import pytest_collection_modifyitems  # noqa: F401\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slurm: x\n")
     body = "import time\n\ndef _where():\n    time.sleep(0.2)\n"
     (tmp_path / "test_cluster.py").write_text(

@@ -69,7 +69,7 @@ def test_drift_within_threshold_realigns_with_mask_zero():
     assert s.prompt_length == 2
     # 13 and 99 were generated after 11 12, not after 50: their log-probs are for another context, mask 0
     # (a byte-level model's half UTF-8 character came back as U+FFFD's three bytes; the trainer then put the
-    # tokens after it 7-11 nats below the engine's log-probs)
+    # tokens after it up to 10.4 nats below the engine's log-probs)
     #                     10  50  13  99  20  21  30  31
     assert s.loss_mask == [1, 0, 0, 0, 0, 0, 1, 1]
     assert s.rollout_log_probs == lp(-1, 0, -4, -5, 0, 0, -6, -7)
