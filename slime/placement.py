@@ -369,7 +369,8 @@ def slot_device(gpu_slot: bool, *, fake_gpus: bool, what: str) -> str:
     try:
         import ray
 
-        gpus = [str(g) for g in ray.get_gpu_ids()]
+        # get_gpu_ids() would start a local Ray in a process that has none (a plain script or test)
+        gpus = [str(g) for g in ray.get_gpu_ids()] if ray.is_initialized() else []
     except Exception:  # noqa: BLE001 - outside a Ray worker: no GPU ids to name
         gpus = []
     why = "torch is a CPU-only build" if torch.version.cuda is None else "no CUDA device is usable in this process"

@@ -13,6 +13,7 @@ Fixtures live in their own modules, loaded here as plug-ins.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,17 @@ def xdist_group_of(item: pytest.Item) -> str | None:
         if defs and defs[-1].scope in ("module", "class", "package"):
             return item.path.stem
     return None
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    """A test that leaves Ray initialised in the test process fails its teardown, by name.
+
+    Ray auto-initialises on the first ``ray.get``/``.remote()``; a test that does so by accident would
+    otherwise fail whichever later test on the same xdist worker needs its own Ray (``local_ray``)."""
+    result = yield
+    ray = sys.modules.get("ray")
+    if ray is None or "local_ray" in getattr(item, "fixturenames", ()) or not ray.is_initialized():
+        return result
+    ray.shutdown()
+    raise pytest.fail.Exception(f"{item.nodeid} left Ray initialised in the test process (shut it down)")

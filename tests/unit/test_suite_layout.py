@@ -117,3 +117,30 @@ def test_xdist_keeps_each_group_on_one_worker(tmp_path):
     assert all(len(w) == 1 for w in workers.values()), workers
     groups = {mod: g for _, mod, _, g in ran}
     assert groups["test_cluster"] == "@slurm" and groups["test_shared"] == "@test_shared" and not groups["test_free"]
+
+
+def test_a_test_that_leaves_ray_initialised_fails_by_name_and_the_next_test_gets_a_clean_process(tmp_path):
+    """tests/conftest.py's teardown guard: Ray auto-starts on e.g. ``ray.get_gpu_ids()``, and a test that starts
+    it by accident made a later test on its xdist worker fail (``local_ray``: "already initialised"). Ray here
+    is a stand-in module with Ray's ``init``/``is_initialized``/``shutdown`` (the guard calls only those): what
+    is under test is the guard, not Ray, and a real local Ray would cost this check ten seconds."""
+    (tmp_path / "conftest.py").write_text("from tests.conftest import pytest_runtest_teardown  # noqa: F401\n")
+    (tmp_path / "ray.py").write_text(
+        "_on = False\n\ndef init():\n    global _on\n    _on = True\n\n"
+        "def is_initialized():\n    return _on\n\ndef shutdown():\n    global _on\n    _on = False\n"
+    )
+    (tmp_path / "test_leak.py").write_text(
+        "import ray\n\ndef test_leaks():\n    ray.init()\n\n"
+        "def test_clean():\n    pass\n\ndef test_after():\n    assert not ray.is_initialized()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-rE", "-p", "no:cacheprovider", "-p", "no:xdist"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{TESTS.parent}"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "3 passed, 1 error" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "ERROR at teardown of test_leaks" in proc.stdout
+    assert "Failed: test_leak.py::test_leaks left Ray initialised in the test process" in proc.stdout
