@@ -27,7 +27,7 @@ rollout is) gives each token's version.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -123,6 +123,15 @@ class Sample:
 
 
 _FIELD_NAMES = frozenset(f.name for f in fields(Sample)) - {"extra"}
+
+
+def episode_id(sample: Sample) -> Hashable:
+    """What makes samples one episode when scores are normalised per group
+    (``slime.runtime.train_data.sequence_scores``): an agent session (its forked leaves share a reward), else
+    the sample itself."""
+    agent = (sample.metadata or {}).get("agent")
+    session = agent.get("session_id") if isinstance(agent, dict) else None
+    return ("session", session) if session is not None else ("sample", sample.index, id(sample))
 
 
 def _is_int(v: Any) -> bool:

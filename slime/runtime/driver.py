@@ -267,7 +267,8 @@ class Driver:
         without trainer ranks or with fewer samples than data-parallel ranks."""
         import ray
 
-        from slime.runtime.train_data import episode_id, sequence_scores, train_inputs
+        from slime.rl.sample import episode_id
+        from slime.runtime.train_data import sequence_scores, train_inputs
 
         job, a, t = self.job, self.spec.algorithm, self.spec.train
         if job.actor is None or len(samples) < job.actor.dp_size:

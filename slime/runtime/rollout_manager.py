@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from slime.rl.sample import Sample, SampleStatus
+from slime.rl.sample import Sample, SampleStatus, episode_id
 from slime.runtime.record import FULL_CREDIT
 from slime.runtime.rollout import RolloutBatch
 
@@ -91,8 +91,6 @@ def _numbered(groups: Sequence[Any], rollout_id: int) -> list[Sample]:
 
 def _first_per_episode(samples: Sequence[Sample]) -> list[Sample]:
     """One sample per episode, in order (a forked agent episode's leaves share its reward)."""
-    from slime.runtime.train_data import episode_id
-
     seen: set[Any] = set()
     out = []
     for s in samples:

@@ -43,7 +43,6 @@ __all__ = [
     "GROUP_ESTIMATORS",
     "StepPlan",
     "collate",
-    "episode_id",
     "plan_steps",
     "sequence_scores",
     "token_advantages",
@@ -109,14 +108,6 @@ def _scores_by_group(r: torch.Tensor, ids: list[Hashable], eps: list[Hashable], 
             centred = centred / (per_episode.std() + GROUP_STD_EPS)
         out[rows] = centred
     return out.tolist()
-
-
-def episode_id(sample: Any) -> Hashable:
-    """What makes samples one episode for :func:`sequence_scores`: an agent session (its forked
-    leaves share a reward), else the sample itself."""
-    agent = (sample.metadata or {}).get("agent")
-    session = agent.get("session_id") if isinstance(agent, dict) else None
-    return ("session", session) if session is not None else ("sample", sample.index, id(sample))
 
 
 def train_inputs(samples: Sequence[Any]) -> list[dict[str, Any]]:

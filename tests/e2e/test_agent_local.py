@@ -45,8 +45,12 @@ from slime.backends.rollout.builtin.server import start_server  # noqa: E402
 from slime.backends.rollout.client import EngineClient  # noqa: E402
 from slime.backends.train.torch_backend import TorchTrainBackend  # noqa: E402
 from slime.models.tiny import ensure_builtin_model  # noqa: E402
-from slime.rl.sample import Sample, SampleStatus  # noqa: E402
-from slime.runtime.train_data import collate, episode_id, sequence_scores, token_advantages  # noqa: E402
+from slime.rl.sample import (  # noqa: E402
+    Sample,
+    SampleStatus,
+    episode_id,
+)
+from slime.runtime.train_data import collate, sequence_scores, token_advantages  # noqa: E402
 from slime.spec import load_spec  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,10 +8,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from slime.rl.advantages import compute_advantages  # noqa: E402
-from slime.rl.sample import Sample  # noqa: E402
+from slime.rl.sample import Sample, episode_id  # noqa: E402
 from slime.runtime.train_data import (  # noqa: E402
     collate,
-    episode_id,
     plan_steps,
     sequence_scores,
     token_advantages,
