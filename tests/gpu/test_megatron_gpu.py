@@ -210,7 +210,7 @@ def _export_checks(b, out: Path, tokens, after, m, dtype) -> dict:
 def _bf16(args: dict, rank: int) -> dict:
     import time
 
-    from slime.backends.megatron.backend import mfu, model_flops_per_token
+    from slime.backends.megatron.flops import mfu, model_flops_per_token
 
     b = _backend(args, rank, _spec(args, precision="bf16", attention=args["attention"]))
     B, T = 8, 512

@@ -18,15 +18,15 @@ data-parallel ranks equals the loss of the whole global batch (megatron divides
 by the micro-batch count and averages gradients over DP; both are undone).
 
 Outputs: ``log_probs`` returns ``[B, T-1]`` on every rank (the last pipeline
-stage broadcasts). ``export_weights`` writes an HF checkpoint: each pipeline
-stage's first TP rank (of data-parallel replica 0) writes its own shards, stage 0
-writes the index — the directory must be on storage all trainer nodes share.
-``save``/``load`` use megatron's distributed checkpointing (model + the RL
-optimizer, resharding-capable) plus a per-rank file for the scheduler and RNG
-state. ``TrainBatch.kind == "sft"`` (the SFT warm-up) trains the masked NLL with a
-second optimizer at ``algorithm.sft_warmup_lr``; it is not checkpointed (the
-warm-up precedes RL), and whichever optimizer takes over reloads its fp32 copies
-from the current weights.
+stage broadcasts). ``export_weights`` and the weight sync go through
+``weights_out.py`` (HF names, full tensors; the export's directory must be on
+storage all trainer nodes share); ``save``/``load`` through ``checkpoint.py``
+(megatron's distributed checkpointing of the model and the RL optimizer, plus a
+per-rank file for the scheduler and RNG state). ``TrainBatch.kind == "sft"``
+(the SFT warm-up) trains the masked NLL with a second optimizer at
+``algorithm.sft_warmup_lr``; it is not checkpointed (the warm-up precedes RL),
+and whichever optimizer takes over reloads its fp32 copies from the current
+weights.
 
 Roles: ``actor`` (policy loss), ``ref`` (frozen, log-probs only) and
 ``critic`` (PPO value model: ``critic.py``'s value head on the same GPTModel,
@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import time
 from functools import partial
 from pathlib import Path
@@ -54,8 +53,8 @@ import torch
 import torch.distributed as dist
 
 from slime.backends.base import RankInfo, TrainBackend, TrainBatch
+from slime.backends.megatron import checkpoint, convert, hf_io, weights_out
 from slime.backends.megatron import config as mcfg
-from slime.backends.megatron import convert, hf_io
 from slime.backends.megatron.batching import pad_to_multiple, plan_micro_batches
 from slime.backends.megatron.logprobs import vocab_parallel_logprobs
 from slime.backends.megatron.transformer_config import build_transformer_config
@@ -560,158 +559,36 @@ class MegatronTrainBackend(TrainBackend):
 
     def _hf_named(self, pairs):
         """Megatron ``(name, local shard)`` pairs → HF ``(name, full tensor)`` pairs (collective)."""
-        from megatron.core import parallel_state as ps
-
-        offset = convert.layer_offset(self.shape.num_layers, self.pp, self.coords.pp)
-        n_local = self.shape.moe.num_experts // self.ep if self.shape.moe else 0
-        for name, param in pairs:
-            if not isinstance(param, torch.Tensor) or name.endswith("_extra_state"):
-                continue
-            if name == "output_layer.weight" and self.shape.tie_embeddings:
-                continue
-            if not convert.is_expert_param(name):
-                full = self._gather(name, param.detach(), self.tp, ps.get_tensor_model_parallel_group())
-                yield from convert.megatron_param_to_hf(name, full, self.shape, layer_offset=offset)
-                continue
-            full = self._gather(name, param.detach(), self.etp, ps.get_expert_tensor_parallel_group())
-            per_rank = [full]
-            if self.ep > 1:  # expert-parallel rank r holds experts [r n, (r+1) n): local index i is i + r n there
-                per_rank = [torch.empty_like(full) for _ in range(self.ep)]
-                dist.all_gather(per_rank, full.contiguous(), group=ps.get_expert_model_parallel_group())
-            for r, tensor in enumerate(per_rank):
-                yield from convert.megatron_param_to_hf(
-                    name, tensor, self.shape, layer_offset=offset, expert_offset=r * n_local
-                )
-
-    @staticmethod
-    def _gather(name: str, shard: torch.Tensor, size: int, group) -> torch.Tensor:
-        """The full tensor from a (expert-)tensor-parallel group's shards (no-op when replicated or size 1)."""
-        if size == 1 or convert.tp_split_kind(name) is None:
-            return shard
-        parts = [torch.empty_like(shard) for _ in range(size)]
-        dist.all_gather(parts, shard.contiguous(), group=group)
-        return convert.gather_param(name, parts)
+        return weights_out.iter_hf(
+            pairs, self.shape, tp=self.tp, etp=self.etp, ep=self.ep, pp=self.pp, pp_rank=self.coords.pp
+        )
 
     def export_weights(self, out_dir: Path) -> Path:
         if self.role == "critic":
             raise NotImplementedError("the critic is not served by engines; use save() to checkpoint it")
-        out = Path(out_dir)
-        writer = self.coords.tp == 0 and self.coords.dp == 0 and self.coords.cp == 0
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.spec.train.precision, torch.float32)
         pairs = ((n, t.to(dtype)) for n, t in self.iter_hf_weights())
-        if writer:
-            mapping = hf_io.write_shards(out, pairs, prefix=f"model-stage{self.coords.pp:03d}")
-            (out / f".stage{self.coords.pp:03d}.json").write_text(json.dumps(mapping))
-        else:
-            for _ in pairs:  # take part in the TP all-gathers
-                pass
-        dist.barrier()
-        if writer and self.coords.pp == 0:
-            mapping = {}
-            for p in range(self.pp):
-                part = out / f".stage{p:03d}.json"
-                mapping.update(json.loads(part.read_text()))
-                part.unlink()
-            hf_io.write_index(out, mapping)
-            hf_io.copy_side_files(self.model_dir, out)
-        dist.barrier()
-        return out
+        return weights_out.write_hf(Path(out_dir), pairs, self.coords, pp=self.pp, model_dir=self.model_dir)
 
     # ------------------------------------------------------------------ checkpoints
-    # dp_reshardable: each rank saves its own slice of the distributed optimizer's buffers, with no
-    # gather (megatron-core's recommended format); a resume must keep the model-parallel layout.
-    _SHARDING = {"distrib_optim_sharding_type": "dp_reshardable"}
-
-    def _role_dir(self, ckpt_dir: Path) -> Path:
-        """Actor and critic save side by side in one checkpoint: each in its own directory."""
-        return Path(ckpt_dir) / self.role
-
-    def _sharded_state(self, *, loading: bool) -> dict:
-        state = {"model": self.gpt.sharded_state_dict(metadata=self._SHARDING)}
-        if self.optimizer is not None:
-            state["optimizer"] = self.optimizer.sharded_state_dict(
-                state["model"], is_loading=loading, metadata=self._SHARDING
-            )
-        return state
-
     def save(self, ckpt_dir: Path) -> None:
         """Model and optimizer (megatron distributed checkpoint; the distributed optimizer's own shards
-        included) plus this rank's scheduler and RNG states, under ``ckpt_dir/<role>/``."""
-        import random
-
-        from megatron.core import dist_checkpointing, tensor_parallel
-
-        ckpt = self._role_dir(ckpt_dir)
-        (ckpt / "megatron").mkdir(parents=True, exist_ok=True)  # dist_checkpointing wants it to exist
-        dist.barrier()
-        dist_checkpointing.save(self._sharded_state(loading=False), str(ckpt / "megatron"))
-        cuda = self.device.type == "cuda"
-        extra = {
-            "rng": torch.get_rng_state(),
-            "python_rng": random.getstate(),
-            "cuda_rng": torch.cuda.get_rng_state() if cuda else None,
-            "cuda_rng_tracker": tensor_parallel.get_cuda_rng_tracker().get_states() if cuda else None,
-            "scheduler": self.scheduler.state_dict() if self.scheduler else None,
-        }
-        torch.save(extra, ckpt / f"rank{dist.get_rank():05d}.pt")
+        included) plus this rank's scheduler and RNG states, under ``ckpt_dir/<role>/`` (actor and critic
+        save side by side in one checkpoint)."""
+        checkpoint.save_rank(
+            Path(ckpt_dir) / self.role,
+            gpt=self.gpt,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            device=self.device,
+        )
 
     def load(self, ckpt_dir: Path) -> None:
-        import random
-
-        from megatron.core import dist_checkpointing, tensor_parallel
-
-        ckpt = self._role_dir(ckpt_dir)
-        rank_file = ckpt / f"rank{dist.get_rank():05d}.pt"
-        if not rank_file.is_file():
-            raise FileNotFoundError(
-                f"checkpoint {ckpt_dir} has no {self.role}/{rank_file.name} (saved by another role layout or "
-                "number of trainer ranks?)"
-            )
-        loaded = dist_checkpointing.load(self._sharded_state(loading=True), str(ckpt / "megatron"))
-        with torch.no_grad():  # fp32 main params of the distributed optimizer are views of the parameters
-            self.gpt.load_state_dict(loaded["model"])
-            if self.optimizer is not None:
-                self.optimizer.load_state_dict(loaded["optimizer"])
-                _restore_adam_steps(self.optimizer)
-        extra = torch.load(rank_file, weights_only=False)
-        torch.set_rng_state(extra["rng"])
-        random.setstate(extra["python_rng"])
-        if extra["cuda_rng"] is not None and self.device.type == "cuda":
-            torch.cuda.set_rng_state(extra["cuda_rng"])
-            tensor_parallel.get_cuda_rng_tracker().set_states(extra["cuda_rng_tracker"])
-        if self.scheduler is not None and extra["scheduler"] is not None:
-            # megatron's load_state_dict *adds* the saved step count to the current one (it expects a fresh
-            # scheduler): start from 0 so that a reload after training lands on the saved step
-            self.scheduler.num_steps = 0
-            self.scheduler.load_state_dict(extra["scheduler"])
-
-
-def _restore_adam_steps(optimizer) -> None:
-    """megatron-core 0.16.1's distributed optimizer keeps torch Adam's step count only in its checkpoint's
-    ``param_groups``. After a load (torch Adam, i.e. without Apex/TE) every parameter's ``state["step"]`` is
-    one tensor shared by all parameters, holding the in-memory count rather than the checkpoint's, and
-    torch's foreach Adam then increments it once per parameter: Adam's bias correction continues from a
-    wrong step and a resumed run diverges (measured on CPU: log-probs differ by ~0.06 after one step). Give
-    every parameter its own step tensor with the group's restored count (no-op when the group has none,
-    e.g. Apex/TE FusedAdam, which keeps it there)."""
-    for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
-        inner = getattr(opt, "optimizer", None)
-        for group in getattr(inner, "param_groups", ()):
-            if "step" not in group:
-                continue
-            for p in group["params"]:
-                state = inner.state.get(p)
-                if state and torch.is_tensor(state.get("step")):
-                    state["step"] = torch.full_like(state["step"], float(group["step"]))
-
-
-def model_flops_per_token(shape: mcfg.ModelShape, seq_len: int) -> float:
-    """Training FLOPs per token (forward + backward = 3x forward), dense matmuls + causal attention."""
-    h, d = shape.hidden_size, shape.kv_channels
-    per_layer = 2 * h * shape.qkv_rows + 2 * shape.num_attention_heads * d * h + 6 * h * shape.ffn_hidden_size
-    attn = 2 * 2 * shape.num_attention_heads * d * seq_len / 2  # QK^T and PV, causal half
-    return 3 * (shape.num_layers * (per_layer + attn) + 2 * h * shape.vocab_size)
-
-
-def mfu(shape: mcfg.ModelShape, tokens: int, seq_len: int, seconds: float, peak_flops: float) -> float:
-    return model_flops_per_token(shape, seq_len) * tokens / seconds / peak_flops if seconds > 0 else math.nan
+        checkpoint.load_rank(
+            Path(ckpt_dir) / self.role,
+            gpt=self.gpt,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            device=self.device,
+            what=str(ckpt_dir),
+        )
