@@ -575,20 +575,11 @@ class MegatronTrainBackend(TrainBackend):
         """Model and optimizer (megatron distributed checkpoint; the distributed optimizer's own shards
         included) plus this rank's scheduler and RNG states, under ``ckpt_dir/<role>/`` (actor and critic
         save side by side in one checkpoint)."""
-        checkpoint.save_rank(
-            Path(ckpt_dir) / self.role,
-            gpt=self.gpt,
-            optimizer=self.optimizer,
-            scheduler=self.scheduler,
-            device=self.device,
-        )
+        checkpoint.save_rank(Path(ckpt_dir) / self.role, **self._checkpointed())
 
     def load(self, ckpt_dir: Path) -> None:
-        checkpoint.load_rank(
-            Path(ckpt_dir) / self.role,
-            gpt=self.gpt,
-            optimizer=self.optimizer,
-            scheduler=self.scheduler,
-            device=self.device,
-            what=str(ckpt_dir),
-        )
+        checkpoint.load_rank(Path(ckpt_dir) / self.role, what=str(ckpt_dir), **self._checkpointed())
+
+    def _checkpointed(self) -> dict[str, Any]:
+        """What ``save`` writes and ``load`` restores (SFT warm-up optimizer excluded: see the module doc)."""
+        return {"gpt": self.gpt, "optimizer": self.optimizer, "scheduler": self.scheduler, "device": self.device}

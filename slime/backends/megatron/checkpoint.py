@@ -3,10 +3,12 @@ the RL optimizer (each rank writes its own slice of the distributed optimizer's 
 per-rank file with the LR scheduler and the RNG states.
 
 Guaranteed: a load after a save restores parameters, Adam's moments and step counts, the scheduler's step
-and every RNG stream, so that the next step is the one the saving run would have taken (tested on CPU
-under TP, PP, DP, CP and EP layouts). Not guaranteed: loading under a different model-parallel layout
-(``dp_reshardable`` reshards over data-parallel ranks only), and the SFT warm-up optimizer (not saved: the
-warm-up precedes RL).
+and every RNG stream, so that the next step is the one the saving run would have taken. Tested on CPU with
+TP 2 (``test_tp_pp_dp_agree_and_export_round_trips``), EP 2 with the distributed optimizer
+(``test_expert_parallel_agrees_with_one_rank[qwen2_moe-ep2-distopt-resume]``) and an actor beside a critic
+(``test_ppo_resume_gives_actor_and_critic_their_own_state``). Not guaranteed: loading under a different
+model-parallel layout (``dp_reshardable`` reshards over data-parallel ranks only), and the SFT warm-up
+optimizer (not saved: the warm-up precedes RL).
 """
 
 from __future__ import annotations
