@@ -12,7 +12,9 @@ engines with it), so both see the same slot → bundle mapping:
   Ray GPU ids, CUDA_VISIBLE_DEVICES); bundles are then ordered by node rank then GPU id, and the
   k-th slot of a node (by slot GPU index) gets that node's k-th bundle. Physical GPU ids need not
   start at 0 (SLURM without device cgroups hands out e.g. GPUs 2,3).
-* :func:`create_placement`: both, for the runtime.
+* :func:`map_cpu_bundles`: the same mapping for a CPU-only layout, read from Ray's placement group table
+  (no task: there are no GPU ids to ask for).
+* :func:`create_placement`: reserve then map, for the runtime.
 * :func:`placement_options`, :func:`torch_threads`, :func:`normal_priority`: what one actor placed on a
   slot asks of it (trainer ranks, critic ranks, engines, all in their slot's bundle).
 * :func:`slot_device`: the torch device of an actor on a slot. A GPU slot without working CUDA is an
@@ -51,6 +53,7 @@ __all__ = [
     "bundle_strategy",
     "create_placement",
     "map_bundles",
+    "map_cpu_bundles",
     "node_rank_of",
     "node_resource",
     "normal_priority",
@@ -299,11 +302,44 @@ def map_bundles(pg: Any, layout: Layout, *, timeout_s: float = 60.0) -> Placemen
     return placement_from_infos(pg, layout, [raw[i] for i in range(len(slots))])
 
 
+def map_cpu_bundles(pg: Any, layout: Layout) -> Placement:
+    """:func:`map_bundles` for a CPU-only layout, from Ray's placement group table instead of probes.
+
+    A CPU bundle has no GPU ids to ask a task for, so where each bundle sits (its node, that node's
+    hostname and IP) is all there is to learn, and the GCS knows it. The probe would start a Python
+    worker per node that then only idles (~2 s of CPU). The preflight still probes every bundle.
+    """
+    import ray
+    from ray.util.placement_group import placement_group_table
+
+    if not layout.cpu_only:
+        raise ValueError("map_cpu_bundles: the layout has GPU slots; their GPU ids need map_bundles")
+    where = placement_group_table(pg).get("bundles_to_node_id") or {}
+    nodes = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
+    raw = []
+    for i in range(len(layout.all_slots())):
+        node = nodes.get(where.get(i, ""))
+        if node is None:
+            raise PlacementError(f"bundle {i} of the placement group is on no live Ray node ({where.get(i)!r})")
+        raw.append(
+            {
+                "host": node["NodeManagerHostname"].split(".")[0],
+                "ip": node["NodeManagerAddress"],
+                "node_id": node["NodeID"],
+                "gpu_ids": [],
+                "cuda_visible_devices": None,
+            }
+        )
+    return placement_from_infos(pg, layout, raw)
+
+
 def create_placement(spec: Spec, *, timeout_s: float = 120.0) -> Placement:
     """Reserve and map the placement group of ``plan_layout(spec)`` (for the runtime)."""
     layout = plan_layout(spec)
     t0 = time.monotonic()
     pg = reserve(layout, timeout_s=timeout_s)
+    if layout.cpu_only:
+        return map_cpu_bundles(pg, layout)
     return map_bundles(pg, layout, timeout_s=max(10.0, timeout_s - (time.monotonic() - t0)))
 
 

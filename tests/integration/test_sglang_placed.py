@@ -126,3 +126,37 @@ def test_engines_start_through_node_actors_with_node_ips_gpus_ports_and_logs(loc
         time.sleep(0.2)
     assert not any(_alive(p) for p in pids)
     assert backend.nodes == {}
+
+
+# train.async on two CPU nodes: the trainer's slot (part 0) and the engines' (part 1) on each node
+CPU_LAYOUT = Layout(
+    nodes=2,
+    gpus_per_node=0,
+    colocate=False,
+    actor=(Slot(node=0, gpu=None), Slot(node=1, gpu=None)),
+    critic=(),
+    engines=((Slot(node=0, gpu=None, part=1),), (Slot(node=1, gpu=None, part=1),)),
+    total_slots=4,
+    rollout_offset=0,
+    cpu_split=True,
+)
+
+
+def test_a_cpu_layout_is_mapped_from_the_placement_table_as_the_probes_map_it(local_ray):
+    """The runtime maps a CPU-only layout's bundles from Ray's placement group table (no probe task); the
+    result is the probes' mapping: the same slot -> bundle, node ids, hosts and IPs, and no GPU ids."""
+    from slime.placement import map_cpu_bundles
+
+    assert CPU_LAYOUT.cpu_only
+    pg = reserve(CPU_LAYOUT, timeout_s=60)
+    try:
+        probed, read = map_bundles(pg, CPU_LAYOUT), map_cpu_bundles(pg, CPU_LAYOUT)
+        assert read.slot_bundle == probed.slot_bundle and len(read.slot_bundle) == 4
+        assert read.to_json() == probed.to_json()
+        assert [(b.bundle, b.node_rank, b.node_id, b.host, b.ip, b.gpu_ids) for b in read.bundles] == [
+            (b.bundle, b.node_rank, b.node_id, b.host, b.ip, ()) for b in probed.bundles
+        ]
+    finally:
+        read.remove()
+    with pytest.raises(ValueError, match="GPU slots"):
+        map_cpu_bundles(None, LAYOUT)
