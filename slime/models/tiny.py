@@ -16,7 +16,9 @@ Guaranteed:
   exactly one token;
 * :func:`ensure_builtin_model` is idempotent and atomic: a checkpoint is built in
   a temporary sibling directory and renamed into place, so a concurrent reader
-  never sees a half-written directory.
+  never sees a half-written directory. Builds are kept across runs in a user cache
+  (``$SLIME_CACHE_DIR``, default ``~/.cache/slime-submit``), keyed by this module's code
+  and the torch / transformers versions.
 
 Not guaranteed: identical tensors across torch/transformers versions (their
 initialisers may change).
@@ -32,6 +34,7 @@ vocabulary in transformers 5, so the ``tokenizers`` library is used directly.)
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -41,11 +44,13 @@ from pathlib import Path
 
 __all__ = [
     "BUILTIN_MODELS",
+    "CACHE_ENV",
     "CHAT_TEMPLATE",
     "SPECIAL_TOKENS",
     "build_tiny_model",
     "build_tiny_tokenizer",
     "ensure_builtin_model",
+    "shared_cache_dir",
 ]
 
 PAD, BOS, EOS, IM_START, IM_END = "<pad>", "<bos>", "<eos>", "<|im_start|>", "<|im_end|>"
@@ -284,10 +289,61 @@ def build_tiny_model(
     return out
 
 
-def ensure_builtin_model(name: str, cache_dir: str | os.PathLike) -> Path:
+CACHE_ENV = "SLIME_CACHE_DIR"
+
+
+def shared_cache_dir() -> Path:
+    """Where built models are kept across runs: ``$SLIME_CACHE_DIR``, else ``$XDG_CACHE_HOME/slime-submit``,
+    else ``~/.cache/slime-submit``."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "slime-submit"
+
+
+def build_key(name: str) -> str:
+    """What a built model depends on: this module's code and the torch / transformers versions (their
+    initialisers may change). A build is reused across runs only under the same key."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    h = hashlib.sha256(Path(__file__).read_bytes())
+    for pkg in ("torch", "transformers"):
+        try:
+            h.update(f"{pkg}={version(pkg)};".encode())
+        except PackageNotFoundError:
+            h.update(f"{pkg}=none;".encode())
+    return f"{name}-{h.hexdigest()[:16]}"
+
+
+def _complete(d: Path) -> bool:
+    return all((d / f).is_file() for f in ("config.json", "tokenizer.json", "model.safetensors", "slime_tiny.json"))
+
+
+def _publish(src: Path, dest: Path) -> None:
+    """Copy ``src`` to ``dest`` atomically (a temporary sibling renamed into place); a lost race is fine."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        shutil.copytree(src, tmp, dirs_exist_ok=True)
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            if not _complete(dest):  # not another process's finished copy
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def ensure_builtin_model(name: str, cache_dir: str | os.PathLike, *, shared: bool = True) -> Path:
     """Return the directory of built-in model ``name`` under ``cache_dir``, building it once.
 
-    Safe to call concurrently from several processes: each builds in its own
+    With ``shared`` (the default) a build is also kept in :func:`shared_cache_dir` under its
+    :func:`build_key` and copied from there by later runs: building imports transformers' model code and
+    costs seconds of CPU at every run's start. The run's own copy stays in ``cache_dir`` (the run dir
+    records the exact model it trained). A shared cache that cannot be written is skipped.
+
+    Safe to call concurrently from several processes: each builds (or copies) in its own
     temporary directory and renames it into place; the loser discards its copy.
     """
     if name not in BUILTIN_MODELS:
@@ -296,10 +352,19 @@ def ensure_builtin_model(name: str, cache_dir: str | os.PathLike) -> Path:
     final = cache / name
     if (final / "config.json").is_file() and (final / "tokenizer.json").is_file():
         return final
+    kept = shared_cache_dir() / build_key(name) if shared else None
+    if kept is not None and _complete(kept):
+        _publish(kept, final)
+        return final
     cache.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=cache))
     try:
         build_tiny_model(tmp)
+        if kept is not None:
+            try:
+                _publish(tmp, kept)
+            except OSError:  # a read-only or full home: this run builds, the next one builds again
+                pass
         try:
             os.rename(tmp, final)
         except OSError:

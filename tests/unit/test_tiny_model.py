@@ -167,3 +167,41 @@ def test_ensure_builtin_model_idempotent_and_concurrent(tmp_path):
     assert ensure_builtin_model("tiny", tmp_path) == tmp_path / "tiny"
     assert (tmp_path / "tiny" / "model.safetensors").stat().st_mtime_ns == stamp  # not rebuilt
     assert [p.name for p in tmp_path.iterdir()] == ["tiny"]  # no temp dirs left behind
+
+
+def test_a_built_model_is_kept_across_runs_and_copied_not_rebuilt(tmp_path, monkeypatch):
+    """The first run builds and keeps the build in the shared cache; the next run copies it (identical files,
+    no build), and a cache of another torch version is not used."""
+    import slime.models.tiny as tiny
+
+    monkeypatch.setenv(tiny.CACHE_ENV, str(tmp_path / "cache"))
+    first = ensure_builtin_model("tiny", tmp_path / "run1")
+    (kept,) = (tmp_path / "cache").iterdir()
+    assert kept.name == tiny.build_key("tiny") and kept.name.startswith("tiny-")
+
+    def no_build(*_a, **_k):
+        raise AssertionError("rebuilt although the shared cache has it")
+
+    monkeypatch.setattr(tiny, "build_tiny_model", no_build)
+    second = ensure_builtin_model("tiny", tmp_path / "run2")
+    files = sorted(p.name for p in first.iterdir())
+    assert files == sorted(p.name for p in second.iterdir()) and "model.safetensors" in files
+    assert all((first / f).read_bytes() == (second / f).read_bytes() for f in files)
+    assert [p.name for p in (tmp_path / "run2").iterdir()] == ["tiny"]  # no temp dirs left behind
+
+    import importlib.metadata
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda pkg: "0.0-other" if pkg == "torch" else real(pkg))
+    assert tiny.build_key("tiny") != kept.name  # another torch: another key, so the next run builds
+    with pytest.raises(AssertionError, match="rebuilt"):
+        ensure_builtin_model("tiny", tmp_path / "run3")
+
+
+def test_a_shared_cache_that_cannot_be_written_only_costs_a_build(tmp_path, monkeypatch):
+    import slime.models.tiny as tiny
+
+    (tmp_path / "a-file").write_text("not a directory")
+    monkeypatch.setenv(tiny.CACHE_ENV, str(tmp_path / "a-file" / "cache"))
+    got = ensure_builtin_model("tiny", tmp_path / "run")
+    assert (got / "model.safetensors").is_file() and [p.name for p in (tmp_path / "run").iterdir()] == ["tiny"]
