@@ -24,9 +24,11 @@ from tests.fixtures.quickstart import train_env
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("learning"), pytest.mark.timeout(400)]
 REPO = Path(__file__).resolve().parents[2]
 ROLLOUTS = 30
-# Measured with TIS (README, async quickstart): 0.824 at the end (0.89 at best, rollout 124); 0.822 without TIS
-# (0.82 at best). The synchronous run ends at 0.912.
+# Measured with TIS (README, async quickstart), held-out accuracy at the evals after rollouts 24, 49, .., 149:
+# 0.826, 0.886, 0.862, 0.872, 0.838, 0.866 (0.756 after the warm-up). The synchronous run ends at 0.848.
 ASYNC_ACCURACY = 0.8
+# The test stops after two evals (CI time: the other 100 rollouts cost ~60 s there and add no accuracy).
+ASYNC_ROLLOUTS = 50
 
 
 def test_shortened_quickstart_increases_reward_and_writes_its_outputs(tmp_path):
@@ -108,11 +110,12 @@ def test_async_quickstart_reaches_the_held_out_accuracy(tmp_path):
     """The whole embedded default with ``train.async: true`` and TIS (trainer and engine on their own CPU slots,
     rollout k+1 generated while the trainer trains on k): every rollout after the first is one update stale, TIS
     reweights the stale tokens, and held-out accuracy rises from the warm-up's to at least ``ASYNC_ACCURACY``
-    (below the synchronous run's 0.91: see the README)."""
+    (the synchronous run's evals: 0.836-0.878, see the README) after ``ASYNC_ROLLOUTS`` rollouts."""
     sets = {
         "logging.dir": str(tmp_path / "runs"),
         "train.async": True,
         "algorithm.tis": {"enabled": True},
+        "rollout.num_rollouts": ASYNC_ROLLOUTS,
         "logging.progress": False,
     }
     args = [a for k, v in sets.items() for a in ("--set", f"{k}={json.dumps(v)}")]
