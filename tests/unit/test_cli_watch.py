@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -70,12 +71,29 @@ def test_ctrl_c_stops_watching_with_130_and_no_message(tmp_path):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            # Ctrl-C as a terminal delivers it: a process started in the background by a non-interactive
+            # shell (as CI may start the suite) inherits SIGINT ignored, and Python then never raises
+            # KeyboardInterrupt. The disposition a user's shell gives is the default one.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         first = proc.stdout.readline()  # watching
         assert json.loads(first)["state"] == "running"
+        ignored = _sigign(proc.pid)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail(f"status --watch did not stop within 30 s of SIGINT (its SigIgn mask then: {ignored})")
     finally:
         replay.stop()
     assert proc.returncode == 130 and err == ""
     assert all(json.loads(line)["state"] == "running" for line in out.splitlines())
+
+
+def _sigign(pid: int) -> str:
+    """The ignored-signals mask of ``pid`` (``/proc/PID/status``), for the failure message."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return line.split()[1]
+    return "?"
