@@ -40,6 +40,7 @@ import os
 import shutil
 import string
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 __all__ = [
@@ -319,20 +320,25 @@ def _complete(d: Path) -> bool:
     return all((d / f).is_file() for f in ("config.json", "tokenizer.json", "model.safetensors", "slime_tiny.json"))
 
 
-def _publish(src: Path, dest: Path) -> None:
-    """Copy ``src`` to ``dest`` atomically (a temporary sibling renamed into place); a lost race is fine."""
+def _atomic_dir(dest: Path, fill: Callable[[Path], object]) -> None:
+    """``fill`` a temporary sibling of ``dest`` and rename it into place, so a reader never sees a
+    half-written ``dest``; losing the race to another process's finished ``dest`` is fine."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
-        shutil.copytree(src, tmp, dirs_exist_ok=True)
+        fill(tmp)
         try:
             os.rename(tmp, dest)
         except OSError:
-            if not _complete(dest):  # not another process's finished copy
+            if not (dest / "config.json").is_file():  # not another process's finished copy
                 raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _copy_of(src: Path) -> Callable[[Path], object]:
+    return lambda tmp: shutil.copytree(src, tmp, dirs_exist_ok=True)
 
 
 def ensure_builtin_model(name: str, cache_dir: str | os.PathLike, *, shared: bool = True) -> Path:
@@ -354,24 +360,12 @@ def ensure_builtin_model(name: str, cache_dir: str | os.PathLike, *, shared: boo
         return final
     kept = shared_cache_dir() / build_key(name) if shared else None
     if kept is not None and _complete(kept):
-        _publish(kept, final)
+        _atomic_dir(final, _copy_of(kept))
         return final
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=cache))
-    try:
-        build_tiny_model(tmp)
-        if kept is not None:
-            try:
-                _publish(tmp, kept)
-            except OSError:  # a read-only or full home: this run builds, the next one builds again
-                pass
+    _atomic_dir(final, build_tiny_model)
+    if kept is not None:
         try:
-            os.rename(tmp, final)
-        except OSError:
-            # Another process won the race (final exists and is non-empty).
-            if not (final / "config.json").is_file():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+            _atomic_dir(kept, _copy_of(final))
+        except OSError:  # a read-only or full home: this run built, the next one builds again
+            pass
     return final
