@@ -34,6 +34,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from slime.core.worker_env import apply_quiet_env
+
 if TYPE_CHECKING:
     from slime.backends.base import RolloutBackend
     from slime.core.paths import TaskPaths
@@ -42,15 +44,7 @@ if TYPE_CHECKING:
     from slime.spec.layout import Layout
     from slime.spec.types import Spec
 
-__all__ = ["QUIET_ENV", "Job", "in_thread", "model_dir"]
-
-QUIET_ENV = {
-    "TRANSFORMERS_VERBOSITY": "error",
-    "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
-    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-    "RAY_DEDUP_LOGS": "0",
-}
+__all__ = ["Job", "in_thread", "model_dir"]
 
 
 def model_dir(spec: Spec, tp: TaskPaths) -> Path:
@@ -96,11 +90,13 @@ class Job:
     def connect(self) -> None:
         import ray
 
-        runtime_env = {"env_vars": dict(QUIET_ENV)}
+        # Workers inherit slime.core.worker_env's variables from the raylet (the bootstrap's ``ray
+        # start``, or this process below): no runtime_env, which would add a setup process per worker.
+        apply_quiet_env(os.environ)
         log_to_driver = os.environ.get("SLIME_RAY_LOG_TO_DRIVER") == "1"
         address = os.environ.get("RAY_ADDRESS")
         if address:
-            ray.init(address=address, runtime_env=runtime_env, log_to_driver=log_to_driver, logging_level="WARNING")
+            ray.init(address=address, log_to_driver=log_to_driver, logging_level="WARNING")
             return
         c = self.spec.cluster
         if c.nodes > 1:
@@ -123,7 +119,6 @@ class Job:
             num_gpus=c.gpus_per_node,
             resources={"slime_node_0": 1.0},
             include_dashboard=False,
-            runtime_env=runtime_env,
             log_to_driver=log_to_driver,
             logging_level="WARNING",
         )

@@ -226,13 +226,19 @@ def test_ray_environment_and_temp_dir(monkeypatch):
     assert env["RAY_USAGE_STATS_ENABLED"] == "0" and env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] == "0"
     monkeypatch.setenv("RAY_AUTH_MODE", "token")  # an explicit choice is kept
     assert ray_env()["RAY_AUTH_MODE"] == "token"
+    # The run's workers inherit the quiet/offline variables from the raylet (no per-worker runtime_env
+    # setup process); a value the user set is kept.
+    assert env["TOKENIZERS_PARALLELISM"] == "false" and env["TRANSFORMERS_VERBOSITY"] == "error"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    assert ray_env()["HF_HUB_OFFLINE"] == "0"
     path = temp_dir_for("123456789-12", 3)
     assert str(path) == "/tmp/slime-ray/123456789-12-3" or os.environ.get("SLIME_RAY_TMPDIR")
     # Ray's unix sockets live in <temp>/session_<date>_<time>_<pid>/sockets/plasma_store: < 107 chars.
     assert len(f"{path}/session_2026-11-30_01-00-00_123456_1234567/sockets/plasma_store") < 107
 
 
-def test_ray_start_command_pins_every_port_and_resource(tmp_path):
+def test_ray_start_command_pins_every_port_and_resource(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLIME_RAY_LOG_TO_DRIVER", raising=False)
     node = RayNode(tmp_path / "t")
     blk = PortBlock(24000)
     head = node.command(
@@ -265,9 +271,10 @@ def test_ray_start_command_pins_every_port_and_resource(tmp_path):
         "--dashboard-port=24007",
         "--metrics-export-port=24005",
         "--runtime-env-agent-port=24006",
+        "--include-log-monitor=false",
     ):
         assert flag in head, flag
-    worker = node.command(
+    worker_kw = dict(
         head=False,
         ip="10.0.0.2",
         ports=blk,
@@ -276,10 +283,14 @@ def test_ray_start_command_pins_every_port_and_resource(tmp_path):
         resources={"slime_node_1": 1.0},
         head_address="10.0.0.1:24000",
     )
-    assert "--address=10.0.0.1:24000" in worker and "--head" not in worker
+    worker = node.command(**worker_kw)
+    assert "--address=10.0.0.1:24000" in worker and "--head" not in worker and "--include-log-monitor=false" in worker
     assert not any(f.startswith(("--include-dashboard", "--port=")) for f in worker)
     with pytest.raises(ValueError):
         node.command(head=False, ip="x", ports=blk, num_cpus=1, num_gpus=0, resources={})
+    # Worker output streamed to the driver needs Ray's log monitor: kept when it is asked for.
+    monkeypatch.setenv("SLIME_RAY_LOG_TO_DRIVER", "1")
+    assert not any(f.startswith("--include-log-monitor") for f in node.command(**worker_kw))
 
 
 def test_stop_ends_the_started_process_and_every_process_carrying_its_marker(tmp_path):
