@@ -1,7 +1,8 @@
 """Restarts of a SLURM task: why it stopped, whether it may run again, one record per restart.
 
 ``python -m launchers.slurm.restarts start|after RUN_DIR --task N ...`` is called by the batch
-script (``launchers.slurm.script``) at the two points where a decision is needed:
+script (``launchers.slurm.script``) at the two points where a decision is needed (and ``step-rc``
+between them prints the step's exit code as the job's: the head's, see :func:`step_rc`):
 
 ``start`` (before the step, every run of the job)
     On a restart (``SLURM_RESTART_COUNT`` > 0) whose cause nobody recorded yet — SLURM requeued
@@ -72,6 +73,7 @@ __all__ = [
     "previous_run_log",
     "read",
     "start",
+    "step_rc",
     "usr1_cause",
 ]
 
@@ -417,6 +419,14 @@ def _cause(
     return ("node_failure" if bad else "failure"), detail, bad
 
 
+def step_rc(run_dir: Path, task: int, *, rc: int, instance: str) -> int:
+    """The step's exit code as the job's: the head's own, which it records in the rendezvous when it finishes
+    (``done-<instance>``), else ``rc`` (srun's). srun reports the highest exit code of its tasks, and a worker
+    node it stopped after the head ended (``--kill-on-bad-exit``) could report 143 over the head's 3 or 75."""
+    head = Rendezvous(RunPaths(run_dir).task(task).rendezvous, instance).done_rc()
+    return rc if head is None else head
+
+
 def after(
     run_dir: Path,
     task: int,
@@ -471,10 +481,12 @@ def after(
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m launchers.slurm.restarts", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    for name in ("start", "after"):
+    for name in ("start", "after", "step-rc"):
         s = sub.add_parser(name)
         s.add_argument("run_dir", type=Path)
         s.add_argument("--task", type=int, required=True)
+        if name == "step-rc":
+            s.add_argument("--rc", type=int, required=True, help="srun's exit code")
         if name == "start":
             s.add_argument(
                 "--log",
@@ -491,6 +503,9 @@ def main(argv: list[str] | None = None) -> int:
     nodes = os.environ.get("SLURM_JOB_NODELIST")
     if args.cmd == "start":
         return start(args.run_dir, args.task, job_id=job_id, restart=restart, log=args.log)
+    if args.cmd == "step-rc":
+        print(step_rc(args.run_dir, args.task, rc=args.rc, instance=f"{job_id}.{restart}"))
+        return 0
     array, index = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
     target = f"{array}_{index}" if array and index else job_id
     return after(

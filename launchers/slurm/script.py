@@ -104,6 +104,10 @@ _WAIT = r'''step_pid=$!
 while kill -0 "$step_pid" 2>/dev/null; do wait "$step_pid" || true; done
 rc=0
 wait "$step_pid" || rc=$?
+# srun gives the highest exit code of the step's tasks; the head's own (it records it) is the job's.
+if [[ $rc != 0 ]] && head_rc=$(slime_restarts step-rc --rc "$rc") && [[ $head_rc =~ ^[0-9]+$ ]]; then
+    rc=$head_rc
+fi
 echo "slime: task $TASK finished with exit code $rc"
 if [[ $rc != 0 ]]; then slime_restarts after --rc "$rc" --signal "$got" || true; fi
 exit "$rc"'''

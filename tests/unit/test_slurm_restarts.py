@@ -298,6 +298,30 @@ def test_the_script_turns_usr1_into_a_stop_file_and_requeues_after_exit_75(tmp_p
     assert [r["cause"] for r in restarts.read(paths.task(0))] == ["requeued"]  # USR1 far from any time limit
 
 
+@pytest.mark.parametrize(("head", "srun", "expected"), [(75, 143, 75), (3, 143, 3), (None, 143, 143), (0, 3, 0)])
+def test_the_jobs_exit_code_is_the_heads_own_not_sruns_highest(tmp_path, head, srun, expected):
+    """srun exits with the highest code of its tasks: a worker node it stopped after the head ended can say 143
+    over the head's 3 (a flake seen under load on the real cluster) or over a checkpoint stop's 75, which must
+    still requeue. The head records its own code in the rendezvous (``done-<job>.<restart>``); without that
+    record (the head itself was killed) srun's code stands."""
+    paths = run_dir(tmp_path)
+    script = compile_script(spec_text(logdir=str(tmp_path / "logs")), python=sys.executable)
+    path = tmp_path / "job.sbatch"
+    path.write_text(script.replace(str(tmp_path / "logs" / "run-1"), str(paths.root)))
+    if head is not None:
+        Rendezvous(paths.task(0).rendezvous, "7.0").mark_done(head)
+    Rendezvous(paths.task(0).rendezvous, "6.0").mark_done(0)  # an earlier job's record is not this run's
+    fake = fake_scontrol(tmp_path, RUNNING)
+    fake.add("srun", f"#!/bin/sh\nexit {srun}\n")
+    env = fake.env(SHIM=str(tmp_path), SLURM_JOB_ID="7", SLURM_RESTART_COUNT="0", PYTHONPATH=str(REPO))
+    proc = subprocess.run(["bash", str(path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == expected, proc.stdout + proc.stderr
+    assert f"slime: task 0 finished with exit code {expected}" in proc.stdout
+    if expected == 75:  # the checkpoint stop is seen as one: the job requeues itself
+        assert fake.calls()[-1] == "requeue 7" and [r["cause"] for r in restarts.read(paths.task(0))] == ["requeued"]
+    assert restarts.step_rc(paths.root, 0, rc=srun, instance="7.0") == expected
+
+
 def test_the_script_refuses_to_start_when_the_budget_is_spent(tmp_path):
     paths = run_dir(tmp_path, max_requeues=0)
     restarts.append(paths.task(0), {"job_id": "7", "restart": 1, "cause": "preempted"})
