@@ -55,6 +55,7 @@ from typing import IO, Any
 
 from launchers.node.context import NodeContext, detect_node, head_ip, worker_ip
 from launchers.node.driverproc import run_driver_process
+from launchers.node.preflight_checks import needs_collective
 from launchers.node.rayproc import RayNode, RayStartError, prune_stale, temp_dir_for, temp_root
 from slime.core.errors import ExitCode, InfraError
 from slime.core.paths import RunPaths
@@ -208,12 +209,19 @@ class Bootstrap:
             self.say("internal error (a bug):\n" + traceback.format_exc())
             rc = ExitCode.BUG
         finally:
+            if ctx.rank != 0 and rc != ExitCode.OK and self.rdv.done():
+                # The head finished first and its exit code is the job's. A nonzero exit here would make
+                # srun (--kill-on-bad-exit) signal the head in its teardown, and the job would end 143.
+                self.say(f"exiting 0: the head finished first (exit code {self.rdv.done_rc()}) and speaks for the job")
+                rc = ExitCode.OK
             self.teardown(rc)
         return rc
 
     def start_collective(self) -> None:
         """The preflight's cross-node all_reduce, in a subprocess that imports torch while Ray starts."""
         ctx, c = self.ctx, self.spec.cluster
+        if not needs_collective(ctx.num_nodes, c.gpus_per_node):
+            return  # one node, no GPUs: the preflight skips the check (no torch import for nothing)
         cmd = [
             sys.executable,
             "-m",

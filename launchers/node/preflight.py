@@ -25,6 +25,9 @@ Checks, each naming the node and the fix when it fails (the decisions themselves
   collective subprocess (``launchers.node.collective``, started with the bootstrap so torch's import
   overlaps Ray's start-up); when every GPU bundle passed ``cuda``, also ``collective_nccl``, an NCCL
   all_reduce over every GPU bundle (``launchers.node.preflight_tasks``, Ray tasks in the bundles).
+  Skipped (``ok``, saying so) for one node without GPUs, which has no peer and no GPU to count: the
+  bootstrap then starts no collective subprocess (:func:`needs_collective`) and ``gpu_count`` is
+  reported as not probed.
 
 The go-ahead for the collective is given first, so it runs while the placement group is made and
 probed. ``ray`` is imported lazily. The report is written by :func:`write_report` (preflight.json
@@ -39,10 +42,12 @@ from typing import Any
 
 from launchers.node.context import NodeContext
 from launchers.node.preflight_checks import (
+    SOLO_SKIP,
     Check,
     PreflightResult,
     cuda_checks,
     gpu_visibility,
+    needs_collective,
     parse_ids,
     ray_resources,
     render_table,
@@ -160,16 +165,25 @@ def run_preflight(
         )
     ]
     coll_timeout = min(timeout_s, 60.0)
-    rdv.go()  # the nodes' collective subprocesses (torch already imported) join the gloo all_reduce now
+    solo = not needs_collective(world, spec.cluster.gpus_per_node)
+    if not solo:
+        rdv.go()  # the nodes' collective subprocesses (torch already imported) join the gloo all_reduce now
     fake = spec.cluster.fake_gpus
     pg, placement, rows, cuda_refs = _placement_stage(layout, node_meta, nodes, checks, lap, timeout_s, fake)
 
-    probes = _gather_collective(rdv, world, coll_timeout + 10)
-    lap("collective")
-    checks += _node_checks(spec, layout, node_meta, nodes, probes, hosts)
-    collective, check = _collective_check(
-        "collective", "gloo", _collective_results(probes, hosts), world, [hosts[r] for r in sorted(hosts)]
-    )
+    if solo:  # the bootstrap started no collective subprocess: see needs_collective
+        probes: dict[int, dict[str, Any]] = {}
+        collective = {"backend": "gloo", "world": 1, "skipped": SOLO_SKIP}
+        checks += _node_checks(spec, layout, node_meta, nodes, probes, hosts)
+        checks.append(Check(name="gpu_count", ok=True, node=hosts[0], message="spec wants 0 GPU(s): not probed"))
+        check = Check(name="collective", ok=True, message=f"skipped: {SOLO_SKIP}")
+    else:
+        probes = _gather_collective(rdv, world, coll_timeout + 10)
+        lap("collective")
+        checks += _node_checks(spec, layout, node_meta, nodes, probes, hosts)
+        collective, check = _collective_check(
+            "collective", "gloo", _collective_results(probes, hosts), world, [hosts[r] for r in sorted(hosts)]
+        )
     checks.append(check)
 
     cuda, nccl = _gpu_stage(layout, placement, cuda_refs, checks, lap, ports, coll_timeout, fake)

@@ -26,16 +26,26 @@ from slime.core.paths import TaskPaths, atomic_write
 from slime.spec.layout import Layout
 
 __all__ = [
+    "SOLO_SKIP",
     "Check",
     "PreflightResult",
     "cuda_checks",
     "gpu_visibility",
+    "needs_collective",
     "parse_ids",
     "ray_resources",
     "render_table",
     "role_conflicts",
     "write_report",
 ]
+
+SOLO_SKIP = "one node without GPUs: no peer to all_reduce with, no GPU to count"
+
+
+def needs_collective(num_nodes: int, gpus_per_node: int) -> bool:
+    """Whether the job's nodes run the collective subprocess (``launchers.node.collective``): not for one node
+    without GPUs, where it would only import torch (seconds of CPU per run) to all_reduce with itself."""
+    return num_nodes > 1 or gpus_per_node > 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

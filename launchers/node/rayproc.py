@@ -87,6 +87,10 @@ def ray_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env.setdefault("RAY_health_check_period_ms", "1000")
     env.setdefault("RAY_health_check_failure_threshold", "5")
     apply_quiet_env(env)  # the run's workers inherit it from the raylet (no per-worker setup process)
+    # Ray prestarts a worker per CPU for the first driver, here the bootstrap's preflight: its one probe task
+    # per bundle takes one and the rest idle (a Python process importing Ray, ~1.3 core-s each); workers are
+    # tied to a job, so the runtime's driver (the second) could never use them.
+    env.setdefault("RAY_prestart_worker_first_driver", "0")
     env.update(extra or {})
     return env
 

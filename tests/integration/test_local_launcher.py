@@ -19,6 +19,7 @@ import pytest
 
 from launchers.base import SubmitOptions, create_run_dir
 from launchers.local.launcher import LocalLauncher
+from launchers.node.preflight_checks import SOLO_SKIP
 from launchers.node.rayproc import pids_using
 from slime.core.ports import port_range
 from slime.spec import load_spec
@@ -85,7 +86,9 @@ def test_local_run_bootstraps_ray_passes_the_preflight_and_runs_the_driver(spec_
         "ray_resources",
         "collective",
     }
-    assert pre["collective"]["backend"] == "gloo" and pre["collective"]["results"][0]["value"] == 1.0
+    # one node without GPUs: the collective is skipped (no subprocess importing torch to all_reduce with itself)
+    assert pre["collective"] == {"backend": "gloo", "world": 1, "skipped": SOLO_SKIP}
+    assert "collective: skipped: one node without GPUs" in (run_dir / "tasks/0/preflight.txt").read_text()
     assert "preflight PASSED" in (run_dir / "tasks/0/preflight.txt").read_text()
     probe = json.loads((run_dir / "tasks/0/driver-probe.json").read_text())
     assert len(probe["nodes"]) == 1 and probe["nodes"][0]["resources"]["slime_node_0"] == 1.0

@@ -229,6 +229,7 @@ def test_ray_environment_and_temp_dir(monkeypatch):
     # The run's workers inherit the quiet/offline variables from the raylet (no per-worker runtime_env
     # setup process); a value the user set is kept.
     assert env["TOKENIZERS_PARALLELISM"] == "false" and env["TRANSFORMERS_VERBOSITY"] == "error"
+    assert env["RAY_prestart_worker_first_driver"] == "0"  # no idle workers for the preflight's job
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     assert ray_env()["HF_HUB_OFFLINE"] == "0"
     path = temp_dir_for("123456789-12", 3)
@@ -386,3 +387,43 @@ def test_prune_removes_only_old_unused_dirs(tmp_path):
     finally:
         user.kill()
         user.wait()
+
+
+def test_a_worker_that_failed_exits_0_when_the_head_finished_meanwhile(tmp_path, monkeypatch):
+    """The head speaks for the job: a worker whose ``ray start`` kept failing until its deadline, and which
+    finds the head done by the time it exits, exits 0, not 3. A 3 there would make srun
+    (``--kill-on-bad-exit``) signal the head in its teardown (see also ``launchers.slurm.restarts.step_rc``).
+    Its own failure stays recorded for the head's report."""
+    import msgspec
+
+    import launchers.node.bootstrap as boot_mod
+
+    tp = TaskPaths(tmp_path, 0)
+    tp.dir.mkdir(parents=True)
+    spec = _spec(network_interface="lo", bootstrap_timeout_s=0.5)
+    tp.resolved.write_text(json.dumps({"task": 0, "spec": msgspec.to_builtins(spec)}))
+    fake = tmp_path / "fake-ray"
+    fake.write_text("#!/bin/sh\necho 'injected failure' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    host = socket.gethostname().split(".")[0]
+    env = {"SLURM_JOB_ID": "77", "SLURM_NODEID": "1", "SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS": "2"}
+    for k, v in {**env, "SLURM_JOB_NODELIST": f"headnode,{host}", "SLIME_RAY": str(fake)}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(boot_mod, "prune_stale", lambda: None)  # leave other jobs' Ray dirs alone
+    monkeypatch.setattr(boot_mod, "WORKER_MARGIN_S", 0.0)
+    monkeypatch.setattr(boot_mod.Bootstrap, "start_collective", lambda self: None)  # no torch import here
+    rdv = Rendezvous(tp.rendezvous, "77.0")
+    rdv.publish_head(ip="127.0.0.1", port=1, host="headnode")
+    recorded = boot_mod.Bootstrap.node_failure
+
+    def node_failure_then_the_head_ends(self, exc):
+        rc = recorded(self, exc)
+        rdv.mark_done(3)  # the head reports the missing node and finishes while this one is exiting
+        return rc
+
+    monkeypatch.setattr(boot_mod.Bootstrap, "node_failure", node_failure_then_the_head_ends)
+    boot = boot_mod.Bootstrap(tmp_path, 0)
+    assert boot.ctx.rank == 1 and boot.ctx.instance == "77.0"
+    assert boot.run() == ExitCode.OK
+    node = json.loads(rdv.node_file(1).read_text())
+    assert node["state"] == "failed" and "injected failure" in node["error"]

@@ -14,6 +14,7 @@ import pytest
 from launchers.node.preflight_checks import (
     cuda_checks,
     gpu_visibility,
+    needs_collective,
     ray_resources,
     render_table,
     role_conflicts,
@@ -90,6 +91,11 @@ def test_no_gpus_anywhere_is_fine_for_a_cpu_job_only():
         )
     )
     assert not all(c.ok for c in gpu_visibility("vm", 1, {"cuda_visible_devices": None, "nvidia_smi": None}))
+
+
+def test_only_several_nodes_or_gpus_need_the_collective_subprocess():
+    assert not needs_collective(1, 0)  # one CPU node: nothing to all_reduce across, no GPU to count
+    assert needs_collective(2, 0) and needs_collective(1, 1) and needs_collective(4, 8)
 
 
 def test_ray_resources_against_bootstrap_spec_and_slots():
