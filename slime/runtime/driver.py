@@ -68,15 +68,6 @@ def due_evals(spec: Any, r: int) -> list[str]:
     return [e.name for e in spec.data.eval if (r + 1) % e.interval == 0 or r + 1 == spec.rollout.num_rollouts]
 
 
-def _model_and_imports(spec: Any, tp: Any) -> Path:
-    """The policy's HF dir (building the built-in model once) and the torch import the first rollout needs:
-    done in a thread while Ray starts, since both are seconds of CPU and Ray's start is mostly waiting."""
-    path = model_dir(spec, tp)
-    import slime.runtime.train_data  # noqa: F401 - imports torch
-
-    return path
-
-
 class Stopped(Exception):
     """A stop was requested and the state is saved (or there was nothing to save)."""
 
@@ -125,7 +116,7 @@ class Driver:
         after = None if point is None else int(point.state["rollout_id"])
         self.tensorboard = TensorBoardSink(spec, self.tp, resume_after=after)
         shutil.rmtree(self.tp.weights, ignore_errors=True)  # exports of an earlier attempt: derived data
-        ready = in_thread("prepare", lambda: _model_and_imports(spec, self.tp))  # overlaps Ray's start
+        ready = in_thread("prepare", lambda: model_dir(spec, self.tp))  # a built-in model build overlaps Ray's start
         self.job.connect()
         self.stop.install()  # after ray.init, which installs its own SIGTERM handler
         self.model_dir = ready.result()
@@ -268,29 +259,29 @@ class Driver:
         import ray
 
         from slime.rl.sample import episode_id
-        from slime.runtime.train_data import sequence_scores, train_inputs
+        from slime.runtime.step_plan import ShardScores, train_inputs
 
-        job, a, t = self.job, self.spec.algorithm, self.spec.train
+        job, t = self.job, self.spec.train
         if job.actor is None or len(samples) < job.actor.dp_size:
             if job.actor is not None:
                 self.say(f"no optimizer step: {len(samples)} sample(s) for {job.actor.dp_size} data-parallel ranks")
             return 0, {}, [], []
-        scores = sequence_scores(
-            [float(s.reward or 0.0) for s in samples],
-            estimator=a.estimator,
-            normalize_std=bool(a.normalize_std),
-            group_ids=[s.group_index for s in samples],
-            episode_ids=[episode_id(s) for s in samples],
-        )
         inputs = train_inputs(samples)
         plan = job.actor.plan(
             [len(x["tokens"]) for x in inputs],
             t.global_batch_size or len(inputs),
             balance_tokens=t.dynamic_batch.enabled,
         )
-        shards, score_shards = job.actor.shards(inputs, plan), job.actor.shards(scores, plan)
+        rollout = {
+            "rewards": tuple(float(s.reward or 0.0) for s in samples),
+            "group_ids": tuple(s.group_index for s in samples),
+            "episode_ids": tuple(episode_id(s) for s in samples),
+        }
+        # the ranks compute the sequence scores (train_data.rank_scores): group statistics over the whole rollout
+        scores = [ShardScores(**rollout, indices=tuple(ix)) for ix in job.actor.shards(range(len(inputs)), plan)]
+        shards = job.actor.shards(inputs, plan)
         values = job.critic.values(shards) if job.critic is not None else None  # refs → the actor ranks (GAE)
-        prep, returns = job.actor.prepare(shards, score_shards, values)  # old/ref log-probs, advantages
+        prep, returns = job.actor.prepare(shards, scores, values)  # old/ref log-probs, advantages
         train = job.actor.train(plan, self.state.step)
         critic = job.critic.train_critic(returns, plan, self.state.step) if job.critic is not None else []
         critic_m = ray.get(critic)[0] if critic else []

@@ -9,7 +9,9 @@ rollout, whatever the data-parallel size):
    KL and values first). Groups are the samples sharing a ``group_index``, of any
    size; samples of one agent episode (``episode_ids``) count once in their group's
    statistics;
-2. the driver plans the optimizer steps (:func:`plan_steps`): a rollout of any
+   computed on each trainer rank from the rollout's rewards (:func:`rank_scores`, given a
+   ``step_plan.ShardScores``), so that the driver never imports torch;
+2. the driver plans the optimizer steps (``slime.runtime.step_plan.plan_steps``): a rollout of any
    size N becomes ``round(N / global_batch_size)`` steps (at least 1, at most
    N // dp) of contiguous, near-equal slices in sample order; each step's slice
    is split over the ``dp`` data-parallel ranks, by count (contiguous, sizes
@@ -30,23 +32,20 @@ position ``t`` scores token ``t+1``.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from slime.backends.base import TrainBatch
 from slime.rl.advantages import GROUP_STD_EPS, discounted_returns, gae, group_normalized_rewards, token_level_rewards
 from slime.rl.masked import masked_moments, whiten, zero_masked
+from slime.runtime.step_plan import ShardScores
 
 __all__ = [
     "GROUP_ESTIMATORS",
-    "StepPlan",
     "collate",
-    "plan_steps",
+    "rank_scores",
     "sequence_scores",
     "token_advantages",
-    "train_inputs",
 ]
 
 GROUP_ESTIMATORS = ("grpo", "gspo", "cispo")
@@ -110,77 +109,16 @@ def _scores_by_group(r: torch.Tensor, ids: list[Hashable], eps: list[Hashable], 
     return out.tolist()
 
 
-def train_inputs(samples: Sequence[Any]) -> list[dict[str, Any]]:
-    """What a trainer rank needs of each ``Sample`` (what :func:`collate` reads), as plain dicts."""
-    return [
-        {
-            "tokens": s.tokens,
-            "response_length": s.response_length,
-            "loss_mask": s.loss_mask,
-            "rollout_log_probs": s.rollout_log_probs,
-        }
-        for s in samples
-    ]
-
-
-@dataclass(frozen=True)
-class StepPlan:
-    """The samples (indices) each data-parallel rank trains on at each optimizer step of one rollout."""
-
-    rows: tuple[tuple[tuple[int, ...], ...], ...]  # [step][dp_rank] -> sample indices, ascending
-
-    @property
-    def steps(self) -> int:
-        return len(self.rows)
-
-    def take(self, items: Sequence[Any], dp_rank: int) -> list[Any]:
-        """Rank ``dp_rank``'s items, step after step."""
-        return [items[i] for step in self.rows for i in step[dp_rank]]
-
-    def sizes(self, dp_rank: int) -> list[int]:
-        """How many of rank ``dp_rank``'s items each step takes."""
-        return [len(step[dp_rank]) for step in self.rows]
-
-
-def plan_steps(lengths: Sequence[int], *, dp_size: int, target: int, balance_tokens: bool = False) -> StepPlan:
-    """Optimizer steps for samples of token lengths ``lengths`` (see the module docstring, step 2).
-
-    ``target``: ``train.global_batch_size``. Raises ``ValueError`` when there are fewer samples than
-    data-parallel ranks (some rank would have nothing to train on)."""
-    n = len(lengths)
-    if n < dp_size:
-        raise ValueError(f"{n} sample(s) cannot give each of the {dp_size} data-parallel ranks one to train on")
-    steps = max(1, min(int(n / max(1, target) + 0.5), n // dp_size))
-    out = []
-    for chunk in _even_chunks(list(range(n)), steps):
-        if balance_tokens:
-            out.append(_by_tokens(chunk, lengths, dp_size))
-        else:
-            out.append(tuple(tuple(part) for part in _even_chunks(chunk, dp_size)))
-    return StepPlan(tuple(out))
-
-
-def _even_chunks(items: list[int], k: int) -> list[list[int]]:
-    """``k`` contiguous chunks whose sizes differ by at most one (the longer ones first)."""
-    q, extra = divmod(len(items), k)
-    out, start = [], 0
-    for i in range(k):
-        end = start + q + (i < extra)
-        out.append(items[start:end])
-        start = end
-    return out
-
-
-def _by_tokens(chunk: list[int], lengths: Sequence[int], dp_size: int) -> tuple[tuple[int, ...], ...]:
-    """Longest sample first to the rank with the fewest tokens (ties: the lower rank): every rank gets
-    one of the first ``dp_size``; each rank keeps its samples in their original order."""
-    load = [0] * dp_size
-    parts: list[list[int]] = [[] for _ in range(dp_size)]
-    for i in sorted(chunk, key=lambda i: (-lengths[i], i)):
-        rank = min(range(dp_size), key=lambda d: (load[d], d))
-        parts[rank].append(i)
-        load[rank] += lengths[i]
-    return tuple(tuple(sorted(p)) for p in parts)
+def rank_scores(shard: ShardScores, *, estimator: str, normalize_std: bool) -> list[float]:
+    """This rank's sequence scores: :func:`sequence_scores` of the whole rollout, taken at the shard's indices."""
+    scores = sequence_scores(
+        shard.rewards,
+        estimator=estimator,
+        normalize_std=normalize_std,
+        group_ids=shard.group_ids,
+        episode_ids=shard.episode_ids,
+    )
+    return [scores[i] for i in shard.indices]
 
 
 def collate(samples: Sequence[dict], *, kind: str = "rl", pad_id: int = 0) -> TrainBatch:

@@ -12,7 +12,7 @@ into one process group (rank 0's node IP and a free port), and fans every call
 out to all ranks at once: collective operations inside the backends need every
 rank to enter them together. Samples are sharded by each rank's data-parallel
 coordinates (``TrainBackend.data_parallel_coords``) along a
-``train_data.StepPlan``: how many samples each rank trains on at each optimizer
+``step_plan.StepPlan``: how many samples each rank trains on at each optimizer
 step (uneven when the rollout's sample count is).
 
 Tensors go rank to rank, not through the driver: the RL calls return Ray object
@@ -37,12 +37,13 @@ from __future__ import annotations
 import math
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from slime.backends.base import WeightSender
-    from slime.runtime.train_data import StepPlan
+    from slime.runtime.step_plan import ShardScores, StepPlan
     from slime.spec.layout import Layout, Slot
     from slime.spec.types import Spec
 
@@ -148,17 +149,24 @@ class TrainerRank:
         self.batch = batch
         return batch.old_values
 
-    def prepare(self, samples: list[dict], scores: list[float], values=None) -> tuple[dict[str, float], Any]:
+    def prepare(
+        self, samples: list[dict], scores: ShardScores | list[float], values=None
+    ) -> tuple[dict[str, float], Any]:
         """Old/ref log-probs, KL, importance weights and advantages for this rank's samples; keeps the batch
-        for ``train``. Returns ``(metrics, returns)``: PPO returns for the critic, else None (two Ray returns)."""
+        for ``train``. ``scores``: the samples' sequence scores, or what this rank computes them from (the
+        driver sends a ``ShardScores``). Returns ``(metrics, returns)``: PPO returns for the critic, else
+        None (two Ray returns)."""
         import torch
 
         from slime.rl.kl import compute_kl
         from slime.rl.masked import zero_masked
-        from slime.runtime.train_data import collate, token_advantages
+        from slime.runtime.step_plan import ShardScores
+        from slime.runtime.train_data import collate, rank_scores, token_advantages
 
         t0 = time.perf_counter()
         a, temperature = self.spec.algorithm, self.spec.rollout.temperature
+        if isinstance(scores, ShardScores):
+            scores = rank_scores(scores, estimator=a.estimator, normalize_std=bool(a.normalize_std))
         batch = collate(samples)
         mask = batch.response_mask
         batch.old_log_probs = self.backend.log_probs(batch, temperature=temperature)
@@ -369,12 +377,12 @@ class TrainerGroup:
         return self.coords[0][1]
 
     def plan(self, lengths: list[int], target: int, *, balance_tokens: bool = False) -> StepPlan:
-        """The optimizer steps for samples of these token lengths (``train_data.plan_steps``)."""
-        from slime.runtime.train_data import plan_steps
+        """The optimizer steps for samples of these token lengths (``step_plan.plan_steps``)."""
+        from slime.runtime.step_plan import plan_steps
 
         return plan_steps(lengths, dp_size=self.dp_size, target=target, balance_tokens=balance_tokens)
 
-    def shards(self, items: list[Any], plan: StepPlan) -> list[list[Any]]:
+    def shards(self, items: Sequence[Any], plan: StepPlan) -> list[list[Any]]:
         """Each rank's items along ``plan`` (ranks of one model replica get the same)."""
         return [plan.take(items, d) for d, _ in self.coords]
 
@@ -388,7 +396,7 @@ class TrainerGroup:
         """Critic: refs to each rank's values (they stay in the object store for the actor ranks)."""
         return self.submit("values", [(sh,) for sh in shards])
 
-    def prepare(self, shards: list[list[dict]], scores: list[list[float]], values: list[Any] | None):
+    def prepare(self, shards: list[list[dict]], scores: list[ShardScores], values: list[Any] | None):
         """Actor: ``(metrics refs, returns refs)``, one each per rank; ``values``: the critic's refs."""
         args = [(sh, sc, values[i] if values else None) for i, (sh, sc) in enumerate(zip(shards, scores))]
         refs = self.submit("prepare", args, num_returns=2)

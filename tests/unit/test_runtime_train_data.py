@@ -9,9 +9,10 @@ torch = pytest.importorskip("torch")
 
 from slime.rl.advantages import compute_advantages  # noqa: E402
 from slime.rl.sample import Sample, episode_id  # noqa: E402
+from slime.runtime.step_plan import ShardScores, plan_steps  # noqa: E402
 from slime.runtime.train_data import (  # noqa: E402
     collate,
-    plan_steps,
+    rank_scores,
     sequence_scores,
     token_advantages,
 )
@@ -110,6 +111,24 @@ def test_scores_of_groups_by_id_equal_the_contiguous_form_and_take_any_size():
     uneven = sequence_scores([1.0, 0.0, 0.0, 1.0], estimator="grpo", group_ids=[7, 7, 7, 9], normalize_std=True)
     assert uneven[0] == pytest.approx((1 - 1 / 3) / ((1 / 3) ** 0.5 + 1e-6), rel=1e-5)
     assert uneven[3] == 0.0
+
+
+def test_each_rank_computes_the_whole_rollouts_scores_at_its_own_samples():
+    """The driver sends every rank the rollout's rewards and groups (it never imports torch); a rank's scores
+    are the one-process scores at its samples, in the plan's order, whatever the split."""
+    r = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.5, 0.0, 1.0, 0.0]
+    groups, eps = [i // 4 for i in range(12)], list(range(12))
+    whole = sequence_scores(r, estimator="grpo", group_ids=groups, episode_ids=eps, normalize_std=True)
+    plan = plan_steps([3, 9, 4, 8, 5, 7, 6, 2, 1, 9, 3, 4], dp_size=2, target=6, balance_tokens=True)
+    for d in range(2):
+        indices = tuple(plan.take(range(12), d))
+        shard = ShardScores(rewards=tuple(r), group_ids=tuple(groups), episode_ids=tuple(eps), indices=indices)
+        got = rank_scores(shard, estimator="grpo", normalize_std=True)
+        assert got == plan.take(whole, d) and len(got) == len(indices) > 0
+    # the estimator and the std switch are the rank's (its spec): centred only, and raw for PPO
+    shard = ShardScores(rewards=tuple(r), group_ids=tuple(groups), episode_ids=tuple(eps), indices=(0, 1))
+    assert rank_scores(shard, estimator="grpo", normalize_std=False) == pytest.approx([0.75, -0.25])
+    assert rank_scores(shard, estimator="ppo", normalize_std=True) == [1.0, 0.0]
 
 
 def test_forked_episode_leaves_count_once_in_their_group():

@@ -23,7 +23,8 @@ pytest.importorskip("transformers")
 from msgspec.structs import replace  # noqa: E402
 
 from slime.models.tiny import build_tiny_model  # noqa: E402
-from slime.runtime.train_data import plan_steps, sequence_scores  # noqa: E402
+from slime.runtime.step_plan import plan_steps  # noqa: E402
+from slime.runtime.train_data import sequence_scores  # noqa: E402
 from slime.runtime.trainer_group import TrainerRank  # noqa: E402
 from slime.spec import load_spec  # noqa: E402
 
