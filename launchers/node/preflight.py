@@ -171,16 +171,16 @@ def run_preflight(
     fake = spec.cluster.fake_gpus
     pg, placement, rows, cuda_refs = _placement_stage(layout, node_meta, nodes, checks, lap, timeout_s, fake)
 
-    if solo:  # the bootstrap started no collective subprocess: see needs_collective
-        probes: dict[int, dict[str, Any]] = {}
-        collective = {"backend": "gloo", "world": 1, "skipped": SOLO_SKIP}
-        checks += _node_checks(spec, layout, node_meta, nodes, probes, hosts)
+    # solo: the bootstrap started no collective subprocess (see needs_collective), so there is nothing to gather
+    probes = {} if solo else _gather_collective(rdv, world, coll_timeout + 10)
+    if not solo:
+        lap("collective")
+    checks += _node_checks(spec, layout, node_meta, nodes, probes, hosts)  # also names hosts as the probes did
+    if solo:
         checks.append(Check(name="gpu_count", ok=True, node=hosts[0], message="spec wants 0 GPU(s): not probed"))
+        collective = {"backend": "gloo", "world": 1, "skipped": SOLO_SKIP}
         check = Check(name="collective", ok=True, message=f"skipped: {SOLO_SKIP}")
     else:
-        probes = _gather_collective(rdv, world, coll_timeout + 10)
-        lap("collective")
-        checks += _node_checks(spec, layout, node_meta, nodes, probes, hosts)
         collective, check = _collective_check(
             "collective", "gloo", _collective_results(probes, hosts), world, [hosts[r] for r in sorted(hosts)]
         )

@@ -330,7 +330,7 @@ def _atomic_dir(dest: Path, fill: Callable[[Path], object]) -> None:
         try:
             os.rename(tmp, dest)
         except OSError:
-            if not (dest / "config.json").is_file():  # not another process's finished copy
+            if not _complete(dest):  # not another process's finished copy
                 raise
     finally:
         if tmp.exists():

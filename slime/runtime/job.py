@@ -34,8 +34,6 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from slime.core.worker_env import apply_quiet_env
-
 if TYPE_CHECKING:
     from slime.backends.base import RolloutBackend
     from slime.core.paths import TaskPaths
@@ -90,9 +88,9 @@ class Job:
     def connect(self) -> None:
         import ray
 
-        # Workers inherit slime.core.worker_env's variables from the raylet (the bootstrap's ``ray
-        # start``, or this process below): no runtime_env, which would add a setup process per worker.
-        apply_quiet_env(os.environ)
+        # Workers inherit slime.core.worker_env's variables from the raylet (the bootstrap's ``ray start``, or
+        # this process's environment, where the Driver put them first): no runtime_env, which would add a
+        # setup process per worker.
         log_to_driver = os.environ.get("SLIME_RAY_LOG_TO_DRIVER") == "1"
         address = os.environ.get("RAY_ADDRESS")
         if address:

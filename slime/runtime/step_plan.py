@@ -54,7 +54,7 @@ class StepPlan:
 
 
 def plan_steps(lengths: Sequence[int], *, dp_size: int, target: int, balance_tokens: bool = False) -> StepPlan:
-    """Optimizer steps for samples of token lengths ``lengths`` (see the module docstring, step 2).
+    """Optimizer steps for samples of token lengths ``lengths`` (``train_data``'s module doc, step 2).
 
     ``target``: ``train.global_batch_size``. Raises ``ValueError`` when there are fewer samples than
     data-parallel ranks (some rank would have nothing to train on)."""
@@ -95,7 +95,7 @@ def _by_tokens(chunk: list[int], lengths: Sequence[int], dp_size: int) -> tuple[
 
 
 def train_inputs(samples: Sequence[Any]) -> list[dict[str, Any]]:
-    """What a trainer rank needs of each ``Sample`` (what :func:`collate` reads), as plain dicts."""
+    """What a trainer rank needs of each ``Sample`` (what ``train_data.collate`` reads), as plain dicts."""
     return [
         {
             "tokens": s.tokens,
