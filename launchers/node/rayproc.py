@@ -220,8 +220,12 @@ class RayNode:
                 cmd += ["--include-dashboard=true", "--dashboard-host=0.0.0.0"]
             else:
                 cmd.append("--include-dashboard=false")
-            if _ray_client_available():
+            if _ray_client_available():  # `ray start` has no way to turn it off: pin its port then
                 cmd.append(f"--ray-client-server-port={ports.client_server}")
+            if os.environ.get("SLIME_RAY_MONITOR") != "1":
+                # The autoscaler's monitor: a job's allocation is fixed, so there is nothing to scale (~0.5
+                # core-s per run on 2 cores). `ray status` reads what it reports: SLIME_RAY_MONITOR=1 keeps it.
+                cmd.append("--no-monitor")
         else:
             if not head_address:
                 raise ValueError("a worker needs the head address")

@@ -273,6 +273,7 @@ def test_ray_start_command_pins_every_port_and_resource(tmp_path, monkeypatch):
         "--metrics-export-port=24005",
         "--runtime-env-agent-port=24006",
         "--include-log-monitor=false",
+        "--no-monitor",  # no autoscaler: the allocation is fixed
     ):
         assert flag in head, flag
     worker_kw = dict(
@@ -286,12 +287,15 @@ def test_ray_start_command_pins_every_port_and_resource(tmp_path, monkeypatch):
     )
     worker = node.command(**worker_kw)
     assert "--address=10.0.0.1:24000" in worker and "--head" not in worker and "--include-log-monitor=false" in worker
-    assert not any(f.startswith(("--include-dashboard", "--port=")) for f in worker)
+    assert not any(f.startswith(("--include-dashboard", "--port=", "--ray-client", "--no-monitor")) for f in worker)
     with pytest.raises(ValueError):
         node.command(head=False, ip="x", ports=blk, num_cpus=1, num_gpus=0, resources={})
     # Worker output streamed to the driver needs Ray's log monitor: kept when it is asked for.
     monkeypatch.setenv("SLIME_RAY_LOG_TO_DRIVER", "1")
     assert not any(f.startswith("--include-log-monitor") for f in node.command(**worker_kw))
+    # `ray status` reads what the autoscaler's monitor reports: kept when asked for.
+    monkeypatch.setenv("SLIME_RAY_MONITOR", "1")
+    assert "--no-monitor" not in node.command(**{**worker_kw, "head": True, "head_address": None})
 
 
 def test_stop_ends_the_started_process_and_every_process_carrying_its_marker(tmp_path):
