@@ -43,6 +43,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from slime.models.tokenizer import TINY_MARKER
+
 __all__ = [
     "BUILTIN_MODELS",
     "CACHE_ENV",
@@ -271,7 +273,7 @@ def build_tiny_model(
     )
     model.save_pretrained(out, safe_serialization=True)
     _save_tokenizer(tokenizer, out)
-    (out / "slime_tiny.json").write_text(
+    (out / TINY_MARKER).write_text(
         json.dumps(
             {
                 "seed": seed,
@@ -317,7 +319,7 @@ def build_key(name: str) -> str:
 
 
 def _complete(d: Path) -> bool:
-    return all((d / f).is_file() for f in ("config.json", "tokenizer.json", "model.safetensors", "slime_tiny.json"))
+    return all((d / f).is_file() for f in ("config.json", "tokenizer.json", "model.safetensors", TINY_MARKER))
 
 
 def _atomic_dir(dest: Path, fill: Callable[[Path], object]) -> None:

@@ -127,9 +127,8 @@ class RolloutManager:
         """Load the tokenizer, the prompt data (every row checked), the reward function and the filter."""
         if self._ready:
             return
-        from transformers import AutoTokenizer
-
         from slime.data.jsonl import PromptDataset
+        from slime.models.tokenizer import load_tokenizer
         from slime.placement import normal_priority
         from slime.rl.filters import load_filter
         from slime.rl.rewards import reward_from_spec
@@ -140,7 +139,7 @@ class RolloutManager:
         normal_priority()
         spec = self.spec
         r, d = spec.rollout, spec.data
-        self.tokenizer = AutoTokenizer.from_pretrained(self._tokenizer_dir)
+        self.tokenizer = load_tokenizer(self._tokenizer_dir)
         self._dataset_args = dict(
             input_key=d.input_key,
             label_key=d.label_key,

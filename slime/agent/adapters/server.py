@@ -167,9 +167,9 @@ def session_token(headers: Mapping[str, str]) -> str | None:
 
 def _load_tokenizer(tokenizer: Any) -> Any:
     if isinstance(tokenizer, (str, Path)):
-        from transformers import AutoTokenizer
+        from slime.models.tokenizer import load_tokenizer
 
-        return AutoTokenizer.from_pretrained(str(tokenizer))
+        return load_tokenizer(tokenizer)
     if not hasattr(tokenizer, "apply_chat_template"):
         raise TypeError(f"tokenizer must be a Hugging Face tokenizer or its directory, got {type(tokenizer).__name__}")
     return tokenizer

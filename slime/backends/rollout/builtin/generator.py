@@ -103,7 +103,9 @@ class Engine:
         max_cache_bytes: int | None = None,
         onednn: bool = True,
     ) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
+
+        from slime.models.tokenizer import load_tokenizer
 
         if num_threads:
             torch.set_num_threads(int(num_threads))
@@ -115,7 +117,7 @@ class Engine:
             else ("auto" if dtype == "auto" else getattr(torch, dtype))
         )
         self.tokenizer_path = str(tokenizer_path or model_path)  # model.tokenizer, when it is another dir
-        self.tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_path)
+        self.tokenizer = load_tokenizer(self.tokenizer_path)
         self.hf_model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch_dtype).to(self.device)
         self.hf_model.eval().requires_grad_(False)
         cfg = self.hf_model.config
