@@ -77,16 +77,31 @@ def models(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def one_rank(models, tmp_path_factory):
-    """family -> (result, out dir) of the one-rank run (gradients and export kept), each run once."""
-    cache: dict = {}
-
-    def get(family: str):
-        if family not in cache:
-            out = tmp_path_factory.mktemp(f"one-{family}")
-            (cache[family],) = [(r, out) for r in run_layout(models[family][0], out, world=1, grads=True, export=True)]
-        return cache[family]
-
-    return get
+    """family -> (result, out dir) of the one-rank run (gradients and export kept). The five families run one
+    after another in one worker process (torch and megatron imported once: CI time), each with its own
+    process group and model-parallel state."""
+    outs = {f: tmp_path_factory.mktemp(f"one-{f}") for f in models}
+    jobs = [
+        {
+            "model_dir": str(models[f][0]),
+            "out_dir": str(outs[f]),
+            "port": _free_port(),
+            "world": 1,
+            "grads": True,
+            "export": True,
+        }
+        for f in models
+    ]
+    for job in jobs:
+        Path(job["out_dir"]).mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, __file__, json.dumps(jobs), "0"], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"logp_before"')]
+    assert len(results) == len(jobs), proc.stdout[-3000:]
+    return lambda family: dict(zip(models, zip(results, outs.values())))[family]
 
 
 def _hf_logp(model, tokens):
@@ -361,5 +376,15 @@ def _ppo_worker(args: dict, rank: int) -> None:
     print(json.dumps(result))
 
 
+def _workers(jobs: list[dict], rank: int) -> None:
+    """One-rank jobs in turn in this process: model-parallel state and the process group torn down between."""
+    for job in jobs:
+        _worker(job, rank)
+        from megatron.core import parallel_state
+
+        parallel_state.destroy_model_parallel()
+
+
 if __name__ == "__main__":
-    _worker(json.loads(sys.argv[1]), int(sys.argv[2]))
+    _job = json.loads(sys.argv[1])
+    (_workers if isinstance(_job, list) else _worker)(_job, int(sys.argv[2]))
