@@ -223,8 +223,8 @@ class RayNode:
             if _ray_client_available():  # `ray start` has no way to turn it off: pin its port then
                 cmd.append(f"--ray-client-server-port={ports.client_server}")
             if os.environ.get("SLIME_RAY_MONITOR") != "1":
-                # The autoscaler's monitor: a job's allocation is fixed, so there is nothing to scale (~0.5
-                # core-s per run on 2 cores). `ray status` reads what it reports: SLIME_RAY_MONITOR=1 keeps it.
+                # The autoscaler's monitor: a job's allocation is fixed, so there is nothing to scale (61 core-s
+                # over a CI run on 2 cores). `ray status` reads what it reports: SLIME_RAY_MONITOR=1 keeps it.
                 cmd.append("--no-monitor")
         else:
             if not head_address:

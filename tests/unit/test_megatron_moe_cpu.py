@@ -44,12 +44,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_layout(model_dir: Path, out_dir: Path, *, world: int, timeout: float = 600, **layout) -> list[dict]:
-    """Start ``world`` worker processes of this file (one trainer rank each); their JSON results."""
-    port = _free_port()
-    out_dir.mkdir(parents=True, exist_ok=True)
+def _spawn(args: str, world: int, timeout: float) -> list[str]:
+    """``world`` worker processes of this file given ``args`` (JSON), one per rank; their stdouts. A rank that
+    fails fails the test with its stderr."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
-    args = json.dumps({"model_dir": str(model_dir), "out_dir": str(out_dir), "port": port, "world": world, **layout})
     procs = [
         subprocess.Popen(
             [sys.executable, __file__, args, str(rank)],
@@ -63,7 +61,15 @@ def run_layout(model_dir: Path, out_dir: Path, *, world: int, timeout: float = 6
     done = [p.communicate(timeout=timeout) for p in procs]
     failed = [f"rank {r}:\n{err[-3000:]}" for r, (p, (_, err)) in enumerate(zip(procs, done)) if p.returncode]
     assert not failed, "\n".join(failed[::-1])  # the last rank's error first: usually the cause
-    return [json.loads(out.strip().splitlines()[-1]) for out, _ in done]
+    return [out for out, _ in done]
+
+
+def run_layout(model_dir: Path, out_dir: Path, *, world: int, timeout: float = 600, **layout) -> list[dict]:
+    """Start ``world`` worker processes of this file (one trainer rank each); their JSON results."""
+    port = _free_port()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    args = json.dumps({"model_dir": str(model_dir), "out_dir": str(out_dir), "port": port, "world": world, **layout})
+    return [json.loads(out.strip().splitlines()[-1]) for out in _spawn(args, world, timeout)]
 
 
 @pytest.fixture(scope="module")
@@ -82,26 +88,14 @@ def one_rank(models, tmp_path_factory):
     process group and model-parallel state."""
     outs = {f: tmp_path_factory.mktemp(f"one-{f}") for f in models}
     jobs = [
-        {
-            "model_dir": str(models[f][0]),
-            "out_dir": str(outs[f]),
-            "port": _free_port(),
-            "world": 1,
-            "grads": True,
-            "export": True,
-        }
+        dict(model_dir=str(models[f][0]), out_dir=str(outs[f]), port=_free_port(), world=1, grads=True, export=True)
         for f in models
     ]
-    for job in jobs:
-        Path(job["out_dir"]).mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [sys.executable, __file__, json.dumps(jobs), "0"], env=env, capture_output=True, text=True, timeout=900
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"logp_before"')]
-    assert len(results) == len(jobs), proc.stdout[-3000:]
-    return lambda family: dict(zip(models, zip(results, outs.values())))[family]
+    (out,) = _spawn(json.dumps(jobs), world=1, timeout=900)
+    results = [json.loads(line) for line in out.splitlines() if line.startswith('{"logp_before"')]
+    assert len(results) == len(jobs), out[-3000:]
+    by_family = {f: (r, outs[f]) for f, r in zip(models, results)}
+    return by_family.__getitem__
 
 
 def _hf_logp(model, tokens):
@@ -378,10 +372,10 @@ def _ppo_worker(args: dict, rank: int) -> None:
 
 def _workers(jobs: list[dict], rank: int) -> None:
     """One-rank jobs in turn in this process: model-parallel state and the process group torn down between."""
+    from megatron.core import parallel_state
+
     for job in jobs:
         _worker(job, rank)
-        from megatron.core import parallel_state
-
         parallel_state.destroy_model_parallel()
 
 
