@@ -1,4 +1,4 @@
-"""The PPO critic: a Hugging Face causal LM's backbone plus a scalar value head.
+"""The PPO critic: a causal LM's backbone (:func:`slime.models.lean_lm.load_causal_lm`) plus a scalar value head.
 
 ``ValueModel(input_ids, attention_mask) -> [B, T]`` float32 values, one per
 position (the value of the state after reading tokens ``0..t``). The output
@@ -35,10 +35,10 @@ class ValueModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, dtype: torch.dtype = torch.float32) -> ValueModel:
-        from transformers import AutoModelForCausalLM
+        from slime.models.lean_lm import load_causal_lm
 
-        lm = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
-        # base_model is the decoder stack without the LM head (Qwen2Model, LlamaModel, ...).
+        lm = load_causal_lm(path, dtype=dtype)
+        # base_model is the decoder stack without the LM head (the lean Backbone, or HF's Qwen2Model, ...).
         model = cls(lm.base_model, int(lm.config.hidden_size))
         model.config = lm.config
         return model

@@ -1,8 +1,9 @@
-"""The embedded train backend: plain PyTorch data parallel over Hugging Face models.
+"""The embedded train backend: plain PyTorch data parallel over Hugging Face checkpoints.
 
 One instance is one trainer rank with one role:
 
-- ``actor``: ``AutoModelForCausalLM`` trained with the spec's policy loss
+- ``actor``: the causal LM of :func:`slime.models.lean_lm.load_causal_lm` (a plain-torch module with HF's
+  tensor names for the Llama family, else ``AutoModelForCausalLM``) trained with the spec's policy loss
   (``slime.rl.losses.total_loss``: GRPO/PPO/GSPO/CISPO/REINFORCE++ surrogate,
   clip / dual clip, entropy bonus, KL loss k1/k2/k3/low_var_kl) or, for
   ``TrainBatch.kind == "sft"``, the masked NLL of the SFT warm-up (its own AdamW
@@ -75,9 +76,8 @@ class TorchTrainBackend(TrainBackend):
     def init(
         self, spec: Spec, rank: RankInfo, model_dir: Path, *, role: Literal["actor", "critic", "ref"] = "actor"
     ) -> None:
-        from transformers import AutoModelForCausalLM
-
         from slime.backends.train.critic import ValueModel
+        from slime.models.lean_lm import load_causal_lm
 
         if role not in ("actor", "critic", "ref"):
             raise ValueError(f"role must be actor, critic or ref, got {role!r}")
@@ -92,7 +92,7 @@ class TorchTrainBackend(TrainBackend):
         if role == "critic":
             self.model = ValueModel.from_pretrained(self.model_dir)
         else:
-            self.model = AutoModelForCausalLM.from_pretrained(str(self.model_dir), dtype=torch.float32)
+            self.model = load_causal_lm(self.model_dir, dtype=torch.float32)
         self.model.to(self.device)
         self.tied = bool(getattr(self.model.config, "tie_word_embeddings", False))
         self.optimizer = None

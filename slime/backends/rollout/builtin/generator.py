@@ -103,8 +103,7 @@ class Engine:
         max_cache_bytes: int | None = None,
         onednn: bool = True,
     ) -> None:
-        from transformers import AutoModelForCausalLM
-
+        from slime.models.lean_lm import load_causal_lm
         from slime.models.tokenizer import load_tokenizer
 
         if num_threads:
@@ -118,7 +117,7 @@ class Engine:
         )
         self.tokenizer_path = str(tokenizer_path or model_path)  # model.tokenizer, when it is another dir
         self.tokenizer = load_tokenizer(self.tokenizer_path)
-        self.hf_model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch_dtype).to(self.device)
+        self.hf_model = load_causal_lm(self.model_path, dtype=torch_dtype).to(self.device)
         self.hf_model.eval().requires_grad_(False)
         cfg = self.hf_model.config
         max_pos = int(getattr(cfg, "max_position_embeddings", 4096))
