@@ -267,7 +267,7 @@ class TorchTrainBackend(TrainBackend):
         metrics.update(grad_norm=float(grad_norm), lr=float(lr))
         return metrics
 
-    def _sft_opt(self) -> torch.optim.Optimizer:
+    def _sft_opt(self):
         if self.sft_optimizer is None:
             o = self.spec.train.optimizer
             self.sft_optimizer = build_adamw(
