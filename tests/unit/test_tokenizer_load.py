@@ -73,3 +73,37 @@ def test_the_tiny_tokenizer_loads_without_torch_and_others_through_auto_tokenize
     shutil.copytree(tiny, plain)
     (plain / TINY_MARKER).unlink()
     assert type(load_tokenizer(plain)) is type(AutoTokenizer.from_pretrained(plain))
+
+
+def test_the_engines_tokenizer_reads_like_the_fast_tokenizer_without_transformers(tiny, tmp_path):
+    from slime.models.tokenizer import TINY_MARKER, EngineTokenizer, load_engine_tokenizer, load_tokenizer
+
+    eng, fast = load_engine_tokenizer(tiny), load_tokenizer(tiny)
+    assert isinstance(eng, EngineTokenizer)
+    assert (eng.bos_token_id, eng.eos_token_id) == (fast.bos_token_id, fast.eos_token_id)
+    assert eng.eos_token_id is not None and eng.bos_token_id is not None
+    texts = [json.loads(x).get("prompt", "") for x in (REPO / "specs/data/arith/train.jsonl").read_text().splitlines()]
+    texts += ["héllo → 世界\n\ttab", "<|im_start|>user\n1+2<|im_end|>\n<eos>", " lead and trail "]
+    for t in texts:
+        for special in (False, True):
+            ids = fast.encode(t, add_special_tokens=special)
+            assert eng.encode(t, add_special_tokens=special) == ids, t
+            for skip in (False, True):
+                assert eng.decode(ids, skip_special_tokens=skip) == fast.decode(ids, skip_special_tokens=skip), t
+    code = (
+        "import sys; from slime.models.tokenizer import load_engine_tokenizer; "
+        f"t = load_engine_tokenizer({str(tiny)!r}); "
+        "print(type(t).__name__, any(k.startswith('transformers') for k in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.split() == ["EngineTokenizer", "False"], out.stdout + out.stderr
+    # a tokenizer that cleans up spaces, or a directory that is not a built-in model: load_tokenizer's reading
+    for name, edit in (("cleanup", "config"), ("plain", "marker")):
+        d = tmp_path / name
+        shutil.copytree(tiny, d)
+        if edit == "marker":
+            (d / TINY_MARKER).unlink()
+        else:
+            cfg = json.loads((d / "tokenizer_config.json").read_text())
+            (d / "tokenizer_config.json").write_text(json.dumps({**cfg, "clean_up_tokenization_spaces": True}))
+        assert not isinstance(load_engine_tokenizer(d), EngineTokenizer), name

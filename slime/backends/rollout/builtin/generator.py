@@ -104,7 +104,7 @@ class Engine:
         onednn: bool = True,
     ) -> None:
         from slime.models.lean_lm import load_causal_lm
-        from slime.models.tokenizer import load_tokenizer
+        from slime.models.tokenizer import load_engine_tokenizer
 
         if num_threads:
             torch.set_num_threads(int(num_threads))
@@ -116,7 +116,7 @@ class Engine:
             else ("auto" if dtype == "auto" else getattr(torch, dtype))
         )
         self.tokenizer_path = str(tokenizer_path or model_path)  # model.tokenizer, when it is another dir
-        self.tokenizer = load_tokenizer(self.tokenizer_path)
+        self.tokenizer = load_engine_tokenizer(self.tokenizer_path)
         self.hf_model = load_causal_lm(self.model_path, dtype=torch_dtype).to(self.device)
         self.hf_model.eval().requires_grad_(False)
         cfg = self.hf_model.config
