@@ -13,7 +13,9 @@ times come from ``metrics.jsonl``. Both skip the SFT warm-up and evals and use t
 responses run to ``max_response_len``. Rounds alternate bare and runtime, so a change in the machine's load
 hits both; printed are medians over all rounds per phase and the runtime/bare ratio (the orchestration
 overhead), the runtime's start-up (from launching ``python -m slime.train`` to the start of rollout 0: the
-moment its metrics line appears, less that step's time; median over rounds), the thread settings and the
+moment its metrics line appears, less that step's time; median over rounds) and how much of it went to
+starting the local Ray (the driver's "connected to Ray" line: a job launched by slime-submit has its Ray
+started by the bootstrap before the driver), the thread settings and the
 load average before and after (other work on a shared machine slows either side; compare runs made at
 similar load). Both sides run with ``OMP_WAIT_POLICY=PASSIVE`` unless the environment sets it, as the
 runtime's CPU workers do.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -108,8 +111,11 @@ def bare_loop(spec, model_dir: Path, rollouts: int, threads: int, tmp: Path) -> 
     return times
 
 
-def runtime_loop(overrides: list[str], logdir: Path, name: str) -> tuple[dict[str, list[float]], float, float]:
-    """Per-phase times of one ``slime.train`` run, its wall time, and its start-up (launch to rollout 0)."""
+def runtime_loop(
+    overrides: list[str], logdir: Path, name: str
+) -> tuple[dict[str, list[float]], float, tuple[float, float]]:
+    """Per-phase times of one ``slime.train`` run, its wall time, and its start-up (launch to rollout 0) with
+    the part of it spent starting the local Ray."""
     from launchers.base import SubmitOptions, create_run_dir
     from launchers.local.launcher import LocalLauncher
 
@@ -144,7 +150,10 @@ def runtime_loop(overrides: list[str], logdir: Path, name: str) -> tuple[dict[st
         "sync": [r["time/sync_s"] for r in steps],
     }
     startup = (first_line_at or wall) - steps[0]["time/step_s"]
-    return times, wall, startup
+    # The driver's "connected to Ray" line: how much of the start-up was starting the local Ray, which a job
+    # launched by slime-submit does not pay in its driver (the bootstrap started Ray before it).
+    ray = re.search(r"\[slime\.train \+([\d.]+)s\] connected to Ray", err)
+    return times, wall, (startup, float(ray.group(1)) if ray else float("nan"))
 
 
 def main() -> int:
@@ -167,7 +176,7 @@ def main() -> int:
     load_start = os.getloadavg()[0]
     bare: dict[str, list[float]] = {"rollout": [], "train": [], "sync": []}
     ours: dict[str, list[float]] = {"rollout": [], "train": [], "sync": []}
-    startups, walls = [], []
+    startups, rays, walls = [], [], []
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         from slime.models.tiny import ensure_builtin_model
@@ -176,16 +185,19 @@ def main() -> int:
         model_dir = ensure_builtin_model("tiny", tmp / "model")
         for i in range(args.rounds):
             b = bare_loop(spec, model_dir, args.rollouts, args.threads, tmp / f"weights{i}")
-            o, wall, startup = runtime_loop(overrides, tmp / "runs", f"bench-{i}")
+            o, wall, (startup, ray) = runtime_loop(overrides, tmp / "runs", f"bench-{i}")
             for phase in bare:
                 bare[phase] += b[phase][skip:]
                 ours[phase] += o[phase][skip:]
             startups.append(startup)
+            rays.append(ray)
             walls.append(wall)
-            print(f"round {i}: runtime start-up {startup:.1f} s, wall {wall:.1f} s", flush=True)
+            print(f"round {i}: runtime start-up {startup:.1f} s (local Ray {ray:.1f} s), wall {wall:.1f} s", flush=True)
 
     if args.raw:
-        args.raw.write_text(json.dumps({"bare": bare, "runtime": ours, "startup": startups, "wall": walls}))
+        args.raw.write_text(
+            json.dumps({"bare": bare, "runtime": ours, "startup": startups, "ray_start": rays, "wall": walls})
+        )
 
     def med(xs: list[float]) -> float:
         return statistics.median(xs) * 1000
@@ -206,6 +218,12 @@ def main() -> int:
         f"runtime start-up (launch of slime.train to the start of rollout 0, incl. local Ray): median "
         f"{statistics.median(startups):.1f} s (each: {', '.join(f'{x:.1f}' for x in startups)}); "
         f"slime.train wall median {statistics.median(walls):.1f} s"
+    )
+    after = [s - r for s, r in zip(startups, rays)]
+    print(
+        f"  of which starting the local Ray: median {statistics.median(rays):.1f} s; the rest (what the driver of a "
+        f"job launched by slime-submit waits, Ray already up): median {statistics.median(after):.1f} s "
+        f"(each: {', '.join(f'{x:.1f}' for x in after)})"
     )
     print(
         f"bare loop torch threads {args.threads}, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}; "

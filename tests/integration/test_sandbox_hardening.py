@@ -134,24 +134,40 @@ def test_ptrace_attach_to_a_sibling_process_is_refused():
     assert unfiltered == {"ptrace": 0, "process_vm_readv": 0}  # attached: the tracee stopped
 
 
+def _host_mounts() -> set[str]:
+    """The host's mount table without sandbox ``/work`` mounts: other tests (on the other pytest-xdist worker)
+    start and stop sandboxes meanwhile, each mounting its own size-capped ``/work`` on the host."""
+    lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    return {line for line in lines if "/slime-sandboxes/" not in line.split()[4]}
+
+
+def _mounts_under(path: Path) -> list[str]:
+    return sorted(
+        m
+        for line in Path("/proc/self/mountinfo").read_text().splitlines()
+        if (m := line.split()[4]).startswith(str(path))
+    )
+
+
 def test_mount_is_refused_and_the_host_mount_table_is_unchanged():
-    before = Path("/proc/self/mountinfo").read_text()
+    before = _host_mounts()
 
     async def go(seccomp: bool):
         async with LocalSandbox(seccomp=seccomp) as sb:
-            mounts = len(Path("/proc/self/mountinfo").read_text().splitlines())
+            own = sb.host_workdir.parent
+            mounts = _mounts_under(own)
             res = await sb.exec(
                 ["python3", "-c", "import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); "
                  "os.makedirs('/work/mnt', exist_ok=True); "
                  "print(libc.mount(b'none', b'/work/mnt', b'tmpfs', 0, None), ctypes.get_errno())"],
                 timeout=20,
             )  # fmt: skip
-            return res, mounts, len(Path("/proc/self/mountinfo").read_text().splitlines())
+            return res, mounts, _mounts_under(own)
 
     res, during_before, during_after = run(go(seccomp=True))
     assert res.stdout.split() == ["-1", str(errno.EPERM)]
-    assert during_after == during_before
-    assert Path("/proc/self/mountinfo").read_text() == before
+    assert during_after == during_before and not any(m.endswith("/mnt") for m in during_after)
+    assert _host_mounts() == before
 
 
 def test_unshare_and_setns_are_refused():
