@@ -140,6 +140,11 @@ echo done
 """
     job = run_sbatch(script, "--open-mode=append", f"--output={out}")
     wait_job(job, "RUNNING", timeout=60)
+    # RUNNING is SLURM's word before the script runs: requeued in between, the first run never printed
+    # (seen in CI on a loaded machine). Requeue once the first run is under way.
+    deadline = time.monotonic() + 60
+    while not (out.is_file() and "run restart=0" in out.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)
     subprocess.run(["scontrol", "requeue", job], check=True, capture_output=True)
     rec = wait_job(job, timeout=90)[0]
     assert rec["Restarts"] == "1"

@@ -88,7 +88,9 @@ def one_rank(models, tmp_path_factory):
     process group and model-parallel state."""
     outs = {f: tmp_path_factory.mktemp(f"one-{f}") for f in models}
     jobs = [
-        dict(model_dir=str(models[f][0]), out_dir=str(outs[f]), port=_free_port(), world=1, grads=True, export=True)
+        # port 0: each family's rank picks a free port when its process group starts. Five ports picked here
+        # could be taken by another test's processes (the other xdist worker) before the last family runs.
+        dict(model_dir=str(models[f][0]), out_dir=str(outs[f]), port=0, world=1, grads=True, export=True)
         for f in models
     ]
     (out,) = _spawn(json.dumps(jobs), world=1, timeout=900)
@@ -289,7 +291,9 @@ def _worker(args: dict, rank: int) -> None:
     layout = {k: args[k] for k in ("tp", "ep", "etp", "sp", "distributed") if k in args}
     spec = make_spec(args["model_dir"], args["out_dir"], **layout)
     backend = MegatronTrainBackend()
-    info = RankInfo(rank=rank, world_size=world, master_addr="127.0.0.1", master_port=args["port"], device="cpu")
+    info = RankInfo(
+        rank=rank, world_size=world, master_addr="127.0.0.1", master_port=args["port"] or _free_port(), device="cpu"
+    )
     backend.init(spec, info, Path(args["model_dir"]), role="actor")
     dp, dp_size = backend.data_parallel_coords()
     batch = _batch(slice(dp, None, dp_size))
