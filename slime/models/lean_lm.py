@@ -65,7 +65,7 @@ class LeanConfig:
     mlp_bias: bool = False
 
 
-def _rope(raw: dict) -> tuple[str, float | None]:
+def _rope(raw: dict) -> tuple[str, float]:
     params = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
     kind = params.get("rope_type", params.get("type", "default"))
     theta = params.get("rope_theta", raw.get("rope_theta", 10000.0))
@@ -78,7 +78,7 @@ def lean_config(raw: dict) -> tuple[LeanConfig | None, str]:
     if mt not in _TYPES:
         return None, f"model_type {mt!r}"
     kind, theta = _rope(raw)
-    if kind != "default" or theta is None:
+    if kind != "default":
         return None, f"RoPE type {kind!r}"
     if raw.get("hidden_act", "silu") != "silu" or raw.get("mlp_bias"):
         return None, "a non-SiLU or biased MLP"
@@ -281,15 +281,13 @@ class LeanCausalLM(nn.Module):
 def _read_tensors(path: Path) -> dict[str, torch.Tensor] | None:
     from safetensors.torch import load_file
 
-    if (path / "model.safetensors").is_file():
-        return load_file(str(path / "model.safetensors"))
-    index = path / "model.safetensors.index.json"
-    if not index.is_file():
+    from slime.models.safetensors_files import safetensors_files
+
+    try:
+        files = safetensors_files(path)
+    except ValueError:
         return None
-    out: dict[str, torch.Tensor] = {}
-    for shard in sorted(set(json.loads(index.read_text())["weight_map"].values())):
-        out.update(load_file(str(path / shard)))
-    return out
+    return {name: t for f in files for name, t in load_file(str(f)).items()}
 
 
 def _dtype(requested: torch.dtype | str, c: LeanConfig) -> torch.dtype:

@@ -11,10 +11,11 @@ shard set); torch pickles are refused because loading them can run code.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
+
+from slime.models.safetensors_files import safetensors_files
 
 __all__ = ["WeightLoadError", "load_hf_weights", "load_named_tensors"]
 
@@ -26,25 +27,10 @@ class WeightLoadError(ValueError):
 
 
 def _shard_files(path: Path) -> list[Path]:
-    if not path.is_dir():
-        raise WeightLoadError(f"model_path {str(path)!r} is not a directory")
-    index = path / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (OSError, ValueError, KeyError) as exc:
-            raise WeightLoadError(f"{index}: not a valid safetensors index ({exc})") from None
-        files = sorted({path / f for f in weight_map.values()})
-    elif (path / "model.safetensors").is_file():
-        files = [path / "model.safetensors"]
-    else:
-        files = sorted(path.glob("*.safetensors"))
-    if not files:
-        raise WeightLoadError(f"no *.safetensors weights in {str(path)!r}")
-    missing = [str(f) for f in files if not f.is_file()]
-    if missing:
-        raise WeightLoadError(f"missing shard files: {', '.join(missing)}")
-    return files
+    try:
+        return safetensors_files(path)
+    except ValueError as exc:
+        raise WeightLoadError(str(exc)) from None
 
 
 def _copy_checked(
