@@ -1,5 +1,5 @@
-"""The Megatron train backend end to end on CPU: TP=2, PP=2, DP=2, CP=2 (two processes each) and TP=2 x
-CP=2 (four processes) over gloo.
+"""The Megatron train backend end to end on CPU: TP=2 x CP=2 (four ranks), then TP=2, PP=2, DP=2 and CP=2 (two
+ranks each) over gloo, all five layouts in turn in the same four processes.
 
 Checks what must hold whatever the layout: log-probs equal the HF model's; the same global batch
 gives the same loss, metrics and gradient norm under TP=2, PP=2 and DP=2 (DP ranks get half the
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.ranks import last_json, spawn_ranks
+from tests.fixtures.ranks import spawn_ranks
 
 HAS_MEGATRON = importlib.util.find_spec("megatron.core") is not None
 pytestmark = [
@@ -37,19 +37,32 @@ pytestmark = [
 ]
 
 
-def _run(
-    model_dir: Path, out_dir: Path, *, tp: int, pp: int, dp_split: bool, save: bool = False, cp: int = 1
-) -> list[dict]:
-    world = 4 if tp * pp * cp == 4 else 2
-    args = [str(model_dir), str(out_dir)]
-    flags = [str(tp), str(pp), str(int(dp_split)), str(int(save)), str(cp), str(world)]
+# Every layout in one group of four processes (a megatron-core import is ~7 core-s per process): the four-rank
+# layout first, then ranks 0-1 go on through the two-rank ones (``_layouts``). name -> (tp, pp, cp, dp_split, save)
+LAYOUTS = {
+    "tp2cp2": (2, 1, 2, False, False),
+    "tp2": (2, 1, 1, False, True),
+    "pp2": (1, 2, 1, False, False),
+    "dp2": (1, 1, 1, True, False),
+    "cp2": (1, 1, 2, False, False),
+}
+
+
+def _run_layouts(model_dir: Path, out_dir: Path) -> dict[str, list[dict]]:
+    """Each layout's per-rank results (rank order), every layout run by the same four processes."""
     outs = spawn_ranks(
-        lambda rank, port: [sys.executable, __file__, *args, str(rank), str(port), *flags],
-        world,
+        lambda rank, port: [sys.executable, __file__, str(model_dir), str(out_dir), str(rank), str(port)],
+        4,
         env={"PYTHONWARNINGS": "ignore"},
         timeout=300,
     )
-    return [last_json(out) for out in outs]
+    runs: dict[str, list[dict]] = {name: [] for name in LAYOUTS}
+    for out in outs:
+        for line in out.splitlines():
+            if line.startswith('{"layout"'):
+                row = json.loads(line)
+                runs[row.pop("layout")].append(row)
+    return runs
 
 
 @pytest.fixture(scope="module")
@@ -60,12 +73,9 @@ def tiny_llama(tiny_model):
 def test_tp_pp_dp_agree_and_export_round_trips(tiny_llama, tmp_path):
     import torch
 
-    tp2 = _run(tiny_llama, tmp_path / "tp2", tp=2, pp=1, dp_split=False, save=True)
-    pp2 = _run(tiny_llama, tmp_path / "pp2", tp=1, pp=2, dp_split=False)
-    dp2 = _run(tiny_llama, tmp_path / "dp2", tp=1, pp=1, dp_split=True)
-    cp2 = _run(tiny_llama, tmp_path / "cp2", tp=1, pp=1, cp=2, dp_split=False)
-    tp2cp2 = _run(tiny_llama, tmp_path / "tp2cp2", tp=2, pp=1, cp=2, dp_split=False)
-    runs = {"tp2": tp2, "pp2": pp2, "dp2": dp2, "cp2": cp2, "tp2cp2": tp2cp2}
+    runs = _run_layouts(tiny_llama, tmp_path)
+    assert {name: len(run) for name, run in runs.items()} == {"tp2cp2": 4, "tp2": 2, "pp2": 2, "dp2": 2, "cp2": 2}
+    tp2 = runs["tp2"]
     full = _batch(slice(None))
     mask = full.response_mask.bool()
     hf_before = _hf_logp(tiny_llama, full.tokens)
@@ -244,10 +254,32 @@ def _worker(
     batch.returns = batch.advantages.clone()
     result["critic_initial_abs"] = float(batch.old_values.abs().max())
     result["critic_losses"] = [critic.train_step(batch, step=s)["value_loss"] for s in range(3)]
-    torch.distributed.destroy_process_group()
-    print(json.dumps(result))
+    return result
+
+
+def _layouts(model_dir: str, out_dir: str, rank: int, port: int) -> None:
+    """Every layout this rank takes part in, in ``LAYOUTS`` order; one JSON line per layout. Between two layouts
+    rank 0 picks the next process group's port and sends it over the current group, then the group and its
+    model-parallel state are torn down (the next ``backend.init`` builds them again, and reseeds megatron's RNG
+    tracker)."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    from tests.fixtures.ranks import free_port
+
+    for name, (tp, pp, cp, dp_split, save) in LAYOUTS.items():
+        world = 4 if tp * pp * cp == 4 else 2
+        if rank >= world:
+            return
+        result = _worker(model_dir, str(Path(out_dir) / name), rank, port, tp, pp, dp_split, save, cp, world)
+        print(json.dumps({"layout": name, **result}), flush=True)
+        box = [free_port() if rank == 0 else 0]
+        dist.broadcast_object_list(box, src=0)
+        port = box[0]
+        dist.destroy_process_group()
+        parallel_state.destroy_model_parallel()
 
 
 if __name__ == "__main__":
     a = sys.argv[1:]
-    _worker(a[0], a[1], int(a[2]), int(a[3]), int(a[4]), int(a[5]), a[6] == "1", a[7] == "1", int(a[8]), int(a[9]))
+    _layouts(a[0], a[1], int(a[2]), int(a[3]))

@@ -28,9 +28,11 @@ SHARDING = {"distrib_optim_sharding_type": "dp_reshardable"}
 
 
 def _sharded_state(gpt: Any, optimizer: Any, *, loading: bool) -> dict:
-    state = {"model": gpt.sharded_state_dict(metadata=SHARDING)}
+    # a new metadata dict per call: megatron-core stores the current data-parallel group into the dict it is
+    # given (ensure_metadata_has_dp_cp_group), and a shared one would carry that group to later process groups
+    state = {"model": gpt.sharded_state_dict(metadata=dict(SHARDING))}
     if optimizer is not None:
-        state["optimizer"] = optimizer.sharded_state_dict(state["model"], is_loading=loading, metadata=SHARDING)
+        state["optimizer"] = optimizer.sharded_state_dict(state["model"], is_loading=loading, metadata=dict(SHARDING))
     return state
 
 
