@@ -22,6 +22,7 @@ pytest_plugins = [
     "tests.fixtures.local_ray",  # local_ray: a private Ray per test module
     "tests.fixtures.slurm_cluster",  # slurm_cluster: the real local SLURM cluster
     "tests.fixtures.tiny_models",  # tiny_model(**shape): tiny HF checkpoints, built once per session
+    "tests.fixtures.warm_start",  # quickstart_warmup: the quickstart's SFT warm-up, run once per session
 ]
 
 TESTS = Path(__file__).resolve().parent

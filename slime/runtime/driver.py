@@ -82,7 +82,7 @@ class Driver:
         self.task_index, self.json_output = task, json_output
         self.tp = self.paths.task(task)
         self.spec = spec = load_task_spec(self.tp)
-        if not spec.rollout.num_rollouts:
+        if spec.rollout.num_rollouts is None:
             raise ValueError(
                 "rollout.num_rollouts is unknown (rollout.epochs needs a prompts file that was "
                 "readable when the spec was resolved); set rollout.num_rollouts"

@@ -742,6 +742,20 @@ def sampling(s: Spec) -> Iterator[Finding]:
         )
     if (r.num_rollouts is None) and (r.epochs is None):
         yield ("rollout.num_rollouts", "give rollout.num_rollouts or rollout.epochs", "e.g. num_rollouts: 100")
+    if r.num_rollouts == 0:  # a warm-up-only run: its one result is final_model/
+        if s.algorithm.sft_warmup_steps == 0:
+            yield (
+                "rollout.num_rollouts",
+                "num_rollouts 0 runs only the SFT warm-up, and algorithm.sft_warmup_steps is 0: nothing would run",
+                "set rollout.num_rollouts >= 1, or algorithm.sft_warmup_steps > 0 for a warm-up-only run",
+            )
+        if not s.train.checkpoint.save_hf:
+            yield (
+                "train.checkpoint.save_hf",
+                "a warm-up-only run (rollout.num_rollouts: 0) keeps the warmed-up model only as final_model/, "
+                "which save_hf: false turns off",
+                "set train.checkpoint.save_hf: true",
+            )
     if s.rollout.weight_sync == "delta":
         if r.colocate:
             yield (

@@ -302,7 +302,8 @@ class Rollout(_Section, kw_only=True):
         bool, D("With partial rollout: leave the tokens an older policy generated out of the loss.")
     ] = False
     num_rollouts: Annotated[
-        Annotated[int, Meta(ge=1)] | None, D("Rollouts to run (derived from epochs when not given).")
+        Annotated[int, Meta(ge=0)] | None,
+        D("Rollouts to run (derived from epochs when not given); 0: only the SFT warm-up, saved as final_model/."),
     ] = None
     epochs: Annotated[
         Annotated[int, Meta(ge=1)] | None, D("Passes over the prompt data (alternative to num_rollouts).")

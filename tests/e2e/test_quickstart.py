@@ -4,6 +4,8 @@ launcher (private Ray head, preflight, ``slime.train``), with fewer rollouts.
 Real parts only (the CLI, Ray, the built-in engine over HTTP, torch training of the tiny model). The run is
 deterministic on a given platform (seeded data order, per-request sampling seeds), so the reward increase
 asserted here is not a matter of luck; the margin is kept well below what the run shows (about +0.15).
+Both tests start from the session's one run of the spec's SFT warm-up (``quickstart_warmup``,
+tests/fixtures/warm_start.py) instead of each repeating it; a run started so trains as the whole run does.
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ ASYNC_ACCURACY = 0.8
 ASYNC_ROLLOUTS = 50
 
 
-def test_shortened_quickstart_increases_reward_and_writes_its_outputs(tmp_path):
+def test_shortened_quickstart_increases_reward_and_writes_its_outputs(tmp_path, quickstart_warmup):
+    start, warm = quickstart_warmup
     sets = {
+        **start,
         "logging.dir": str(tmp_path / "runs"),
         "rollout.num_rollouts": ROLLOUTS,
         "data.eval[0].interval": ROLLOUTS,
@@ -60,6 +64,8 @@ def test_shortened_quickstart_increases_reward_and_writes_its_outputs(tmp_path):
     rewards = [r["rollout/reward_mean"] for r in rows[1:]]
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert last > first + 0.05, (first, last)
+    # it started from the warmed-up model (measured here on 200 of the held-out prompts; the untrained one: ~0)
+    assert final["eval/accuracy_initial"] == pytest.approx(warm["eval/accuracy"], abs=0.05)
     assert final["eval/accuracy"] > final["eval/accuracy_initial"]
     assert final["eval/accuracy"] == final["eval/heldout/accuracy"]
     assert final["check/step0_logprob_diff"] <= 1e-3 and 0.0 <= final["check/step0_kl"] < 1e-6
@@ -106,12 +112,14 @@ def test_shortened_quickstart_increases_reward_and_writes_its_outputs(tmp_path):
 
 
 @pytest.mark.timeout(1000)
-def test_async_quickstart_reaches_the_held_out_accuracy(tmp_path):
+def test_async_quickstart_reaches_the_held_out_accuracy(tmp_path, quickstart_warmup):
     """The whole embedded default with ``train.async: true`` and TIS (trainer and engine on their own CPU slots,
     rollout k+1 generated while the trainer trains on k): every rollout after the first is one update stale, TIS
     reweights the stale tokens, and held-out accuracy rises from the warm-up's to at least ``ASYNC_ACCURACY``
     (the synchronous run's evals: 0.836-0.878, see the README) after ``ASYNC_ROLLOUTS`` rollouts."""
+    start, warm = quickstart_warmup
     sets = {
+        **start,
         "logging.dir": str(tmp_path / "runs"),
         "train.async": True,
         "algorithm.tis": {"enabled": True},
@@ -134,6 +142,7 @@ def test_async_quickstart_reaches_the_held_out_accuracy(tmp_path):
     final = out["final_metrics"]
     rows = [json.loads(line) for line in (Path(out["run_dir"]) / "tasks/0/metrics.jsonl").read_text().splitlines()]
     assert [r["rollout/staleness_max"] for r in rows[1:]] == [0] + [1] * (len(rows) - 2)
+    assert final["eval/accuracy_initial"] == warm["eval/accuracy"]
     assert final["eval/accuracy"] >= ASYNC_ACCURACY, final["eval/accuracy"]
     assert final["eval/accuracy"] > final["eval/accuracy_initial"] + 0.03
     assert all(r["train/tis_clipfrac"] >= 0 and r["train/is_ratio_max"] > 0 for r in rows[1:])

@@ -123,3 +123,54 @@ def test_stop_then_resume_continues_exactly(uninterrupted, tmp_path):
             else:
                 assert y[key] == x[key], (x["rollout_id"], key)
     assert json.loads((run / "tasks/0/state.json").read_text())["state"] == "succeeded"
+
+
+def test_a_run_from_a_warmup_only_runs_model_trains_as_the_whole_run_did(uninterrupted, tmp_path):
+    """``rollout.num_rollouts: 0`` runs only the SFT warm-up and writes it as ``final_model/``. A run with
+    ``model.path`` at that and no warm-up then trains exactly as the uninterrupted run did after its own
+    warm-up (the warm-up has its own optimizer and its own prompt order, so nothing else carries over): the
+    same rollouts, rewards, losses and evals. Only the weight versions are one lower (no sync after a
+    warm-up) and the trainer/engine log-prob checks differ in rounding (the engine loads the warmed-up
+    weights from disk instead of receiving them)."""
+    straight, _ = uninterrupted
+    warm = compile_run(tmp_path, "warm", [*OVERRIDES, "rollout.num_rollouts=0"])
+    done = train(warm)
+    assert done.returncode == 0, done.stderr[-4000:]
+    task = warm / "tasks/0"
+    (row,) = metrics(warm)
+    whole = metrics(straight)
+    assert row["rollout_id"] == -1 and row["sft/steps"] == 100
+    for key in ("sft/loss", "sft/loss_first", "eval/accuracy"):
+        assert row[key] == pytest.approx(whole[0][key], rel=1e-5), key
+    state = json.loads((task / "state.json").read_text())
+    assert (state["state"], state["rollout_id"], state["num_rollouts"]) == ("succeeded", -1, 0)
+    assert json.loads((task / "summary.json").read_text())["eval/accuracy"] == row["eval/accuracy"]
+
+    n = 3
+    cold = compile_run(
+        tmp_path,
+        "from-warm",
+        [
+            *OVERRIDES,
+            f"rollout.num_rollouts={n}",
+            "algorithm.sft_warmup_steps=0",
+            "model.builtin=null",
+            f"model.path={task / 'final_model'}",
+        ],
+    )
+    done = train(cold)
+    assert done.returncode == 0, done.stderr[-4000:]
+    engine_checks = ("check/", "train/logprob_diff", "train/rollout_kl")
+    versions = ("weight_version", "rollout/weight_version")
+    got = metrics(cold)
+    assert [r["rollout_id"] for r in got] == [-1, *range(n)]
+    assert all(r[k] == w[k] - 1 for r, w in zip(got[1:], whole[1:]) for k in versions)
+    assert all(r["check/step0_logprob_diff"] <= 1e-3 for r in got[1:2])
+    for x, y in zip(comparable(whole[1 : n + 1]), comparable(got[1:])):
+        for key in x:
+            if key.startswith(engine_checks) or key in versions:
+                continue
+            if isinstance(x[key], float):
+                assert y[key] == pytest.approx(x[key], rel=1e-5, abs=1e-6), (x["rollout_id"], key)
+            else:
+                assert y[key] == x[key], (x["rollout_id"], key)
