@@ -88,8 +88,9 @@ def one_rank(models, tmp_path_factory):
     process group and model-parallel state."""
     outs = {f: tmp_path_factory.mktemp(f"one-{f}") for f in models}
     jobs = [
-        # port 0: each family's rank picks a free port when its process group starts. Five ports picked here
-        # could be taken by another test's processes (the other xdist worker) before the last family runs.
+        # port 0: the first family's rank picks a free port when its process group starts, and each family after
+        # it gets the port picked at the end of the one before (_workers). Five ports picked here could be taken
+        # by another test's processes (the other xdist worker) before the last family runs.
         dict(model_dir=str(models[f][0]), out_dir=str(outs[f]), port=0, world=1, grads=True, export=True)
         for f in models
     ]
@@ -162,30 +163,50 @@ def test_one_rank_matches_hf_trains_and_exports(models, one_rank, family):
     assert (after - before)[mask].abs().max() > 1e-3
 
 
-@pytest.mark.parametrize(
-    ("family", "layout"),
-    [
-        ("qwen3_moe", dict(world=2, ep=2)),
-        ("qwen2_moe", dict(world=2, ep=2, distributed=True, resume=True)),
-        ("deepseek_v3", dict(world=4, tp=2, ep=2, etp=1, sp=True)),
-    ],
-    ids=["qwen3_moe-ep2", "qwen2_moe-ep2-distopt-resume", "deepseek_v3-tp2ep2"],
-)
-def test_expert_parallel_agrees_with_one_rank(models, one_rank, family, layout, tmp_path):
+# id -> (family, layout). All run in one group of four processes (``expert_parallel``): the four-rank layout
+# first, then ranks 0-1 go on through the two-rank ones (megatron-core imported 4 times instead of 8).
+EP_LAYOUTS = {
+    "deepseek_v3-tp2ep2": ("deepseek_v3", dict(world=4, tp=2, ep=2, etp=1, sp=True)),
+    "qwen3_moe-ep2": ("qwen3_moe", dict(world=2, ep=2)),
+    "qwen2_moe-ep2-distopt-resume": ("qwen2_moe", dict(world=2, ep=2, distributed=True, resume=True)),
+}
+
+
+@pytest.fixture(scope="module")
+def expert_parallel(models, tmp_path_factory):
+    """id -> (per-rank results in rank order, out dir) of every ``EP_LAYOUTS`` entry (gradients and export
+    kept), run in turn by the same four worker processes (``_workers``)."""
+    outs = {case: tmp_path_factory.mktemp(f"ep-{case}") for case in EP_LAYOUTS}
+    jobs = [
+        dict(model_dir=str(models[family][0]), out_dir=str(outs[case]), grads=True, export=True, **layout)
+        for case, (family, layout) in EP_LAYOUTS.items()
+    ]
+    jobs[0]["port"] = _free_port()  # each later job's port is picked by rank 0 of the job before (_worker)
+    per_rank = [
+        [json.loads(line) for line in out.splitlines() if line.startswith('{"logp_before"')]
+        for out in _spawn(json.dumps(jobs), world=4, timeout=900)
+    ]
+    results = {case: [rows[k] for rows in per_rank if len(rows) > k] for k, case in enumerate(EP_LAYOUTS)}
+    assert {c: len(r) for c, r in results.items()} == {c: lay["world"] for c, (_, lay) in EP_LAYOUTS.items()}
+    return {case: (results[case], outs[case]) for case in EP_LAYOUTS}
+
+
+@pytest.mark.parametrize("case", list(EP_LAYOUTS))
+def test_expert_parallel_agrees_with_one_rank(models, one_rank, expert_parallel, case):
     import torch
     from transformers import AutoModelForCausalLM
 
     from slime.backends.megatron.hf_io import read_tensors
 
-    model_dir, _ = models[family]
+    family, layout = EP_LAYOUTS[case]
     ref, ref_dir = one_rank(family)
-    runs = run_layout(model_dir, tmp_path / "ep", grads=True, export=True, **layout)
+    runs, ep_dir = expert_parallel[case]
     # the export gathered every expert from its EP rank: same tensors as one rank's, and HF loading it
     # reproduces the log-probs the EP-trained model gives on rank 0's rows (data-parallel rank 0: rows 0::2)
-    ep_export, ref_export = read_tensors(tmp_path / "ep" / "export"), read_tensors(ref_dir / "export")
+    ep_export, ref_export = read_tensors(ep_dir / "export"), read_tensors(ref_dir / "export")
     assert {n: t.shape for n, t in ep_export.items()} == {n: t.shape for n, t in ref_export.items()}
     batch = _batch(slice(0, None, 2))
-    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "ep" / "export", dtype=torch.float32)
+    exported = AutoModelForCausalLM.from_pretrained(ep_dir / "export", dtype=torch.float32)
     got_logp = _hf_logp(exported, batch.tokens)
     assert (got_logp - torch.tensor(runs[0]["logp_after"]))[batch.response_mask.bool()].abs().max() < 2e-5
     for r in runs:
@@ -198,7 +219,7 @@ def test_expert_parallel_agrees_with_one_rank(models, one_rank, family, layout, 
         assert all(r["rng_after_load"] == r["rng_after_save"] for r in runs)  # torch and Python RNG restored
         return  # its gradients are reduce-scattered: each rank holds only its shard (losses and norms agree above)
     want = torch.load(ref_dir / "grads.pt")
-    got = torch.load(tmp_path / "ep" / "grads.pt")
+    got = torch.load(ep_dir / "grads.pt")
     assert sorted(got) == sorted(want)  # every expert of every layer, gathered from its EP rank
     for name, g in want.items():
         torch.testing.assert_close(got[name], g, rtol=1e-4, atol=1e-6, msg=name)
@@ -272,7 +293,8 @@ def hf_grads(backend) -> dict:
     return {n: t.clone() for n, t in backend._hf_named(pairs)}
 
 
-def _worker(args: dict, rank: int) -> None:
+def _worker(args: dict, rank: int) -> int | None:
+    """One job on this rank; the port rank 0 picked for the next job (None after a PPO job)."""
     import random
     import warnings
 
@@ -321,8 +343,11 @@ def _worker(args: dict, rank: int) -> None:
         result["resume_max_diff"] = float((again - torch.tensor(result["logp_after"])).abs().max())
     if args.get("export"):
         backend.export_weights(Path(args["out_dir"]) / "export")
+    box = [_free_port() if rank == 0 else 0]  # the port of the next job in this process (_workers)
+    torch.distributed.broadcast_object_list(box, src=0)
     torch.distributed.destroy_process_group()
-    print(json.dumps(result))
+    print(json.dumps(result), flush=True)
+    return box[0]
 
 
 def _ppo_worker(args: dict, rank: int) -> None:
@@ -375,11 +400,16 @@ def _ppo_worker(args: dict, rank: int) -> None:
 
 
 def _workers(jobs: list[dict], rank: int) -> None:
-    """One-rank jobs in turn in this process: model-parallel state and the process group torn down between."""
+    """Jobs in turn in this process, each on the ranks below its ``world`` (a rank stops at the first job it is
+    not part of): the process group and model-parallel state are torn down between, and each job after the
+    first starts its process group on the port rank 0 of the job before picked and sent over its group."""
     from megatron.core import parallel_state
 
+    port = None
     for job in jobs:
-        _worker(job, rank)
+        if rank >= job["world"]:
+            return
+        port = _worker(job if port is None else {**job, "port": port}, rank)
         parallel_state.destroy_model_parallel()
 
 
