@@ -17,9 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +24,8 @@ import pytest
 pytest.importorskip("ray")
 pytest.importorskip("torch")
 pd = pytest.importorskip("pandas")
+
+from tests.fixtures.quickstart import submit  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("learning"), pytest.mark.timeout(600)]
 REPO = Path(__file__).resolve().parents[2]
@@ -45,20 +44,8 @@ def test_shortened_dapo_trains_only_informative_groups_and_learns(tmp_path, quic
         "train.checkpoint.interval": ROLLOUTS,
         "logging.progress": False,
     }
-    args = [a for k, v in sets.items() for a in ("--set", f"{k}={json.dumps(v)}")]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    t = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "slime.cli.main", str(REPO / "specs" / "dapo.yaml"), *args, "--json"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=540,
-        env=env,
-    )
-    elapsed = time.monotonic() - t
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = json.loads(proc.stdout[proc.stdout.rindex('{\n  "run_dir"') :])
+    out, elapsed = submit(REPO / "specs" / "dapo.yaml", sets, timeout=540, env=env)
     task = Path(out["run_dir"]) / "tasks" / "0"
     rows = [json.loads(line) for line in (task / "metrics.jsonl").read_text().splitlines()][1:]
     assert [r["rollout_id"] for r in rows] == list(range(ROLLOUTS))

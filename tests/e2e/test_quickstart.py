@@ -11,9 +11,6 @@ tests/fixtures/warm_start.py) instead of each repeating it; a run started so tra
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,10 +18,9 @@ import pytest
 pytest.importorskip("ray")
 pytest.importorskip("torch")
 
-from tests.fixtures.quickstart import train_env
+from tests.fixtures.quickstart import QUICKSTART, submit
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("learning"), pytest.mark.timeout(400)]
-REPO = Path(__file__).resolve().parents[2]
 ROLLOUTS = 30
 # Measured with TIS (README, async quickstart), held-out accuracy at the evals after rollouts 24, 49, .., 149:
 # 0.826, 0.886, 0.862, 0.872, 0.838, 0.866 (0.756 after the warm-up). The synchronous run ends at 0.848.
@@ -43,19 +39,8 @@ def test_shortened_quickstart_increases_reward_and_writes_its_outputs(tmp_path, 
         "data.eval[0].max_prompts": 200,
         "train.checkpoint.interval": 15,
     }
-    args = [a for k, v in sets.items() for a in ("--set", f"{k}={json.dumps(v)}")]
-    t = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "slime.cli.main", str(REPO / "specs" / "quickstart.yaml"), *args, "--json"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=360,
-        env=train_env(),  # no outside RAY_ADDRESS; W&B offline (its offline run dir is checked below)
-    )
-    elapsed = time.monotonic() - t
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = json.loads(proc.stdout[proc.stdout.rindex('{\n  "run_dir"') :])
+    # no outside RAY_ADDRESS; W&B offline (the sync test checks its offline run dir)
+    out, elapsed = submit(QUICKSTART, sets, timeout=360)
     final = out["final_metrics"]
     task = Path(out["run_dir"]) / "tasks" / "0"
 
@@ -126,19 +111,8 @@ def test_async_quickstart_reaches_the_held_out_accuracy(tmp_path, quickstart_war
         "rollout.num_rollouts": ASYNC_ROLLOUTS,
         "logging.progress": False,
     }
-    args = [a for k, v in sets.items() for a in ("--set", f"{k}={json.dumps(v)}")]
-    t = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "slime.cli.main", str(REPO / "specs" / "quickstart.yaml"), *args, "--json"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=train_env(),
-    )
-    elapsed = time.monotonic() - t
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = json.loads(proc.stdout[proc.stdout.rindex('{\n  "run_dir"') :])
+    # no outside RAY_ADDRESS; W&B offline (the sync test checks its offline run dir)
+    out, elapsed = submit(QUICKSTART, sets, timeout=900)
     final = out["final_metrics"]
     rows = [json.loads(line) for line in (Path(out["run_dir"]) / "tasks/0/metrics.jsonl").read_text().splitlines()]
     assert [r["rollout/staleness_max"] for r in rows[1:]] == [0] + [1] * (len(rows) - 2)

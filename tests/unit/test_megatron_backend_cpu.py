@@ -265,7 +265,7 @@ def _layouts(model_dir: str, out_dir: str, rank: int, port: int) -> None:
     import torch.distributed as dist
     from megatron.core import parallel_state
 
-    from tests.fixtures.ranks import free_port
+    from tests.fixtures.ranks import next_group_port
 
     for name, (tp, pp, cp, dp_split, save) in LAYOUTS.items():
         world = 4 if tp * pp * cp == 4 else 2
@@ -273,9 +273,7 @@ def _layouts(model_dir: str, out_dir: str, rank: int, port: int) -> None:
             return
         result = _worker(model_dir, str(Path(out_dir) / name), rank, port, tp, pp, dp_split, save, cp, world)
         print(json.dumps({"layout": name, **result}), flush=True)
-        box = [free_port() if rank == 0 else 0]
-        dist.broadcast_object_list(box, src=0)
-        port = box[0]
+        port = next_group_port()
         dist.destroy_process_group()
         parallel_state.destroy_model_parallel()
 

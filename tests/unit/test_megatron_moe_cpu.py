@@ -22,12 +22,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.fixtures.ranks import free_port, next_group_port
 
 HAS_MEGATRON = importlib.util.find_spec("megatron.core") is not None
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,12 +37,6 @@ pytestmark = [
     pytest.mark.skipif(not HAS_MEGATRON, reason="megatron-core is not installed (optional extra 'megatron')"),
 ]
 T, PAD_TO = 20, 24  # sequence length of the batch; micro-batches are padded to a multiple of 8
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _spawn(args: str, world: int, timeout: float) -> list[str]:
@@ -66,7 +61,7 @@ def _spawn(args: str, world: int, timeout: float) -> list[str]:
 
 def run_layout(model_dir: Path, out_dir: Path, *, world: int, timeout: float = 600, **layout) -> list[dict]:
     """Start ``world`` worker processes of this file (one trainer rank each); their JSON results."""
-    port = _free_port()
+    port = free_port()
     out_dir.mkdir(parents=True, exist_ok=True)
     args = json.dumps({"model_dir": str(model_dir), "out_dir": str(out_dir), "port": port, "world": world, **layout})
     return [json.loads(out.strip().splitlines()[-1]) for out in _spawn(args, world, timeout)]
@@ -181,7 +176,7 @@ def expert_parallel(models, tmp_path_factory):
         dict(model_dir=str(models[family][0]), out_dir=str(outs[case]), grads=True, export=True, **layout)
         for case, (family, layout) in EP_LAYOUTS.items()
     ]
-    jobs[0]["port"] = _free_port()  # each later job's port is picked by rank 0 of the job before (_worker)
+    jobs[0]["port"] = free_port()  # each later job's port is picked by rank 0 of the job before (_worker)
     per_rank = [
         [json.loads(line) for line in out.splitlines() if line.startswith('{"logp_before"')]
         for out in _spawn(json.dumps(jobs), world=4, timeout=900)
@@ -314,7 +309,7 @@ def _worker(args: dict, rank: int) -> int | None:
     spec = make_spec(args["model_dir"], args["out_dir"], **layout)
     backend = MegatronTrainBackend()
     info = RankInfo(
-        rank=rank, world_size=world, master_addr="127.0.0.1", master_port=args["port"] or _free_port(), device="cpu"
+        rank=rank, world_size=world, master_addr="127.0.0.1", master_port=args["port"] or free_port(), device="cpu"
     )
     backend.init(spec, info, Path(args["model_dir"]), role="actor")
     dp, dp_size = backend.data_parallel_coords()
@@ -343,11 +338,10 @@ def _worker(args: dict, rank: int) -> int | None:
         result["resume_max_diff"] = float((again - torch.tensor(result["logp_after"])).abs().max())
     if args.get("export"):
         backend.export_weights(Path(args["out_dir"]) / "export")
-    box = [_free_port() if rank == 0 else 0]  # the port of the next job in this process (_workers)
-    torch.distributed.broadcast_object_list(box, src=0)
+    port = next_group_port()  # of the next job in this process (_workers)
     torch.distributed.destroy_process_group()
     print(json.dumps(result), flush=True)
-    return box[0]
+    return port
 
 
 def _ppo_worker(args: dict, rank: int) -> None:
