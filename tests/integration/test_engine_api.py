@@ -124,17 +124,36 @@ def test_batched_generate_with_per_item_params(server, tok):
     assert single.output_ids == results[0].output_ids  # greedy: same alone or batched
 
 
-def test_an_explicit_batch_closes_the_collection_window(models, tok):
-    """An idle engine waits up to ``batch_window_s`` for more requests to prefill them together; a batched
-    ``/generate`` (several inputs in one request) is a whole burst and starts at once. With a 60 s window the
-    difference is not a matter of timing: a waiting engine would hit the test's timeout."""
-    srv = start_server(models[0], host="127.0.0.1", port=0, seed=0, batch_window_s=60.0, batch_window_max_s=120.0)
+def test_concurrent_batches_share_one_prefill_and_the_window_is_bounded(models, tok):
+    """An idle engine collects requests until none arrived for ``batch_window_s``: batch requests sent
+    together (a rollout's groups, each its own ``/generate``) start in one prefill, even a batch whose
+    last item came first. The collection ends ``batch_window_max_s`` after the first arrival however
+    long the quiet window: with a 60 s window a lone batch still returns (a waiting engine would hit the
+    test's timeout)."""
+    srv = start_server(models[0], host="127.0.0.1", port=0, seed=0, batch_window_s=1.0, batch_window_max_s=5.0)
+    params = {"max_new_tokens": 2, "ignore_eos": True, "temperature": 0}
+    groups = [[tok.encode(p)] * 3 for p in ("07+12=", "1", "hello world", "5+5=")]
+
+    async def staggered(c):
+        async def one(i, ids):
+            await asyncio.sleep(0.05 * i)  # within the quiet window of the one before
+            return await c.generate(ids, [params] * len(ids), rid=[f"g{i}-{j}." for j in range(len(ids))])
+
+        return await asyncio.gather(*(one(i, ids) for i, ids in enumerate(groups)))
+
     try:
-        prompts = [tok.encode(p) for p in ("07+12=", "1", "hello world")]
+        out = run(_call(srv.url, staggered))
+        assert [[len(r.output_ids) for r in g] for g in out] == [[2, 2, 2]] * 4
+        assert srv.engine.prefills == 1, "the four batches were admitted in separate prefills"
+        assert srv.engine.decode_steps == 1  # the second token of every sample, in one step
+    finally:
+        srv.stop()
+    srv = start_server(models[0], host="127.0.0.1", port=0, seed=0, batch_window_s=60.0, batch_window_max_s=0.5)
+    try:
         t = time.monotonic()
-        results = gen(srv, prompts, [{"max_new_tokens": 2, "ignore_eos": True, "temperature": 0}] * 3)
+        results = gen(srv, groups[0], [params] * 3)
         assert [len(r.output_ids) for r in results] == [2, 2, 2]
-        assert time.monotonic() - t < 50, "the engine waited out its collection window"
+        assert time.monotonic() - t < 50, "the engine waited out its quiet window past batch_window_max_s"
     finally:
         srv.stop()
 

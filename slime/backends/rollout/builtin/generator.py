@@ -4,10 +4,13 @@ Requests are submitted from any thread (:meth:`Engine.submit` returns a
 ``concurrent.futures.Future``) and run on one scheduler thread, which owns the
 model. Each scheduler iteration: apply aborts; apply a pending weight update once
 nothing is running; admit waiting requests into free cache slots (one prefill
-for the group, after a short collection window when the engine was idle, which a
-request submitted with ``burst_end`` — the last of an explicit batch — closes at
-once); then one decode step for every running request, each with its own sampling
-settings. A request that arrives while others decode joins at the next step.
+for the group, after a short collection window when the engine was idle: it
+closes once no request arrived for ``batch_window_s`` (2 ms: the HTTP batches of
+one rollout's groups arrive within it), after ``batch_window_max_s``, or at once
+on a request submitted with ``burst_end`` — the last of an in-process
+:meth:`Engine.generate` batch, which nothing else joins); then one decode step
+for every running request, each with its own sampling settings. A request that
+arrives while others decode joins at the next step.
 
 Guarantees:
 * log-probs are ``log_softmax(logits / T)`` of the chosen token in fp32 (raw
@@ -96,7 +99,7 @@ class Engine:
         max_running_requests: int = 256,
         context_length: int | None = None,
         seed: int | None = None,
-        batch_window_s: float = 0.01,
+        batch_window_s: float = 0.002,
         batch_window_max_s: float = 0.1,
         max_prefill_tokens: int = 16384,
         num_threads: int | None = None,
@@ -164,6 +167,9 @@ class Engine:
         self._same_pos = True  # every running request is at that position (no mask needed)
         self._thread: threading.Thread | None = None
         self._stopping = False
+        # Scheduler counters (benchmarks, tests): prefill batches run and decode steps taken.
+        self.prefills = 0
+        self.decode_steps = 0
 
     # ------------------------------------------------------------- public API
     def submit(
@@ -419,6 +425,7 @@ class Engine:
         width = self._stop_tab.shape[1]
         tab = torch.tensor([sorted(r.stop_ids) + [-1] * (width - len(r.stop_ids)) for r in ready], dtype=torch.long)
         logits = self.decoder.prefill(slots, tokens.to(dev), lengths_t)
+        self.prefills += 1
         nxt, logp = sample_next(logits, self.sampling, rows=slots)
         self._tok[slots] = nxt
         self._pos[slots] = lengths_t
@@ -432,6 +439,7 @@ class Engine:
     def _decode_step(self) -> None:
         hi = self._hi
         logits = self.decoder.decode(self._tok[:hi], self._pos[:hi], self._max_pos + 1, self._same_pos)
+        self.decode_steps += 1
         nxt, logp = sample_next(logits, self.sampling)
         self._tok[:hi] = nxt
         self._pos[:hi] += self._active[:hi]

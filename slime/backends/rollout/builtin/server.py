@@ -46,6 +46,7 @@ import signal
 import sys
 import threading
 import uuid
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,32 @@ async def _json_object(request: web.Request) -> dict:
     if not isinstance(body, dict):
         raise BadRequest(f"request body must be a JSON object, got {type(body).__name__}")
     return body
+
+
+async def _all_done(futures: list[Future]) -> list[Any]:
+    """The results of the engine's ``futures``, waking this event loop once when the last is done.
+
+    ``asyncio.wrap_future`` per item would wake the loop through its self-pipe once per sample (a
+    quickstart rollout: 128 wake-ups, each contending for the GIL with the engine thread)."""
+    loop = asyncio.get_running_loop()
+    waiter = loop.create_future()
+    left, lock = [len(futures)], threading.Lock()
+
+    def settle() -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    def one_done(_: Future) -> None:
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            loop.call_soon_threadsafe(settle)
+
+    for f in futures:
+        f.add_done_callback(one_done)
+    await waiter
+    return [f.result() for f in futures]  # an engine failure raises here, as gather did
 
 
 def _per_item(value: Any, n: int, name: str, batched: bool, default: Any) -> list:
@@ -214,18 +241,19 @@ class _Handlers:
         rids = [rid if rid is not None else uuid.uuid4().hex for rid in rids]
         futures, submitted = [], []
         try:
-            last = len(prompts) - 1 if batched and len(prompts) > 1 else -1  # an explicit batch ends a burst
-            for i, (p, sp, rid) in enumerate(zip(prompts, params, rids)):
-                fut = self.engine.submit(p, sp, rid, burst_end=i == last)
+            # No burst_end: a rollout sends its groups as concurrent batch requests, so a batch's last
+            # item need not be the last arrival; the engine's short quiet window (batch_window_s) lets
+            # them all into one prefill (measured: 1.8 -> 1.0 prefills per quickstart rollout).
+            for p, sp, rid in zip(prompts, params, rids):
+                futures.append(self.engine.submit(p, sp, rid))
                 submitted.append(rid)
-                futures.append(asyncio.wrap_future(fut))
         except ValueError as exc:
             for rid in submitted:
                 self.engine.abort(rid, message="another input of the batch was rejected")
             raise BadRequest(str(exc)) from None
         self.control.in_flight += 1
         try:
-            results = await asyncio.gather(*futures)
+            results = await _all_done(futures)
         except asyncio.CancelledError:
             # Client went away: free the engine's slots (SGLang does the same).
             for rid in submitted:
