@@ -4,7 +4,9 @@
 mask covers exactly what the model generates (each assistant message up to and
 including its end-of-turn token); :func:`calculator_demonstration` is the ideal
 episode for an arithmetic prompt (call the calculator on the expression, answer
-with its result); :func:`agent_sft_sample` is what the runtime's warm-up uses for
+with its result), :func:`python_demonstration` the one for a task whose data row
+carries a reference program (run it with the ``python`` tool, answer with what it
+printed); :func:`agent_sft_sample` is what the runtime's warm-up uses for
 an agent spec. Guaranteed: the rendered tokens are the ones the adapter renders
 for the same messages (same chat template, same tool list), so the warm-up
 teaches exactly the format the rollouts see.
@@ -19,16 +21,22 @@ from typing import Any
 
 from slime.agent.tools import Tool, get_tools
 
-__all__ = ["agent_sft_sample", "calculator_demonstration", "render_demonstration"]
+__all__ = ["agent_sft_sample", "calculator_demonstration", "python_demonstration", "render_demonstration"]
 
 
-def agent_sft_sample(spec: Any, tokenizer: Any, prompt: str, label: str) -> dict[str, Any]:
+def agent_sft_sample(
+    spec: Any, tokenizer: Any, prompt: str, label: str, metadata: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """One SFT warm-up sample for an agent spec, in the agent's chat format with its tools listed.
 
-    With the ``calculator`` tool and an arithmetic prompt (``"07+12="``) it is
-    :func:`calculator_demonstration`; otherwise the assistant answers the label directly.
+    With the ``python`` tool and a data row carrying its reference ``program`` (row metadata) it is
+    :func:`python_demonstration`; with the ``calculator`` tool and an arithmetic prompt (``"07+12="``)
+    it is :func:`calculator_demonstration`; otherwise the assistant answers the label directly.
     """
     tools = get_tools(spec.agent.tools if spec.agent is not None else ())
+    program = (metadata or {}).get("program")
+    if any(t.name == "python" for t in tools) and isinstance(program, str) and program.strip():
+        return python_demonstration(tokenizer, prompt, label, program, tools)
     expression = prompt.strip().rstrip("=").strip()
     if any(t.name == "calculator" for t in tools) and prompt.strip().endswith("=") and _ARITH.fullmatch(expression):
         return calculator_demonstration(tokenizer, prompt, label, tools)
@@ -84,24 +92,31 @@ def render_demonstration(
     return {"tokens": full, "response_length": len(full) - first, "loss_mask": mask[first:]}
 
 
+def _tool_episode(prompt: str, name: str, arguments: dict[str, Any], output: str, answer: str) -> list[dict]:
+    """User prompt → one tool call → its output → the final answer, as chat messages."""
+    call = {"id": "call_0", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+    return [
+        {"role": "user", "content": prompt},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_0", "content": output},
+        {"role": "assistant", "content": answer},
+    ]
+
+
+def python_demonstration(
+    tokenizer: Any, prompt: str, answer: str, program: str, tools: Sequence[Tool]
+) -> dict[str, Any]:
+    """The ideal episode for a task with a reference ``program`` that prints its answer: run the
+    program with the ``python`` tool, read what it printed (``answer`` and the newline ``print``
+    adds: the tool returns stdout as it is), answer with it."""
+    return render_demonstration(
+        tokenizer, _tool_episode(prompt, "python", {"code": program}, answer + "\n", answer), tools
+    )
+
+
 def calculator_demonstration(tokenizer: Any, prompt: str, answer: str, tools: Sequence[Tool]) -> dict[str, Any]:
     """The ideal episode for an arithmetic prompt like ``"07+12="``: call the
     calculator on the expression, then answer with its result."""
     expression = prompt.strip().rstrip("=").strip()
-    messages = [
-        {"role": "user", "content": prompt},
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [
-                {
-                    "id": "call_0",
-                    "type": "function",
-                    "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})},
-                }
-            ],
-        },
-        {"role": "tool", "tool_call_id": "call_0", "content": answer},
-        {"role": "assistant", "content": answer},
-    ]
+    messages = _tool_episode(prompt, "calculator", {"expression": expression}, answer, answer)
     return render_demonstration(tokenizer, messages, tools)

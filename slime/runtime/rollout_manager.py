@@ -293,7 +293,7 @@ class RolloutManager:
             if self.spec.agent is not None:  # the agent's chat format (a tool-using demonstration when one fits)
                 from slime.agent.generate import agent_sft_sample
 
-                out.append(agent_sft_sample(self.spec, self.tokenizer, row.text, str(label)))
+                out.append(agent_sft_sample(self.spec, self.tokenizer, row.text, str(label), row.metadata))
                 continue
             answer = self.encode(str(label)) + ([self.eos_id] if self.eos_id is not None else [])
             out.append({"tokens": self.encode(row.text) + answer, "response_length": len(answer)})
