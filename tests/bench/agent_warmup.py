@@ -1,7 +1,7 @@
 """When does the agent spec's SFT warm-up learn its two copies? A learning diagnostic, not a speed test.
 
 Run by hand:  python tests/bench/agent_warmup.py [--seeds 1,2,3,4] [--steps 600] [--every 50]
-              [--set algorithm.sft_warmup_lr=1e-3 ...]
+              [--set algorithm.sft_warmup_lr=1e-3 ...] [--heads 8 --kv-heads 8] [--compact-calls]
 
 ``specs/agent-local.yaml``'s warm-up (the same demonstrations, optimizer and learning rate the
 runtime uses, in one process) for each seed; every ``--every`` steps it scores 64 held-out
@@ -9,6 +9,12 @@ demonstrations teacher-forced by argmax: the expression copied into the tool cal
 result copied into the answer, and every model token right (a greedy episode would then succeed).
 The README's figures on when the copies appear come from this script. Seeds run one after another
 with one thread each; about 0.3 s a step on this project's 2-core machine.
+
+Experiments: ``--heads/--kv-heads/--hidden/--layers`` train a model of another shape than the built-in
+``tiny`` (same tokenizer and template); ``--compact-calls`` renders the calculator call as
+``<tool_call>calculator(07+12)</tool_call>`` instead of the JSON body (the expression then sits ~40
+tokens after the prompt's instead of ~80). That rendering exists only here: the adapters parse the
+JSON form.
 """
 
 from __future__ import annotations
@@ -32,19 +38,28 @@ from rich.table import Table  # noqa: E402
 from slime.agent.demos import agent_sft_sample  # noqa: E402
 from slime.backends.base import RankInfo  # noqa: E402
 from slime.backends.train.torch_backend import TorchTrainBackend  # noqa: E402
-from slime.models.tiny import ensure_builtin_model  # noqa: E402
+from slime.models.tiny import build_tiny_model, ensure_builtin_model  # noqa: E402
 from slime.runtime.train_data import collate  # noqa: E402
 from slime.spec import load_spec  # noqa: E402
 
 ASSISTANT = "<|im_start|>assistant\n"
 EXPRESSION = '"expression": "'
+COMPACT_EXPRESSION = "<tool_call>calculator("
+# The tiny template's JSON tool call, and the compact one --compact-calls puts in its place (the
+# arguments arrive as the JSON string '{"expression": "..."}': the slice keeps the expression).
+JSON_CALL = (
+    "{{- '<tool_call>\\n{\"name\": \"' + fn['name'] + '\", \"arguments\": ' }}"
+    "{%- if fn['arguments'] is string %}{{- fn['arguments'] }}{%- else %}{{- fn['arguments'] | tojson }}{%- endif %}"
+    "{{- '}\\n</tool_call>' }}"
+)
+COMPACT_CALL = "{{- '<tool_call>' + fn['name'] + '(' + fn['arguments'][16:-2] + ')</tool_call>' }}"
 
 
 def rows(name: str) -> list[dict]:
     return [json.loads(line) for line in (REPO / "specs/data/arith" / name).read_text().splitlines()]
 
 
-def score(model, tok, demos: list[tuple[dict, dict]]) -> dict[str, float]:
+def score(model, tok, demos: list[tuple[dict, dict]], marker: str = EXPRESSION) -> dict[str, float]:
     """Fractions of demonstrations whose expression copy, answer copy, and every model token are argmax-right."""
     hits = {"expression": 0, "answer": 0, "episode": 0}
     model.eval()
@@ -62,7 +77,7 @@ def score(model, tok, demos: list[tuple[dict, dict]]) -> dict[str, float]:
                 return all(right[at : at + n])  # noqa: B023
 
             expression = row["prompt"].strip().rstrip("=")
-            hits["expression"] += span(text.index(EXPRESSION) + len(EXPRESSION), len(expression))
+            hits["expression"] += span(text.index(marker) + len(marker), len(expression))
             hits["answer"] += span(text.rindex(ASSISTANT) + len(ASSISTANT), len(row["label"]))
     model.train()
     return {k: v / len(demos) for k, v in hits.items()}
@@ -90,7 +105,7 @@ def run_seed(seed: int, args, model_dir: Path, tok, table: Table) -> None:
         ]
         loss = actor.train_step(collate(batch, kind="sft", pad_id=tok.pad_token_id), step=step - 1)["sft_loss"]
         if step % args.every == 0:
-            s = score(actor.model, tok, demos)
+            s = score(actor.model, tok, demos, COMPACT_EXPRESSION if args.compact_calls else EXPRESSION)
             table.add_row(
                 str(seed),
                 str(step),
@@ -112,6 +127,11 @@ def main() -> None:
     ap.add_argument("--seeds", default="1,2,3,4")
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--every", type=int, default=50)
+    ap.add_argument("--hidden", type=int, default=128, help="model shape (the built-in tiny: 128/4/4/2)")
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--compact-calls", action="store_true", help="calculator(07+12) instead of the JSON call")
     ap.add_argument(
         "--set",
         dest="overrides",
@@ -133,8 +153,16 @@ def main() -> None:
         title="agent warm-up: held-out teacher-forced copy accuracy",
     )
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = ensure_builtin_model("tiny", Path(tmp))
+        shape = dict(hidden=args.hidden, layers=args.layers, heads=args.heads, kv_heads=args.kv_heads)
+        if shape == dict(hidden=128, layers=4, heads=4, kv_heads=2):
+            model_dir = ensure_builtin_model("tiny", Path(tmp))
+        else:
+            model_dir = build_tiny_model(Path(tmp) / "model", **shape)
         tok = transformers.AutoTokenizer.from_pretrained(model_dir)
+        if args.compact_calls:
+            if JSON_CALL not in tok.chat_template:
+                raise SystemExit("the tiny template's tool call changed: update JSON_CALL")
+            tok.chat_template = tok.chat_template.replace(JSON_CALL, COMPACT_CALL)
         for seed in (int(s) for s in args.seeds.split(",")):
             run_seed(seed, args, model_dir, tok, table)
     Console().print(table)
