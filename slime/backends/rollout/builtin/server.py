@@ -133,8 +133,11 @@ async def _all_done(futures: list[Future]) -> list[Any]:
         with lock:
             left[0] -= 1
             last = left[0] == 0
-        if last:
-            loop.call_soon_threadsafe(settle)
+        if last and not loop.is_closed():  # a server shut down meanwhile has nobody left to wake
+            try:
+                loop.call_soon_threadsafe(settle)
+            except RuntimeError:  # closed between the check and the call
+                pass
 
     for f in futures:
         f.add_done_callback(one_done)
