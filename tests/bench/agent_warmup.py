@@ -38,7 +38,7 @@ from rich.table import Table  # noqa: E402
 from slime.agent.demos import agent_sft_sample  # noqa: E402
 from slime.backends.base import RankInfo  # noqa: E402
 from slime.backends.train.torch_backend import TorchTrainBackend  # noqa: E402
-from slime.models.tiny import build_tiny_model, ensure_builtin_model  # noqa: E402
+from slime.models.tiny import build_tiny_model  # noqa: E402
 from slime.runtime.train_data import collate  # noqa: E402
 from slime.spec import load_spec  # noqa: E402
 
@@ -153,11 +153,9 @@ def main() -> None:
         title="agent warm-up: held-out teacher-forced copy accuracy",
     )
     with tempfile.TemporaryDirectory() as tmp:
+        # The defaults build exactly the built-in tiny model (ensure_builtin_model builds it the same way).
         shape = dict(hidden=args.hidden, layers=args.layers, heads=args.heads, kv_heads=args.kv_heads)
-        if shape == dict(hidden=128, layers=4, heads=4, kv_heads=2):
-            model_dir = ensure_builtin_model("tiny", Path(tmp))
-        else:
-            model_dir = build_tiny_model(Path(tmp) / "model", **shape)
+        model_dir = build_tiny_model(Path(tmp) / "model", **shape)
         tok = transformers.AutoTokenizer.from_pretrained(model_dir)
         if args.compact_calls:
             if JSON_CALL not in tok.chat_template:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import logging
 import os
@@ -123,17 +124,14 @@ async def _all_done(futures: list[Future]) -> list[Any]:
     quickstart rollout: 128 wake-ups, each contending for the GIL with the engine thread)."""
     loop = asyncio.get_running_loop()
     waiter = loop.create_future()
-    left, lock = [len(futures)], threading.Lock()
+    finished = itertools.count(1)  # next() is atomic under the GIL: exactly one callback sees the last count
 
     def settle() -> None:
         if not waiter.done():
             waiter.set_result(None)
 
     def one_done(_: Future) -> None:
-        with lock:
-            left[0] -= 1
-            last = left[0] == 0
-        if last and not loop.is_closed():  # a server shut down meanwhile has nobody left to wake
+        if next(finished) == len(futures) and not loop.is_closed():  # closed: a shutdown, nobody to wake
             try:
                 loop.call_soon_threadsafe(settle)
             except RuntimeError:  # closed between the check and the call
