@@ -131,8 +131,11 @@ class Model(_Section, kw_only=True):
         Annotated[str, Meta(min_length=1)] | None, D("HF-format checkpoint directory (config.json + weights).")
     ] = None
     builtin: Annotated[
-        Literal["tiny"] | None,
-        D("A built-in model built locally (no download): 'tiny' is a 0.8M-param Qwen2-shaped model."),
+        Literal["tiny", "tiny-agent"] | None,
+        D(
+            "A built-in model built locally (no download): 'tiny' is a 0.8M-param Qwen2-shaped model; "
+            "'tiny-agent' the same at fan-in init scale (learns copies sooner)."
+        ),
     ] = None
     ref_path: Annotated[
         str | None, D("Reference model for KL: a checkpoint dir, or 'initial' for the starting policy.")

@@ -144,8 +144,26 @@ def test_bad_shapes_and_names_are_rejected(tmp_path):
         build_tiny_model(tmp_path / "x", arch="gpt2")
     with pytest.raises(ValueError, match="heads % kv_heads"):
         build_tiny_model(tmp_path / "y", heads=4, kv_heads=3)
-    with pytest.raises(ValueError, match="valid names: tiny"):
+    with pytest.raises(ValueError, match="valid names: tiny, tiny-agent"):
         ensure_builtin_model("huge", tmp_path)
+    with pytest.raises(ValueError, match="init_std must be > 0"):
+        build_tiny_model(tmp_path / "z", init_std=0.0)
+
+
+def test_tiny_agent_is_tiny_at_the_fan_in_init_scale(tmp_path, monkeypatch):
+    """Same shape, tokenizer and template; the weight matrices' spread is 1/sqrt(hidden), not 0.02."""
+    monkeypatch.setenv("SLIME_CACHE_DIR", str(tmp_path / "cache"))
+    plain, agent = ensure_builtin_model("tiny", tmp_path), ensure_builtin_model("tiny-agent", tmp_path)
+    marks = [json.loads((d / "slime_tiny.json").read_text()) for d in (plain, agent)]
+    assert marks[0]["init_std"] == 0.02 and marks[1]["init_std"] == pytest.approx(128**-0.5)
+    assert {k: v for k, v in marks[0].items() if k != "init_std"} == {
+        k: v for k, v in marks[1].items() if k != "init_std"
+    }
+    assert (plain / "tokenizer.json").read_text() == (agent / "tokenizer.json").read_text()
+    for d, std in ((plain, 0.02), (agent, 128**-0.5)):
+        weights = load_file(str(d / "model.safetensors"))
+        q = weights["model.layers.0.self_attn.q_proj.weight"]
+        assert float(q.std()) == pytest.approx(std, rel=0.05)
 
 
 def test_ensure_builtin_model_idempotent_and_concurrent(tmp_path):
