@@ -145,13 +145,19 @@ class Driver:
         )
 
     def warmup(self) -> dict[str, Any]:
-        """SFT warm-up, weight sync, eval of the starting policy: the ``rollout_id = -1`` line."""
+        """SFT warm-up, weight sync, eval of the starting policy: the ``rollout_id = -1`` line. With a warm-up
+        the eval sets also run before it, on the untrained policy (``sft/before/*``)."""
         import ray
 
         from slime.runtime.record import warmup_record
 
         record: dict[str, Any] = {"rollout_id": -1, "step": 0}
         if self.spec.algorithm.sft_warmup_steps > 0:
+            if self.spec.data.eval:
+                # The untrained policy on the same eval sets (tag -2: its own sampling seeds), so a run shows
+                # what the warm-up gave and what RL added: sft/before/<name>/accuracy.
+                before = ray.get(self.job.manager.evaluate.remote(tag=-2))
+                record.update({f"sft/before/{k.removeprefix('eval/')}": v for k, v in before.items()})
             t = time.monotonic()
             self.weights.release()
             losses = self.sft_warmup()

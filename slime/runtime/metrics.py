@@ -3,7 +3,8 @@
 ``metrics.jsonl`` has one JSON object per line: one per rollout step
 (``rollout_id`` 0..N-1, ``step`` = optimizer steps taken after that rollout's
 training) plus one line with ``rollout_id: -1, step: 0`` describing the policy
-before RL (after the SFT warm-up: ``sft/*`` and the first ``eval/*``). Every line
+before RL (after the SFT warm-up: ``sft/*`` and the first ``eval/*``; ``sft/before/*``: the eval
+sets on the untrained policy, before the warm-up). Every line
 is flushed as it is written. On resume the file is cut back to the lines the
 checkpoint covers (``rollout_id <= checkpoint's``), so the file of a resumed run
 equals that of an uninterrupted one line for line (timings aside).

@@ -2,7 +2,8 @@
 
 ``summary.json`` is what ``slime-submit --json`` reports as ``final_metrics``:
 the latest eval metrics (``eval/accuracy`` is the first eval set's held-out
-accuracy), the same accuracy before RL (``eval/accuracy_initial``), the last
+accuracy), the same accuracy before RL (``eval/accuracy_initial``) and, with an SFT
+warm-up, before it (``eval/accuracy_before_sft``), the last
 rollout's reward and the mean of the last 10, the step-0 correctness checks
 (``check/step0_logprob_diff``: mean |trainer - engine| log-prob at the first
 rollout; ``check/step0_kl``: KL(engine's sampling policy || trainer's policy) on
@@ -35,6 +36,8 @@ def final_metrics(rows: list[dict[str, Any]], *, wall_s: float) -> dict[str, Any
     initial = next((r for r in rows if r.get("rollout_id") == -1), None)
     if initial is not None and initial.get("eval/accuracy") is not None:
         out["eval/accuracy_initial"] = initial["eval/accuracy"]
+    if initial is not None and initial.get("sft/before/accuracy") is not None:
+        out["eval/accuracy_before_sft"] = initial["sft/before/accuracy"]
     if steps:
         last = steps[-1]
         for k in ("rollout_id", "step", "weight_version", "rollout/reward_mean", "rollout/accuracy"):

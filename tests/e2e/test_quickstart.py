@@ -51,6 +51,8 @@ def test_shortened_quickstart_increases_reward_and_writes_its_outputs(tmp_path, 
     assert last > first + 0.05, (first, last)
     # it started from the warmed-up model (measured here on 200 of the held-out prompts; the untrained one: ~0)
     assert final["eval/accuracy_initial"] == pytest.approx(warm["eval/accuracy"], abs=0.05)
+    # ... and the warm-up learned: the held-out set on the untrained policy, evaluated before the warm-up
+    assert warm["sft/before/accuracy"] < 0.05 < warm["eval/accuracy"]
     assert final["eval/accuracy"] > final["eval/accuracy_initial"]
     assert final["eval/accuracy"] == final["eval/heldout/accuracy"]
     assert final["check/step0_logprob_diff"] <= 1e-3 and 0.0 <= final["check/step0_kl"] < 1e-6

@@ -16,7 +16,16 @@ from slime.runtime.summary import final_metrics, write_summary
 
 
 def rows():
-    out = [{"rollout_id": -1, "step": 0, "eval/accuracy": 0.5, "eval/heldout/accuracy": 0.5}]
+    out = [
+        {
+            "rollout_id": -1,
+            "step": 0,
+            "eval/accuracy": 0.5,
+            "eval/heldout/accuracy": 0.5,
+            "sft/before/accuracy": 0.0,
+            "sft/before/heldout/accuracy": 0.0,
+        }
+    ]
     for r in range(4):
         out.append(
             {
@@ -56,7 +65,8 @@ def test_metrics_log_appends_and_cuts_back_on_resume(tmp_path):
 def test_final_metrics_report_latest_eval_initial_accuracy_and_checks(tmp_path):
     final = final_metrics(rows(), wall_s=12.5)
     assert final["eval/accuracy"] == 0.9 and final["eval/heldout/accuracy"] == 0.9
-    assert final["eval/accuracy_initial"] == 0.5
+    assert final["eval/accuracy_initial"] == 0.5 and final["eval/accuracy_before_sft"] == 0.0
+    assert not any(k.startswith("sft/") for k in final)  # the untrained policy's sets: one summary key
     assert final["rollout_id"] == 3 and final["step"] == 4 and final["weight_version"] == 5
     assert final["check/step0_logprob_diff"] == 1e-7 and final["check/step0_kl"] == 3e-14
     assert final["time/train_s"] == 4.0 and final["time/total_s"] == 12.5
