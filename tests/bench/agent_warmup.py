@@ -11,8 +11,9 @@ The README's figures on when the copies appear come from this script. Seeds run 
 with one thread each; about 0.3 s a step on this project's 2-core machine.
 
 Experiments: ``--heads/--kv-heads/--hidden/--layers`` train a model of another shape than the built-in
-``tiny`` (same tokenizer and template); ``--compact-calls`` renders the calculator call as
-``<tool_call>calculator(07+12)</tool_call>`` instead of the JSON body (the expression then sits ~40
+``tiny`` (same tokenizer and template); ``--init-std`` another initial scale (default: the spec's
+``model.builtin``; ``tiny-agent`` is 1/sqrt(128) = 0.088, ``tiny`` 0.02); ``--compact-calls`` renders the
+calculator call as ``<tool_call>calculator(07+12)</tool_call>`` instead of the JSON body (the expression then sits ~40
 tokens after the prompt's instead of ~80). That rendering exists only here: the adapters parse the
 JSON form.
 """
@@ -38,7 +39,7 @@ from rich.table import Table  # noqa: E402
 from slime.agent.demos import agent_sft_sample  # noqa: E402
 from slime.backends.base import RankInfo  # noqa: E402
 from slime.backends.train.torch_backend import TorchTrainBackend  # noqa: E402
-from slime.models.tiny import build_tiny_model  # noqa: E402
+from slime.models.tiny import BUILTIN_BUILDS, build_tiny_model  # noqa: E402
 from slime.runtime.train_data import collate  # noqa: E402
 from slime.spec import load_spec  # noqa: E402
 
@@ -131,6 +132,9 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument(
+        "--init-std", type=float, default=None, help="initialiser std (default: the spec's built-in model's)"
+    )
     ap.add_argument("--compact-calls", action="store_true", help="calculator(07+12) instead of the JSON call")
     ap.add_argument(
         "--set",
@@ -153,8 +157,13 @@ def main() -> None:
         title="agent warm-up: held-out teacher-forced copy accuracy",
     )
     with tempfile.TemporaryDirectory() as tmp:
-        # The defaults build exactly the built-in tiny model (ensure_builtin_model builds it the same way).
-        shape = dict(hidden=args.hidden, layers=args.layers, heads=args.heads, kv_heads=args.kv_heads)
+        # The defaults build exactly the spec's built-in model (ensure_builtin_model builds it the same way).
+        if args.init_std is None:
+            builtin = load_spec(REPO / "specs/agent-local.yaml", overrides=args.overrides).spec.model.builtin
+            args.init_std = BUILTIN_BUILDS[builtin or "tiny"].get("init_std", 0.02)
+        shape = dict(
+            hidden=args.hidden, layers=args.layers, heads=args.heads, kv_heads=args.kv_heads, init_std=args.init_std
+        )
         model_dir = build_tiny_model(Path(tmp) / "model", **shape)
         tok = transformers.AutoTokenizer.from_pretrained(model_dir)
         if args.compact_calls:
