@@ -5,10 +5,10 @@ the ``python`` tool in a bubblewrap sandbox, reads what it printed and answers.
   warm-up on the data's reference programs, 10 GRPO rollouts of multi-turn episodes, held-out evals
   before and after) and checks from the run dir: the warm-up learned the demonstrations, every
   episode went through the adapter, the programs ran in sandboxes and mostly ran without an error,
-  the evals and the reward curve (``plots/curve.png``) are there. It prints the per-rollout reward
-  and the held-out accuracy: whether they move is measured and reported (README, Agents), not
-  asserted: with the 0.8M-parameter character model they stay at 0 in the measured runs (the model
-  must copy 2-4 digit numbers into the program and 3-6 digits from the tool's output into the answer);
+  the evals and the reward curve (``plots/curve.png``) are there, and that the agent learned the task:
+  held-out accuracy at the end at least 0.30 above the untrained policy's (``sft/before/*``; measured
+  0.00 -> 0.56 after the warm-up -> 0.66). It prints the per-rollout reward and the held-out accuracy;
+  whether RL moves them is measured and reported (README, Agents), not asserted;
 * ``test_demonstrations_show_what_the_tool_prints`` runs reference programs of the training data
   through the real ``python`` tool in a real sandbox: the warm-up's demonstration shows exactly the
   tool response the rollouts will see, and the adapter's parser reads its call back as that program.
@@ -71,12 +71,15 @@ def test_agent_code_run(run):
     # Held-out evals of agent episodes, before RL (after the warm-up) and at the end.
     evals = [r["eval/heldout/accuracy"] for r in rows if "eval/heldout/accuracy" in r]
     assert len(evals) == 2 and all(0.0 <= a <= 1.0 for a in evals), evals
+    untrained = warm["sft/before/heldout/accuracy"]
+    assert evals[-1] >= untrained + 0.30, (untrained, evals)  # the agent learned the task
     curve = task / "plots/curve.png"
     assert curve.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rewards = [round(r["rollout/reward_mean"], 3) for r in rollouts]
     print(
         f"\nagent-code: {elapsed:.0f} s wall; tool calls {calls:.0f}, sandboxed {sandboxed:.0f}, ok {ok:.0f}; "
-        f"reward per rollout {rewards}; held-out accuracy {evals[0]:.3f} -> {evals[-1]:.3f}; curve {curve}"
+        f"reward per rollout {rewards}; held-out accuracy {untrained:.3f} untrained, {evals[0]:.3f} -> {evals[-1]:.3f} "
+        f"over RL; curve {curve}"
     )
 
 
