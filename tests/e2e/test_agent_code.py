@@ -38,7 +38,8 @@ from tests.fixtures.quickstart import submit  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = REPO / "specs" / "agent-code.yaml"
-# Not in the "learning" group: nothing here is a learning threshold, so it may share the cores.
+# Not in the "learning" group, so it may share the cores: its one learning threshold (0.30 over the untrained
+# policy, measured 0.66; 0.56 before RL) does not hinge on a time limit or on the run's exact samples.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 
