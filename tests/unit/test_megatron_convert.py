@@ -31,7 +31,7 @@ from slime.backends.megatron.convert import (
     shard_tp,
     split_pp,
 )
-from tests.fixtures.ranks import last_json, spawn_ranks
+from tests.fixtures.ranks import end_group, last_json, spawn_ranks
 
 HAS_MEGATRON = importlib.util.find_spec("megatron.core") is not None
 
@@ -251,7 +251,7 @@ def _worker(model_dir: str) -> None:
             }
         )
     )
-    dist.destroy_process_group()
+    end_group()
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import torch.multiprocessing as mp
 
 from slime.backends.megatron.logprobs import vocab_parallel_logprobs
 from slime.rl.losses import entropy_from_logits, logprobs_from_logits
+from tests.fixtures.ranks import end_group
 
 V, V_PADDED, T = 37, 64, 1.3
 
@@ -64,10 +65,7 @@ def _worker(rank: int, world: int, port: int, queue) -> None:
     (logp.sum() + 0.5 * ent.sum()).backward()
     # numpy, not tensors: torch shares tensors through fds that die with this process
     queue.put((rank, logp.detach().numpy(), ent.detach().numpy(), shard.grad.numpy()))
-    # Tear gloo down only once both ranks are past their last collective: under load a rank once
-    # aborted at exit ("terminate called without an active exception") after delivering its results.
-    dist.barrier()
-    dist.destroy_process_group()
+    end_group()
 
 
 def test_tp2_matches_full_vocabulary():

@@ -100,12 +100,12 @@ import json, sys
 sys.path.insert(0, {repo!r})
 sys.path.insert(0, {here!r})
 from test_runtime_variable_batch import configs, run_rank
+from tests.fixtures.ranks import end_group
 rank, port, model_dir, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 result = {{}}
 for i, (name, cfg) in enumerate(configs().items()):
     result[name] = run_rank(cfg, model_dir, rank, 2, port + i)
-    import torch.distributed as dist
-    dist.destroy_process_group()
+    end_group()
 json.dump(result, open(out, "w"))
 """
 
