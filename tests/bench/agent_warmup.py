@@ -158,13 +158,10 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory() as tmp:
         # The defaults build exactly the spec's built-in model (ensure_builtin_model builds it the same way).
-        if args.init_std is None:
-            builtin = load_spec(REPO / "specs/agent-local.yaml", overrides=args.overrides).spec.model.builtin
-            args.init_std = BUILTIN_BUILDS[builtin or "tiny"].get("init_std", 0.02)
-        shape = dict(
-            hidden=args.hidden, layers=args.layers, heads=args.heads, kv_heads=args.kv_heads, init_std=args.init_std
-        )
-        model_dir = build_tiny_model(Path(tmp) / "model", **shape)
+        builtin = load_spec(REPO / "specs/agent-local.yaml", overrides=args.overrides).spec.model.builtin
+        build = dict(BUILTIN_BUILDS[builtin or "tiny"], hidden=args.hidden, layers=args.layers, heads=args.heads)
+        build.update(kv_heads=args.kv_heads, **({} if args.init_std is None else {"init_std": args.init_std}))
+        model_dir = build_tiny_model(Path(tmp) / "model", **build)
         tok = transformers.AutoTokenizer.from_pretrained(model_dir)
         if args.compact_calls:
             if JSON_CALL not in tok.chat_template:
