@@ -237,7 +237,7 @@ def explain(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------- migration
 def import_slime_args(args: argparse.Namespace) -> int:
-    from slime.spec.migrate import convert_slime_args, read_source
+    from slime.migrate.importer import convert_slime_args, read_source
 
     text = read_source(args.file)
     result = convert_slime_args(text, name=args.name)

@@ -128,13 +128,13 @@ class RolloutManager:
         if self._ready:
             return
         from slime.data.jsonl import PromptDataset
+        from slime.migrate.slime_args import slime_args
         from slime.models.tokenizer import load_tokenizer
         from slime.placement import normal_priority
         from slime.rl.filters import load_filter
         from slime.rl.rewards import reward_from_spec
         from slime.rl.rewards.custom import SlimeArgs
         from slime.runtime.rollout.source import PromptSource
-        from slime.spec.slime_args import slime_args
 
         normal_priority()
         spec = self.spec

@@ -36,7 +36,7 @@ def _run(body: str, cwd: Path = ROOT) -> dict:
 
 def test_importing_the_control_plane_pulls_in_nothing_heavy():
     out = _run(
-        "import slime.spec, slime.spec.migrate, slime.cli.main, slime.cli.commands, slime.spec.layout, "
+        "import slime.spec, slime.migrate.importer, slime.cli.main, slime.cli.commands, slime.spec.layout, "
         "slime.core.paths, slime.core.registry, launchers, launchers.base, launchers.status, "
         "launchers.local.launcher, launchers.slurm.launcher, slime.backends.preview\nrc = 0"
     )

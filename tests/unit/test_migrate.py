@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slime.cli.main import main
+from slime.migrate.bashargs import read_script
+from slime.migrate.importer import IMPLIED, convert_slime_args, read_source
+from slime.migrate.slime_flags import ARCHITECTURE, DIRECT, SLIME_ONLY
 from slime.spec import SpecError, load_spec_text
-from slime.spec.bashargs import read_script
-from slime.spec.migrate import IMPLIED, convert_slime_args, read_source
-from slime.spec.slime_flags import ARCHITECTURE, DIRECT, SLIME_ONLY
 from slime.spec.yamlmarks import load_yaml
 
 ROOT = Path(__file__).resolve().parents[2]

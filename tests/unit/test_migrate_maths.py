@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from slime.migrate.importer import convert_slime_args
 from slime.rl.losses import policy_loss
 from slime.spec import load_spec_text
-from slime.spec.migrate import convert_slime_args
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slime_scripts"
 BASE = "--hf-checkpoint /m --prompt-data /p.jsonl --num-rollout 3 --colocate --rm-type math "

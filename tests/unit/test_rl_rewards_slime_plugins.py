@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from slime.core.registry import UnknownPlugin
+from slime.migrate.importer import convert_slime_args
+from slime.migrate.slime_args import slime_args
 from slime.rl.rewards import reward_from_spec
 from slime.rl.rewards.custom import RewardFunctionError, RewardValueError
 from slime.rl.sample import Sample
 from slime.spec import SpecError, load_spec_text
-from slime.spec.migrate import convert_slime_args
-from slime.spec.slime_args import slime_args
 from tests.fixtures.tiny_models import ONE_LAYER
 
 PLUGIN = '''

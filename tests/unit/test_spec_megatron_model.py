@@ -304,7 +304,7 @@ def test_sglang_expert_parallel_must_divide_the_experts(tmp_path):
 def test_transformer_engine_moe_switches_are_refused(tmp_path):
     """--moe-grouped-gemm (in slime's MoE recipes) would build megatron's legacy GroupedMLP, whose weights the
     converter does not map: refused at validate, and the importer reports it as not mapped."""
-    from slime.spec.slime_flags import SLIME_ONLY, slime_only_reason
+    from slime.migrate.slime_flags import SLIME_ONLY, slime_only_reason
 
     model = _model(tmp_path, QWEN3_30B_A3B)
     bad = _one_node(model, tensor=1)

@@ -90,8 +90,8 @@ def make_reward_fn(
 
 def reward_from_spec(spec: Spec) -> RewardFn:
     """The reward function of a (resolved) spec, including the slime-named ``args`` for slime-style plug-ins."""
+    from slime.migrate.slime_args import slime_args
     from slime.rl.rewards.custom import SlimeArgs
-    from slime.spec.slime_args import slime_args
 
     r = spec.reward
     return make_reward_fn(

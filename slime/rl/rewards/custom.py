@@ -5,7 +5,7 @@ Two calling conventions, told apart by the function's signature:
 - slime-submit's ``f(sample)``: one :class:`~slime.rl.sample.Sample`;
 - THUDM/slime's ``f(args, sample)`` (a function that cannot take one positional argument but can take
   two): ``args`` is a :class:`SlimeArgs` namespace holding the spec's values under slime's argument
-  names (``args.n_samples_per_prompt``, ``args.rm_url``, ... see ``slime.spec.slime_args``); reading
+  names (``args.n_samples_per_prompt``, ``args.rm_url``, ... see ``slime.migrate.slime_args``); reading
   a slime option with no slime/v1 field raises an ``AttributeError`` that says so.
 
 The function returns a number (``bool`` counts as 1.0/0.0), or a dict when ``reward.key`` names the

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from slime.spec.slime_flags import DIRECT
+from slime.migrate.slime_flags import DIRECT
 from slime.spec.types import Spec
 
 __all__ = ["slime_args"]

@@ -1,7 +1,7 @@
-"""Map parsed slime flags onto slime/v1 spec paths (the logic behind ``slime.spec.migrate``).
+"""Map parsed slime flags onto slime/v1 spec paths (the logic behind ``slime.migrate.importer``).
 
 ``parse_flags`` splits shell words into flags and their values; ``map_flag``
-maps one flag through the tables of ``slime.spec.slime_flags`` (direct fields,
+maps one flag through the tables of ``slime.migrate.slime_flags`` (direct fields,
 pass-through to ``train.backend_args``/``rollout.engine_args``, router flags listed as unused,
 implied architecture flags, slime-only flags with reasons); ``finish`` maps the
 flags whose meaning depends on others (KL and the reference model, Adam betas,
@@ -19,9 +19,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from slime.spec.bashargs import Word
-from slime.spec.engine_flags import sglang_reserved
-from slime.spec.slime_flags import (
+from slime.migrate.bashargs import Word
+from slime.migrate.slime_flags import (
     ARCHITECTURE,
     BOXED_RM_TYPES,
     DATA_PATH_FLAGS,
@@ -33,6 +32,7 @@ from slime.spec.slime_flags import (
     SPECIAL,
     slime_only_reason,
 )
+from slime.spec.engine_flags import sglang_reserved
 
 __all__ = ["IMPLIED", "Builder", "Flag", "Key", "dedupe", "finish", "map_flag", "parse_flags"]
 

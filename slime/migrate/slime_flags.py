@@ -1,4 +1,4 @@
-"""What THUDM/slime's ``train.py`` flags mean in a slime/v1 spec: the tables ``slime.spec.migrate`` uses.
+"""What THUDM/slime's ``train.py`` flags mean in a slime/v1 spec: the tables ``slime.migrate.importer`` uses.
 
 Facts about slime's argument parser (``slime/utils/arguments.py``, read at commit
 624b824): flag names, whether they take a value, and their defaults where those

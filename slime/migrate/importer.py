@@ -1,8 +1,8 @@
 """``slime-submit import-slime-args``: turn a slime ``train.py`` launch script (or flag list) into a v1 spec.
 
 The migration path for slime users. ``convert_slime_args(text)`` reads the flags
-(``slime.spec.bashargs``: continuations, arrays, quoting, variables), maps each
-one through the tables in ``slime.spec.slime_flags`` and writes a commented
+(``slime.migrate.bashargs``: continuations, arrays, quoting, variables), maps each
+one through the tables in ``slime.migrate.slime_flags`` and writes a commented
 slime/v1 YAML where every value says where it came from: ``--flag value (line
 N)``, a slime default that differs from slime/v1's, something derived (the
 cluster size), or a ``PLACEHOLDER`` for a required value the input lacked.
@@ -23,9 +23,9 @@ import io
 from dataclasses import dataclass, field
 from typing import Any
 
-from slime.spec.bashargs import read_script
+from slime.migrate.bashargs import read_script
+from slime.migrate.flagmap import IMPLIED, Builder, Key, dedupe, finish, map_flag, parse_flags
 from slime.spec.errors import Problem
-from slime.spec.flagmap import IMPLIED, Builder, Key, dedupe, finish, map_flag, parse_flags
 
 __all__ = ["IMPLIED", "ConversionResult", "convert_slime_args", "read_source"]
 
