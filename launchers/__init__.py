@@ -10,14 +10,10 @@ contracts in pyproject.toml).
 """
 
 from slime.core.registry import Registry
+from slime.spec.plugin import profiles
 
-LAUNCHERS = Registry(
-    "launcher",
-    {
-        "local": "launchers.local.launcher:LocalLauncher",
-        "slurm": "launchers.slurm.launcher:SlurmLauncher",
-    },
-)
+# Implementations by name, from the installed launcher plug-ins (entry points ``slime_submit.launchers``).
+LAUNCHERS = Registry("launcher", {n: p.implementation for n, p in profiles("launcher").items()})
 
 
 def get_launcher(name: str):

@@ -413,6 +413,6 @@ def slot_device(gpu_slot: bool, *, fake_gpus: bool, what: str) -> str:
     raise InfraError(
         f"{what} on {host} sits on a GPU slot (Ray GPU {','.join(gpus) or '?'}, CUDA_VISIBLE_DEVICES="
         f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r}) but CUDA is not available there: {why}. Fix: check the "
-        f"node's NVIDIA driver and torch's CUDA build, or exclude the node (cluster.exclude: [{host}]); on a test "
-        "cluster whose GPUs are placeholders, set cluster.fake_gpus: true to run on CPU"
+        f"node's NVIDIA driver and torch's CUDA build, or exclude the node (cluster.slurm.exclude: [{host}]); on a "
+        "test cluster whose GPUs are placeholders, set cluster.fake_gpus: true to run on CPU"
     )

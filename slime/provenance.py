@@ -226,7 +226,14 @@ def build_lock(request: Any, options: Any, *, environ: Mapping[str, str] | None 
     files = {rel: spec_sha256(content) for rel, content, _ in request.files}
     script = next((c for rel, c, _ in request.files if rel == RunPaths(Path(".")).script.as_posix()), None)
     extra = dict(getattr(options, "extra", {}) or {})
-    container = (resolved.get("cluster") or {}).get("container")
+    container = next(
+        (
+            v["container"]
+            for v in (resolved.get("cluster") or {}).values()
+            if isinstance(v, dict) and v.get("container")
+        ),
+        None,
+    )
     doc: dict[str, Any] = {
         "format": LOCK_FORMAT,
         "spec_sha256": spec_sha256(resolved_text),
@@ -236,6 +243,8 @@ def build_lock(request: Any, options: Any, *, environ: Mapping[str, str] | None 
         "created_at": time.time(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "spec": {
+            "api_version": resolved.get("apiVersion"),
+            "written_version": request.loaded.written_version,  # older files are upgraded in memory
             "path": str(Path(spec_path).resolve()) if spec_path else None,
             "files": files,
             "overrides": [redact(o, secrets) for o in getattr(request, "overrides", ())],

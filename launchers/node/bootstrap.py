@@ -23,7 +23,7 @@ message names the node(s) and the fix) · 128+N stopped by signal N (also when t
 killed by signal N) · otherwise the driver's exit code. A failure is recorded, not acted on: the
 failed node records itself as ``failed`` in the rendezvous dir and the head writes the report
 (``preflight.json``, ``bad_nodes``); what a scheduler does about it is the submit side's
-business (SLURM, ``cluster.on_preflight_failure: requeue_excluding``: the batch script's
+business (SLURM, ``cluster.slurm.on_preflight_failure: requeue_excluding``: the batch script's
 ``launchers.slurm.restarts after`` step requeues the job excluding those nodes).
 
 Environment: on a node without an NVIDIA driver (``/dev/nvidiactl``: CPU torch) every process
@@ -402,7 +402,8 @@ class Bootstrap:
         return (
             f"Ray bootstrap timed out after {timeout:g} s: {len(joined)} of {ctx.num_nodes} node(s) joined; "
             f"missing: {'; '.join(parts)}. Fix: check the node(s) ({names}) and their logs; exclude a broken "
-            f"node with cluster.exclude: [{names}] (or cluster.on_preflight_failure: requeue_excluding); if the "
+            f"node with cluster.slurm.exclude: [{names}] (or cluster.slurm.on_preflight_failure: "
+            "requeue_excluding); if the "
             "nodes are only slow to start, raise cluster.bootstrap_timeout_s"
         )
 

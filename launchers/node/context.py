@@ -1,12 +1,7 @@
-"""Who and where this node is: rank, hosts, allocation (SLURM or local), and its IP address.
+"""Who and where this node is (from the launcher's node environment), and its IP address.
 
-Inside a SLURM step the job facts come from submitit's ``SlurmJobEnvironment`` (node rank
-``SLURM_NODEID``, host list expansion of ``SLURM_JOB_NODELIST`` such as ``gpu[01-04,07]``,
-job and array ids) rather than a hand-written parser: submitit is already a dependency and its
-expansion is tested against SLURM's formats. GPU and CPU counts come from what SLURM allocated on
-this node (``SLURM_GPUS_ON_NODE``, ``SLURM_CPUS_ON_NODE``), never from the machine. Outside
-SLURM (the local launcher) this is node 0 of 1 and the counts come from the spec.
-
+The launcher plug-in's ``node_env`` says rank, hosts and what was allocated (SLURM: from its step's
+variables; local: node 0 of 1 with the spec's counts).
 Addresses (no public DNS probe, no packet sent): ``cluster.network_interface`` wins when set;
 otherwise the head takes the local address on the route to another node of the job (or a
 non-loopback address of its own hostname, or of any interface, when alone), and a worker takes
@@ -18,12 +13,13 @@ from __future__ import annotations
 
 import fcntl
 import ipaddress
-import os
 import socket
 import struct
-from dataclasses import dataclass
 
 from slime.core.errors import InfraError
+from slime.core.nodes import NodeContext
+from slime.core.registry import load_object
+from slime.spec.plugin import default_profile, selected
 from slime.spec.types import Spec
 
 __all__ = [
@@ -41,75 +37,15 @@ __all__ = [
 _SIOCGIFADDR = 0x8915
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class NodeContext:
-    """This node's place in the job."""
-
-    task: int
-    rank: int
-    num_nodes: int
-    hostnames: tuple[str, ...]
-    hostname: str
-    job_id: str
-    restart: int = 0
-    in_slurm: bool = False
-    gpus: int = 0
-    cpus: int = 1
-    mem_mb: int | None = None
-
-    @property
-    def head_host(self) -> str:
-        return self.hostnames[0]
-
-    @property
-    def key(self) -> str:
-        """Unique per job and task: seeds the port block and names the Ray temp dir."""
-        return f"{self.job_id}-{self.task}"
-
-    @property
-    def instance(self) -> str:
-        """Unique per run of the job (a requeue is a new instance): names rendezvous files."""
-        return f"{self.job_id}.{self.restart}"
-
-
-def _int_env(name: str, default: int | None = None) -> int | None:
-    value = os.environ.get(name, "").strip()
-    # SLURM_CPUS_ON_NODE is a plain count; SLURM_GPUS_ON_NODE too. Anything else: default.
-    return int(value) if value.isdigit() else default
-
-
 def detect_node(task: int, spec: Spec, *, local: bool = False) -> NodeContext:
-    """This node's context: from SLURM inside a job step (unless ``local``), else a single local node."""
-    if not local and os.environ.get("SLURM_JOB_ID") and os.environ.get("SLURM_NODEID") is not None:
-        from submitit.slurm.slurm import SlurmJobEnvironment
-
-        env = SlurmJobEnvironment()
-        hosts = tuple(env.hostnames)
-        return NodeContext(
-            task=task,
-            rank=env.node,
-            num_nodes=env.num_nodes,
-            hostnames=hosts,
-            hostname=socket.gethostname().split(".")[0],
-            job_id=env.raw_job_id,
-            restart=_int_env("SLURM_RESTART_COUNT", 0) or 0,
-            in_slurm=True,
-            gpus=_int_env("SLURM_GPUS_ON_NODE", 0) or 0,
-            cpus=_int_env("SLURM_CPUS_ON_NODE") or _int_env("SLURM_CPUS_PER_TASK") or os.cpu_count() or 1,
-            mem_mb=_int_env("SLURM_MEM_PER_NODE"),
-        )
-    host = socket.gethostname().split(".")[0]
-    c = spec.cluster
-    return NodeContext(
-        task=task,
-        rank=0,
-        num_nodes=1,
-        hostnames=(host,),
-        hostname=host,
-        job_id=f"local{os.getpid()}",
-        gpus=c.gpus_per_node,
-        cpus=c.cpus_per_node or os.cpu_count() or 1,
-    )
+    """This node's context from the spec's launcher's node environment (``Profile.node_env``); outside
+    the launcher's allocation (it answers None), or with ``local``, a single local node."""
+    if not local:
+        env = selected(spec, "launcher").node_env
+        ctx = load_object(env)(task, spec) if env else None
+        if ctx is not None:
+            return ctx
+    return load_object(default_profile("launcher").node_env)(task, spec)
 
 
 # --------------------------------------------------------------------------- addresses

@@ -83,7 +83,7 @@ def parse_ids(text: str | None) -> list[str]:
 
 _NO_CUDA_FIX = (
     "check the node's NVIDIA driver and torch's CUDA build (nvidia-smi; python -c 'import torch; "
-    "print(torch.cuda.is_available())'), or exclude the node with cluster.exclude; if this cluster's GPUs "
+    "print(torch.cuda.is_available())'), or exclude the node with cluster.slurm.exclude; if this cluster's GPUs "
     "are placeholders (a test cluster's fake GRES), set cluster.fake_gpus: true to run on CPU"
 )
 
@@ -96,7 +96,7 @@ def gpu_visibility(host: str, expected: int, probe: dict[str, Any], *, fake_gpus
     checks = []
     fix = (
         "check the node's GPUs/driver (nvidia-smi), or set cluster.gpus_per_node "
-        "to what the nodes have; exclude a broken node with cluster.exclude"
+        "to what the nodes have; exclude a broken node with cluster.slurm.exclude"
     )
     if fake_gpus:
         gres = probe.get("slurm_gpus_on_node")

@@ -154,13 +154,13 @@ def partition_nodes(partition: str | None) -> tuple[str, list[NodeInfo]]:
         default = next((p for p in parts if p.get("Default") == "YES"), None)
         if default is None:
             raise InfraError(
-                "cluster.partition is not set and the cluster has no default partition; "
-                f"set cluster.partition to one of: {', '.join(p.get('PartitionName', '?') for p in parts)}"
+                "cluster.slurm.partition is not set and the cluster has no default partition; "
+                f"set cluster.slurm.partition to one of: {', '.join(p.get('PartitionName', '?') for p in parts)}"
             )
         partition = default["PartitionName"]
     elif not any(p.get("PartitionName") == partition for p in parts):
         raise InfraError(
-            f"cluster.partition {partition!r} does not exist on this cluster; partitions: "
+            f"cluster.slurm.partition {partition!r} does not exist on this cluster; partitions: "
             f"{', '.join(p.get('PartitionName', '?') for p in parts)}"
         )
     nodes = []
@@ -188,7 +188,7 @@ def expand_hostlist(names: Sequence[str]) -> list[str]:
     proc = _run(["scontrol", "show", "hostnames", ",".join(names)])
     if proc.returncode != 0:
         raise InfraError(
-            f"cluster.exclude {list(names)}: SLURM cannot read it as a host list: "
+            f"cluster.slurm.exclude {list(names)}: SLURM cannot read it as a host list: "
             f"{proc.stderr.strip() or proc.stdout.strip()}"
         )
     return proc.stdout.split()
@@ -196,11 +196,11 @@ def expand_hostlist(names: Sequence[str]) -> list[str]:
 
 def check_fits(spec: Spec, nodes: list[NodeInfo], partition: str) -> None:
     """Raise InfraError when ``cluster.nodes`` nodes of ``partition`` cannot hold one node's request."""
-    c = spec.cluster
-    excluded = set(expand_hostlist(c.exclude))
+    c, sl = spec.cluster, spec.cluster.slurm
+    excluded = set(expand_hostlist(sl.exclude))
     usable = [n for n in nodes if n.name not in excluded]
     cpus = c.cpus_per_node or max(1, c.gpus_per_node)
-    need_mem = mem_mb(c.mem) if c.mem else 0
+    need_mem = mem_mb(sl.mem) if sl.mem else 0
     have = ", ".join(f"{n.name} ({n.gres or 'no gres'}, {n.cpus} CPUs, {n.mem_mb} MB)" for n in usable) or "none"
     constraints = [
         (
@@ -220,10 +220,10 @@ def check_fits(spec: Spec, nodes: list[NodeInfo], partition: str) -> None:
             "CPUs",
         ),
         (
-            "cluster.mem",
+            "cluster.slurm.mem",
             need_mem,
             lambda n: n.mem_mb >= need_mem,
-            f"{c.mem} memory per node",
+            f"{sl.mem} memory per node",
             max((n.mem_mb for n in usable), default=0),
             "MB",
         ),
@@ -231,17 +231,17 @@ def check_fits(spec: Spec, nodes: list[NodeInfo], partition: str) -> None:
     for field, need, ok, what, best, unit in constraints:
         if need and not any(ok(n) for n in usable):
             raise InfraError(
-                f"{field}={need if field != 'cluster.mem' else c.mem}: no node of partition "
+                f"{field}={need if field != 'cluster.slurm.mem' else sl.mem}: no node of partition "
                 f"{partition!r} offers {what} (the most is {best} {unit}; nodes: {have}). "
                 f"SLURM could never start this job. Fix: lower {field} to at most "
-                f"{best if field != 'cluster.mem' else str(best) + 'M'}, or choose another partition"
+                f"{best if field != 'cluster.slurm.mem' else str(best) + 'M'}, or choose another partition"
             )
     fitting = [n for n in usable if all(ok(n) for _, need, ok, *_ in constraints if need)]
     if len(fitting) < c.nodes:
         raise InfraError(
             f"cluster.nodes={c.nodes}: partition {partition!r} has only {len(fitting)} node(s) with "
             f"gres gpu:{c.gpus_per_node}, {cpus} CPUs"
-            + (f", {c.mem} memory" if c.mem else "")
+            + (f", {sl.mem} memory" if sl.mem else "")
             + f" (nodes: {have}"
             + (f"; excluded: {', '.join(sorted(excluded))}" if excluded else "")
             + f"). Fix: set cluster.nodes <= {len(fitting)} or choose another partition"

@@ -64,7 +64,7 @@ class SlurmLauncher(Launcher):
     def dryrun(self, loaded: LoadedSpec, options: SubmitOptions) -> DryRun:
         spec = loaded.spec
         run_dir = default_run_dir(loaded, options)
-        python = options.extra.get("python") or ("python3" if spec.cluster.container else sys.executable)
+        python = options.extra.get("python") or ("python3" if spec.cluster.slurm.container else sys.executable)
         script = render_script(
             spec,
             ScriptOptions(
@@ -98,7 +98,7 @@ class SlurmLauncher(Launcher):
         request, options = dryrun.request, dryrun.options
         cluster.require_sbatch()
         spec, n_tasks = request.spec, request.n_tasks
-        partition, nodes = cluster.partition_nodes(spec.cluster.partition)
+        partition, nodes = cluster.partition_nodes(spec.cluster.slurm.partition)
         cluster.check_fits(spec, nodes, partition)
         chunks = plan_arrays(n_tasks, cluster.max_array_size(), spec.sweep.max_parallel) if spec.sweep else []
 

@@ -10,24 +10,24 @@ between them prints the step's exit code as the job's: the head's, see :func:`st
     cause is read from what slurmstepd wrote into the job's log for the previous run
     (``*** JOB n ON host CANCELLED AT ... DUE TO PREEMPTION ***`` / ``JOB REQUEUE`` /
     ``NODE FAILURE``) and recorded. Then the budgets are checked: more preemption/time-limit
-    restarts than ``cluster.max_requeues``, or more failure restarts than
-    ``cluster.max_failures``, and the task refuses to run (exit 3, ``state.json`` says why, the
+    restarts than ``cluster.slurm.max_requeues``, or more failure restarts than
+    ``cluster.slurm.max_failures``, and the task refuses to run (exit 3, ``state.json`` says why, the
     job ends FAILED): a job SLURM keeps requeueing cannot loop for ever.
 ``after`` (after the step, unless the batch shell got TERM: the job is being cancelled or
 requeued by SLURM then, and SIGKILL follows within KillWait)
     exit 0: done. Nothing is done when slurmctld says the job is no longer RUNNING or already
     counts a further restart (SLURM is requeueing or cancelling it). With
-    ``cluster.on_preflight_failure: requeue_excluding``, a step whose bootstrap or preflight failed
+    ``cluster.slurm.on_preflight_failure: requeue_excluding``, a step whose bootstrap or preflight failed
     naming nodes (the head's report, ``preflight.json`` of this run: the node side only records the
     failure and exits 3) is requeued with those nodes added to the job's ``ExcNodeList``, counted
-    against ``cluster.max_requeues`` (the job moves away from a bad node; it is not retried on
+    against ``cluster.slurm.max_requeues`` (the job moves away from a bad node; it is not retried on
     it). Exit 75 (the runtime saved a checkpoint after USR1): the cause is ``preempted`` when
     slurmctld set the job's ``PreemptTime`` (a preemption with grace time: SLURM sends
     ``--signal`` and, measured on 22.05, does *not* requeue a job that exits within its grace
     time), ``time_limit`` when the time limit is within ``signal_grace_s`` (+ slack), else
     ``requeued`` (someone sent USR1); the job requeues itself (``scontrol requeue``) while
-    ``cluster.max_requeues`` allows. Any other exit code (and a ``requeue_excluding`` the budget
-    or SLURM refused) is a failure: requeued while ``cluster.max_failures`` allows, as
+    ``cluster.slurm.max_requeues`` allows. Any other exit code (and a ``requeue_excluding`` the budget
+    or SLURM refused) is a failure: requeued while ``cluster.slurm.max_failures`` allows, as
     ``node_failure`` naming the node(s) when the bootstrap recorded which failed, else ``failure``.
 
 ``tasks/<i>/restarts.jsonl`` gets one JSON line per restart (written before the requeue, or at
@@ -77,9 +77,9 @@ __all__ = [
     "usr1_cause",
 ]
 
-#: restarts counted against cluster.max_requeues (the job was stopped, nothing failed)
+#: restarts counted against cluster.slurm.max_requeues (the job was stopped, nothing failed)
 REQUEUE_CAUSES = ("preempted", "requeued", "time_limit", "requeue_excluding")
-#: restarts counted against cluster.max_failures
+#: restarts counted against cluster.slurm.max_failures
 FAILURE_CAUSES = ("failure", "node_failure", "unknown")
 TIME_LIMIT_SLACK_S = 90  # SLURM checks time limits periodically: USR1 may come this much early or late
 _SLURM_CAUSES = (
@@ -110,12 +110,12 @@ class Budget:
         if self.requeues > self.max_requeues:
             return (
                 f"it was restarted {self.requeues} times after preemptions/time limits/requeues, more than "
-                f"cluster.max_requeues={self.max_requeues}"
+                f"cluster.slurm.max_requeues={self.max_requeues}"
             )
         if self.failures > self.max_failures:
             return (
                 f"it was restarted {self.failures} times after failures, more than "
-                f"cluster.max_failures={self.max_failures}"
+                f"cluster.slurm.max_failures={self.max_failures}"
             )
         return None
 
@@ -125,8 +125,8 @@ class Budget:
 
     def words(self) -> str:
         return (
-            f"requeues {self.requeues}/{self.max_requeues} (cluster.max_requeues), "
-            f"failures {self.failures}/{self.max_failures} (cluster.max_failures)"
+            f"requeues {self.requeues}/{self.max_requeues} (cluster.slurm.max_requeues), "
+            f"failures {self.failures}/{self.max_failures} (cluster.slurm.max_failures)"
         )
 
 
@@ -174,7 +174,8 @@ def budget(records: list[dict[str, Any]], cluster: dict[str, Any]) -> Budget:
 def _cluster(tp: TaskPaths) -> dict[str, Any]:
     try:
         doc = json.loads(tp.resolved.read_text())
-        return dict(doc["spec"]["cluster"])
+        cluster = doc["spec"]["cluster"]
+        return dict(cluster.get("slurm") or cluster)  # a run dir written before spec v2: the flat v1 section
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SystemExit(f"slime: cannot read the task's resolved spec {tp.resolved}: {exc}") from None
 
@@ -374,8 +375,8 @@ def node_failure(tp: TaskPaths, instance: str) -> tuple[str, list[str], str] | N
 
 
 def requeue_excluding(tp: TaskPaths, cluster: dict[str, Any], *, job_id: str, restart: int, nodes: str | None) -> bool:
-    """``cluster.on_preflight_failure: requeue_excluding``: after a bootstrap/preflight failure that
-    named nodes, requeue the job with them excluded while ``cluster.max_requeues`` allows (the job
+    """``cluster.slurm.on_preflight_failure: requeue_excluding``: after a bootstrap/preflight failure that
+    named nodes, requeue the job with them excluded while ``cluster.slurm.max_requeues`` allows (the job
     moves away from a bad node; it is not retried on it). True when the job was requeued."""
     failure = node_failure(tp, f"{job_id}.{restart}")
     if cluster.get("on_preflight_failure") != "requeue_excluding" or failure is None:
@@ -384,7 +385,8 @@ def requeue_excluding(tp: TaskPaths, cluster: dict[str, Any], *, job_id: str, re
     b = budget(read(tp), cluster)
     if not b.allows("requeues"):
         print(
-            f"slime: not requeueing excluding {', '.join(hosts)}: cluster.max_requeues allows no more ({b.words()})",
+            f"slime: not requeueing excluding {', '.join(hosts)}: cluster.slurm.max_requeues allows no more "
+            f"({b.words()})",
             flush=True,
         )
         return False
@@ -454,7 +456,7 @@ def after(
     cause, detail, bad = _cause(tp, rc, rec, signal_name, cluster, f"{job_id}.{restart}")
     kind = kind_of(cause)
     if not b.allows(kind):
-        limit = "cluster.max_requeues" if kind == "requeues" else "cluster.max_failures"
+        limit = "cluster.slurm.max_requeues" if kind == "requeues" else "cluster.slurm.max_failures"
         message = f"task {task} stopped ({cause}: {detail}) and is not requeued: {limit} allows no more ({b.words()})"
         if rc == ExitCode.REQUEUE:
             _refuse(tp, message)  # state.json said "preempted": say why it stays stopped

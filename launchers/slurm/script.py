@@ -18,13 +18,13 @@ grace (to every process of the job at once). USR1 becomes a stop file in the tas
 dir (``slime.core.rendezvous``), which the head's bootstrap turns into a USR1 to the driver only;
 ``wait`` is re-entered until the step really exits, because a trapped signal makes ``wait``
 return early. ``python -m launchers.slurm.restarts`` runs before the step (records a restart
-SLURM made on its own, refuses to run once ``cluster.max_requeues``/``max_failures`` are spent)
+SLURM made on its own, refuses to run once ``cluster.slurm.max_requeues``/``max_failures`` are spent)
 and after a non-zero exit (requeues the job itself after a checkpoint stop, exit 75, or a failure
-within ``cluster.max_failures``); see that module for the causes and ``restarts.jsonl``. In a
-container (``cluster.container``) that helper runs as a one-task container step.
+within ``cluster.slurm.max_failures``); see that module for the causes and ``restarts.jsonl``. In a
+container (``cluster.slurm.container``) that helper runs as a one-task container step.
 
 Not guaranteed here: that the cluster can satisfy the request (``launchers.slurm.cluster``
-checks that at submit time) or that pyxis is installed when ``cluster.container`` is set.
+checks that at submit time) or that pyxis is installed when ``cluster.slurm.container`` is set.
 """
 
 from __future__ import annotations
@@ -87,8 +87,8 @@ trap 'on_signal USR1' USR1
 trap 'on_signal TERM' TERM"""
 
 _RESTARTS = r"""# Restarts (python -m launchers.slurm.restarts): record why this run is a restart and refuse to
-# run once cluster.max_requeues / cluster.max_failures are spent; after the step, requeue this
-# job when it stopped for a checkpoint (exit 75) or failed within cluster.max_failures.
+# run once cluster.slurm.max_requeues / cluster.slurm.max_failures are spent; after the step, requeue this
+# job when it stopped for a checkpoint (exit 75) or failed within cluster.slurm.max_failures.
 slime_restarts() {
     local what=$1
     shift
@@ -147,7 +147,7 @@ def log_pattern(run_dir: Path, array: bool) -> str:
 
 
 def _header(spec: Spec, opts: ScriptOptions) -> list[str]:
-    c = spec.cluster
+    c, sl = spec.cluster, spec.cluster.slurm
     array = spec.sweep is not None
     lines = [
         sbatch_line("job-name", spec.name, field="name"),
@@ -159,30 +159,30 @@ def _header(spec: Spec, opts: ScriptOptions) -> list[str]:
     # Unset cpus_per_node: one CPU per device slot, the least the placement group needs.
     cpus = c.cpus_per_node or max(1, c.gpus_per_node)
     lines.append(sbatch_line("cpus-per-task", cpus, field="cluster.cpus_per_node"))
-    if c.mem:
-        lines.append(sbatch_line("mem", c.mem, field="cluster.mem"))
-    if c.time_limit:
-        lines.append(sbatch_line("time", c.time_limit, field="cluster.time_limit"))
+    if sl.mem:
+        lines.append(sbatch_line("mem", sl.mem, field="cluster.slurm.mem"))
+    if sl.time_limit:
+        lines.append(sbatch_line("time", sl.time_limit, field="cluster.slurm.time_limit"))
     for name in ("partition", "account", "qos", "constraint", "reservation"):
-        value = getattr(c, name)
+        value = getattr(sl, name)
         if value is not None:
-            lines.append(sbatch_line(name, value, field=f"cluster.{name}"))
-    if c.exclude:
-        for i, node in enumerate(c.exclude):
+            lines.append(sbatch_line(name, value, field=f"cluster.slurm.{name}"))
+    if sl.exclude:
+        for i, node in enumerate(sl.exclude):
             if "," in node or not node.strip():
                 raise _reject(
-                    f"cluster.exclude[{i}]",
+                    f"cluster.slurm.exclude[{i}]",
                     f"{node!r} is not one node name or host list",
                     "give one entry per node, e.g. [gpu01, 'gpu[03-05]']",
                 )
-        lines.append(sbatch_line("exclude", ",".join(c.exclude), field="cluster.exclude"))
+        lines.append(sbatch_line("exclude", ",".join(sl.exclude), field="cluster.slurm.exclude"))
     out = log_pattern(opts.run_dir, array)
     lines += [
         sbatch_line("output", out, field="logging.dir"),
         sbatch_line("error", out, field="logging.dir"),
         sbatch_line("open-mode", "append", field="<internal>"),
         sbatch_line("requeue", field="<internal>"),
-        sbatch_line("signal", f"B:USR1@{c.signal_grace_s}", field="cluster.signal_grace_s"),
+        sbatch_line("signal", f"B:USR1@{sl.signal_grace_s}", field="cluster.slurm.signal_grace_s"),
     ]
     if array:
         from launchers.slurm.arrays import array_spec
@@ -248,14 +248,14 @@ def _env_lines(spec: Spec) -> list[str]:
 
 
 def _container_flags(spec: Spec) -> list[str]:
-    ct = spec.cluster.container
+    ct = spec.cluster.slurm.container
     if ct is None:
         return []
     mounts = list(ct.mounts)
     for i, m in enumerate(mounts):
         if "," in m:
             raise _reject(
-                f"cluster.container.mounts[{i}]",
+                f"cluster.slurm.container.mounts[{i}]",
                 f"{m!r} contains a comma, which pyxis reads as a separator between mounts",
                 "give one mount per entry",
             )

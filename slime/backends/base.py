@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from slime.core.registry import Registry
+from slime.spec.plugin import profiles
 
 if TYPE_CHECKING:  # heavy imports only for type checkers
     import torch
@@ -219,18 +220,10 @@ class RolloutBackend(ABC):
         """Stop every engine this backend started (by PID / actor handle only)."""
 
 
-TRAIN_BACKENDS = Registry(
-    "train backend",
-    {
-        "torch": "slime.backends.train.torch_backend:TorchTrainBackend",
-        "megatron": "slime.backends.megatron.backend:MegatronTrainBackend",
-    },
-)
+def _registry(kind: str) -> Registry:
+    """Implementations by plug-in name, from the installed profiles (``slime.spec.plugin``)."""
+    return Registry(kind.replace("_", " "), {n: p.implementation for n, p in profiles(kind).items()})
 
-ROLLOUT_BACKENDS = Registry(
-    "rollout backend",
-    {
-        "builtin": "slime.backends.rollout.builtin.backend:BuiltinRolloutBackend",
-        "sglang": "slime.backends.sglang.backend:SGLangRolloutBackend",
-    },
-)
+
+TRAIN_BACKENDS = _registry("train_backend")
+ROLLOUT_BACKENDS = _registry("rollout_backend")

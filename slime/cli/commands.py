@@ -200,23 +200,23 @@ def explain(args: argparse.Namespace) -> int:
     from slime.spec.load import parse_path
     from slime.spec.schema import _deref, dotted, field_names, schema_for, subschema, suggest_path
 
-    root = schema_for("slime/v1")
+    root = schema_for("slime/v2")
     path = parse_path(args.field)
-    sub = subschema("slime/v1", path)
+    sub = subschema("slime/v2", path)
     if sub is None:
         parent = path[:-1]
-        if parent and (subschema("slime/v1", parent) or {}).get("type") == "array":  # data.eval.name
+        if parent and (subschema("slime/v2", parent) or {}).get("type") == "array":  # data.eval.name
             item = dotted(parent + (0,) + path[-1:])
             _error(args.json, "usage", f"'{dotted(parent)}' is a list: name an item's field, e.g. '{item}'")
             return ExitCode.SPEC
-        names = field_names("slime/v1", parent) if parent else list(root["$defs"]["Spec"]["properties"])
+        names = field_names("slime/v2", parent) if parent else list(root["$defs"]["Spec"]["properties"])
         close = suggest_path(str(path[-1]) if path else "", parent, names)
         hint = f" did you mean '{dotted(close)}'?" if close else ""
         _error(args.json, "usage", f"'{args.field}' is not a spec field.{hint} Fields here: {', '.join(names)}")
         return ExitCode.SPEC
     desc = sub.get("description") or _deref(sub, root).get("description", "")
     info = {"field": args.field, "type": _type_text(sub, root), "default": sub.get("default"), "description": desc}
-    children = field_names("slime/v1", path)
+    children = field_names("slime/v2", path)
     if children:
         info["fields"] = children
     if args.json:

@@ -23,7 +23,7 @@ What completes (``slime-submit completion SHELL`` prints the script; the README 
   so nothing is read), described by name and start time; a prefix that
   matches no id completes run dir names; a path (``./``, ``/``, ``~``) completes as files.
 
-Not guaranteed: completions of a schema other than ``slime/v1``, or of fields an ``anyOf`` adds
+Not guaranteed: completions of a schema other than ``slime/v2``, or of fields an ``anyOf`` adds
 beyond its object branches.
 """
 

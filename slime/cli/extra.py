@@ -20,6 +20,7 @@ ENTRIES: dict[str, tuple[str, str]] = {
         "run a spec scaled down on CPU for a few rollouts and check every stage (before a GPU job waits in a queue)",
     ),
     "patches": ("slime.cli.patches_cmd:configure", "check/apply our patches to the pinned SGLang and megatron-core"),
+    "upgrade": ("slime.cli.upgrade_cmd:configure", "rewrite a spec in the current apiVersion, keeping its comments"),
     "init": ("slime.cli.init_cmd:configure", "write a commented starter spec from an example (-o FILE)"),
     "completion": ("slime.cli.complete:configure", "print the shell completion script (bash, zsh, fish)"),
 }

@@ -188,7 +188,7 @@ def render_starter(name: str, example: Path, out: Path | None) -> tuple[str, lis
         _get_parent(doc, path)[path[-1]] = f"<FILL: {what}>"
     if out is not None and _JOB_NAME.match(out.stem.lower()):
         doc["name"] = out.stem.lower()
-    props = schema_for("slime/v1")["$defs"]["Spec"]["properties"]
+    props = schema_for("slime/v2")["$defs"]["Spec"]["properties"]
     for key in list(doc)[1:]:  # a comment above each section: the schema's description of it
         desc = (props.get(key) or {}).get("description")
         if desc and isinstance(doc[key], dict):

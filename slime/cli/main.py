@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_command("slime.cli.commands:render"))
 
     p = sub.add_parser("schema", help="print the JSON Schema (for editors' YAML language servers)")
-    p.add_argument("--api-version", default="slime/v1")
+    p.add_argument("--api-version", default="slime/v2")
     p.set_defaults(func=_command("slime.cli.commands:schema"))
 
     p = sub.add_parser("explain", help="type, default and description of a spec field")

@@ -32,7 +32,14 @@ from slime.migrate.slime_flags import (
     SPECIAL,
     slime_only_reason,
 )
-from slime.spec.engine_flags import sglang_reserved
+
+
+def sglang_reserved(key: str) -> str | None:
+    """The SGLang flag slime-submit sets itself that ``key`` names (the sglang plug-in's table), or None."""
+    from slime.spec.plugin import hook, profile
+
+    return hook(profile("rollout_backend", "sglang"), "sglang_reserved")(key)
+
 
 __all__ = ["IMPLIED", "Builder", "Flag", "Key", "dedupe", "finish", "map_flag", "parse_flags"]
 

@@ -26,6 +26,7 @@ from typing import Any
 from slime.migrate.bashargs import read_script
 from slime.migrate.flagmap import IMPLIED, Builder, Key, dedupe, finish, map_flag, parse_flags
 from slime.spec.errors import Problem
+from slime.spec.versions import CURRENT, upgrade
 
 __all__ = ["IMPLIED", "ConversionResult", "convert_slime_args", "read_source"]
 
@@ -95,7 +96,7 @@ def _field_order() -> dict[str, list[str]]:
         "logging",
         "logging.wandb",
     ):
-        order[section] = field_names("slime/v1", tuple(section.split(".")))
+        order[section] = field_names(CURRENT, tuple(section.split(".")))
     return order
 
 
@@ -134,6 +135,7 @@ def _emit(b: Builder, header: list[str], footer: list[str]) -> str:
             node.yaml_set_comment_before_after_key(parts[-1], before=comment, indent=2 * (len(parts) - 1))
         else:
             node.yaml_add_eol_comment(comment, parts[-1])
+    upgrade(root)  # the flag table speaks slime/v1's field paths: moved like any v1 file's
     y = YAML(typ="rt")
     y.representer.add_representer(type(None), lambda r, _: r.represent_scalar("tag:yaml.org,2002:null", "null"))
     y.width = 4096

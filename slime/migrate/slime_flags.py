@@ -252,7 +252,7 @@ _REASONS = {
     "--eval-input-key": "eval sets use data.input_key in slime/v1",
     "--eval-label-key": "eval sets use data.label_key in slime/v1",
     "--eval-config": "eval YAML configs are not in slime/v1; list eval sets under data.eval",
-    "--use-fault-tolerance": "restarts are set by cluster.max_failures/max_requeues",
+    "--use-fault-tolerance": "restarts are set by cluster.slurm.max_failures/max_requeues",
     "--group-rm": "slime calls the reward on a whole group (args, samples); slime/v1 calls it per sample: "
     "rewrite a group reward function to score one sample",
 }

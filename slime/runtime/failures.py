@@ -9,7 +9,7 @@ A lost node (its Ray died, the machine or its network failed) reaches the driver
 surviving side saw first: an ``ActorDiedError`` (its text carries the actor's ``ip:``), or, more
 often, a collective error on a surviving rank (gloo: ``Connection closed by peer [ip]:port``),
 which alone would look like a bug. :func:`lost_node_error` turns such errors into an
-``InfraError`` (exit 3, so the launcher's ``cluster.max_failures`` budget applies) naming the
+``InfraError`` (exit 3, so the launcher's ``cluster.slurm.max_failures`` budget applies) naming the
 node's hostname, from Ray's node table: the nodes Ray marks dead (waited for a few seconds,
 bounded: Ray's health checks need that long) and the IPs named in the error. Not guaranteed: a
 hostname when Ray's node table cannot be read (the IP is named then), or telling a crashed
@@ -183,12 +183,12 @@ def lost_node_error(
         "or its network failed, or the process was killed (out of memory?)"
     )
     fix = (
-        f"if it keeps failing, exclude it (cluster.exclude: [{hosts}]) or see its Ray logs (worker-*.err)"
+        f"if it keeps failing, exclude it (cluster.slurm.exclude: [{hosts}]) or see its Ray logs (worker-*.err)"
         if lost
         else "see the nodes' Ray logs (worker-*.err) for which process died and why"
     )
     return InfraError(
         f"lost {', '.join(lost) or 'a trainer or engine process'} during training ({how}); the "
         f"driver saw: {symptom}. Fix: nothing in the spec; the launcher requeues the job within "
-        f"cluster.max_failures and it resumes from the newest checkpoint; {fix}"
+        f"cluster.slurm.max_failures and it resumes from the newest checkpoint; {fix}"
     )

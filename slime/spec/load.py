@@ -21,6 +21,7 @@ from slime.spec.overrides import apply_value, parse_override, parse_path, remark
 from slime.spec.schema import SUPPORTED_VERSIONS, dotted, origin_of, schema_problems
 from slime.spec.sweep import expand
 from slime.spec.values import normalise
+from slime.spec.versions import CURRENT, move_path, upgrade
 from slime.spec.yamlmarks import Marks, load_yaml
 
 PathCheck = bool | Literal["warn"]  # see load_spec
@@ -47,6 +48,7 @@ class LoadedSpec:
     tasks: tuple[Task, ...]
     warnings: tuple[Problem, ...] = field(default=())
     overrides: tuple[str, ...] = ()  # the --set PATH=VALUE texts applied to ``text`` (recorded in lock.json)
+    written_version: str = CURRENT  # the apiVersion of ``text`` (an older one was upgraded in memory)
 
     @property
     def is_sweep(self) -> bool:
@@ -77,7 +79,7 @@ def _msgspec_problem(text: str, marks: Marks, task: int | None) -> Problem:
     message, where = (m.group("message"), (m.group("path") or "").lstrip(".")) if m else (text, "")
     from slime.spec.schema import subschema
 
-    sub = subschema("slime/v1", parse_path(where)) or {}
+    sub = subschema(CURRENT, parse_path(where)) or {}
     return Problem(
         path=where,
         message=message,
@@ -131,6 +133,38 @@ def _version(data: Any, marks: Marks, file: str) -> tuple[str | None, list[Probl
             origin=origin_of(("apiVersion",), marks),
         )
     ]
+
+
+def _upgrade(data: dict, marks: Marks, file: str) -> list:
+    """An older document upgraded in memory (``slime.spec.versions``), its marks moved with it; returns
+    ``[notice, *moves]`` (empty for a current one)."""
+    was, moves = upgrade(data)
+    if was is None:
+        return []
+    for key in sorted(marks, key=len):
+        if (moved := move_path(key, moves)) != key:
+            marks[moved] = marks.pop(key)
+    notice = Problem(
+        path="apiVersion",
+        message=f"a {was} spec, upgraded to {CURRENT} in memory",
+        hint=f"`slime-submit upgrade {file}` rewrites the file, keeping its comments",
+        origin=origin_of(("apiVersion",), marks),
+        severity="warning",
+    )
+    return [notice, *moves]
+
+
+def _moved_overrides(overrides: tuple[str, ...] | list[str], upgraded: list) -> list[str]:
+    """``--set`` paths written for the file's own (older) version, moved like its fields."""
+    moves = upgraded[1:]
+    if not moves:
+        return list(overrides)
+    out = []
+    for text in overrides:
+        key, sep, value = text.partition("=")
+        path = tuple(key.strip().split("."))
+        out.append(".".join(move_path(path, moves)) + sep + value if sep else text)
+    return out
 
 
 def _without_reported(problems: list[Problem], reported: list[Problem]) -> list[Problem]:
@@ -259,10 +293,13 @@ def _load_text(
     text: str, file: str, base_dir: FsPath, overrides: tuple[str, ...] | list[str], check_paths: PathCheck
 ) -> LoadedSpec:
     data, marks = load_yaml(text, file)
-    problems = _apply_overrides(data, marks, overrides, file)
     api_version, vproblems = _version(data, marks, file)
+    upgraded = _upgrade(data, marks, file) if not vproblems else []
+    problems = _apply_overrides(data, marks, _moved_overrides(overrides, upgraded), file)
     if vproblems:
         raise SpecError(problems + vproblems)
+    written, api_version = api_version, CURRENT
+    problems += upgraded[:1]  # the notice
     data, bad_values = normalise(data, marks)
     if bad_values or not _converts(data):
         # jsonschema (a ~50 ms import) runs only for a spec with problems: it reports all of them,
@@ -297,6 +334,7 @@ def _load_text(
         tasks=tuple(tasks),
         warnings=tuple(p for p in problems if p.severity == "warning"),
         overrides=tuple(overrides),
+        written_version=written,
     )
 
 

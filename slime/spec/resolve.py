@@ -16,6 +16,7 @@ from pathlib import Path
 
 from msgspec.structs import replace
 
+from slime.spec.plugin import KINDS, hook, profiles, selected
 from slime.spec.types import Algorithm, Critic, Model, Rollout, Spec, Train
 
 __all__ = ["BUILTIN_CONTEXT", "DERIVED_FROM", "count_jsonl_rows", "model_config", "resolve", "variable_count_reason"]
@@ -24,7 +25,6 @@ __all__ = ["BUILTIN_CONTEXT", "DERIVED_FROM", "count_jsonl_rows", "model_config"
 # slime.spec.partial uses it to tell which rules an invalid field can affect; a test checks it
 # against resolve() by changing each input and watching which derived values move.
 DERIVED_FROM: dict[str, tuple[str, ...]] = {
-    "cluster.cpus_per_node": ("cluster.launcher",),
     "model.max_context_len": ("model.builtin", "model.path"),
     "model.tokenizer": ("model.path",),
     "model.critic_path": ("algorithm.estimator", "model.path"),
@@ -34,7 +34,6 @@ DERIVED_FROM: dict[str, tuple[str, ...]] = {
     "train.parallel.sequence_parallel": ("train.parallel.tensor",),
     "rollout.gpus": ("rollout.colocate", "cluster.gpus_per_node", "train.nodes", "train.gpus_per_node"),
     "rollout.num_engines": ("cluster.gpus_per_node", "rollout.gpus", "rollout.gpus_per_engine"),
-    "rollout.weight_sync": ("rollout.backend", "rollout.colocate", "train.parallel.pipeline"),
     "rollout.num_rollouts": ("rollout.epochs", "data.prompts", "rollout.batch_size"),
     "rollout.over_sampling_batch_size": ("rollout.batch_size",),
     "train.global_batch_size": ("rollout.batch_size", "rollout.n_samples_per_prompt", "train.num_steps_per_rollout"),
@@ -48,12 +47,17 @@ DERIVED_FROM: dict[str, tuple[str, ...]] = {
         "debug.mode",
     ),
     "algorithm.eps_clip_high": ("algorithm.eps_clip",),
-    "train.optimizer.distributed": ("train.backend",),
     "algorithm.normalize_std": ("rollout.n_samples_per_prompt", "algorithm.estimator"),
     "algorithm.critic": ("algorithm.estimator",),
     "logging.wandb.group": ("name",),
     "data.eval": ("rollout.max_response_len", "rollout.top_p", "rollout.top_k"),
 }
+
+# What the plug-ins' own resolve hooks derive, from their profiles.
+for _kind in KINDS:
+    for _p in profiles(_kind).values():
+        for _path, _inputs in _p.derived.items():
+            DERIVED_FROM[_path] = tuple(dict.fromkeys(DERIVED_FROM.get(_path, ()) + _inputs))
 
 # The built-in tiny model's max_position_embeddings (slime.models.tiny).
 BUILTIN_CONTEXT = 256
@@ -108,14 +112,26 @@ def variable_count_reason(spec: Spec) -> str | None:
 def resolve(spec: Spec, base_dir: Path) -> Spec:
     """``spec`` with relative paths made absolute and every derived value filled in (see ``DERIVED_FROM``)."""
     spec = _absolute_paths(spec, base_dir)  # first: everything after may read files
-    c = spec.cluster
-    if c.cpus_per_node is None and c.launcher == "local":
-        c = replace(c, cpus_per_node=os.cpu_count() or 1)
     m = _model(spec)
     t = _train(spec)
     r = _rollout(spec, t)
     t = _batches(spec, t, r)
-    return replace(spec, cluster=c, model=m, train=t, rollout=r, algorithm=_algorithm(spec))
+    spec = replace(spec, model=m, train=t, rollout=r, algorithm=_algorithm(spec))
+    return _plugins(spec)
+
+
+def _plugins(spec: Spec) -> Spec:
+    """Each selected plug-in's section filled with its defaults, then its own derived values."""
+    for kind, (_, section, _attr) in KINDS.items():
+        p = selected(spec, kind)
+        part = getattr(spec, section)
+        if p.options is not None and getattr(part, p.name) is None:
+            spec = replace(spec, **{section: replace(part, **{p.name: p.options()})})
+        if (derive := hook(p, "resolve")) is not None:
+            spec = derive(spec)
+    if spec.rollout.weight_sync is None:
+        spec = replace(spec, rollout=replace(spec.rollout, weight_sync="disk"))
+    return spec
 
 
 def _absolute_paths(spec: Spec, base_dir: Path) -> Spec:
@@ -175,7 +191,6 @@ def _model(spec: Spec) -> Model:
 
 def _train(spec: Spec) -> Train:
     c, t = spec.cluster, spec.train
-    o = t.optimizer
     return replace(
         t,
         nodes=t.nodes if t.nodes is not None else c.nodes,
@@ -186,7 +201,6 @@ def _train(spec: Spec) -> Train:
             expert_tensor=t.parallel.expert_tensor or t.parallel.tensor,
             sequence_parallel=t.parallel.sequence_parallel and t.parallel.tensor > 1,
         ),
-        optimizer=o if o.distributed is not None else replace(o, distributed=t.backend == "megatron"),
     )
 
 
@@ -203,9 +217,6 @@ def _rollout(spec: Spec, t: Train) -> Rollout:
             num_engines = 1
         elif gpus and gpus >= r.gpus_per_engine:
             num_engines = gpus // r.gpus_per_engine
-    # nccl needs the whole policy on trainer rank 0: not so with pipeline stages
-    collective = r.backend == "sglang" and not r.colocate and t.parallel.pipeline == 1
-    weight_sync = r.weight_sync or ("nccl" if collective else "disk")
     num_rollouts = r.num_rollouts
     if num_rollouts is None and r.epochs is not None:
         rows = count_jsonl_rows(spec.data.prompts)
@@ -215,7 +226,6 @@ def _rollout(spec: Spec, t: Train) -> Rollout:
         r,
         gpus=gpus,
         num_engines=num_engines,
-        weight_sync=weight_sync,
         num_rollouts=num_rollouts,
         over_sampling_batch_size=r.over_sampling_batch_size or r.batch_size,
     )

@@ -1,41 +1,38 @@
 """Cross-field rules of RL training, checked on the resolved spec.
 
-Each rule is a small function yielding ``(path, message, hint)``; ``check``
-runs them all and never stops early. The formulas follow THUDM/slime's
-argument checks (see the README's rule table), except that where slime derives
-or drops a value silently (e.g. a rollout GPU remainder) we reject it.
+Each rule is a small function yielding ``(path, message, hint)``; ``check`` runs them all (these,
+then the selected plug-ins' own: ``slime.spec.plugin``) and never stops early. The formulas follow
+THUDM/slime's argument checks, except that where slime derives or drops a value silently (e.g. a
+rollout GPU remainder) we reject it. No plug-in is named here: what one refuses, it says itself.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Literal
 
-import msgspec
-
-from slime.spec.engine_flags import (
-    BUILTIN_ENGINE_ARGS,
-    EP_FLAGS,
-    builtin_engine_arg,
-    normalize_flag,
-    reserved_hint,
-    sglang_reserved,
-)
 from slime.spec.layout import LayoutError, plan_layout
-from slime.spec.megatron_model import ATTENTION_BACKENDS, MegatronConfigError, ModelShape, parallel_findings
-from slime.spec.resolve import model_config, variable_count_reason
-from slime.spec.types import BUILTIN_FILTERS, Cluster, SandboxSpec, Spec, Tis
+from slime.spec.plugin import KINDS, Finding, Rule, hook, profiles, selected
+from slime.spec.resolve import variable_count_reason
+from slime.spec.types import BUILTIN_FILTERS, SandboxSpec, Spec, Tis
 
-Finding = tuple[str, str, str | None]
-Rule = Callable[[Spec], Iterator[Finding]]
 RULES: list[Rule] = []
 WARNINGS: list[Rule] = []
 RAW_RULES: list[Rule] = []  # run on the spec as written, before derived values are filled in
 RAW_WARNINGS: list[Rule] = []  # warnings about what was written (resolve() changes it)
-_SLURM_RESTARTS = ("on_preflight_failure", "max_requeues", "max_failures", "signal_grace_s")
 
-__all__ = ["RAW_RULES", "RAW_WARNINGS", "RULES", "WARNINGS", "all_rules", "check", "check_raw"]
+__all__ = [
+    "RAW_RULES",
+    "RAW_WARNINGS",
+    "RULES",
+    "WARNINGS",
+    "all_rules",
+    "attention_heads",
+    "check",
+    "check_raw",
+    "over_context",
+]
 
 
 def rule(fn: Rule) -> Rule:
@@ -82,20 +79,6 @@ def rollout_count(s: Spec) -> Iterator[Finding]:
         )
 
 
-def _seconds(limit: str) -> int:
-    """SLURM --time text (already pattern-checked) in seconds."""
-    days, _, rest = limit.rpartition("-")
-    parts = [int(x) for x in rest.split(":")]
-    if days:  # D-HH[:MM[:SS]]
-        h, m, sec = (parts + [0, 0])[:3]
-        return int(days) * 86400 + h * 3600 + m * 60 + sec
-    if len(parts) == 1:  # MM
-        return parts[0] * 60
-    if len(parts) == 2:  # MM:SS
-        return parts[0] * 60 + parts[1]
-    return parts[0] * 3600 + parts[1] * 60 + parts[2]
-
-
 def _gpu(spec: Spec) -> bool:
     return spec.cluster.gpus_per_node > 0
 
@@ -112,77 +95,6 @@ def model_source(s: Spec) -> Iterator[Finding]:
             "model",
             "give exactly one of model.path or model.builtin",
             "set model.path to an HF checkpoint dir, or model.builtin: tiny for the embedded default",
-        )
-
-
-@rule
-def local_launcher(s: Spec) -> Iterator[Finding]:
-    c = s.cluster
-    if c.launcher != "local":
-        return
-    if c.nodes != 1:
-        yield (
-            "cluster.nodes",
-            f"the local launcher runs on this one machine, got cluster.nodes={c.nodes}",
-            "set cluster.nodes: 1, or cluster.launcher: slurm",
-        )
-    for name in ("partition", "account", "qos", "constraint", "reservation"):
-        if getattr(c, name) is not None:
-            yield (
-                f"cluster.{name}",
-                f"cluster.{name} is SLURM-only but cluster.launcher is 'local'",
-                f"remove cluster.{name}, or set cluster.launcher: slurm",
-            )
-    if c.exclude:
-        yield (
-            "cluster.exclude",
-            "cluster.exclude is SLURM-only but cluster.launcher is 'local'",
-            "remove it, or set cluster.launcher: slurm",
-        )
-    if c.container is not None:
-        yield (
-            "cluster.container",
-            "containers are started by the SLURM launcher (pyxis) only",
-            "remove cluster.container, or set cluster.launcher: slurm",
-        )
-    for name in ("time_limit", "mem"):
-        if getattr(c, name) is not None:
-            yield (
-                f"cluster.{name}",
-                f"cluster.{name} is a SLURM limit; the local launcher does not apply it",
-                f"remove cluster.{name}, or set cluster.launcher: slurm",
-            )
-    # Restart settings: a local run is never requeued (a stopped one stays stopped with exit 75). Their
-    # defaults carry no intent; a value written otherwise would be accepted and ignored.
-    for f in msgspec.structs.fields(Cluster):
-        if f.name in _SLURM_RESTARTS and getattr(c, f.name) != f.default:
-            yield (
-                f"cluster.{f.name}",
-                f"cluster.{f.name} is a SLURM restart setting; a local run is never requeued",
-                f"remove cluster.{f.name}, or set cluster.launcher: slurm",
-            )
-    if s.sweep is not None and (s.sweep.max_parallel or 1) > 1:
-        yield (
-            "sweep.max_parallel",
-            f"the local launcher runs sweep tasks one after another, not {s.sweep.max_parallel} at once",
-            "remove sweep.max_parallel, or set cluster.launcher: slurm",
-        )
-
-
-@rule
-def time_limit(s: Spec) -> Iterator[Finding]:
-    c = s.cluster
-    if c.time_limit is None:
-        return
-    limit = _seconds(c.time_limit)
-    if limit == 0:
-        yield ("cluster.time_limit", f"time_limit {c.time_limit!r} is zero", "e.g. '04:00:00'")
-    elif c.signal_grace_s >= limit:
-        yield (
-            "cluster.signal_grace_s",
-            f"signal_grace_s {c.signal_grace_s} is not below the time limit "
-            f"{c.time_limit!r} ({limit} s): the job would be told to checkpoint before it starts",
-            "raise cluster.time_limit or lower cluster.signal_grace_s",
         )
 
 
@@ -215,20 +127,36 @@ def env_and_secrets(s: Spec) -> Iterator[Finding]:
 
 
 @rule
+def plugin_sections(s: Spec) -> Iterator[Finding]:
+    """A plug-in's section is read only when that plug-in is the one selected."""
+    for kind, (_, section, attr) in KINDS.items():
+        chosen = getattr(getattr(s, section), attr)
+        for name, p in profiles(kind).items():
+            if p.options is not None and name != chosen and getattr(getattr(s, section), name) is not None:
+                yield (
+                    f"{section}.{name}",
+                    f"{section}.{name} holds settings of the {name} {kind.replace('_', ' ')}, but {section}.{attr} "
+                    f"is {chosen!r}: nothing would read them",
+                    f"remove {section}.{name}, or set {section}.{attr}: {name}",
+                )
+
+
+def _cpu_names(kind: str) -> str:
+    return " or ".join(n for n, p in profiles(kind).items() if p.cpu)
+
+
+@rule
 def devices(s: Spec) -> Iterator[Finding]:
     if not _gpu(s):
-        if s.train.backend == "megatron":
-            yield (
-                "train.backend",
-                "the megatron backend needs GPUs but cluster.gpus_per_node is 0",
-                "set cluster.gpus_per_node, or train.backend: torch",
-            )
-        if s.rollout.backend == "sglang":
-            yield (
-                "rollout.backend",
-                "the sglang backend needs GPUs but cluster.gpus_per_node is 0",
-                "set cluster.gpus_per_node, or rollout.backend: builtin",
-            )
+        for kind in ("train_backend", "rollout_backend"):
+            p = selected(s, kind)
+            _, section, attr = KINDS[kind]
+            if not p.cpu:
+                yield (
+                    f"{section}.{attr}",
+                    f"the {p.name} {kind.replace('_', ' ')} needs GPUs but cluster.gpus_per_node is 0",
+                    f"set cluster.gpus_per_node, or {section}.{attr}: {_cpu_names(kind)}",
+                )
         if s.train.gpus_per_node:
             yield (
                 "train.gpus_per_node",
@@ -254,12 +182,6 @@ def devices(s: Spec) -> Iterator[Finding]:
             "train.gpus_per_node is 0 on a GPU cluster",
             "give the actor at least one GPU per train node",
         )
-    if s.rollout.backend == "sglang" and s.model.path is None:
-        yield (
-            "rollout.backend",
-            f"SGLang engines serve an HF checkpoint directory, but the model is model.builtin: {s.model.builtin}",
-            "set model.path, or rollout.backend: builtin",
-        )
 
 
 @rule
@@ -275,18 +197,15 @@ def fake_gpus(s: Spec) -> Iterator[Finding]:
             "remove cluster.fake_gpus (a CPU-only job needs no opt-in)",
         )
         return
-    if s.train.backend == "megatron":  # its CPU path needs megatron-core's CUDA calls redirected (tests only)
-        yield (
-            "train.backend",
-            "the megatron backend needs CUDA; with cluster.fake_gpus its ranks would run on CPU",
-            "use train.backend: torch on fake GPUs, or remove cluster.fake_gpus on real GPU nodes",
-        )
-    if s.rollout.backend == "sglang":
-        yield (
-            "rollout.backend",
-            "SGLang engines need CUDA; cluster.fake_gpus runs GPU slots on CPU",
-            "use rollout.backend: builtin on fake GPUs, or remove cluster.fake_gpus on real GPU nodes",
-        )
+    for kind in ("train_backend", "rollout_backend"):
+        p = selected(s, kind)
+        _, section, attr = KINDS[kind]
+        if not p.cpu:
+            yield (
+                f"{section}.{attr}",
+                f"the {p.name} {kind.replace('_', ' ')} needs CUDA; cluster.fake_gpus runs GPU slots on CPU",
+                f"use {section}.{attr}: {_cpu_names(kind)} on fake GPUs, or remove cluster.fake_gpus on real GPU nodes",
+            )
     if s.train.precision != "fp32":
         yield (
             "train.precision",
@@ -321,191 +240,15 @@ def parallel_sizes(s: Spec) -> Iterator[Finding]:
             f"{world} trainer GPUs (megatron-core's expert grid)",
             "pick expert (and expert_tensor) sizes whose product with pipeline divides the trainer GPU count",
         )
-    if (mp > 1 or p.expert > 1 or etp > 1) and s.train.backend == "torch":
-        yield (
-            "train.parallel",
-            "the torch backend is data-parallel only (tensor/pipeline/context/expert must be 1)",
-            "use train.backend: megatron for model parallelism",
-        )
 
 
-_TE_ONLY_MOE = dict.fromkeys(("moe_grouped_gemm", "moe_permute_fusion", "moe_router_fusion"), True)
-
-
-@rule
-def megatron_model(s: Spec) -> Iterator[Finding]:
-    """What the megatron backend checks at launch, run here when model.path/config.json is readable."""
-    if s.train.backend != "megatron":
-        return
-    requested = s.train.backend_args.get("attention-backend", s.train.backend_args.get("attention_backend"))
-    if requested is not None and requested not in ATTENTION_BACKENDS:
-        key = "attention-backend" if "attention-backend" in s.train.backend_args else "attention_backend"
-        yield (
-            f"train.backend_args.{key}",
-            f"attention backend {requested!r} is not one of {', '.join(ATTENTION_BACKENDS)}",
-            "flash/fused/unfused/local/auto are megatron-core's names; te and sdpa pick a layer spec directly",
-        )
-    cfg = model_config(s.model.path)
-    if cfg is None:
-        return
-    try:
-        shape = ModelShape.from_hf_config(cfg)
-    except MegatronConfigError as exc:
-        for message in exc.problems:
-            yield ("model.path", f"{message} ({s.model.path}/config.json)", "use train.backend: torch for this model")
-        return
-    p = s.train.parallel
-    yield from parallel_findings(
-        shape,
-        tp=p.tensor,
-        pp=p.pipeline,
-        cp=p.context,
-        ep=p.expert,
-        etp=p.expert_tensor,
-        sequence_parallel=p.sequence_parallel,
-        attention_backend=None if requested in (None, "auto", "flash") else str(requested),
-    )
-    if shape.mla and requested in ("local", "unfused"):
-        yield (
-            "train.backend_args.attention-backend",
-            f"attention-backend {requested}: megatron-core's local DotProductAttention cannot take multi-latent "
-            "attention's different key and value head sizes",
-            "use auto or sdpa",
-        )
-    for key, value in s.train.backend_args.items():
-        if shape.moe and _TE_ONLY_MOE.get(key.replace("-", "_")) and value not in (False, None):
-            yield (
-                f"train.backend_args.{key}",
-                f"'{key}' needs Transformer Engine layer specs, which the megatron backend does not map for MoE "
-                "models (its experts run one by one as SequentialMLP)",
-                "remove it",
-            )
-    if requested in ("te", "fused") and (shape.moe or shape.mla):
-        yield (
-            "train.backend_args.attention-backend",
-            f"attention-backend {requested} uses Transformer Engine layer specs, which are not mapped for "
-            f"{shape.family} (MoE / multi-latent attention) models",
-            "use auto or sdpa",
-        )
-
-
-@rule
-def sglang_expert_parallel(s: Spec) -> Iterator[Finding]:
-    """SGLang runs an engine's MoE layers on ep x (tp / ep) ranks and gives each EP rank experts / ep experts
-    (it asserts both divide); a wrong --ep-size fails only when the engine starts, after the queue wait."""
-    r = s.rollout
-    if r.backend != "sglang":
-        return
-    pp = next((v for k, v in r.engine_args.items() if _flag(k) in ("pp-size", "pipeline-parallel-size")), 1)
-    tp = r.gpus_per_engine // pp if isinstance(pp, int) and pp >= 1 and r.gpus_per_engine % pp == 0 else None
-    cfg = model_config(s.model.path) or {}
-    experts = next((cfg[k] for k in ("num_experts", "num_local_experts", "n_routed_experts") if k in cfg), None)
-    for key, ep in r.engine_args.items():
-        if _flag(key) not in EP_FLAGS:
-            continue
-        path = f"rollout.engine_args.{key}"
-        if not isinstance(ep, int) or isinstance(ep, bool) or ep < 1:
-            yield (path, f"SGLang's expert-parallel size must be a positive integer, got {ep!r}", None)
-        elif tp is not None and tp % ep:
-            yield (
-                path,
-                f"SGLang's expert-parallel size {ep} does not divide the engine's tensor-parallel size {tp} "
-                "(rollout.gpus_per_engine / pp-size): its MoE layers run on ep x tp/ep ranks",
-                f"choose an ep-size that divides {tp}",
-            )
-        elif isinstance(experts, int) and experts % ep:
-            yield (
-                path,
-                f"SGLang's expert-parallel size {ep} does not divide the model's {experts} experts",
-                "choose an ep-size that divides the expert count",
-            )
-
-
-def _flag(key: str) -> str:
-    return key.strip().lstrip("-").replace("_", "-")
-
-
-def _attention_heads(cfg: dict | None) -> tuple[int | None, int | None]:
+def attention_heads(cfg: dict | None) -> tuple[int | None, int | None]:
     """(attention heads, key/value heads) from an HF config.json, or (None, None)."""
     heads = (cfg or {}).get("num_attention_heads")
     if not isinstance(heads, int) or heads < 1:
         return None, None
     groups = cfg.get("num_key_value_heads")
     return heads, groups if isinstance(groups, int) and groups >= 1 else heads
-
-
-# TransformerConfig options the spec already decides: a train.backend_args entry for one of them would
-# silently disagree with the rest of the job (the process groups, the weight converter, the rules here).
-_SPEC_OWNED_BACKEND_ARGS = {
-    "tensor_model_parallel_size": "train.parallel.tensor",
-    "pipeline_model_parallel_size": "train.parallel.pipeline",
-    "context_parallel_size": "train.parallel.context",
-    "expert_model_parallel_size": "train.parallel.expert",
-    "expert_tensor_parallel_size": "train.parallel.expert_tensor",
-    "sequence_parallel": "train.parallel.sequence_parallel",
-    "bf16": "train.precision",
-    "fp16": "train.precision",
-    "params_dtype": "train.precision",
-    "pipeline_dtype": "train.precision",
-    **dict.fromkeys(
-        (
-            "num_layers",
-            "hidden_size",
-            "ffn_hidden_size",
-            "num_attention_heads",
-            "num_query_groups",
-            "kv_channels",
-            "layernorm_epsilon",
-            "add_qkv_bias",
-            "add_bias_linear",
-            "normalization",
-            "gated_linear_unit",
-            "activation_func",
-            "num_moe_experts",
-            "moe_router_topk",
-            "moe_ffn_hidden_size",
-            "moe_layer_freq",
-            "moe_router_score_function",
-            "moe_router_pre_softmax",
-            "moe_router_enable_expert_bias",
-            "moe_router_num_groups",
-            "moe_router_group_topk",
-            "moe_router_topk_scaling_factor",
-            "moe_shared_expert_intermediate_size",
-            "moe_shared_expert_gate",
-            "qk_layernorm",
-            "multi_latent_attention",
-            "q_lora_rank",
-            "kv_lora_rank",
-            "qk_head_dim",
-            "qk_pos_emb_head_dim",
-            "v_head_dim",
-            "rotary_base",
-            "rope_type",
-        ),
-        "the model's config.json",
-    ),
-}
-
-
-@rule
-def backend_args(s: Spec) -> Iterator[Finding]:
-    if s.train.backend == "torch":
-        for key in s.train.backend_args:
-            yield (
-                f"train.backend_args.{key}",
-                "train.backend_args are Megatron flags; the torch backend takes none",
-                "remove it, or use train.backend: megatron",
-            )
-        return
-    for key in s.train.backend_args:
-        owner = _SPEC_OWNED_BACKEND_ARGS.get(key.replace("-", "_"))
-        if owner is not None:
-            yield (
-                f"train.backend_args.{key}",
-                f"'{key}' is decided by {owner}; a backend_args value would silently disagree with the rest of the job",
-                f"remove it and set {owner}" if owner.startswith("train.") else "remove it",
-            )
 
 
 @rule
@@ -678,20 +421,6 @@ def rollout_gpus(s: Spec) -> Iterator[Finding]:
             "remove rollout.gpus (colocated engines get the trainer's GPUs) or give the engines GPUs",
         )
         return
-    heads, groups = _attention_heads(model_config(s.model.path))
-    if (
-        heads
-        and r.backend == "sglang"
-        and r.gpus_per_engine > 1
-        and (heads % r.gpus_per_engine or (groups % r.gpus_per_engine and r.gpus_per_engine % groups))
-    ):
-        yield (
-            "rollout.gpus_per_engine",
-            f"an engine's tensor parallelism of {r.gpus_per_engine} (gpus_per_engine) "
-            f"does not fit the model's {heads} attention heads / {groups} key/value heads: SGLang needs the "
-            "heads divisible by it, and the key/value heads divisible by it or it by them",
-            "choose gpus_per_engine accordingly",
-        )
     if r.gpus and r.gpus % r.gpus_per_engine:
         yield (
             "rollout.gpus",
@@ -770,67 +499,6 @@ def sampling(s: Spec) -> Iterator[Finding]:
                 "weight_sync nccl broadcasts to engines on their own GPUs; colocated engines share the trainer's GPUs",
                 "remove weight_sync (derived) or use disk when colocated",
             )
-
-
-@rule
-def engine_support(s: Spec) -> Iterator[Finding]:
-    """Settings the rollout engines (as the runtime drives them) cannot honour."""
-    r = s.rollout
-    if r.router_args:
-        yield (
-            "rollout.router_args",
-            "the rollout manager sends requests straight to the engines and spreads them itself; the "
-            "sglang-router is not in the request path, so router settings would do nothing",
-            "remove rollout.router_args",
-        )
-    if r.backend == "builtin" and r.gpus_per_engine > 1:
-        n = r.gpus_per_engine
-        yield (
-            "rollout.gpus_per_engine",
-            f"the built-in engine runs on one device; gpus_per_engine {n} would leave {n - 1} of each engine's "
-            f"{n} GPUs idle",
-            "set rollout.gpus_per_engine: 1 (more GPUs give more engines), or rollout.backend: sglang",
-        )
-
-
-@rule
-def engine_args_known(s: Spec) -> Iterator[Finding]:
-    """The engine arguments the launch would refuse (one table: slime.spec.engine_flags)."""
-    r = s.rollout
-    for key in r.engine_args:
-        if r.backend == "sglang" and (hit := sglang_reserved(key)) is not None:
-            abbr = "" if hit == normalize_flag(key) else f" (--{normalize_flag(key)} abbreviates it)"
-            yield (
-                f"rollout.engine_args.{key}",
-                f"slime-submit sets --{hit} itself from the spec and the layout{abbr}",
-                f"remove it (change {reserved_hint(hit)} instead)",
-            )
-        elif r.backend == "builtin" and builtin_engine_arg(key) is None:
-            yield (
-                f"rollout.engine_args.{key}",
-                f"'{key}' is not an option of the built-in engine",
-                f"valid: {', '.join(BUILTIN_ENGINE_ARGS)} (SGLang flags need rollout.backend: sglang)",
-            )
-
-
-@rule
-def weight_sync_support(s: Spec) -> Iterator[Finding]:
-    """Weight-sync modes the runtime cannot carry out for this layout."""
-    r, pipeline = s.rollout, s.train.parallel.pipeline
-    if r.weight_sync == "delta" and r.backend == "builtin":
-        yield (
-            "rollout.weight_sync",
-            "delta weight sync is implemented for SGLang engines only; the built-in engine would load every "
-            "tensor from disk each time",
-            "use weight_sync: disk (or remove it) with rollout.backend: builtin",
-        )
-    if r.weight_sync == "nccl" and pipeline > 1:
-        yield (
-            "rollout.weight_sync",
-            f"weight_sync nccl broadcasts the policy from trainer rank 0, which holds only the first of "
-            f"{pipeline} pipeline stages",
-            "use weight_sync: disk, or remove weight_sync (derived: disk when pipeline > 1)",
-        )
 
 
 @rule
@@ -967,12 +635,6 @@ def optimizer(s: Spec) -> Iterator[Finding]:
     o = s.train.optimizer
     if o.min_lr > o.lr:
         yield ("train.optimizer.min_lr", f"min_lr {o.min_lr} is above lr {o.lr}", "set min_lr <= lr")
-    if o.distributed and s.train.backend == "torch":
-        yield (
-            "train.optimizer.distributed",
-            "the torch backend keeps a full optimizer copy on every data-parallel rank; it cannot shard it",
-            "remove train.optimizer.distributed (derived: false with torch), or use train.backend: megatron",
-        )
 
 
 @rule
@@ -1027,7 +689,7 @@ def _sandbox_fields_honoured(sb: SandboxSpec) -> Iterator[Finding]:
         )
 
 
-def _over_context(s: Spec) -> str | None:
+def over_context(s: Spec) -> str | None:
     r, ctx = s.rollout, s.model.max_context_len
     if ctx is not None and r.max_prompt_len + r.max_response_len > ctx:
         return (
@@ -1035,24 +697,6 @@ def _over_context(s: Spec) -> str | None:
             f"model's context length {ctx}"
         )
     return None
-
-
-@rule
-def context_fits_sglang(s: Spec) -> Iterator[Finding]:
-    # SGLang refuses a request whose prompt + max_new_tokens exceeds the context (unless started with
-    # --allow-auto-truncate); every rollout request asks for max_response_len new tokens.
-    if s.rollout.backend == "sglang" and (over := _over_context(s)):
-        yield (
-            "rollout.max_response_len",
-            f"{over}: SGLang would refuse long prompts",
-            "lower max_response_len or max_prompt_len so that they fit the context",
-        )
-
-
-@warning
-def long_responses(s: Spec) -> Iterator[Finding]:
-    if s.rollout.backend != "sglang" and (over := _over_context(s)):
-        yield ("rollout.max_response_len", f"{over}; the built-in engine stops responses at the context", None)
 
 
 def check_raw(spec: Spec) -> list[tuple[Literal["error", "warning"], Finding]]:
@@ -1066,9 +710,22 @@ def all_rules(*, check_paths: bool | Literal["warn"] = False) -> list[tuple[Lite
     local files must exist (True), or a missing one is only a warning (``"warn"``, for previews)."""
     out: list[tuple[Literal["error", "warning"], Rule]] = [("error", fn) for fn in RULES]
     out += [("warning", fn) for fn in WARNINGS]
+    out += [("error", _plugin_rules("RULES")), ("warning", _plugin_rules("WARNINGS"))]
     if check_paths:
         out.append(("warning" if check_paths == "warn" else "error", _paths))
     return out
+
+
+def _plugin_rules(name: str) -> Rule:
+    """The rules (``RULES`` or ``WARNINGS`` of its hooks) of each plug-in the spec selects."""
+
+    def run(s: Spec) -> Iterator[Finding]:
+        for kind in KINDS:
+            for fn in hook(selected(s, kind), name, ()):
+                yield from fn(s)
+
+    run.__name__ = f"plugin_{name.lower()}"
+    return run
 
 
 def check(

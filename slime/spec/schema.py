@@ -1,11 +1,11 @@
-"""The JSON Schema of each spec version, generated from the typed objects.
+"""The JSON Schema of the current spec version, generated from the typed objects.
 
-``msgspec.json.schema`` derives the schema (types, constraints, defaults and
-each field's one-line description) from ``slime.spec.types``; the committed copy
-``slime/spec/schema/v1.json`` exists for editors' YAML language servers and a
-test keeps it byte-identical to the generated one. Validation uses the
-``jsonschema`` library because it reports every violation (``iter_errors``),
-where msgspec's converter stops at the first.
+``msgspec.json.schema`` derives the schema (types, constraints, defaults and each field's one-line
+description) from ``slime.spec.types``, with the installed plug-ins' sections; the committed copy
+``slime/spec/schema/v2.json`` (the built-in plug-ins) exists for editors' YAML language servers,
+and a test keeps it byte-identical to the generated one. Validation uses the ``jsonschema`` library
+because it reports every violation (``iter_errors``), where msgspec's converter stops at the first.
+Older versions are upgraded before validation (``slime.spec.versions``): one schema is enough.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from typing import Any
 from slime.spec.errors import Origin, Problem
 from slime.spec.yamlmarks import Marks, Path
 
-SUPPORTED_VERSIONS = ("slime/v1",)
+SUPPORTED_VERSIONS = ("slime/v1", "slime/v2")  # apiVersions a spec may have (older ones are upgraded)
+CURRENT = SUPPORTED_VERSIONS[-1]
 SCHEMA_DIR = FsPath(__file__).with_name("schema")
 
 __all__ = [
@@ -39,9 +40,15 @@ __all__ = [
 ]
 
 
-def generate_schema(api_version: str = "slime/v1") -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of one spec version, generated from the types by msgspec."""
-    if api_version not in SUPPORTED_VERSIONS:
+def _plugins() -> dict[str, list[str]]:
+    from slime.spec.plugin import KINDS, profiles
+
+    return {kind: list(profiles(kind)) for kind in KINDS}
+
+
+def generate_schema(api_version: str = CURRENT) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of the current spec version, generated from the types by msgspec."""
+    if api_version != CURRENT:
         raise KeyError(api_version)
     import msgspec
 
@@ -49,8 +56,9 @@ def generate_schema(api_version: str = "slime/v1") -> dict[str, Any]:
 
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://slime-submit.dev/schema/v1.json",
-        "title": "slime-submit RLJob spec (slime/v1)",
+        "$id": f"https://slime-submit.dev/schema/{api_version.split('/')[1]}.json",
+        "title": f"slime-submit RLJob spec ({api_version})",
+        "x-plugins": _plugins(),
         **msgspec.json.schema(Spec),
     }
 
@@ -59,15 +67,18 @@ def generate_schema(api_version: str = "slime/v1") -> dict[str, Any]:
 def schema_for(api_version: str) -> dict[str, Any]:
     """The schema of one spec version: the committed copy (a test keeps it equal to
     ``generate_schema``), read in ~1 ms instead of ~20 ms of type inspection on every CLI start."""
-    if api_version not in SUPPORTED_VERSIONS:
+    if api_version != CURRENT:
         raise KeyError(api_version)
     try:
-        return json.loads(committed_schema_path(api_version).read_text())
+        committed = json.loads(committed_schema_path(api_version).read_text())
     except (OSError, ValueError):
-        return generate_schema(api_version)
+        committed = None
+    if committed is not None and committed.get("x-plugins") == _plugins():
+        return committed
+    return generate_schema(api_version)  # other plug-ins are installed: their sections are in it
 
 
-def dump_schema(api_version: str = "slime/v1") -> str:
+def dump_schema(api_version: str = CURRENT) -> str:
     """The generated schema as JSON text (fields in declaration order, as ``explain`` lists them)."""
     return json.dumps(generate_schema(api_version), indent=2) + "\n"
 
@@ -381,10 +392,10 @@ def value_problems(api_version: str, path: Path, value: Any, marks: Marks, *, ta
 
 def write_committed_schema() -> FsPath:
     SCHEMA_DIR.mkdir(exist_ok=True)
-    target = SCHEMA_DIR / "v1.json"
-    target.write_text(dump_schema("slime/v1"))
+    target = committed_schema_path(CURRENT)
+    target.write_text(dump_schema(CURRENT))
     return target
 
 
-def committed_schema_path(api_version: str = "slime/v1") -> FsPath:
+def committed_schema_path(api_version: str = CURRENT) -> FsPath:
     return SCHEMA_DIR / (api_version.split("/", 1)[1] + ".json")

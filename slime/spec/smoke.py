@@ -9,13 +9,13 @@ it through the local launcher.
 
 What changes (each one listed in ``SmokePlan.changes``, only where the value differs):
 
-* where it runs: the local launcher, one node, no GPU; SLURM-only settings dropped;
+* where it runs: the default launcher, one node, no GPU; the other launchers' sections dropped;
 * the model: the built-in tiny model (its tokenizer, its 256-token context); a reference
   checkpoint becomes ``initial`` (the tiny model's starting policy);
-* the trainer: the torch backend, data parallel on one CPU rank, fp32, no Megatron flags; the
-  checkpoint dir is the run dir's (``train.checkpoint.load`` dropped);
-* the engines: one built-in engine; SGLang flags dropped; ``delta`` weight sync becomes ``disk``
-  (``nccl`` stays: it runs over gloo on CPU);
+* the trainer: the default (CPU) train backend, data parallel on one CPU rank, fp32, other backends'
+  sections dropped; the checkpoint dir is the run dir's (``train.checkpoint.load`` dropped);
+* the engines: one default (CPU) engine; other engines' sections dropped, and their own edits
+  (``smoke_edits`` hooks: e.g. ``delta`` weight sync becomes ``disk``; ``nccl`` stays, over gloo);
 * the size: ``--rollouts`` rollouts, at most :data:`MAX_PROMPTS` prompts x :data:`MAX_SAMPLES`
   samples per rollout (optimizer steps per rollout and over-sampling kept in proportion), prompt and
   response lengths cut to fit the tiny context, at most :data:`MAX_SFT_STEPS` SFT warm-up steps, eval
@@ -42,8 +42,9 @@ from typing import Any
 import msgspec
 from msgspec.structs import fields, replace
 
+from slime.spec.plugin import KINDS, default_profile, hook, profiles, selected
 from slime.spec.resolve import resolve
-from slime.spec.types import Cluster, Parallel, Spec
+from slime.spec.types import Parallel, Spec
 
 __all__ = [
     "MAX_EVAL_PROMPTS",
@@ -65,8 +66,6 @@ MAX_EVAL_PROMPTS = 8
 MAX_EVAL_SAMPLES = 2
 MAX_RESPONSE = 64  # when prompt + response do not fit the tiny context
 TINY_CONTEXT = 256  # slime.spec.resolve.BUILTIN_CONTEXT (the tiny model's max_position_embeddings)
-
-_SLURM = "a SLURM setting; the smoke runs here with the local launcher"
 
 
 @dataclass(frozen=True)
@@ -111,19 +110,24 @@ def _plain(value: Any) -> Any:
 Edit = tuple[str, Any, str]  # (dotted path, new value, reason)
 
 
+def _plugins(s: Spec) -> Iterator[Edit]:
+    """Each kind's default plug-in (the embedded CPU default); the others' sections dropped, the
+    selected ones' own smoke edits."""
+    for kind, (_, section, attr) in KINDS.items():
+        target, chosen = default_profile(kind), selected(s, kind)
+        yield f"{section}.{attr}", target.name, f"the embedded default {kind.replace('_', ' ')} (runs on this CPU)"
+        for name, p in profiles(kind).items():
+            if p.options is not None and name != target.name:
+                yield f"{section}.{name}", None, f"settings of the {name} {kind.replace('_', ' ')}"
+        yield from hook(chosen, "smoke_edits", lambda _: ())(s)
+
+
 def _cluster() -> Iterator[Edit]:
-    yield "cluster.launcher", "local", "the smoke runs on this machine, without SLURM"
     yield "cluster.nodes", 1, "one machine"
-    yield "cluster.gpus_per_node", 0, "CPU only: the torch trainer and the built-in engine"
+    yield "cluster.gpus_per_node", 0, "CPU only: the embedded trainer and engine"
     yield "cluster.fake_gpus", False, "no GPU slots to fake on a CPU-only run"
     yield "cluster.cpus_per_node", None, "derived from this machine"
-    for name in ("partition", "account", "qos", "constraint", "reservation", "time_limit", "mem", "container"):
-        yield f"cluster.{name}", None, _SLURM
-    yield "cluster.exclude", (), _SLURM
     yield "cluster.network_interface", None, "an interface of the cluster's nodes, not of this machine"
-    for f in fields(Cluster):  # restart settings: a local run is never requeued
-        if f.name in ("on_preflight_failure", "max_requeues", "max_failures", "signal_grace_s"):
-            yield f"cluster.{f.name}", f.default, "SLURM's restart setting; a local run is never requeued"
 
 
 def _model(s: Spec) -> Iterator[Edit]:
@@ -140,14 +144,12 @@ def _model(s: Spec) -> Iterator[Edit]:
 
 def _train(s: Spec, samples: int) -> Iterator[Edit]:
     t = s.train
-    yield "train.backend", "torch", "the embedded trainer (runs on CPU)"
     yield "train.nodes", None, "derived: one node"
     yield "train.gpus_per_node", None, "derived: one CPU rank"
     for f in fields(Parallel):  # every model-parallel size back to 1 (the torch backend is data parallel)
-        yield f"train.parallel.{f.encode_name}", f.default, "the torch trainer is data parallel only"
+        yield f"train.parallel.{f.encode_name}", f.default, "one CPU rank: data parallel only"
     yield "train.precision", "fp32", "CPU training is fp32"
-    yield "train.backend_args", {}, "Megatron flags; the torch trainer takes none"
-    yield "train.optimizer.distributed", None, "derived: the torch trainer keeps a full optimizer copy per rank"
+    yield "train.optimizer.distributed", None, "derived by the embedded trainer"
     yield "train.checkpoint.dir", None, "checkpoints go into the smoke's run dir"
     yield "train.checkpoint.load", None, "your checkpoint is for your model"
     steps = t.num_steps_per_rollout or 1
@@ -162,15 +164,9 @@ def _train(s: Spec, samples: int) -> Iterator[Edit]:
 
 def _rollout(s: Spec, rollouts: int, prompts: int, n: int) -> Iterator[Edit]:
     r = s.rollout
-    yield "rollout.backend", "builtin", "the embedded engine (SGLang needs GPUs)"
     yield "rollout.gpus", None, "derived: no GPUs"
-    yield "rollout.gpus_per_engine", 1, "the built-in engine runs on one device"
+    yield "rollout.gpus_per_engine", 1, "the embedded engine runs on one device"
     yield "rollout.num_engines", None, "derived: one engine on CPU"
-    if r.backend != "builtin":
-        yield "rollout.engine_args", {}, "SGLang server flags; the built-in engine takes none of them"
-    yield "rollout.router_args", {}, "sglang-router flags"
-    if r.weight_sync == "delta":
-        yield "rollout.weight_sync", "disk", "delta sync is implemented for SGLang engines only"
     yield "rollout.num_rollouts", rollouts, "a smoke run"
     yield "rollout.epochs", None, "rollout.num_rollouts decides"
     yield "rollout.batch_size", prompts, f"at most {MAX_PROMPTS} prompts per rollout"
@@ -257,6 +253,7 @@ def scale_down(spec: Spec, *, rollouts: int = 2, logging_dir: str, tasks: int = 
     r = spec.rollout
     prompts, n = min(r.batch_size, MAX_PROMPTS), min(r.n_samples_per_prompt, MAX_SAMPLES)
     edits = [
+        *_plugins(spec),
         *_cluster(),
         *_model(spec),
         *_train(spec, prompts * n),
@@ -284,34 +281,16 @@ def untested(spec: Spec, *, tasks: int = 1) -> tuple[str, ...]:
     out: list[str] = []
     if m.path is not None:
         out.append(f"your model ({m.path}): its config, tokenizer, chat template, context length and memory")
-    if t.backend == "megatron":
-        p = t.parallel
-        derived = {"expert_tensor": p.tensor}  # resolved to tensor unless set otherwise
-        sizes = [
-            f"{f.encode_name} {getattr(p, f.name)}"
-            for f in fields(Parallel)
-            if getattr(p, f.name) not in (f.default, derived.get(f.name, f.default))
-        ]
-        out.append(
-            "Megatron-core training: "
-            + (f"parallel sizes ({', '.join(sizes)}), " if sizes else "")
-            + f"precision {t.precision}, the distributed optimizer, HF<->Megatron weight conversion"
-            + (f", backend_args {', '.join(t.backend_args)}" if t.backend_args else "")
-        )
-    if r.backend == "sglang":
-        out.append(
-            f"SGLang engines: gpus_per_engine {r.gpus_per_engine} (engine tensor parallelism)"
-            + (f", engine_args {', '.join(r.engine_args)}" if r.engine_args else "")
-            + ", CUDA graphs and memory fractions"
-        )
+    for kind in KINDS:
+        out += hook(selected(spec, kind), "untested", lambda _: ())(spec)
     if r.weight_sync == "nccl":
         out.append("NCCL itself: the same collective weight sync ran over gloo")
     elif r.weight_sync == "delta":
         out.append("delta weight sync (disk sync ran instead)")
-    if c.launcher == "slurm" or c.nodes > 1 or c.gpus_per_node > 0:
+    if c.nodes > 1 or c.gpus_per_node > 0:
         out.append(
-            f"SLURM submission, {c.nodes} node(s) x {c.gpus_per_node} GPU(s): the GPU preflight, placement, "
-            "multi-node Ray and collectives, requeues"
+            f"{c.nodes} node(s) x {c.gpus_per_node} GPU(s): the GPU preflight, placement, multi-node Ray and "
+            "collectives"
         )
     if t.checkpoint.load or t.checkpoint.dir:
         out.append("your checkpoint directory and train.checkpoint.load")

@@ -141,7 +141,7 @@ def _megatron_worker(model_dir: str, attention: str, port: int, raw: str) -> Non
 
     args = argparse.Namespace(**json.loads(raw))
     data = {
-        "apiVersion": "slime/v1",
+        "apiVersion": "slime/v2",
         "kind": "RLJob",
         "name": "bench",
         "model": {"path": model_dir},

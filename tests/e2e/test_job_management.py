@@ -74,7 +74,7 @@ state("succeeded")
 print("jm-driver: done", flush=True)
 '''
 
-SPEC = """apiVersion: slime/v1
+SPEC = """apiVersion: slime/v2
 kind: RLJob
 name: {name}
 cluster:

@@ -84,7 +84,7 @@ def test_preflight_only_bootstraps_both_nodes_and_maps_four_distinct_gpu_slots(s
     account = f"acct 'q' \"d\" $(touch {canary}) #1"
     t = time.monotonic()
     proc, out = submit(
-        str(SMOKE), "--preflight-only", *setting("logging.dir", str(logdir)), *setting("cluster.account", account)
+        str(SMOKE), "--preflight-only", *setting("logging.dir", str(logdir)), *setting("cluster.slurm.account", account)
     )
     elapsed = time.monotonic() - t
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -205,7 +205,11 @@ def test_a_node_whose_ray_cannot_start_fails_the_job_within_the_timeout_naming_i
     run_dir, (job,) = Path(out["run_dir"]), out["job_ids"]
     pre = json.loads((run_dir / "tasks/0/preflight.json").read_text())
     assert not pre["ok"] and pre["stage"] == "bootstrap" and pre["bad_nodes"] == ["sn2"]
-    assert "missing: sn2" in pre["error"] and "injected failure" in pre["error"] and "cluster.exclude" in pre["error"]
+    assert (
+        "missing: sn2" in pre["error"]
+        and "injected failure" in pre["error"]
+        and "cluster.slurm.exclude" in pre["error"]
+    )
     assert "sn2" in proc.stderr and "preflight FAILED" in proc.stderr
     forget_kept_ray_dirs(job)
     (rec,) = job_records(job)
@@ -225,7 +229,7 @@ def test_requeue_excluding_moves_the_job_off_a_node_that_fails(slurm_cluster, tm
         "--preflight-only",
         *setting("cluster.nodes", 1),
         *setting("train.nodes", 1),
-        *setting("cluster.on_preflight_failure", "requeue_excluding"),
+        *setting("cluster.slurm.on_preflight_failure", "requeue_excluding"),
         *setting("cluster.bootstrap_timeout_s", 30),
         *setting("logging.dir", str(tmp_path / "runs")),
         env={"SLIME_RAY": str(wrapper)},

@@ -11,7 +11,7 @@ writing the temp dir and renaming it, so that SIGKILL lands inside the save wind
 Steps are chosen at random from a seed printed by the test (``SLIME_PREEMPT_SEED`` reproduces a
 run); every wait is bounded. Node loss is tested twice: under ``launchers.node.tinydriver`` (the launcher's
 promise alone) and under the real runtime (``slime.runtime.failures.lost_node_error`` names the node,
-exit 3, then the job is requeued within ``cluster.max_failures`` and resumes exactly). Two jobs on the
+exit 3, then the job is requeued within ``cluster.slurm.max_failures`` and resumes exactly). Two jobs on the
 same nodes never share a Ray cluster: asserted by
 ``test_two_task_sweep_is_one_array_of_two_private_ray_clusters_on_the_same_nodes`` in
 tests/e2e/test_slurm_e2e.py (two array tasks = two SLURM jobs on sn1 + sn2 at the same time).
@@ -238,7 +238,7 @@ def test_preempted_requeued_and_killed_in_a_save_the_run_still_has_every_step_on
 
 def test_a_node_lost_while_the_job_runs_fails_it_in_bounded_time_naming_the_node(slurm_cluster, tmp_path):
     """sn2's Ray (``ray start``, raylet, workers) is SIGKILLed while the job's driver runs, as when the node
-    dies under it. With cluster.max_failures: 0 the job must end FAILED, quickly, and say which node failed.
+    dies under it. With cluster.slurm.max_failures: 0 the job must end FAILED, quickly, and say which node failed.
     The driver is ``launchers.node.tinydriver`` (it just holds the job's Ray cluster): what is under test is the
     launcher's promise that a lost node ends the job whatever the driver does (srun --kill-on-bad-exit
     stops the step once sn2's bootstrap reports the loss), and how the loss is recorded and shown."""
@@ -278,7 +278,7 @@ def test_a_node_lost_during_real_training_is_recorded_in_bounded_time_and_the_re
 ):
     """The real runtime (``slime.train``: a trainer rank and an engine on each node) loses sn2 mid-training:
     every process of this job's Ray node on sn2 (found through the temp dir sn2's bootstrap recorded in the
-    rendezvous dir, never by name) is SIGKILLed once rollout k was logged. With cluster.max_failures: 1 the
+    rendezvous dir, never by name) is SIGKILLed once rollout k was logged. With cluster.slurm.max_failures: 1 the
     failure must be recorded naming sn2 within 60 s, the job requeued once, and the second run must resume
     from the last checkpoint and log every rollout exactly once. Stand-in: a node's death is its Ray dying
     (slurmd on sn2 stays up, as it must for the rest of the suite)."""

@@ -134,7 +134,7 @@ def _spec(args: dict, *, precision: str, attention: str = "auto", distributed: b
     from slime.spec.types import Spec
 
     data = {
-        "apiVersion": "slime/v1",
+        "apiVersion": "slime/v2",
         "kind": "RLJob",
         "name": "gpu",
         "model": {"path": args["model_dir"]},

@@ -26,7 +26,7 @@ from slime.spec import load_spec
 
 pytestmark = pytest.mark.timeout(240)
 
-SPEC = """apiVersion: slime/v1
+SPEC = """apiVersion: slime/v2
 kind: RLJob
 name: local-boot
 cluster:

@@ -25,7 +25,7 @@ if torch.cuda.is_available():  # pragma: no cover - the point is a machine witho
     pytest.skip("needs a machine without CUDA", allow_module_level=True)
 
 HOST = socket.gethostname().split(".")[0]
-SPEC = """apiVersion: slime/v1
+SPEC = """apiVersion: slime/v2
 kind: RLJob
 name: cuda-check
 cluster:
@@ -71,7 +71,7 @@ def test_a_gpu_slot_without_cuda_fails_the_preflight_with_exit_3_naming_the_node
     cuda = failed["cuda"]
     assert cuda["node"] == HOST and "CUDA fails on 1 GPU slot(s) of " + HOST in cuda["message"]
     assert "torch.cuda.is_available() is False (torch is a CPU-only build" in cuda["message"]
-    assert "cluster.exclude" in cuda["fix"] and "cluster.fake_gpus: true" in cuda["fix"]
+    assert "cluster.slurm.exclude" in cuda["fix"] and "cluster.fake_gpus: true" in cuda["fix"]
     assert pre["cuda"][0]["gpu_ids"] == ["0"] and pre["cuda"][0]["cuda_visible_devices"] == "0"
     assert "collective_nccl" not in {c["name"] for c in pre["checks"]}  # no NCCL on GPUs that failed CUDA
     assert pre["nodes"][0]["cuda"] == "FAIL"

@@ -17,7 +17,7 @@ from tests.fixtures.run_records import ROOT
 
 pytestmark = pytest.mark.timeout(120)
 
-GRPO_HOLES = ["cluster.partition", "model.path", "data.prompts", "data.eval[0].path", "logging.dir"]
+GRPO_HOLES = ["cluster.slurm.partition", "model.path", "data.prompts", "data.eval[0].path", "logging.dir"]
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -56,16 +56,16 @@ def test_grpo_slurm_names_its_placeholders_and_validate_lists_them(tmp_path, cap
     problems = json.loads(out)["results"][0]["problems"]
     assert rc == 2 and [p["path"] for p in problems] == GRPO_HOLES
     assert all(p["message"].startswith("placeholder not filled in: ") and p["line"] for p in problems)
-    part = next(p for p in problems if p["path"] == "cluster.partition")
-    assert "SLURM partition" in part["message"] and "--set cluster.partition=VALUE" in part["hint"]
+    part = next(p for p in problems if p["path"] == "cluster.slurm.partition")
+    assert "SLURM partition" in part["message"] and "--set cluster.slurm.partition=VALUE" in part["hint"]
     assert text.splitlines()[part["line"] - 1].strip().startswith("partition: '<FILL")
     # the human output names each field at its line
     rc, _, err = run(capsys, "validate", str(spec))
-    assert rc == 2 and f"{spec}:{part['line']}:3: error: cluster.partition: placeholder not filled in" in err
+    assert rc == 2 and f"{spec}:{part['line']}:3: error: cluster.slurm.partition: placeholder not filled in" in err
     assert "5 problems; nothing was submitted." in err
     # --set fills one; filling all makes it valid
     sets = [
-        "cluster.partition=gpu",
+        "cluster.slurm.partition=gpu",
         "model.path=/models/m",
         "data.prompts=/d/p.jsonl",
         "data.eval.0.path=/d/e.jsonl",

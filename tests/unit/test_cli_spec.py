@@ -52,7 +52,7 @@ def write(tmp_path: Path, data, name: str = "job.yaml") -> Path:
         ("directory", lambda d: d, ["cannot read spec file"]),
         ("binary garbage", lambda d: write(d, bytes(range(256)) * 8), ["cannot read spec file"]),
         ("empty file", lambda d: write(d, ""), ["must be a YAML mapping"]),
-        ("yaml syntax", lambda d: write(d, "apiVersion: slime/v1\nmodel: [\n"), ["YAML syntax error"]),
+        ("yaml syntax", lambda d: write(d, "apiVersion: slime/v2\nmodel: [\n"), ["YAML syntax error"]),
         ("not a mapping", lambda d: write(d, "- 1\n- 2\n"), ["must be a YAML mapping"]),
         ("schema", lambda d: write(d, spec(GPU_SPEC, **{"rollout.temprature": 1})), ["did you mean 'temperature'"]),
     ],
@@ -189,7 +189,7 @@ def test_schema_is_json_that_validates_the_examples(capsys):
 
 def test_schema_unknown_version(capsys):
     rc, _, err = run(capsys, "schema", "--api-version", "slime/v9")
-    assert rc == 2 and "slime/v1" in err
+    assert rc == 2 and "slime/v2" in err
 
 
 # ----------------------------------------------------------------------------- explain

@@ -67,12 +67,12 @@ def test_sglang_engines_get_tokenizer_path(tmp_path):
         i = c.argv.index("--tokenizer-path")
         assert c.argv[i + 1] == str(tmp_path)
     with pytest.raises(SpecError) as info:  # validate refuses an engine_args tokenizer-path
-        load_spec(spec_file, overrides=["rollout.engine_args.tokenizer-path=/x"])
-    assert "rollout.engine_args.tokenizer-path: slime-submit sets --tokenizer-path itself" in str(info.value)
+        load_spec(spec_file, overrides=["rollout.sglang.args.tokenizer-path=/x"])
+    assert "rollout.sglang.args.tokenizer-path: slime-submit sets --tokenizer-path itself" in str(info.value)
     bad = replace(plain, rollout=replace(plain.rollout, engine_args={"tokenizer-path": "/x"}))
     with pytest.raises(LaunchError) as exc:  # and so does the launch, for a spec that skipped validate
         engine_commands(bad)
     assert str(exc.value) == (
-        "rollout.engine_args.tokenizer-path: slime sets --tokenizer-path itself from the spec and layout; "
+        "rollout.sglang.args.tokenizer-path: slime sets --tokenizer-path itself from the spec and layout; "
         "remove it (change model.tokenizer instead)"
     )

@@ -35,7 +35,7 @@ def test_a_collective_error_naming_a_peer_names_that_node_and_not_the_reporter()
     assert isinstance(err, InfraError) and classify(err) == ExitCode.INFRA
     text = str(err)
     assert text.startswith("lost sn2 (10.77.0.12) during training (a trainer or engine process there died")
-    assert "sn1" not in text and "cluster.exclude: [sn2]" in text and "Connection closed by peer" in text
+    assert "sn1" not in text and "cluster.slurm.exclude: [sn2]" in text and "Connection closed by peer" in text
 
 
 def test_a_node_ray_marks_dead_is_named_as_dead():

@@ -44,7 +44,7 @@ def _object(node: object, defs: dict) -> dict | None:
 
 
 def schema_leaves() -> list[str]:
-    root = schema_for("slime/v1")
+    root = schema_for("slime/v2")
     defs = root["$defs"]
     out: list[str] = []
 
@@ -208,7 +208,7 @@ def test_every_referenced_test_exists():
 
 
 def test_fixed_fields_have_a_single_value():
-    root = schema_for("slime/v1")
+    root = schema_for("slime/v2")
     spec_props = root["$defs"]["Spec"]["properties"]
     for field, entries in FIELDS.items():
         if any(isinstance(e, Fixed) for e in entries):

@@ -72,17 +72,21 @@ def test_env_and_secrets_reach_a_local_job(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("edit", "path", "words"),
     [
-        ({"cluster.time_limit": "01:00:00"}, "cluster.time_limit", "is a SLURM limit"),
-        ({"cluster.mem": "4G"}, "cluster.mem", "is a SLURM limit"),
-        ({"cluster.account": "proj"}, "cluster.account", "is SLURM-only"),
-        ({"cluster.qos": "high"}, "cluster.qos", "is SLURM-only"),
-        ({"cluster.constraint": "h100"}, "cluster.constraint", "is SLURM-only"),
-        ({"cluster.reservation": "maint"}, "cluster.reservation", "is SLURM-only"),
-        ({"cluster.exclude": ["n1"]}, "cluster.exclude", "is SLURM-only"),
-        ({"cluster.on_preflight_failure": "requeue_excluding"}, "cluster.on_preflight_failure", "never requeued"),
-        ({"cluster.max_requeues": 2}, "cluster.max_requeues", "never requeued"),
-        ({"cluster.max_failures": 1}, "cluster.max_failures", "never requeued"),
-        ({"cluster.signal_grace_s": 60}, "cluster.signal_grace_s", "never requeued"),
+        ({"cluster.slurm.time_limit": "01:00:00"}, "cluster.slurm.time_limit", "is a SLURM limit"),
+        ({"cluster.slurm.mem": "4G"}, "cluster.slurm.mem", "is a SLURM limit"),
+        ({"cluster.slurm.account": "proj"}, "cluster.slurm.account", "is SLURM-only"),
+        ({"cluster.slurm.qos": "high"}, "cluster.slurm.qos", "is SLURM-only"),
+        ({"cluster.slurm.constraint": "h100"}, "cluster.slurm.constraint", "is SLURM-only"),
+        ({"cluster.slurm.reservation": "maint"}, "cluster.slurm.reservation", "is SLURM-only"),
+        ({"cluster.slurm.exclude": ["n1"]}, "cluster.slurm.exclude", "is SLURM-only"),
+        (
+            {"cluster.slurm.on_preflight_failure": "requeue_excluding"},
+            "cluster.slurm.on_preflight_failure",
+            "never requeued",
+        ),
+        ({"cluster.slurm.max_requeues": 2}, "cluster.slurm.max_requeues", "never requeued"),
+        ({"cluster.slurm.max_failures": 1}, "cluster.slurm.max_failures", "never requeued"),
+        ({"cluster.slurm.signal_grace_s": 60}, "cluster.slurm.signal_grace_s", "never requeued"),
         (
             {"sweep": {"grid": {"train.seed": [1, 2]}, "max_parallel": 2}},
             "sweep.max_parallel",
@@ -141,8 +145,8 @@ def test_a_sharded_optimizer_is_megatrons_and_derived_there():
 
 def test_the_torch_backend_refuses_megatron_only_settings():
     (p,) = errors_at(
-        problems(spec(C, **{"train.backend_args": {"recompute-granularity": "full"}})),
-        "train.backend_args.recompute-granularity",
+        problems(spec(C, **{"train.megatron.args": {"recompute-granularity": "full"}})),
+        "train.megatron.args.recompute-granularity",
     )
     assert "Megatron flags; the torch backend takes none" in p.message
     (p,) = errors_at(problems(spec(C, **{"train.optimizer.distributed": True})), "train.optimizer.distributed")

@@ -51,7 +51,7 @@ def test_slot_device_refuses_a_gpu_slot_without_cuda_and_names_the_host():
     msg = str(err.value)
     assert f"actor rank 0 (slot node0:gpu0) on {HOST} sits on a GPU slot" in msg
     assert "CUDA is not available there: torch is a CPU-only build" in msg
-    assert f"cluster.exclude: [{HOST}]" in msg and "cluster.fake_gpus: true" in msg
+    assert f"cluster.slurm.exclude: [{HOST}]" in msg and "cluster.fake_gpus: true" in msg
     assert classify(err.value) == 3
 
 

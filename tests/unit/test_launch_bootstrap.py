@@ -49,7 +49,7 @@ from slime.spec import load_spec_text
 
 def _spec(**cluster):
     doc = {
-        "apiVersion": "slime/v1",
+        "apiVersion": "slime/v2",
         "kind": "RLJob",
         "name": "boot",
         "cluster": {"launcher": "slurm", "nodes": 2, "gpus_per_node": 0, **cluster},

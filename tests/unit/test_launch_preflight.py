@@ -38,7 +38,7 @@ def test_gres_gpus_without_cuda_fail_naming_the_node_unless_fake_gpus_is_set():
     c = _checks(gpu_visibility("sn1", 2, dict(CI_NODE, torch_cuda=0)))
     assert not c["gpu_count"].ok and c["gpu_count"].node == "sn1"
     assert "no CUDA on this node although SLURM GRES gives it 2 GPU(s)" in c["gpu_count"].message
-    assert "cluster.fake_gpus: true" in c["gpu_count"].fix and "cluster.exclude" in c["gpu_count"].fix
+    assert "cluster.fake_gpus: true" in c["gpu_count"].fix and "cluster.slurm.exclude" in c["gpu_count"].fix
     c = _checks(gpu_visibility("sn1", 2, dict(CI_NODE, torch_cuda=0), fake_gpus=True))
     assert c["gpu_count"].ok and "SLURM GRES" in c["gpu_count"].message
     assert "fake GPUs (cluster.fake_gpus): CUDA not checked" in c["gpu_count"].message

@@ -184,7 +184,7 @@ def _worker(
     from slime.spec.types import Spec
 
     data = {
-        "apiVersion": "slime/v1",
+        "apiVersion": "slime/v2",
         "kind": "RLJob",
         "name": "cpu",
         "model": {"path": model_dir},

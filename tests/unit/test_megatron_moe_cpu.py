@@ -264,7 +264,7 @@ def make_spec(model_dir: str, out_dir: str, *, tp=1, pp=1, ep=1, etp=None, sp=Fa
     if etp is not None:
         parallel["expert_tensor"] = etp
     data = {
-        "apiVersion": "slime/v1",
+        "apiVersion": "slime/v2",
         "kind": "RLJob",
         "name": "cpu",
         "model": {"path": model_dir},

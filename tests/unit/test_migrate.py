@@ -1,4 +1,4 @@
-"""import-slime-args: slime launch scripts and flag lists become commented, valid slime/v1 specs,
+"""import-slime-args: slime launch scripts and flag lists become commented, valid slime/v2 specs,
 and every flag is accounted for (mapped, implied, passed through, or listed with a reason)."""
 
 from __future__ import annotations
@@ -207,7 +207,7 @@ def test_disaggregated_flags_with_equals_signs():
     assert s.data.prompts == "/data/gsm8k/train.jsonl"  # ${DATA_ROOT:-/data}
     assert (s.data.input_key, s.data.label_key, s.data.shuffle) == ("question", "answer", False)
     assert s.reward.type == "exact" and s.algorithm.kl_loss_coef == 0.0  # boxed_math has no v1 equivalent
-    assert s.rollout.engine_args == {"cuda-graph-max-bs": 128}
+    assert s.rollout.sglang.args == {"cuda-graph-max-bs": 128}
     unmapped = dict(result.unmapped)
     assert "slime ignores it without --use-kl-loss" in unmapped["--kl-loss-coef"]
     assert "grades only the \\boxed{} content" in unmapped["--rm-type"]
@@ -342,7 +342,7 @@ def test_individual_mappings(flags, path, value):
         ("--rm-type gpqa", "no built-in 'gpqa' reward"),
         ("--optimizer sgd", "Adam(W) only"),
         ("--lr-decay-style WSD", "constant, cosine and linear"),
-        ("--custom-tis-function-path a.b", "not in slime/v1; algorithm.tis"),
+        ("--custom-tis-function-path a.b", "not in slime/v2; algorithm.tis"),
         ("--keep-old-actor", "corrects the one-step staleness"),
         ("--ci-test", "CI self-checks"),
         ("--custom-generate-function-path a.b.c", "plug-ins"),
@@ -398,7 +398,7 @@ def test_data_path_flags_say_how_slime_differs_and_the_result_validates():
 
 def test_a_megatron_flag_with_several_values_is_listed():
     unmapped = dict(convert_slime_args("--recompute-modules core_attn mlp").unmapped)
-    assert "train.backend_args holds one value per Megatron flag" in unmapped["--recompute-modules"]
+    assert "train.megatron.args holds one value per Megatron flag" in unmapped["--recompute-modules"]
 
 
 def test_async_entry_point_tis_and_tensorboard_flags_map():

@@ -1,7 +1,7 @@
 """import-slime-args reproduces the maths slime trains with, or says loudly where it cannot.
 
 Each case here is a place where slime's default (flag absent) or a slime flag means something
-different from slime/v1's default: the imported spec must say what slime computes.
+different from slime/v2's default: the imported spec must say what slime computes.
 """
 
 from __future__ import annotations
@@ -75,12 +75,12 @@ def test_kl_loss_type_given_is_kept():
 
 
 def test_reward_kl_with_another_estimator_is_said_to_differ():
-    """slime estimates the reward KL (--kl-coef) with --kl-loss-type too; slime/v1 uses k1 there."""
+    """slime estimates the reward KL (--kl-coef) with --kl-loss-type too; slime/v2 uses k1 there."""
     flags = BASE.replace("--colocate", "--colocate --advantage-estimator ppo") + "--kl-coef 0.05 --ref-load /r "
     assert "--kl-loss-type" not in str(convert_slime_args(flags).differences)  # k1 (slime's default): the same
     result = convert_slime_args(flags + "--kl-loss-type k3")
     assert dict(result.differences)["--kl-loss-type k3"] == (
-        "slime also estimates the KL folded into the reward (--kl-coef) with k3; slime/v1 estimates that "
+        "slime also estimates the KL folded into the reward (--kl-coef) with k3; slime/v2 estimates that "
         "one with k1 (algorithm.kl_loss_type applies to the KL loss only), so the reward penalty differs"
     )
 
@@ -101,7 +101,7 @@ def test_dapo_needs_slimes_score_key():
     assert "--rm-type dapo" not in dict(result.differences)
     result, _ = reward_of("--rm-type dapo --reward-key acc")
     assert dict(result.unmapped)["--reward-key"] == (
-        "slime would reward dapo's 'acc'; slime/v1's dapo reward is its score (+1/-1)"
+        "slime would reward dapo's 'acc'; slime/v2's dapo reward is its score (+1/-1)"
     )
     result, _ = reward_of("--rm-type dapo")
     assert dict(result.differences)["--rm-type dapo"].startswith("slime needs --reward-key score with it")
@@ -136,7 +136,7 @@ def test_boxed_graders_without_an_equivalent_are_not_mapped(kind):
     assert reward == "exact" and "reward.type" in dict(result.placeholders)
     assert dict(result.unmapped)["--rm-type"] == (
         f"slime's '{kind}' grades only the \\boxed{{}} content of the response (boxed_math and "
-        "boxed_deepscaler then almost never score); slime/v1 has no such variant: port it as reward.type: custom"
+        "boxed_deepscaler then almost never score); slime/v2 has no such variant: port it as reward.type: custom"
     )
 
 
@@ -195,7 +195,7 @@ def test_slime_filters_no_prompt_unless_told():
 def test_slime_caps_no_response_unless_told():
     result = convert_slime_args(BASE + "--rollout-max-prompt-len 100")
     assert dict(result.differences)["--rollout-max-response-len (absent)"] == (
-        "slime sends no max_new_tokens (the engine's default applies); slime/v1 stops responses at "
+        "slime sends no max_new_tokens (the engine's default applies); slime/v2 stops responses at "
         "rollout.max_response_len (1024 unless set)"
     )
 

@@ -35,7 +35,7 @@ from slime.spec import SpecError, load_spec
 ENV_SECRET = "env-canary-7f3a9d2e41"
 FILE_SECRET = "file-canary-c0ffee5511"
 
-SPEC = """apiVersion: slime/v1
+SPEC = """apiVersion: slime/v2
 kind: RLJob
 name: prov
 cluster:

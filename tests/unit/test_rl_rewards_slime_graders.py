@@ -96,7 +96,7 @@ def test_last_boxed_is_strict():
 # ----------------------------------------------------------------------------- spec
 @pytest.mark.parametrize("kind", ["dapo", "deepscaler"])
 def test_spec_accepts_the_reward_types(kind):
-    text = "apiVersion: slime/v1\nkind: RLJob\nname: x\nmodel: {builtin: tiny}\ndata: {prompts: p.jsonl}\n"
+    text = "apiVersion: slime/v2\nkind: RLJob\nname: x\nmodel: {builtin: tiny}\ndata: {prompts: p.jsonl}\n"
     spec = load_spec_text(
         text + f"reward: {{type: {kind}}}\nrollout: {{num_rollouts: 1, max_prompt_len: 64, max_response_len: 64}}\n",
         file="s.yaml",

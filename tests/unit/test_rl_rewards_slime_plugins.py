@@ -63,7 +63,7 @@ def plugin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def spec(reward: str, tmp_path: Path):
     text = textwrap.dedent(
         f"""\
-        apiVersion: slime/v1
+        apiVersion: slime/v2
         kind: RLJob
         name: plug
         model: {{builtin: tiny}}
@@ -115,7 +115,7 @@ def test_a_slime_option_with_no_v1_field_is_named(plugin_dir):
     fn = reward_from_spec(spec("{type: custom, custom: 'slime_style_rewards:reads_an_unknown_option'}", plugin_dir))
     with pytest.raises(RewardFunctionError) as info:
         run(fn, "x")
-    assert "raised AttributeError: args.use_opsm: slime's option 'use_opsm' has no slime/v1 field" in str(info.value)
+    assert "raised AttributeError: args.use_opsm: slime's option 'use_opsm' has no slime/v2 field" in str(info.value)
     assert "slime_style_rewards.py:16 in reads_an_unknown_option" in str(info.value)
 
 

@@ -38,7 +38,7 @@ def _spec(*overrides: str, path: Path = SPEC):
 
 
 def _with_engine_args(args: dict):
-    """The example spec with ``rollout.engine_args`` set after validation (validate would refuse it)."""
+    """The example spec with ``rollout.sglang.args`` set after validation (validate would refuse it)."""
     base = _spec()
     return msgspec.structs.replace(base, rollout=msgspec.structs.replace(base.rollout, engine_args=args))
 
@@ -113,7 +113,7 @@ def test_engine_args_conversion():
             "attention-backend": "fa3",
             "max-running-requests": 128,
         },
-        field_name="rollout.engine_args",
+        field_name="rollout.sglang.args",
     )
     assert flags == [
         "--mem-fraction-static",
@@ -125,23 +125,23 @@ def test_engine_args_conversion():
         "128",
     ]
     for key in ("tp-size", "tp_size", "--port", "base_gpu_id", "dist-init-addr"):
-        with pytest.raises(LaunchError, match=f"rollout.engine_args.{key}: slime sets"):
+        with pytest.raises(LaunchError, match=f"rollout.sglang.args.{key}: slime sets"):
             flags_from_args(
                 {key: 1},
-                field_name="rollout.engine_args",
+                field_name="rollout.sglang.args",
                 reserved=("tp-size", "port", "base-gpu-id", "dist-init-addr"),
             )
     with pytest.raises(LaunchError, match="must be a string, number"):
-        flags_from_args({"x": [1, 2]}, field_name="rollout.engine_args")
+        flags_from_args({"x": [1, 2]}, field_name="rollout.sglang.args")
 
 
 def test_pp_size_divides_gpus_per_engine_and_reserved_keys_are_rejected_from_specs():
-    spec = _spec("rollout.engine_args.pp-size=2")
+    spec = _spec("rollout.sglang.args.pp-size=2")
     argv = list(engine_commands(spec)[0].argv)
     assert argv[argv.index("--tp-size") + 1] == "1" and argv[argv.index("--pp-size") + 1] == "2"
     with pytest.raises(LaunchError, match="pp-size=3 must be a positive integer dividing"):
-        engine_commands(_spec("rollout.engine_args.pp-size=3"))
-    with pytest.raises(LaunchError, match="rollout.engine_args.tp-size: slime sets --tp-size itself"):
+        engine_commands(_spec("rollout.sglang.args.pp-size=3"))
+    with pytest.raises(LaunchError, match="rollout.sglang.args.tp-size: slime sets --tp-size itself"):
         engine_commands(_with_engine_args({"tp-size": 4}))
 
 
@@ -162,12 +162,12 @@ def test_engine_args_cannot_reach_placement_flags_even_abbreviated(key, flag):
     with pytest.raises(LaunchError, match=rf"rollout\.engine_args\.{key}: slime sets --{flag} itself"):
         engine_commands(_with_engine_args({key: 2}))  # a spec that skipped validate
     with pytest.raises(SpecError, match=rf"rollout\.engine_args\.{key}: slime-submit sets --{flag} itself"):
-        _spec(f"rollout.engine_args.{key}=2")  # validate refuses it first (the same table)
+        _spec(f"rollout.sglang.args.{key}=2")  # validate refuses it first (the same table)
 
 
 def test_engine_args_keys_with_equals_are_rejected():
     with pytest.raises(LaunchError, match=r"rollout\.engine_args\.port=1: a key must not contain '='"):
-        flags_from_args({"port=1": True}, field_name="rollout.engine_args")
+        flags_from_args({"port=1": True}, field_name="rollout.sglang.args")
 
 
 def test_engine_port_blocks_are_per_job_and_outside_the_ray_range(monkeypatch):
@@ -250,7 +250,7 @@ def test_deterministic_sampling_starts_engines_in_sglangs_deterministic_mode():
     argv = list(engine_commands(_spec("rollout.deterministic=true"))[0].argv)
     assert argv.count("--enable-deterministic-inference") == 1
     with pytest.raises(SpecError, match=r"sets --enable-deterministic-inference itself") as info:  # validate
-        _spec("rollout.engine_args.enable-deterministic-inference=true")
+        _spec("rollout.sglang.args.enable-deterministic-inference=true")
     assert "change rollout.deterministic: true instead" in str(info.value.problems[0].hint)
     valid = _spec()  # the launch refuses it too, naming the same field
     bad = replace(valid, rollout=replace(valid.rollout, engine_args={"enable-deterministic-inference": True}))
@@ -260,11 +260,11 @@ def test_deterministic_sampling_starts_engines_in_sglangs_deterministic_mode():
 
 def test_moe_engines_take_an_expert_parallel_size_that_divides_their_tensor_parallel_size():
 
+    from slime.backends.sglang.flags import EP_FLAGS as SPEC_EP_FLAGS
     from slime.backends.sglang.launch import EP_FLAGS
-    from slime.spec.engine_flags import EP_FLAGS as SPEC_EP_FLAGS
 
     assert EP_FLAGS is SPEC_EP_FLAGS  # the spec rule and the launcher know the same aliases
-    argv = list(engine_commands(_spec("rollout.gpus_per_engine=4", "rollout.engine_args.ep-size=4"))[0].argv)
+    argv = list(engine_commands(_spec("rollout.gpus_per_engine=4", "rollout.sglang.args.ep-size=4"))[0].argv)
     assert argv[argv.index("--tp-size") + 1] == "4" and argv[argv.index("--ep-size") + 1] == "4"
     valid = _spec("rollout.gpus_per_engine=4")
     for key in EP_FLAGS:  # validate refuses these already (sglang_expert_parallel); the launcher checks again

@@ -14,7 +14,7 @@ from slime.spec import load_spec_text
 
 def _spec(**cluster):
     doc = {
-        "apiVersion": "slime/v1",
+        "apiVersion": "slime/v2",
         "kind": "RLJob",
         "name": "fit",
         "cluster": {"launcher": "slurm", "nodes": 2, "gpus_per_node": 2, **cluster},
@@ -84,7 +84,7 @@ def test_more_gpus_per_node_than_any_node_has_names_the_gres_constraint():
 def test_too_many_cpus_memory_or_nodes_are_named():
     with pytest.raises(InfraError, match="cluster.cpus_per_node=8.*at most 4"):
         check_fits(_spec(cpus_per_node=8), NODES, "batch")
-    with pytest.raises(InfraError, match="cluster.mem=16G.*at most 8000M"):
+    with pytest.raises(InfraError, match="cluster.slurm.mem=16G.*at most 8000M"):
         check_fits(_spec(mem="16G"), NODES, "batch")
     with pytest.raises(InfraError, match=r"cluster.nodes=2: partition 'batch' has only 1 node.*excluded: sn2"):
         check_fits(_spec(exclude=["sn2"]), NODES, "batch")

@@ -321,7 +321,7 @@ def test_backslash_in_logging_dir_and_comma_in_mounts_are_rejected():
     assert err.value.problems[0].path == "logging.dir" and "backslash" in err.value.problems[0].message
     with pytest.raises(SpecError) as err:
         compile_script(spec_text(container={"image": "img", "mounts": ["/a:/b,/c:/d"]}))
-    assert err.value.problems[0].path == "cluster.container.mounts[0]"
+    assert err.value.problems[0].path == "cluster.slurm.container.mounts[0]"
 
 
 def test_render_without_a_sweep_or_gpus_and_driver_validation(tmp_path):

@@ -81,9 +81,9 @@ def test_budgets_are_separate_and_say_which_is_spent():
     assert (b.requeues, b.failures, b.spent()) == (3, 1, None)
     assert not b.allows("requeues") and not b.allows("failures")
     b = restarts.budget(recs + [{"cause": "node_failure"}], {"max_requeues": 3, "max_failures": 1})
-    assert "cluster.max_failures=1" in b.spent() and "2 times after failures" in b.spent()
+    assert "cluster.slurm.max_failures=1" in b.spent() and "2 times after failures" in b.spent()
     b = restarts.budget(recs[:3], {"max_requeues": 2, "max_failures": 0})
-    assert "cluster.max_requeues=2" in b.spent()
+    assert "cluster.slurm.max_requeues=2" in b.spent()
     assert restarts.kind_of("requeue_excluding") == "requeues" and restarts.kind_of("unknown") == "failures"
 
 
@@ -111,7 +111,7 @@ def test_start_refuses_once_a_budget_is_spent_and_says_why_in_state_json(tmp_pat
     assert restarts.start(paths.root, 0, job_id="7", restart=2, log=log) == restarts.ExitCode.INFRA
     assert [r["cause"] for r in restarts.read(tp)] == ["preempted", "requeued"]
     state = json.loads(tp.state.read_text())
-    assert state["state"] == "failed" and "cluster.max_requeues=1" in state["error"]
+    assert state["state"] == "failed" and "cluster.slurm.max_requeues=1" in state["error"]
     assert "will not run again" in capsys.readouterr().out
     # a restart without any reason in the log (batch host died): unknown, counted as a failure
     paths = run_dir(tmp_path / "b", max_failures=0)
@@ -179,9 +179,9 @@ def test_after_a_failure_within_max_failures_requeues_and_names_the_node(tmp_pat
     assert calls[-1] == "requeue 7", out
     (r,) = restarts.read(tp)
     assert (r["cause"], r["bad_nodes"], r["budget"]) == ("node_failure", ["sn2"], "failures")
-    # the next failure is over cluster.max_failures=1: no requeue, the job ends FAILED
+    # the next failure is over cluster.slurm.max_failures=1: no requeue, the job ends FAILED
     rc, out, calls = after(paths, tmp_path / "x", RUNNING.replace("Restarts=0", "Restarts=1"), "--rc", "1", restart=1)
-    assert calls == ["show job -o 7"] and "cluster.max_failures allows no more" in out
+    assert calls == ["show job -o 7"] and "cluster.slurm.max_failures allows no more" in out
     assert len(restarts.read(tp)) == 1
 
 
@@ -202,7 +202,9 @@ def test_after_a_stop_with_the_requeue_budget_spent_the_task_stays_stopped(tmp_p
     )
     assert calls == ["show job -o 7"] and restarts.read(tp) == []
     state = json.loads(tp.state.read_text())
-    assert state["state"] == "failed" and "time_limit" in state["error"] and "cluster.max_requeues" in state["error"]
+    assert (
+        state["state"] == "failed" and "time_limit" in state["error"] and "cluster.slurm.max_requeues" in state["error"]
+    )
 
 
 # ----------------------------------------------------------------------------- the batch script's glue
@@ -213,7 +215,7 @@ def failed_report(paths: RunPaths, instance: str, stage: str = "bootstrap", host
 
 
 def test_after_a_bootstrap_failure_naming_a_node_requeue_excluding_moves_the_job_off_it(tmp_path):
-    """cluster.on_preflight_failure: requeue_excluding is decided here, after the step: the node side
+    """cluster.slurm.on_preflight_failure: requeue_excluding is decided here, after the step: the node side
     only recorded the failure (report, rendezvous records) and exited 3."""
     paths = run_dir(tmp_path, on_preflight_failure="requeue_excluding")
     failed_report(paths, "7.0")
@@ -237,8 +239,8 @@ def test_requeue_excluding_spends_max_requeues_then_the_failure_budget_decides(t
     paths = run_dir(tmp_path, on_preflight_failure="requeue_excluding", max_requeues=0, max_failures=1)
     failed_report(paths, "7.0", stage="preflight")
     rc, out, calls = after(paths, tmp_path, RUNNING, "--rc", "3")
-    assert "not requeueing excluding sn2: cluster.max_requeues allows no more" in out
-    assert calls == ["show job -o 7", "requeue 7"]  # a plain requeue: within cluster.max_failures
+    assert "not requeueing excluding sn2: cluster.slurm.max_requeues allows no more" in out
+    assert calls == ["show job -o 7", "requeue 7"]  # a plain requeue: within cluster.slurm.max_failures
     (r,) = restarts.read(paths.task(0))
     assert (r["cause"], r["bad_nodes"], r["budget"]) == ("node_failure", ["sn2"], "failures")
 

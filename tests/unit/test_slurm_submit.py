@@ -40,7 +40,7 @@ echo "$((100 + n))"
 
 def _spec(tmp_path: Path, n_seeds: int) -> str:
     doc = {
-        "apiVersion": "slime/v1",
+        "apiVersion": "slime/v2",
         "kind": "RLJob",
         "name": "split",
         "cluster": {"launcher": "slurm", "nodes": 1, "gpus_per_node": 2},

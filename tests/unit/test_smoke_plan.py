@@ -71,8 +71,8 @@ def test_a_gpu_spec_lists_what_the_smoke_cannot_show():
     changed = {c.path: (c.before, c.after) for c in plan.changes}
     assert changed["train.backend"] == ("megatron", "torch")
     assert changed["train.parallel.tensor"] == (2, 1)
-    assert changed["rollout.engine_args"][1] == {}
-    assert changed["cluster.partition"] == ("gpu", None)
+    assert changed["rollout.sglang.args"][1] == {}
+    assert changed["cluster.slurm.partition"] == ("gpu", None)
     assert changed["rollout.max_response_len"] == (8192, 64)
     text = "\n".join(plan.untested)
     assert "Megatron-core training: parallel sizes (tensor 2)" in text and "backend_args recompute-granularity" in text

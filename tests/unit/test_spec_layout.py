@@ -205,7 +205,7 @@ def test_disaggregated_partial_nodes_never_share_a_gpu():
     from slime.spec import load_spec_text
     from slime.spec.layout import plan_layout
 
-    text = """apiVersion: slime/v1
+    text = """apiVersion: slime/v2
 kind: RLJob
 name: x
 cluster: {launcher: slurm, nodes: 2, gpus_per_node: 2}

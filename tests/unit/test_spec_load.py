@@ -41,11 +41,11 @@ def at(text: str, path: str) -> tuple[int, int]:
 @pytest.mark.parametrize(
     "text, line, words",
     [
-        ("apiVersion: slime/v1\nkind: RLJob\nmodel: [unclosed\nname: x\n", 4, ["YAML syntax error"]),
-        ("apiVersion: slime/v1\nkind: RLJob\nname: a\nname: b\n", 4, ["duplicate key", "name"]),
-        ("apiVersion: slime/v1\nmodel:\n\tbuiltin: tiny\n", 3, ["YAML syntax error"]),
-        ("apiVersion: slime/v1\n---\napiVersion: slime/v1\n", 2, ["single document"]),
-        ("apiVersion: slime/v1\nname: 'unterminated\n", 3, ["YAML syntax error"]),
+        ("apiVersion: slime/v2\nkind: RLJob\nmodel: [unclosed\nname: x\n", 4, ["YAML syntax error"]),
+        ("apiVersion: slime/v2\nkind: RLJob\nname: a\nname: b\n", 4, ["duplicate key", "name"]),
+        ("apiVersion: slime/v2\nmodel:\n\tbuiltin: tiny\n", 3, ["YAML syntax error"]),
+        ("apiVersion: slime/v2\n---\napiVersion: slime/v2\n", 2, ["single document"]),
+        ("apiVersion: slime/v2\nname: 'unterminated\n", 3, ["YAML syntax error"]),
     ],
 )
 def test_yaml_errors_give_the_line(text, line, words):
@@ -69,14 +69,14 @@ def test_runaway_nesting_is_a_problem_not_a_crash():
 
 def test_an_alias_bomb_is_a_problem_not_a_hang():
     """A few hundred bytes of nested aliases ("billion laughs") would expand to 10**9 values."""
-    lines = ["apiVersion: slime/v1", "a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines = ["apiVersion: slime/v2", "a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
     p = only(problems("\n".join(lines) + "\n"))
     assert "expands to more than" in p.message and "aliases" in p.hint
 
 
 def test_a_mapping_as_a_key_is_a_problem():
-    p = only(problems("apiVersion: slime/v1\n? {a: {b: 1}}\n: 1\n"))
+    p = only(problems("apiVersion: slime/v2\n? {a: {b: 1}}\n: 1\n"))
     assert "mapping key is itself a mapping" in p.message
 
 
@@ -85,13 +85,13 @@ def test_unknown_api_version_lists_the_supported_ones():
     text = to_yaml(spec(C, apiVersion="slime/v2"))
     p = only(problems(text))
     assert p.path == "apiVersion" and "unknown apiVersion 'slime/v2'" in p.message
-    assert p.hint == "supported versions: slime/v1"
+    assert p.hint == "supported versions: slime/v2"
     assert (p.origin.line, p.origin.col) == at(text, "apiVersion")
 
 
 def test_missing_api_version():
     p = only(problems(spec(C, apiVersion=DELETE)))
-    assert p.message == "apiVersion is missing" and "slime/v1" in p.hint
+    assert p.message == "apiVersion is missing" and "slime/v2" in p.hint
 
 
 def test_wrong_kind_suggests_the_right_one():
@@ -158,11 +158,11 @@ def test_every_flag_alias_names_a_real_field():
     from slime.spec.overrides import parse_path
     from slime.spec.schema import FLAG_ALIASES, subschema
 
-    assert all(subschema("slime/v1", parse_path(target)) is not None for target in FLAG_ALIASES.values())
+    assert all(subschema("slime/v2", parse_path(target)) is not None for target in FLAG_ALIASES.values())
 
 
 def test_each_missing_required_field_is_reported_once():
-    found = problems({"apiVersion": "slime/v1"})
+    found = problems({"apiVersion": "slime/v2"})
     paths = [p.path for p in found]
     assert sorted(paths) == sorted(set(paths)) and {"kind", "name", "model", "data"} <= set(paths), paths
 
@@ -198,7 +198,7 @@ def test_enum_typos_say_did_you_mean(path, typo, right):
         ("cluster.nodes", 0, ["less than the minimum of 1"]),
         ("rollout.top_p", 1.5, ["maximum of 1"]),
         ("name", "Bad_Name", ["'Bad_Name' has the wrong format"]),
-        ("cluster.time_limit", "soon", ["wrong format"]),
+        ("cluster.slurm.time_limit", "soon", ["wrong format"]),
         ("rollout.colocate", "maybe", ["expected true or false"]),
         ("train.optimizer.betas", [0.9], ["too short"]),
         ("data.eval", {"name": "x"}, ["expected a list"]),
@@ -467,7 +467,7 @@ def _file_problems(path: Path):
     return info.value.problems
 
 
-@pytest.mark.parametrize("key, value", [("cluster.time_limit", 30), ("cluster.mem", 500)])
+@pytest.mark.parametrize("key, value", [("cluster.slurm.time_limit", 30), ("cluster.slurm.mem", 500)])
 def test_a_number_where_text_is_expected_says_to_quote_it(key, value):
     p = only(problems(spec(G, **{key: value})))
     assert p.path == key and f"write it in quotes, '{value}'" in p.message

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from slime.backends.megatron.model_check import MegatronConfigError, ModelShape, parallel_findings
 from slime.cli.main import main
-from slime.spec.megatron_model import MegatronConfigError, ModelShape, parallel_findings
 from tests.fixtures.spec_helpers import GPU_SPEC, errors_at, load, problems, spec, to_yaml
 
 QWEN3_30B_A3B = {
@@ -295,10 +295,10 @@ def test_sglang_expert_parallel_must_divide_the_experts(tmp_path):
     model = _model(tmp_path, QWEN15_MOE)  # 60 experts
     bad = _one_node(model, tensor=1)
     bad["rollout"]["engine_args"] = {"expert-parallel-size": 8}
-    (p,) = errors_at(problems(bad), "rollout.engine_args.expert-parallel-size")
+    (p,) = errors_at(problems(bad), "rollout.sglang.args.expert-parallel-size")
     assert "expert-parallel size 8 does not divide the model's 60 experts" in p.message
     bad["rollout"]["engine_args"] = {"expert-parallel-size": 4}
-    assert not errors_at(problems(bad), "rollout.engine_args.expert-parallel-size")
+    assert not errors_at(problems(bad), "rollout.sglang.args.expert-parallel-size")
 
 
 def test_transformer_engine_moe_switches_are_refused(tmp_path):
@@ -309,10 +309,10 @@ def test_transformer_engine_moe_switches_are_refused(tmp_path):
     model = _model(tmp_path, QWEN3_30B_A3B)
     bad = _one_node(model, tensor=1)
     bad["train"]["backend_args"] = {"moe-grouped-gemm": True}
-    (p,) = errors_at(problems(bad), "train.backend_args.moe-grouped-gemm")
+    (p,) = errors_at(problems(bad), "train.megatron.args.moe-grouped-gemm")
     assert "needs Transformer Engine layer specs" in p.message and p.hint == "remove it"
     bad["train"]["backend_args"] = {"moe-grouped-gemm": False}
-    assert not errors_at(problems(bad), "train.backend_args.moe-grouped-gemm")
+    assert not errors_at(problems(bad), "train.megatron.args.moe-grouped-gemm")
     assert "--moe-grouped-gemm" in SLIME_ONLY and "SequentialMLP" in slime_only_reason("--moe-grouped-gemm")
 
 
@@ -320,10 +320,10 @@ def test_te_attention_is_refused_for_moe_models(tmp_path):
     model = _model(tmp_path, QWEN3_30B_A3B)
     bad = _one_node(model, tensor=1)
     bad["train"]["backend_args"] = {"attention-backend": "te"}
-    (p,) = errors_at(problems(bad), "train.backend_args.attention-backend")
+    (p,) = errors_at(problems(bad), "train.megatron.args.attention-backend")
     assert "not mapped for qwen3_moe" in p.message
     bad["train"]["backend_args"] = {"attention-backend": "flash"}
-    assert not errors_at(problems(bad), "train.backend_args.attention-backend")
+    assert not errors_at(problems(bad), "train.megatron.args.attention-backend")
 
 
 # ----------------------------------------------------------------------------- the CLI

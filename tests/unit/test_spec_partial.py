@@ -232,4 +232,4 @@ def test_derived_from_names_real_fields(key):
     from slime.spec.schema import subschema
 
     for path in (key, *DERIVED_FROM[key]):
-        assert subschema("slime/v1", parse_path(path)) is not None, path
+        assert subschema("slime/v2", parse_path(path)) is not None, path

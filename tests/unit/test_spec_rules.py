@@ -97,8 +97,11 @@ def test_long_responses_is_a_warning_not_an_error():
 
 
 def test_slurm_limits_under_the_local_launcher_are_refused():
-    found = problems(spec(C, **{"cluster.time_limit": "01:00:00", "cluster.mem": "1G"}))
-    assert {(p.path, p.severity) for p in found} == {("cluster.time_limit", "error"), ("cluster.mem", "error")}
+    found = problems(spec(C, **{"cluster.slurm.time_limit": "01:00:00", "cluster.slurm.mem": "1G"}))
+    assert {(p.path, p.severity) for p in found} == {
+        ("cluster.slurm.time_limit", "error"),
+        ("cluster.slurm.mem", "error"),
+    }
     assert all("local launcher does not apply it" in p.message for p in found)
 
 

@@ -78,7 +78,7 @@ def test_committed_schema_equals_the_generated_one():
         "slime/spec/schema/v1.json is stale: run "
         "python -c 'from slime.spec.schema import write_committed_schema; write_committed_schema()'"
     )
-    assert schema_for("slime/v1") == json.loads(dump_schema("slime/v1"))
+    assert schema_for("slime/v2") == json.loads(dump_schema("slime/v2"))
 
 
 @pytest.mark.parametrize("name", sorted(STRUCTS))
@@ -113,11 +113,11 @@ def test_schema_properties_map_to_struct_fields_and_back(name):
 
 
 def test_field_paths_resolve_through_the_schema():
-    assert subschema("slime/v1", ("train", "parallel", "tensor"))["minimum"] == 1
-    assert subschema("slime/v1", ("data", "eval", 0, "interval"))["default"] == 10
-    assert subschema("slime/v1", ("algorithm", "lambda"))["default"] == 1.0
-    assert subschema("slime/v1", ("cluster", "secrets", "ANY", "env")) is not None
-    assert subschema("slime/v1", ("train", "nope")) is None
+    assert subschema("slime/v2", ("train", "parallel", "tensor"))["minimum"] == 1
+    assert subschema("slime/v2", ("data", "eval", 0, "interval"))["default"] == 10
+    assert subschema("slime/v2", ("algorithm", "lambda"))["default"] == 1.0
+    assert subschema("slime/v2", ("cluster", "secrets", "ANY", "env")) is not None
+    assert subschema("slime/v2", ("train", "nope")) is None
 
 
 @pytest.mark.parametrize("path", sorted(ROOT.glob("specs/*.yaml")), ids=lambda p: p.name)

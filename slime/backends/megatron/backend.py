@@ -93,7 +93,7 @@ class MegatronTrainBackend(TrainBackend):
         self.tp, self.pp, self.cp = par.tensor, par.pipeline, par.context
         self.ep, self.etp = par.expert, par.expert_tensor or par.tensor
         self.shape = mcfg.ModelShape.from_hf_config(json.loads((self.model_dir / "config.json").read_text()))
-        ours, overrides = mcfg.split_backend_args(t.backend_args)
+        ours, overrides = mcfg.split_backend_args(t.megatron.args)
         requested = str(ours.get("attention_backend", "auto"))
         self.attention = mcfg.choose_attention_backend(requested, self.shape)
         mcfg.check_parallel(

@@ -3,7 +3,7 @@
 Pure Python: importing this module imports neither torch nor megatron-core, so
 the CLI's ``render`` and the spec validator can use it. The one function that
 needs megatron-core (:func:`build_transformer_config`) imports it lazily. The
-model shape and megatron-core's rules live in ``slime.spec.megatron_model`` (the
+model shape and megatron-core's rules live in ``slime.backends.megatron.model_check`` (the
 spec validator runs them too); this module turns a shape into arguments.
 
 Mapping (HF → megatron-core ``TransformerConfig`` / ``MLATransformerConfig`` / ``GPTModel``):
@@ -39,7 +39,7 @@ vocab_size                  padded up to a multiple of 128 x TP (rows are zeros;
                             their logits are masked before any softmax)
 ==========================  ===========================================
 
-MoE choices of ours (each overridable through ``train.backend_args``): the router runs
+MoE choices of ours (each overridable through ``train.megatron.args``): the router runs
 in fp32 (``moe_router_dtype``, as transformers' routers compute their softmax/sigmoid);
 no auxiliary load-balancing loss in the gradient (``moe_aux_loss_coeff`` 0, megatron's
 default; the backend still reports the load-balancing loss as a metric); DeepSeek's
@@ -49,7 +49,7 @@ one (``SequentialMLP``; grouped GEMM needs Transformer Engine); the all-to-all t
 dispatcher with pipeline or expert parallel (megatron refuses the all-gather one with variable
 sequence lengths), else all-gather.
 
-Attention backend (``train.backend_args.attention-backend``): ``auto`` picks Transformer
+Attention backend (``train.megatron.args.attention-backend``): ``auto`` picks Transformer
 Engine's layer spec when ``transformer_engine`` is importable (dense families only),
 else ``sdpa`` — our core-attention module calling
 ``torch.nn.functional.scaled_dot_product_attention`` (flash/efficient kernels, causal,
@@ -62,7 +62,7 @@ slower than SDPA on an H200 (team notes); it exists for comparisons only.
 
 Guaranteed: every rule violation is reported at once, each naming the numbers
 involved and the spec field to change. Not supported (rejected with a clear error
-rather than silently wrong): see ``slime.spec.megatron_model``; Transformer Engine
+rather than silently wrong): see ``slime.backends.megatron.model_check``; Transformer Engine
 layer specs for MoE and MLA models (their weight names are not mapped).
 """
 
@@ -72,7 +72,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from slime.spec.megatron_model import (
+from slime.backends.megatron.model_check import (
     ATTENTION_BACKENDS,
     FAMILIES,
     VOCAB_MULTIPLE,
@@ -153,7 +153,7 @@ def choose_attention_backend(requested: str = "auto", shape: ModelShape | None =
     """The layer spec a requested backend runs with: 'te', 'sdpa' or 'local' (see the module docstring)."""
     if requested not in ATTENTION_BACKENDS:
         raise MegatronConfigError(
-            [f"train.backend_args.attention-backend={requested!r}: valid values are {', '.join(ATTENTION_BACKENDS)}"]
+            [f"train.megatron.args.attention-backend={requested!r}: valid values are {', '.join(ATTENTION_BACKENDS)}"]
         )
     te_ok = has_transformer_engine() and (shape is None or (shape.moe is None and shape.mla is None))
     if requested in ("auto", "flash"):
@@ -168,12 +168,14 @@ def choose_attention_backend(requested: str = "auto", shape: ModelShape | None =
             if not has_transformer_engine()
             else f"Transformer Engine layer specs are not mapped for {shape.family} (MoE / MLA) models"
         )
-        raise MegatronConfigError([f"train.backend_args.attention-backend={requested} but {why}; use 'auto' or 'sdpa'"])
+        raise MegatronConfigError(
+            [f"train.megatron.args.attention-backend={requested} but {why}; use 'auto' or 'sdpa'"]
+        )
     choice = "te" if requested == "fused" else requested
     if choice == "local" and shape is not None and shape.mla is not None:
         raise MegatronConfigError(
             [
-                "train.backend_args.attention-backend=local: megatron's DotProductAttention cannot run multi-latent "
+                "train.megatron.args.attention-backend=local: megatron's DotProductAttention cannot run multi-latent "
                 "attention (different key and value head sizes); use 'auto' or 'sdpa'"
             ]
         )
@@ -186,7 +188,7 @@ def mcore_attention_backend(requested: str) -> str:
 
 
 def split_backend_args(backend_args: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``train.backend_args`` → (our own options, TransformerConfig overrides); '-' becomes '_'."""
+    """``train.megatron.args`` → (our own options, TransformerConfig overrides); '-' becomes '_'."""
     ours, overrides = {}, {}
     for key, value in backend_args.items():
         name = key.replace("-", "_")

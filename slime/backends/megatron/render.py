@@ -110,7 +110,7 @@ def render_megatron_args(spec: Spec, hf_config: Mapping[str, Any] | None = None)
             [f"train.backend is {t.backend!r}; megatron arguments exist only for 'megatron'"]
         )
     cfg = hf_config if hf_config is not None else model_config(spec.model.path)
-    ours, overrides = mcfg.split_backend_args(t.backend_args)
+    ours, overrides = mcfg.split_backend_args(t.megatron.args)
     requested = str(ours.get("attention_backend", "auto"))
     if requested not in mcfg.ATTENTION_BACKENDS:
         mcfg.choose_attention_backend(requested)  # raises the clear error

@@ -10,7 +10,7 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from slime.spec.megatron_model import MegatronConfigError
+from slime.backends.megatron.model_check import MegatronConfigError
 
 __all__ = ["build_transformer_config"]
 
@@ -33,7 +33,7 @@ def build_transformer_config(kwargs: Mapping[str, Any]):
             close = difflib.get_close_matches(k, sorted(fields), n=1)
             hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
         raise MegatronConfigError(
-            [f"train.backend_args: unknown megatron-core {cls.__name__} option(s) {', '.join(hints)}"]
+            [f"train.megatron.args: unknown megatron-core {cls.__name__} option(s) {', '.join(hints)}"]
         )
     resolved = dict(kwargs)
     if resolved.get("activation_func") == "silu":

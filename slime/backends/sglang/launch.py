@@ -9,7 +9,7 @@ Per engine ``i`` (GPU slots from ``slime.spec.layout.plan_layout``):
 * ``--model-path`` = ``model.path``; ``--tokenizer-path`` = ``model.tokenizer`` when it is another
   directory (engines then decode with the tokenizer the rollout manager encodes with);
   ``--tp-size`` = ``gpus_per_engine`` (divided by
-  ``pp-size`` when ``rollout.engine_args`` sets one, which must divide it);
+  ``pp-size`` when ``rollout.sglang.args`` sets one, which must divide it);
 * ``--base-gpu-id`` = the GPU id of the engine's first slot on its node;
 * ``--host`` = the node's address, ``--port`` = ``port_base + 10 j`` where ``j``
   counts the engines whose first GPU is on the same node (so ports are
@@ -18,7 +18,7 @@ Per engine ``i`` (GPU slots from ``slime.spec.layout.plan_layout``):
   ``--nnodes n --node-rank r --dist-init-addr <first node>:<port + 2>``; only
   node rank 0 serves HTTP (``--host``/``--port`` only on it);
 * ``--trust-remote-code`` when the checkpoint's ``config.json`` has an
-  ``auto_map`` (custom modelling code), else only if ``engine_args`` asks;
+  ``auto_map`` (custom modelling code), else only if ``rollout.sglang.args`` asks;
 * ``--enable-memory-saver`` when colocated (engines release and resume their GPU
   memory around training steps);
 * ``--enable-deterministic-inference`` with ``rollout.deterministic``: SGLang 0.5.23
@@ -27,10 +27,10 @@ Per engine ``i`` (GPU slots from ``slime.spec.layout.plan_layout``):
   responses. Its cost: batch-invariant kernels, a PyTorch sampling backend and no
   FlashInfer all-reduce fusion — slower decoding (not measured here: no GPU runs SGLang);
 * MoE engines: ``--ep-size`` (or its aliases ``--expert-parallel-size``, ``--ep``) is passed
-  through from ``rollout.engine_args``; it must divide the engine's tensor-parallel size
+  through from ``rollout.sglang.args``; it must divide the engine's tensor-parallel size
   (SGLang runs the MoE layers on ep x tp/ep ranks) and the model's routed experts
   (checked by the spec rules when config.json is readable);
-* then ``rollout.engine_args`` verbatim, in spec order: ``key: value`` →
+* then ``rollout.sglang.args`` verbatim, in spec order: ``key: value`` →
   ``--key value``; ``true`` → bare ``--key``; ``false`` / ``null`` → omitted.
   Keys are used as written (write SGLang's dashed names); a key that names a
   flag set above (e.g. ``tp-size`` or ``tp_size``) or one that would break the
@@ -40,7 +40,7 @@ Per engine ``i`` (GPU slots from ``slime.spec.layout.plan_layout``):
 
 With more than one engine, a router on the first node fronts them:
 ``python -m sglang_router.launch_router --host <node0> --port <router_port>
---worker-urls <engine urls...>`` plus ``rollout.router_args`` (same conversion).
+--worker-urls <engine urls...>`` plus ``rollout.sglang.router_args`` (same conversion).
 
 Node addresses are unknown until the job runs: commands take ``hosts`` (one
 per cluster node); rendering without them prints ``node0``, ``node1``, ...
@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from slime.spec.engine_flags import EP_FLAGS, SGLANG_RESERVED, reserved_hint
+from slime.backends.sglang.flags import EP_FLAGS, SGLANG_RESERVED, reserved_hint
 
 if TYPE_CHECKING:
     from slime.spec.layout import Layout
@@ -87,7 +87,7 @@ ROUTER_PORT = 30000
 ENGINE_PORT_BASE = 30010
 PORT_STRIDE = 10  # http, http+1 = nccl, http+2 = multi-node dist-init
 ENGINE_PORT_RANGE = (10000, 20000)  # below Ray's default 20000-32000 and Linux's ephemeral 32768-60999
-_ENGINE_RESERVED = SGLANG_RESERVED  # one table with validate (slime.spec.engine_flags)
+_ENGINE_RESERVED = SGLANG_RESERVED  # one table with validate (slime.backends.sglang.flags)
 _ROUTER_RESERVED = ("worker-urls", "host", "port")
 
 
@@ -175,22 +175,22 @@ def _needs_remote_code(model_path: str | None) -> bool:
 def _tp_size(spec: Spec) -> int:
     gpe = spec.rollout.gpus_per_engine
     pp = 1
-    for key, value in spec.rollout.engine_args.items():
+    for key, value in spec.rollout.sglang.args.items():
         if _norm(key) in ("pp-size", "pipeline-parallel-size"):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1 or gpe % value:
                 raise LaunchError(
-                    f"rollout.engine_args.{key}={value!r} must be a positive integer dividing "
+                    f"rollout.sglang.args.{key}={value!r} must be a positive integer dividing "
                     f"rollout.gpus_per_engine={gpe}"
                 )
             pp = value
     tp = gpe // pp
-    for key, value in spec.rollout.engine_args.items():
+    for key, value in spec.rollout.sglang.args.items():
         if _norm(key) in EP_FLAGS and (
             not isinstance(value, int) or isinstance(value, bool) or value < 1 or tp % value
         ):
             # SGLang splits each engine's tensor-parallel ranks into ep x (tp / ep) for the MoE layers
             raise LaunchError(
-                f"rollout.engine_args.{key}={value!r} must be a positive integer dividing the engine's "
+                f"rollout.sglang.args.{key}={value!r} must be a positive integer dividing the engine's "
                 f"tensor-parallel size {tp}"
             )
     return tp
@@ -218,7 +218,7 @@ def engine_commands(
     hosts = list(hosts) if hosts is not None else [f"node{i}" for i in range(layout.nodes)]
     if len(hosts) < layout.nodes:
         raise LaunchError(f"{len(hosts)} host address(es) given for {layout.nodes} node(s)")
-    extra = flags_from_args(r.engine_args, field_name="rollout.engine_args", reserved=_ENGINE_RESERVED)
+    extra = flags_from_args(r.sglang.args, field_name="rollout.sglang.args", reserved=_ENGINE_RESERVED)
     common = [python, "-m", "sglang.launch_server", "--model-path", spec.model.path, "--tp-size", str(_tp_size(spec))]
     if spec.model.tokenizer and spec.model.tokenizer != spec.model.path:
         common += ["--tokenizer-path", spec.model.tokenizer]
@@ -274,7 +274,9 @@ def router_command(
     """The sglang-router in front of several engines (None for a single engine)."""
     if len(engine_urls) < 2:
         return None
-    extra = flags_from_args(spec.rollout.router_args, field_name="rollout.router_args", reserved=_ROUTER_RESERVED)
+    extra = flags_from_args(
+        spec.rollout.sglang.router_args, field_name="rollout.sglang.router_args", reserved=_ROUTER_RESERVED
+    )
     argv = [
         python,
         "-m",

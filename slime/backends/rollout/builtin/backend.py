@@ -10,7 +10,7 @@ collective weight sync (``rollout.weight_sync: nccl``, gloo on CPU; the runtime
 drives it from trainer rank 0) and memory release/resume around colocated
 training steps.
 
-``rollout.engine_args`` maps onto the engine's options (``-`` or ``_``):
+``rollout.builtin.args`` maps onto the engine's options (``-`` or ``_``):
 ``max_running_requests``, ``context_length``, ``dtype``, ``num_threads``,
 ``max_prefill_tokens``, ``max_cache_bytes``; anything else is rejected with the
 valid names. ``model.tokenizer``, when it is not the model's own directory, is the engines'
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slime.backends.base import RolloutBackend, WeightSender
-from slime.spec.engine_flags import BUILTIN_ENGINE_ARGS, builtin_engine_arg
+from slime.backends.rollout.builtin.args import BUILTIN_ENGINE_ARGS, builtin_engine_arg
 
 if TYPE_CHECKING:
     from slime.spec.layout import Layout
@@ -37,13 +37,13 @@ __all__ = ["BuiltinRolloutBackend", "EngineHost", "engine_kwargs"]
 
 
 def engine_kwargs(spec: Spec) -> dict[str, Any]:
-    """``rollout.engine_args`` as keyword arguments of the built-in ``Engine``."""
+    """``rollout.builtin.args`` as keyword arguments of the built-in ``Engine``."""
     out: dict[str, Any] = {}
-    for key, value in spec.rollout.engine_args.items():
+    for key, value in spec.rollout.builtin.args.items():
         name = builtin_engine_arg(key)
-        if name is None:  # validate refuses it first (rules.engine_args_known)
+        if name is None:  # validate refuses it first (its hooks.known_args)
             raise ValueError(
-                f"rollout.engine_args.{key} is not an option of the built-in engine; valid: "
+                f"rollout.builtin.args.{key} is not an option of the built-in engine; valid: "
                 f"{', '.join(BUILTIN_ENGINE_ARGS)} (SGLang flags need rollout.backend: sglang)"
             )
         out[name] = value

@@ -410,7 +410,7 @@ def parallel_findings(
                 (
                     "train.parallel.context",
                     f"train.parallel.context={cp} needs Transformer Engine or SDPA attention (backend is {backend!r})",
-                    "set train.backend_args.attention-backend to auto, te or sdpa",
+                    "set train.megatron.args.attention-backend to auto, te or sdpa",
                 )
             )
         if seq_length is not None and seq_length % (2 * cp):

@@ -1,27 +1,20 @@
-"""Which ``rollout.engine_args`` keys each rollout backend takes: one table for ``validate`` and the launch.
+"""Which ``rollout.sglang.args`` keys SGLang takes: one table for ``validate`` and the launch.
 
-``validate`` refuses what the engine launch would refuse, so a spec that validates does not fail at
-``render`` or at engine start because of an engine argument:
-
-- SGLang: any server flag except the ones slime-submit sets itself from the spec and the layout
-  (:data:`SGLANG_RESERVED`), nor an abbreviation of one (SGLang's argparse expands unambiguous
-  prefixes, so ``base-gpu`` would set ``--base-gpu-id``). Values are passed verbatim: whether SGLang
-  accepts a value is only known when the server starts.
-- built-in engine: exactly the options of :data:`BUILTIN_ENGINE_ARGS` (``-`` or ``_``).
+Any server flag except the ones slime-submit sets itself from the spec and the layout
+(:data:`SGLANG_RESERVED`), nor an abbreviation of one (SGLang's argparse expands unambiguous
+prefixes, so ``base-gpu`` would set ``--base-gpu-id``). Torch-free: the spec's rules import it.
 """
 
 from __future__ import annotations
 
 __all__ = [
-    "BUILTIN_ENGINE_ARGS",
     "EP_FLAGS",
     "SGLANG_RESERVED",
-    "builtin_engine_arg",
     "normalize_flag",
     "sglang_reserved",
 ]
 
-# Set by slime-submit from the spec/layout; a key in engine_args would disagree with it.
+# Set by slime-submit from the spec/layout; a key in rollout.sglang.args would disagree with it.
 SGLANG_RESERVED = (
     "model-path",
     "model",
@@ -50,25 +43,16 @@ _FIELD_OF = {"enable-deterministic-inference": "rollout.deterministic: true", "t
 
 
 def reserved_hint(flag: str) -> str:
-    """What to change instead of passing the reserved ``flag`` in engine_args."""
+    """What to change instead of passing the reserved ``flag`` in rollout.sglang.args."""
     return _FIELD_OF.get(flag, "rollout.gpus_per_engine / model.path")
 
 
 # --ep-size and its aliases in the pinned SGLang 0.5.23 (arg_groups/fields/parallel.py)
 EP_FLAGS = ("ep-size", "expert-parallel-size", "ep")
 
-BUILTIN_ENGINE_ARGS = (
-    "max_running_requests",
-    "context_length",
-    "dtype",
-    "num_threads",
-    "max_prefill_tokens",
-    "max_cache_bytes",
-)
-
 
 def normalize_flag(key: str) -> str:
-    """``'--tp_size'`` -> ``'tp-size'``: how SGLang's argparse reads a key written in engine_args."""
+    """``'--tp_size'`` -> ``'tp-size'``: how SGLang's argparse reads a key written in rollout.sglang.args."""
     return key.strip().lstrip("-").replace("_", "-")
 
 
@@ -76,9 +60,3 @@ def sglang_reserved(key: str) -> str | None:
     """The reserved flag ``key`` sets (itself or by abbreviation), or None."""
     norm = normalize_flag(key)
     return next((r for r in SGLANG_RESERVED if norm and r.startswith(norm)), None)
-
-
-def builtin_engine_arg(key: str) -> str | None:
-    """The built-in engine option ``key`` names, or None."""
-    name = key.strip().replace("-", "_")
-    return name if name in BUILTIN_ENGINE_ARGS else None

@@ -1,0 +1,46 @@
+"""The SLURM launcher's rules on ``cluster.slurm`` and what a smoke of a SLURM spec leaves untested."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from slime.spec.plugin import Finding
+
+__all__ = ["RULES", "seconds", "untested"]
+
+
+def seconds(limit: str) -> int:
+    """SLURM --time text (already pattern-checked) in seconds."""
+    days, _, rest = limit.rpartition("-")
+    parts = [int(x) for x in rest.split(":")]
+    if days:  # D-HH[:MM[:SS]]
+        h, m, sec = (parts + [0, 0])[:3]
+        return int(days) * 86400 + h * 3600 + m * 60 + sec
+    if len(parts) == 1:  # MM
+        return parts[0] * 60
+    if len(parts) == 2:  # MM:SS
+        return parts[0] * 60 + parts[1]
+    return parts[0] * 3600 + parts[1] * 60 + parts[2]
+
+
+def time_limit(s) -> Iterator[Finding]:
+    c = s.cluster.slurm
+    if c is None or c.time_limit is None:
+        return
+    limit = seconds(c.time_limit)
+    if limit == 0:
+        yield ("cluster.slurm.time_limit", f"time_limit {c.time_limit!r} is zero", "e.g. '04:00:00'")
+    elif c.signal_grace_s >= limit:
+        yield (
+            "cluster.slurm.signal_grace_s",
+            f"signal_grace_s {c.signal_grace_s} is not below the time limit "
+            f"{c.time_limit!r} ({limit} s): the job would be told to checkpoint before it starts",
+            "raise cluster.slurm.time_limit or lower cluster.slurm.signal_grace_s",
+        )
+
+
+RULES = (time_limit,)
+
+
+def untested(spec) -> Iterator[str]:
+    yield "SLURM submission: sbatch, the allocation, requeues"

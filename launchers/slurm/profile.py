@@ -1,0 +1,76 @@
+"""The SLURM launcher's plug-in profile: its spec section ``cluster.slurm`` and where its parts live.
+
+Imported when the spec types are composed: it imports only the spec's sections and plug-in API.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from msgspec import Meta
+
+from slime.spec.plugin import Profile, V1Move
+from slime.spec.sections import MEM_PATTERN, TIME_PATTERN, D, Section
+
+
+class Container(Section, kw_only=True):
+    """A container image to run each node's work in (pyxis/enroot)."""
+
+    image: Annotated[str, D("Container image (e.g. 'nvcr.io#nvidia/pytorch:25.01-py3' or a .sqsh path).", min_length=1)]
+    mounts: Annotated[tuple[str, ...], D("Bind mounts 'SRC:DST[:ro]'.")] = ()
+    workdir: Annotated[str | None, D("Working directory inside the container.")] = None
+
+
+class SlurmOptions(Section, kw_only=True):
+    """What sbatch is asked for, and how the job restarts."""
+
+    partition: Annotated[str | None, D("SLURM partition.")] = None
+    account: Annotated[str | None, D("SLURM account to charge.")] = None
+    qos: Annotated[str | None, D("SLURM quality of service.")] = None
+    constraint: Annotated[str | None, D("SLURM node feature constraint (e.g. 'h100&ib').")] = None
+    exclude: Annotated[tuple[str, ...], D("Nodes SLURM must not allocate.")] = ()
+    reservation: Annotated[str | None, D("SLURM reservation name.")] = None
+    mem: Annotated[
+        Annotated[str, Meta(pattern=MEM_PATTERN)] | None,
+        D("Memory per node, SLURM style: '64G', '500M', or MB as a number."),
+    ] = None
+    time_limit: Annotated[
+        Annotated[str, Meta(pattern=TIME_PATTERN)] | None,
+        D("Wall-clock limit, SLURM style: 'MM', 'HH:MM:SS' or 'D-HH:MM:SS'."),
+    ] = None
+    container: Annotated[Container | None, D("Run inside this container image (pyxis/enroot).")] = None
+    on_preflight_failure: Annotated[
+        Literal["fail", "requeue_excluding"], D("On a failed preflight: fail, or requeue excluding the bad node.")
+    ] = "fail"
+    max_requeues: Annotated[int, D("Restarts allowed for preemptions and time-outs.", ge=0)] = 5
+    max_failures: Annotated[int, D("Restarts allowed after failures (crashes, node loss).", ge=0)] = 0
+    signal_grace_s: Annotated[
+        int, D("Seconds before the time limit at which the job is warned (USR1) to checkpoint.", ge=10)
+    ] = 120
+
+
+_V1 = [
+    "partition",
+    "account",
+    "qos",
+    "constraint",
+    "exclude",
+    "reservation",
+    "mem",
+    "time_limit",
+    "container",
+    "on_preflight_failure",
+    "max_requeues",
+    "max_failures",
+    "signal_grace_s",
+]
+
+PROFILE = Profile(
+    summary="submits with sbatch to a SLURM cluster, one Ray cluster per job",
+    implementation="launchers.slurm.launcher:SlurmLauncher",
+    options=SlurmOptions,
+    options_doc="SLURM settings: partition, account, limits, container, restarts (only with launcher: slurm).",
+    hooks="launchers.slurm.hooks",
+    node_env="launchers.slurm.env:slurm_node",
+    v1_moves=tuple(V1Move(old=f"cluster.{n}", new=n) for n in _V1),
+)

@@ -1,0 +1,137 @@
+"""The SGLang backend's rules, derived values, smoke edits and preview (torch-free; SGLang is not imported).
+
+What an SGLang server would refuse at start is refused at validate: flags slime-submit sets itself,
+an engine's tensor parallelism against the model's heads, the expert-parallel size, a context the
+requests do not fit, and router settings nothing reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from msgspec.structs import replace
+
+from slime.backends.sglang.flags import EP_FLAGS, normalize_flag, reserved_hint, sglang_reserved
+from slime.spec.plugin import Finding
+from slime.spec.resolve import model_config
+from slime.spec.rules import attention_heads, over_context
+
+__all__ = ["RULES", "preview", "resolve", "smoke_edits", "untested"]
+
+
+def checkpoint_model(s) -> Iterator[Finding]:
+    if s.model.path is None:
+        yield (
+            "rollout.backend",
+            f"SGLang engines serve an HF checkpoint directory, but the model is model.builtin: {s.model.builtin}",
+            "set model.path, or use an engine that serves the built-in model (rollout.backend)",
+        )
+
+
+def no_router(s) -> Iterator[Finding]:
+    if s.rollout.sglang.router_args:
+        yield (
+            "rollout.sglang.router_args",
+            "the rollout manager sends requests straight to the engines and spreads them itself; the "
+            "sglang-router is not in the request path, so router settings would do nothing",
+            "remove rollout.sglang.router_args",
+        )
+
+
+def reserved_args(s) -> Iterator[Finding]:
+    for key in s.rollout.sglang.args:
+        if (hit := sglang_reserved(key)) is not None:
+            abbr = "" if hit == normalize_flag(key) else f" (--{normalize_flag(key)} abbreviates it)"
+            yield (
+                f"rollout.sglang.args.{key}",
+                f"slime-submit sets --{hit} itself from the spec and the layout{abbr}",
+                f"remove it (change {reserved_hint(hit)} instead)",
+            )
+
+
+def engine_heads(s) -> Iterator[Finding]:
+    r = s.rollout
+    if s.cluster.gpus_per_node == 0 or r.gpus_per_engine <= 1:
+        return
+    heads, groups = attention_heads(model_config(s.model.path))
+    if heads and (heads % r.gpus_per_engine or (groups % r.gpus_per_engine and r.gpus_per_engine % groups)):
+        yield (
+            "rollout.gpus_per_engine",
+            f"an engine's tensor parallelism of {r.gpus_per_engine} (gpus_per_engine) "
+            f"does not fit the model's {heads} attention heads / {groups} key/value heads: SGLang needs the "
+            "heads divisible by it, and the key/value heads divisible by it or it by them",
+            "choose gpus_per_engine accordingly",
+        )
+
+
+def sglang_expert_parallel(s) -> Iterator[Finding]:
+    """SGLang runs an engine's MoE layers on ep x (tp / ep) ranks and gives each EP rank experts / ep experts
+    (it asserts both divide); a wrong --ep-size fails only when the engine starts, after the queue wait."""
+    r = s.rollout
+    pp = next((v for k, v in r.sglang.args.items() if normalize_flag(k) in ("pp-size", "pipeline-parallel-size")), 1)
+    tp = r.gpus_per_engine // pp if isinstance(pp, int) and pp >= 1 and r.gpus_per_engine % pp == 0 else None
+    cfg = model_config(s.model.path) or {}
+    experts = next((cfg[k] for k in ("num_experts", "num_local_experts", "n_routed_experts") if k in cfg), None)
+    for key, ep in r.sglang.args.items():
+        if normalize_flag(key) not in EP_FLAGS:
+            continue
+        path = f"rollout.sglang.args.{key}"
+        if not isinstance(ep, int) or isinstance(ep, bool) or ep < 1:
+            yield (path, f"SGLang's expert-parallel size must be a positive integer, got {ep!r}", None)
+        elif tp is not None and tp % ep:
+            yield (
+                path,
+                f"SGLang's expert-parallel size {ep} does not divide the engine's tensor-parallel size {tp} "
+                "(rollout.gpus_per_engine / pp-size): its MoE layers run on ep x tp/ep ranks",
+                f"choose an ep-size that divides {tp}",
+            )
+        elif isinstance(experts, int) and experts % ep:
+            yield (
+                path,
+                f"SGLang's expert-parallel size {ep} does not divide the model's {experts} experts",
+                "choose an ep-size that divides the expert count",
+            )
+
+
+def context_fits(s) -> Iterator[Finding]:
+    # SGLang refuses a request whose prompt + max_new_tokens exceeds the context (unless started with
+    # --allow-auto-truncate); every rollout request asks for max_response_len new tokens.
+    if over := over_context(s):
+        yield (
+            "rollout.max_response_len",
+            f"{over}: SGLang would refuse long prompts",
+            "lower max_response_len or max_prompt_len so that they fit the context",
+        )
+
+
+RULES = (checkpoint_model, no_router, reserved_args, engine_heads, sglang_expert_parallel, context_fits)
+
+
+def resolve(spec):
+    """``rollout.weight_sync``: nccl for engines on their own GPUs without pipeline stages, else disk."""
+    r = spec.rollout
+    if r.weight_sync is None:
+        # nccl needs the whole policy on trainer rank 0: not so with pipeline stages
+        collective = not r.colocate and spec.train.parallel.pipeline == 1
+        spec = replace(spec, rollout=replace(r, weight_sync="nccl" if collective else "disk"))
+    return spec
+
+
+def smoke_edits(spec) -> Iterator[tuple[str, object, str]]:
+    if spec.rollout.weight_sync == "delta":
+        yield "rollout.weight_sync", "disk", "delta sync is implemented for SGLang engines only"
+
+
+def untested(spec) -> Iterator[str]:
+    r = spec.rollout
+    yield (
+        f"SGLang engines: gpus_per_engine {r.gpus_per_engine} (engine tensor parallelism)"
+        + (f", sglang.args {', '.join(r.sglang.args)}" if r.sglang and r.sglang.args else "")
+        + ", CUDA graphs and memory fractions"
+    )
+
+
+def preview(spec) -> tuple[str, str]:
+    from slime.backends.sglang.launch import render_engine_commands
+
+    return "SGLang engine commands; node addresses are filled in at run time", render_engine_commands(spec)
