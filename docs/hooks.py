@@ -218,8 +218,9 @@ def _subcommands(parser) -> list[tuple[str, str, Any]]:
 
 
 def cli_reference() -> str:
-    old = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = "100"  # argparse wraps help to the terminal's width
+    # argparse wraps help to the terminal's width (and newer Pythons colour it): fix both for the page.
+    saved = {k: os.environ.get(k) for k in ("COLUMNS", "NO_COLOR")}
+    os.environ.update(COLUMNS="100", NO_COLOR="1")
     try:
         parser = _parser()
         lines = [
@@ -239,14 +240,15 @@ def cli_reference() -> str:
             for _name, help_text, sub in _subcommands(p):
                 lines.extend([f"{'#' * depth} `{sub.prog}`", ""])
                 if help_text:
-                    lines.extend([help_text[0].upper() + help_text[1:] + ".", ""])
+                    lines.extend([html.escape(help_text[0].upper() + help_text[1:], quote=False) + ".", ""])
                 lines.extend(["```text", sub.format_help().rstrip(), "```", ""])
                 walk(sub, min(depth + 1, 4))
 
         walk(parser, 2)
         return "\n".join(lines)
     finally:
-        if old is None:
-            os.environ.pop("COLUMNS", None)
-        else:
-            os.environ["COLUMNS"] = old
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
