@@ -4,7 +4,7 @@
 #     agent sandbox, iproute2/procps for network namespaces, tmux for the real-terminal CLI test, zsh and
 #     fish for the shell-completion tests. Skipped (with a note) when not root.
 #   - A virtualenv at .venv with torch 2.13.0, installed FIRST so that the extras do not resolve it,
-#     then the project with its runtime, agent and test extras.
+#     then the project with its runtime, agent, megatron, test and docs extras.
 #     Which torch build: a plain `pip install torch==2.13.0` takes what the machine's package index
 #     offers. Our CI machines' pip configuration serves the CPU wheel (2.13.0+cpu); on a stock machine
 #     pip resolves from PyPI and gets the multi-GB CUDA build. For the CPU build there, set
@@ -36,5 +36,5 @@ PY=${PYTHON:-python3}
 # torch first, pinned (see the header for which build the index gives); an installed torch is kept.
 .venv/bin/python -c 'import torch' 2>/dev/null ||
   .venv/bin/python -m pip install -q torch==2.13.0 ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
-.venv/bin/python -m pip install -q -e '.[runtime,agent,megatron,test]'
+.venv/bin/python -m pip install -q -e '.[runtime,agent,megatron,test,docs]'
 echo "ci/install.sh: ready (.venv/bin/slime-submit)"

@@ -9,6 +9,9 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline RAY_USAGE_STAT
 .venv/bin/ruff format --check --quiet .
 .venv/bin/ruff check --quiet .
 .venv/bin/lint-imports --no-cache >/dev/null || .venv/bin/lint-imports --no-cache
+# The documentation site (mkdocs.yml): a broken link, page or generated reference fails here.
+site_dir=$(mktemp -d)
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$site_dir" && rm -rf "$site_dir"
 # Two pytest-xdist workers on CI's two cores: a run's wall time is half waiting (Ray and engine start-ups,
 # SLURM polls), which a second worker overlaps; more workers than cores made the CPU-bound runs (learning,
 # smokes) time out. tests/conftest.py keeps the SLURM tests on one worker (one cluster per machine), the
