@@ -195,7 +195,7 @@ def _train(spec: Spec) -> Train:
         t,
         nodes=t.nodes if t.nodes is not None else c.nodes,
         gpus_per_node=t.gpus_per_node if t.gpus_per_node is not None else c.gpus_per_node,
-        # megatron turns sequence parallelism off at tensor 1 (with a warning; rules.py warns too)
+        # sequence parallelism is off at tensor 1 (rules.py warns)
         parallel=replace(
             t.parallel,
             expert_tensor=t.parallel.expert_tensor or t.parallel.tensor,

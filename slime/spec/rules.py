@@ -61,7 +61,7 @@ def sequence_parallel_without_tensor(s: Spec) -> Iterator[Finding]:
     if p.sequence_parallel and p.tensor == 1:
         yield (
             "train.parallel.sequence_parallel",
-            "sequence parallelism does nothing with tensor 1; megatron turns it off, and the resolved spec "
+            "sequence parallelism does nothing with tensor 1; the trainer turns it off, and the resolved spec "
             "says sequence_parallel: false",
             "remove it, or set train.parallel.tensor > 1",
         )
@@ -237,7 +237,7 @@ def parallel_sizes(s: Spec) -> Iterator[Finding]:
         yield (
             "train.parallel.expert",
             f"expert_tensor {etp} x expert {p.expert} x pipeline {p.pipeline} = {ep_grid} does not divide the "
-            f"{world} trainer GPUs (megatron-core's expert grid)",
+            f"{world} trainer GPUs (the expert grid of expert-parallel training)",
             "pick expert (and expert_tensor) sizes whose product with pipeline divides the trainer GPU count",
         )
 

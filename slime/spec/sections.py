@@ -124,7 +124,7 @@ class Parallel(Section, kw_only=True):
         Annotated[int, Meta(ge=1)] | None, D("Tensor-parallel size inside each expert (derived: tensor).")
     ] = None
     sequence_parallel: Annotated[
-        bool, D("Megatron sequence parallelism (with tensor 1 megatron turns it off: resolved to false).")
+        bool, D("Sequence parallelism over the tensor-parallel group (none at tensor 1: resolved to false).")
     ] = False
 
 
@@ -141,7 +141,7 @@ class Optimizer(Section, kw_only=True):
     """Optimizer and learning-rate schedule."""
 
     name: Annotated[
-        Literal["adam"], D("Optimizer (AdamW; Megatron's distributed optimizer on the megatron backend).")
+        Literal["adam"], D("Optimizer (AdamW; sharded with train.optimizer.distributed).")
     ] = "adam"
     lr: Annotated[float, D("Peak learning rate.", gt=0)] = 1e-6
     min_lr: Annotated[float, D("Final learning rate of the decay.", ge=0)] = 0.0
@@ -156,7 +156,7 @@ class Optimizer(Section, kw_only=True):
     distributed: Annotated[
         bool | None,
         D(
-            "Shard optimizer state across data-parallel ranks (derived: true with megatron; the torch backend "
+            "Shard optimizer state across data-parallel ranks (derived by the train backend; one that cannot shard "
             "keeps a full copy per rank and refuses true)."
         ),
     ] = None
@@ -277,13 +277,13 @@ class Rollout(Section, kw_only=True):
     deterministic: Annotated[
         bool,
         D(
-            "Reproducible sampling from the per-request seeds: SGLang engines start with "
-            "--enable-deterministic-inference (batch-invariant kernels: slower); the built-in engine always is."
+            "Reproducible sampling from the per-request seeds: engines start in their deterministic mode "
+            "(batch-invariant kernels: slower) where they have one; some always are."
         ),
     ] = False
     weight_sync: Annotated[
         Literal["disk", "nccl", "delta"] | None,
-        D("How new weights reach engines (derived: nccl for disaggregated sglang without pipeline stages, else disk)."),
+        D("How new weights reach engines (derived by the rollout backend: nccl where it can, else disk)."),
     ] = None
     startup_timeout_s: Annotated[float, D("Seconds an engine may take to become healthy.", gt=0)] = 600.0
 
@@ -455,7 +455,7 @@ class Agent(Section, kw_only=True):
 
 # --------------------------------------------------------------------------- sweep, logging
 class Sweep(Section, kw_only=True):
-    """A grid of overrides; each point is one task (a SLURM array task)."""
+    """A grid of overrides; each point is one task (a job-array task where the launcher has arrays)."""
 
     grid: Annotated[
         dict[str, tuple[Any, ...]], D("Dotted field path -> list of values; the tasks are the cross product.")

@@ -146,7 +146,7 @@ def _train(s: Spec, samples: int) -> Iterator[Edit]:
     t = s.train
     yield "train.nodes", None, "derived: one node"
     yield "train.gpus_per_node", None, "derived: one CPU rank"
-    for f in fields(Parallel):  # every model-parallel size back to 1 (the torch backend is data parallel)
+    for f in fields(Parallel):  # every model-parallel size back to 1 (one CPU rank)
         yield f"train.parallel.{f.encode_name}", f.default, "one CPU rank: data parallel only"
     yield "train.precision", "fp32", "CPU training is fp32"
     yield "train.optimizer.distributed", None, "derived by the embedded trainer"
