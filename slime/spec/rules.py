@@ -502,6 +502,19 @@ def sampling(s: Spec) -> Iterator[Finding]:
 
 
 @rule
+def weight_sync_support(s: Spec) -> Iterator[Finding]:
+    """Weight-sync modes the runtime cannot carry out for this layout (an engine refuses its own)."""
+    r, pipeline = s.rollout, s.train.parallel.pipeline
+    if r.weight_sync == "nccl" and pipeline > 1:
+        yield (
+            "rollout.weight_sync",
+            f"weight_sync nccl broadcasts the policy from trainer rank 0, which holds only the first of "
+            f"{pipeline} pipeline stages",
+            "use weight_sync: disk, or remove weight_sync (derived: disk when pipeline > 1)",
+        )
+
+
+@rule
 def algorithm(s: Spec) -> Iterator[Finding]:
     a, m = s.algorithm, s.model
     if (a.kl_coef > 0 or a.kl_loss_coef > 0) and m.ref_path is None:
