@@ -37,10 +37,15 @@ def _spec(*overrides: str, path: Path = SPEC):
     return load_spec(path, overrides=list(overrides)).tasks[0].spec
 
 
-def _with_engine_args(args: dict):
+def _with_sglang(spec=None, **sglang):
+    """``spec`` (the example spec) with ``rollout.sglang`` fields set after validation (validate would refuse them)."""
+    base = _spec() if spec is None else spec
+    return replace(base, rollout=replace(base.rollout, sglang=replace(base.rollout.sglang, **sglang)))
+
+
+def _with_sglang_args(args: dict, spec=None):
     """The example spec with ``rollout.sglang.args`` set after validation (validate would refuse it)."""
-    base = _spec()
-    return msgspec.structs.replace(base, rollout=msgspec.structs.replace(base.rollout, engine_args=args))
+    return _with_sglang(spec, args=args)
 
 
 def _golden(name: str, text: str) -> None:
@@ -103,7 +108,7 @@ def test_disaggregated_engines_start_after_the_actor_gpus():
     assert all("--enable-memory-saver" not in c.argv for c in cmds)
 
 
-def test_engine_args_conversion():
+def test_sglang_args_conversion():
     flags = flags_from_args(
         {
             "mem-fraction-static": 0.8,
@@ -142,7 +147,7 @@ def test_pp_size_divides_gpus_per_engine_and_reserved_keys_are_rejected_from_spe
     with pytest.raises(LaunchError, match="pp-size=3 must be a positive integer dividing"):
         engine_commands(_spec("rollout.sglang.args.pp-size=3"))
     with pytest.raises(LaunchError, match="rollout.sglang.args.tp-size: slime sets --tp-size itself"):
-        engine_commands(_with_engine_args({"tp-size": 4}))
+        engine_commands(_with_sglang_args({"tp-size": 4}))
 
 
 @pytest.mark.parametrize(
@@ -157,16 +162,16 @@ def test_pp_size_divides_gpus_per_engine_and_reserved_keys_are_rejected_from_spe
         ("dist", "dist-init-addr"),
     ],
 )
-def test_engine_args_cannot_reach_placement_flags_even_abbreviated(key, flag):
+def test_sglang_args_cannot_reach_placement_flags_even_abbreviated(key, flag):
     # argparse (allow_abbrev) would expand e.g. --base-gpu to --base-gpu-id, overriding slime's value
-    with pytest.raises(LaunchError, match=rf"rollout\.engine_args\.{key}: slime sets --{flag} itself"):
-        engine_commands(_with_engine_args({key: 2}))  # a spec that skipped validate
-    with pytest.raises(SpecError, match=rf"rollout\.engine_args\.{key}: slime-submit sets --{flag} itself"):
+    with pytest.raises(LaunchError, match=rf"rollout\.sglang\.args\.{key}: slime sets --{flag} itself"):
+        engine_commands(_with_sglang_args({key: 2}))  # a spec that skipped validate
+    with pytest.raises(SpecError, match=rf"rollout\.sglang\.args\.{key}: slime-submit sets --{flag} itself"):
         _spec(f"rollout.sglang.args.{key}=2")  # validate refuses it first (the same table)
 
 
-def test_engine_args_keys_with_equals_are_rejected():
-    with pytest.raises(LaunchError, match=r"rollout\.engine_args\.port=1: a key must not contain '='"):
+def test_sglang_args_keys_with_equals_are_rejected():
+    with pytest.raises(LaunchError, match=r"rollout\.sglang\.args\.port=1: a key must not contain '='"):
         flags_from_args({"port=1": True}, field_name="rollout.sglang.args")
 
 
@@ -202,10 +207,7 @@ def test_trust_remote_code_follows_auto_map(tmp_path):
 def test_router_only_for_several_engines_with_router_args():
     # validate refuses router_args (the rollout manager does not use the router); the command builder still
     # converts them, for when it does
-    base = _spec()
-    spec = msgspec.structs.replace(
-        base, rollout=msgspec.structs.replace(base.rollout, router_args={"policy": "cache_aware"})
-    )
+    spec = _with_sglang(router_args={"policy": "cache_aware"})
     cmd = router_command(spec, ["http://a:1", "http://b:2"], host="a")
     assert list(cmd.argv) == [
         "python",
@@ -253,7 +255,7 @@ def test_deterministic_sampling_starts_engines_in_sglangs_deterministic_mode():
         _spec("rollout.sglang.args.enable-deterministic-inference=true")
     assert "change rollout.deterministic: true instead" in str(info.value.problems[0].hint)
     valid = _spec()  # the launch refuses it too, naming the same field
-    bad = replace(valid, rollout=replace(valid.rollout, engine_args={"enable-deterministic-inference": True}))
+    bad = _with_sglang_args({"enable-deterministic-inference": True}, valid)
     with pytest.raises(LaunchError, match=r"itself .*\(change rollout\.deterministic: true instead\)"):
         engine_commands(bad)
 
@@ -268,6 +270,6 @@ def test_moe_engines_take_an_expert_parallel_size_that_divides_their_tensor_para
     assert argv[argv.index("--tp-size") + 1] == "4" and argv[argv.index("--ep-size") + 1] == "4"
     valid = _spec("rollout.gpus_per_engine=4")
     for key in EP_FLAGS:  # validate refuses these already (sglang_expert_parallel); the launcher checks again
-        bad = replace(valid, rollout=replace(valid.rollout, engine_args={key: 3}))
-        with pytest.raises(LaunchError, match=rf"engine_args\.{key}=3 must be a positive integer dividing .* size 4"):
+        bad = _with_sglang_args({key: 3}, valid)
+        with pytest.raises(LaunchError, match=rf"sglang\.args\.{key}=3 must be a positive integer dividing .* size 4"):
             engine_commands(bad)

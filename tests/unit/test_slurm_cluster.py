@@ -70,7 +70,7 @@ def test_memory_units():
 
 
 def test_a_request_that_fits_passes():
-    check_fits(_spec(cpus_per_node=4, mem="2G"), NODES, "batch")
+    check_fits(_spec(cpus_per_node=4, slurm={"mem": "2G"}), NODES, "batch")
 
 
 def test_more_gpus_per_node_than_any_node_has_names_the_gres_constraint():
@@ -85,9 +85,9 @@ def test_too_many_cpus_memory_or_nodes_are_named():
     with pytest.raises(InfraError, match="cluster.cpus_per_node=8.*at most 4"):
         check_fits(_spec(cpus_per_node=8), NODES, "batch")
     with pytest.raises(InfraError, match="cluster.slurm.mem=16G.*at most 8000M"):
-        check_fits(_spec(mem="16G"), NODES, "batch")
+        check_fits(_spec(slurm={"mem": "16G"}), NODES, "batch")
     with pytest.raises(InfraError, match=r"cluster.nodes=2: partition 'batch' has only 1 node.*excluded: sn2"):
-        check_fits(_spec(exclude=["sn2"]), NODES, "batch")
+        check_fits(_spec(slurm={"exclude": ["sn2"]}), NODES, "batch")
 
 
 def test_an_exclude_host_list_is_expanded_as_sbatch_would(slurm_cluster):
@@ -95,5 +95,5 @@ def test_an_exclude_host_list_is_expanded_as_sbatch_would(slurm_cluster):
     scontrol expands host lists only with a readable slurm.conf: the cluster fixture provides one (a
     collection-time skipif would find none on CI, where the cluster starts later, and always skip)."""
     with pytest.raises(InfraError, match=r"cluster.nodes=2: partition 'batch' has only 1 node.*excluded: sn2"):
-        check_fits(_spec(exclude=["sn[2-2]"]), NODES, "batch")
-    check_fits(_spec(exclude=["gpu[03-05]"]), NODES, "batch")  # names no node of the partition: fits
+        check_fits(_spec(slurm={"exclude": ["sn[2-2]"]}), NODES, "batch")
+    check_fits(_spec(slurm={"exclude": ["gpu[03-05]"]}), NODES, "batch")  # names no node of the partition: fits

@@ -82,9 +82,7 @@ def bash_n(script: str, tmp_path: Path) -> None:
 CASES = {
     "basic": dict(
         cluster=dict(
-            partition="batch",
-            mem="8G",
-            time_limit="01:00:00",
+            slurm=dict(partition="batch", mem="8G", time_limit="01:00:00"),
             cpus_per_node=8,
             env={"OMP_NUM_THREADS": "1", "NCCL_DEBUG": "WARN"},
         )
@@ -93,16 +91,22 @@ CASES = {
     "cpu": dict(cluster=dict(nodes=1, gpus_per_node=0)),
     "everything": dict(
         cluster=dict(
-            partition="gpu",
-            account="proj-42",
-            qos="high",
-            constraint="h100&ib",
-            reservation="maint",
-            exclude=["gpu07", "gpu[10-12]"],
-            signal_grace_s=300,
+            slurm=dict(
+                partition="gpu",
+                account="proj-42",
+                qos="high",
+                constraint="h100&ib",
+                reservation="maint",
+                exclude=["gpu07", "gpu[10-12]"],
+                signal_grace_s=300,
+                container={
+                    "image": "nvcr.io#nvidia/pytorch:25.01-py3",
+                    "mounts": ["/data:/data:ro"],
+                    "workdir": "/work",
+                },
+            ),
             env={"HF_HOME": "/cache/hf"},
             secrets={"WANDB_API_KEY": {"env": "MY_WANDB_KEY"}, "HF_TOKEN": {"file": "/home/u/.hf token"}},
-            container={"image": "nvcr.io#nvidia/pytorch:25.01-py3", "mounts": ["/data:/data:ro"], "workdir": "/work"},
         ),
         extra=dict(preflight_only=True, driver="launchers.node.tinydriver"),
     ),
@@ -169,16 +173,18 @@ def test_hostile_values_reach_the_job_exactly_and_execute_nothing(tmp_path):
     secret_file = tmp_path / f"secret 'file' $(touch {canary.name}).txt"
     secret_file.write_text(f"  {h('S2')}  \nsecond line\n")
     text = spec_text(
-        partition=h("P"),
-        account=h("A"),
-        qos=h("Q"),
-        constraint=h("C"),
-        reservation=h("R"),
-        exclude=[one_line("X")],
+        slurm=dict(
+            partition=h("P"),
+            account=h("A"),
+            qos=h("Q"),
+            constraint=h("C"),
+            reservation=h("R"),
+            exclude=[one_line("X")],
+            container={"image": h("I"), "mounts": [one_line("M") + ";/dst"], "workdir": h("W") + "\nx"},
+        ),
         logdir=str(logdir),
         env={"PLAIN": h("E") + "\nsecond line\n", "EMPTY": ""},
         secrets={"S1": {"env": "SRC_VAR"}, "S2": {"file": str(secret_file)}},
-        container={"image": h("I"), "mounts": [one_line("M") + ";/dst"], "workdir": h("W") + "\nx"},
     )
     script = compile_script(text)
     bash_n(script, tmp_path)
@@ -292,9 +298,9 @@ def test_term_before_the_step_ends_the_job_with_143(tmp_path):
 )
 def test_a_line_break_in_an_sbatch_value_is_a_spec_error_naming_the_field(field, value):
     with pytest.raises(SpecError) as err:
-        compile_script(spec_text(**{field: value}))
+        compile_script(spec_text(**({field: value} if field == "logdir" else {"slurm": {field: value}})))
     (problem,) = err.value.problems
-    assert problem.path == ("logging.dir" if field == "logdir" else f"cluster.{field}")
+    assert problem.path == ("logging.dir" if field == "logdir" else f"cluster.slurm.{field}")
     assert "line break" in problem.message
 
 
@@ -320,7 +326,7 @@ def test_backslash_in_logging_dir_and_comma_in_mounts_are_rejected():
         compile_script(spec_text(logdir="/runs/a\\b"))
     assert err.value.problems[0].path == "logging.dir" and "backslash" in err.value.problems[0].message
     with pytest.raises(SpecError) as err:
-        compile_script(spec_text(container={"image": "img", "mounts": ["/a:/b,/c:/d"]}))
+        compile_script(spec_text(slurm={"container": {"image": "img", "mounts": ["/a:/b,/c:/d"]}}))
     assert err.value.problems[0].path == "cluster.slurm.container.mounts[0]"
 
 

@@ -40,7 +40,7 @@ def run_dir(tmp_path: Path, **cluster) -> RunPaths:
     tp = paths.task(0)
     tp.dir.mkdir(parents=True)
     c = {"max_requeues": 2, "max_failures": 1, "signal_grace_s": 60, **cluster}
-    tp.resolved.write_text(json.dumps({"spec": {"cluster": c}}))
+    tp.resolved.write_text(json.dumps({"spec": {"cluster": {"launcher": "slurm", "nodes": 2, "slurm": c}}}))
     paths.logs.mkdir()
     paths.write_jobs({"launcher": "slurm", "job_ids": ["7"], "arrays": [], "tasks": 1})
     return paths
@@ -118,6 +118,15 @@ def test_start_refuses_once_a_budget_is_spent_and_says_why_in_state_json(tmp_pat
     assert restarts.start(paths.root, 0, job_id="7", restart=1, log=log_with(paths, "", "")) == 3
     (rec,) = restarts.read(paths.task(0))
     assert rec["cause"] == "unknown" and "batch host" in rec["detail"]
+
+
+def test_a_run_dir_written_before_spec_v2_still_reads_its_budgets_from_the_flat_cluster(tmp_path, capsys):
+    paths = run_dir(tmp_path)
+    tp = paths.task(0)
+    tp.resolved.write_text(json.dumps({"spec": {"cluster": {"max_requeues": 0, "max_failures": 0}}}))
+    log = log_with(paths, "", PREEMPT, "")
+    assert restarts.start(paths.root, 0, job_id="7", restart=1, log=log) == restarts.ExitCode.INFRA
+    assert "cluster.slurm.max_requeues=0" in json.loads(tp.state.read_text())["error"]
 
 
 def test_a_torn_last_line_is_skipped_and_repaired_on_append(tmp_path):
