@@ -214,6 +214,21 @@ def _slime_version() -> str:
         return __version__
 
 
+def _script_entry(request: Any, secrets: Any) -> dict[str, Any] | None:
+    """The batch script the launcher wrote, if any: its path, hash and (redacted) text."""
+    rel = RunPaths(Path(".")).script.as_posix()
+    script = next((c for path, c, _ in request.files if path == rel), None)
+    if script is None:
+        return None
+    return {"path": rel, "sha256": spec_sha256(script), "text": redact(script, secrets)}
+
+
+def _container(resolved: dict[str, Any]) -> Any:
+    """The container image of the launcher's section (``cluster.<launcher>.container``), if any."""
+    sections = (resolved.get("cluster") or {}).values()
+    return next((v["container"] for v in sections if isinstance(v, dict) and v.get("container")), None)
+
+
 def build_lock(request: Any, options: Any, *, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The lock document of a launcher ``Request`` (``launchers.base.Request``; see the module doc)."""
     import msgspec
@@ -224,16 +239,7 @@ def build_lock(request: Any, options: Any, *, environ: Mapping[str, str] | None 
     spec_path = request.source if Path(request.source).is_file() else None  # None: text, not a file ("<spec>")
     secrets = secret_values(resolved, env)
     files = {rel: spec_sha256(content) for rel, content, _ in request.files}
-    script = next((c for rel, c, _ in request.files if rel == RunPaths(Path(".")).script.as_posix()), None)
     extra = dict(getattr(options, "extra", {}) or {})
-    container = next(
-        (
-            v["container"]
-            for v in (resolved.get("cluster") or {}).values()
-            if isinstance(v, dict) and v.get("container")
-        ),
-        None,
-    )
     doc: dict[str, Any] = {
         "format": LOCK_FORMAT,
         "spec_sha256": spec_sha256(resolved_text),
@@ -259,7 +265,7 @@ def build_lock(request: Any, options: Any, *, environ: Mapping[str, str] | None 
         },
         "packages": package_versions(),
         "git": git_info(spec_path),
-        "container": container,
+        "container": _container(resolved),
         "patches": _applied_patches(),
         "options": {
             "preflight_only": bool(getattr(options, "preflight_only", False)),
@@ -267,15 +273,7 @@ def build_lock(request: Any, options: Any, *, environ: Mapping[str, str] | None 
             "driver_env": env.get("SLIME_DRIVER"),
             "python": extra.get("python"),
         },
-        "script": (
-            {
-                "path": RunPaths(Path(".")).script.as_posix(),
-                "sha256": spec_sha256(script),
-                "text": redact(script, secrets),
-            }
-            if script is not None
-            else None
-        ),
+        "script": _script_entry(request, secrets),
         "command": [redact(c, secrets) for c in request.command],
         "submitted_by": {
             "user": _user(),

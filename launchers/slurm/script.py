@@ -295,8 +295,6 @@ def render_script(spec: Spec, opts: ScriptOptions) -> str:
         "# Sweep task = array index + offset (MaxArraySize caps the index; split arrays pass an offset).",
         "TASK=$(( ${SLIME_TASK_OFFSET:-0} + ${SLURM_ARRAY_TASK_ID:-0} ))",
         'export SLIME_RUN_DIR="$RUN_DIR" SLIME_TASK="$TASK"',
-    ]
-    parts += [
         "",
         _SIGNALS,
         "",
@@ -306,6 +304,11 @@ def render_script(spec: Spec, opts: ScriptOptions) -> str:
     env = _env_lines(spec)
     if env:
         parts += ["", *env]
+    return "\n".join(parts + _steps(spec, opts)) + "\n"
+
+
+def _steps(spec: Spec, opts: ScriptOptions) -> list[str]:
+    """The restart helper and the one bootstrap step per node (in the container, if any)."""
     container = _container_flags(spec)
     helper = [q(opts.python)]
     if container:  # the helper needs our Python, which lives in the container
@@ -326,7 +329,7 @@ def render_script(spec: Spec, opts: ScriptOptions) -> str:
         cmd.append("--preflight-only")
     if opts.driver:
         cmd += ["--driver", q(opts.driver)]
-    parts += [
+    return [
         "",
         "SLIME_HELPER=(" + " \\\n    ".join(_wrap(helper)) + ")",
         _RESTARTS,
@@ -335,7 +338,6 @@ def render_script(spec: Spec, opts: ScriptOptions) -> str:
         " \\\n    ".join(_wrap(cmd)) + " &",
         _WAIT,
     ]
-    return "\n".join(parts) + "\n"
 
 
 def _wrap(words: list[str], width: int = 88) -> list[str]:

@@ -165,6 +165,31 @@ def _plan(spec: Spec) -> Layout:
     c, t, r = spec.cluster, spec.train, spec.rollout
     if c.gpus_per_node == 0:
         return _cpu_layout(spec)
+    n = _check_counts(spec)
+    # Actor: train.gpus_per_node GPUs on each of the first train.nodes nodes.
+    actor = tuple(Slot(node=nd, gpu=g) for nd in range(t.nodes) for g in range(t.gpus_per_node or 0))
+    pool, gpe = _engine_pool(spec, actor, n), r.gpus_per_engine
+    engines = [
+        _engine_slots(i, tuple(pool[i * gpe : (i + 1) * gpe]), gpe, c.gpus_per_node)
+        for i in range(n.rollout_gpus // gpe)
+    ]
+    critic = actor if spec.algorithm.estimator == "ppo" else ()
+    used = {*actor, *(s for e in engines for s in e)}
+    return Layout(
+        nodes=c.nodes,
+        gpus_per_node=c.gpus_per_node,
+        colocate=r.colocate,
+        actor=actor,
+        critic=critic,
+        engines=tuple(engines),
+        total_slots=len(used),
+        rollout_offset=n.offset,
+    )
+
+
+def _check_counts(spec: Spec) -> LayoutCounts:
+    """The layout's counts, after refusing a trainer or rollout that does not fit the cluster."""
+    c, t, r = spec.cluster, spec.train, spec.rollout
     gpn = c.gpus_per_node
     if (t.gpus_per_node or 0) > gpn:
         raise LayoutError(
@@ -192,45 +217,32 @@ def _plan(spec: Spec) -> Layout:
             + ("" if r.colocate else " or lower train.nodes/train.gpus_per_node")
             + ", or raise cluster.nodes",
         )
-    # Actor: train.gpus_per_node GPUs on each of the first train.nodes nodes.
-    actor = tuple(Slot(node=nd, gpu=g) for nd in range(t.nodes) for g in range(t.gpus_per_node or 0))
-    gpe = r.gpus_per_engine
-    n_engines = n.rollout_gpus // gpe
-    engines: list[tuple[Slot, ...]] = []
-    if r.colocate:
-        actor_set = set(actor)
-        pool = list(actor) + [
-            s for s in (Slot(node=i // gpn, gpu=i % gpn) for i in range(n.total)) if s not in actor_set
-        ]
-    else:
-        # Engines take the first free slots after the actor's, node by node; with
-        # train.gpus_per_node < cluster.gpus_per_node the actor's slots are not a flat prefix.
-        actor_set = set(actor)
-        free = (Slot(node=i // gpn, gpu=i % gpn) for i in range(n.available))
-        pool = [s for s in free if s not in actor_set][: n.rollout_gpus]
-    for i in range(n_engines):
-        slots = tuple(pool[i * gpe : (i + 1) * gpe])
-        per_node = {nd: sum(1 for s in slots if s.node == nd) for nd in sorted({s.node for s in slots})}
-        # The preflight's condition on the actual slots: every node the engine touches is fully covered.
-        if len(per_node) > 1 and any(k != gpn for k in per_node.values()):
-            used = ", ".join(f"{k} on node{nd}" for nd, k in per_node.items())
-            raise LayoutError(
-                f"engine {i} ({gpe} GPUs) would straddle nodes {list(per_node)} starting at {slots[0]} ({used}): "
-                f"an engine must fit in one node or cover all {gpn} GPUs of every node it spans",
-                path="rollout.gpus_per_engine",
-                hint="make rollout.gpus_per_engine divide cluster.gpus_per_node (or a multiple of it) and the "
-                "actor's GPUs fill whole nodes (train.gpus_per_node = cluster.gpus_per_node)",
-            )
-        engines.append(slots)
-    critic = actor if spec.algorithm.estimator == "ppo" else ()
-    used = {*actor, *(s for e in engines for s in e)}
-    return Layout(
-        nodes=c.nodes,
-        gpus_per_node=gpn,
-        colocate=r.colocate,
-        actor=actor,
-        critic=critic,
-        engines=tuple(engines),
-        total_slots=len(used),
-        rollout_offset=n.offset,
-    )
+    return n
+
+
+def _engine_pool(spec: Spec, actor: tuple[Slot, ...], n: LayoutCounts) -> list[Slot]:
+    """The slots engines take, in order: the actor's first when colocated, else the free ones after it."""
+    gpn, actor_set = spec.cluster.gpus_per_node, set(actor)
+    if spec.rollout.colocate:
+        rest = (Slot(node=i // gpn, gpu=i % gpn) for i in range(n.total))
+        return list(actor) + [s for s in rest if s not in actor_set]
+    # Engines take the first free slots after the actor's, node by node; with
+    # train.gpus_per_node < cluster.gpus_per_node the actor's slots are not a flat prefix.
+    free = (Slot(node=i // gpn, gpu=i % gpn) for i in range(n.available))
+    return [s for s in free if s not in actor_set][: n.rollout_gpus]
+
+
+def _engine_slots(i: int, slots: tuple[Slot, ...], gpe: int, gpn: int) -> tuple[Slot, ...]:
+    """Engine ``i``'s slots; refused where it would straddle nodes it does not cover fully."""
+    per_node = {nd: sum(1 for s in slots if s.node == nd) for nd in sorted({s.node for s in slots})}
+    # The preflight's condition on the actual slots: every node the engine touches is fully covered.
+    if len(per_node) > 1 and any(k != gpn for k in per_node.values()):
+        used = ", ".join(f"{k} on node{nd}" for nd, k in per_node.items())
+        raise LayoutError(
+            f"engine {i} ({gpe} GPUs) would straddle nodes {list(per_node)} starting at {slots[0]} ({used}): "
+            f"an engine must fit in one node or cover all {gpn} GPUs of every node it spans",
+            path="rollout.gpus_per_engine",
+            hint="make rollout.gpus_per_engine divide cluster.gpus_per_node (or a multiple of it) and the "
+            "actor's GPUs fill whole nodes (train.gpus_per_node = cluster.gpus_per_node)",
+        )
+    return slots
