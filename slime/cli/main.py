@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_command("slime.cli.commands:explain"))
 
-    p = sub.add_parser("import-slime-args", help="convert a slime train.py flag list into a v1 spec")
+    p = sub.add_parser("import-slime-args", help="convert a slime train.py flag list into a spec")
     p.add_argument("file", metavar="FILE", help="file with the flags (a launch script or a flag list; '-' = stdin)")
     p.add_argument("-o", "--output", help="write the spec here instead of stdout")
     p.add_argument("--name", default=None, help="job name for the spec")
