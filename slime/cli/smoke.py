@@ -209,7 +209,9 @@ def _console():
 
 
 def _short(value: Any) -> str:
-    text = json.dumps(value) if not isinstance(value, str) else value
+    import msgspec
+
+    text = json.dumps(msgspec.to_builtins(value)) if not isinstance(value, str) else value
     return text if len(text) <= 40 else text[:37] + "..."
 
 
