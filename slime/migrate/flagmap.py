@@ -6,7 +6,7 @@ pass-through to ``train.backend_args``/``rollout.engine_args``, router flags lis
 implied architecture flags, slime-only flags with reasons); ``finish`` maps the
 flags whose meaning depends on others (KL and the reference model, Adam betas,
 resume, eval sets, W&B, weight sync), fills slime's defaults where they differ
-from slime/v1's, sizes the cluster and adds placeholders for required values.
+from slime/v2's, sizes the cluster and adds placeholders for required values.
 Everything goes through a :class:`Builder` that records each value's comment
 and the mapped/unmapped account.
 """
@@ -152,12 +152,13 @@ def _scalar(v: str) -> Any:
     return v
 
 
-def _pass_through(f: Flag, b: Builder, section: str, key: str, what: str) -> None:
+def _pass_through(f: Flag, b: Builder, section: str, key: str, what: str, shown: str) -> None:
+    """``section``: the slime/v1 path the flag table speaks; ``shown``: where the written spec has it."""
     if len(f.values) > 1:
         b.unmapped.append(
             (
                 f.name,
-                f"takes several values ({' '.join(f.values)}); {section} holds one value per "
+                f"takes several values ({' '.join(f.values)}); {shown} holds one value per "
                 f"{what} flag: add it by hand if the engine accepts a quoted list",
             )
         )
@@ -168,7 +169,7 @@ def _pass_through(f: Flag, b: Builder, section: str, key: str, what: str) -> Non
 
 
 def _plugin_path(dotted: str) -> str:
-    """slime's 'pkg.mod.fn' as slime/v1's 'pkg.mod:fn'."""
+    """slime's 'pkg.mod.fn' as slime/v2's 'pkg.mod:fn'."""
     if ":" in dotted:
         return dotted
     module, _, fn = dotted.rpartition(".")
@@ -201,11 +202,11 @@ def map_flag(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
             (
                 name,
                 f"slime-submit sets --{hit} itself from the spec and the layout (one engine per "
-                "rollout.gpus_per_engine GPUs); its engines cannot take it from engine_args",
+                "rollout.gpus_per_engine GPUs); its engines cannot take it from rollout.sglang.args",
             )
         )
     elif name.startswith("--sglang-"):
-        _pass_through(f, b, "rollout.engine_args", name[len("--sglang-") :], "SGLang")
+        _pass_through(f, b, "rollout.engine_args", name[len("--sglang-") :], "SGLang", "rollout.sglang.args")
     elif name.startswith("--router-"):
         b.unmapped.append(
             (
@@ -225,7 +226,7 @@ def map_flag(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
             )
         )
     else:  # a Megatron flag slime passes through
-        _pass_through(f, b, "train.backend_args", name[2:], "Megatron")
+        _pass_through(f, b, "train.backend_args", name[2:], "Megatron", "train.megatron.args")
 
 
 _SWITCHES = {
@@ -258,19 +259,19 @@ def _special(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
         if one == "megatron":
             b.from_flag(f, "train.backend", "megatron")
         else:
-            b.unmapped.append((name, f"train backend {one!r} has no slime/v1 equivalent (torch or megatron)"))
+            b.unmapped.append((name, f"train backend {one!r} has no slime/v2 equivalent (torch or megatron)"))
     elif name in ("--bf16", "--fp16"):
         b.from_flag(f, "train.precision", name[2:])
     elif name == "--optimizer":
         if one == "adam":
             b.from_flag(f, "train.optimizer.name", "adam")
         else:
-            b.unmapped.append((name, f"optimizer {one!r}: slime/v1 trains with Adam(W) only"))
+            b.unmapped.append((name, f"optimizer {one!r}: slime/v2 trains with Adam(W) only"))
     elif name == "--lr-decay-style":
         if one in ("constant", "cosine", "linear"):
             b.from_flag(f, "train.optimizer.lr_schedule", one)
         else:
-            b.unmapped.append((name, f"lr decay style {one!r}: slime/v1 has constant, cosine and linear"))
+            b.unmapped.append((name, f"lr decay style {one!r}: slime/v2 has constant, cosine and linear"))
     elif name == "--disable-grpo-std-normalization":
         b.from_flag(f, "algorithm.normalize_std", False)
     elif name == "--loss-type" and one == "policy_loss":
@@ -280,7 +281,7 @@ def _special(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
             (
                 name,
                 f"slime's {' '.join(vals) or 'empty'} loss (sft_loss: a supervised fine-tuning job; value_loss: a "
-                "critic; custom_loss: a plug-in) has no slime/v1 equivalent: the imported spec trains the RL "
+                "critic; custom_loss: a plug-in) has no slime/v2 equivalent: the imported spec trains the RL "
                 "policy loss of algorithm.estimator, a different job",
             )
         )
@@ -313,12 +314,12 @@ def _rm_type(f: Flag, kind: str, b: Builder) -> None:
             (
                 f.name,
                 f"slime's {kind!r} grades only the \\boxed{{}} content of the response (boxed_math and "
-                "boxed_deepscaler then almost never score); slime/v1 has no such variant: port it as "
+                "boxed_deepscaler then almost never score); slime/v2 has no such variant: port it as "
                 "reward.type: custom",
             )
         )
     elif entry is None:
-        b.unmapped.append((f.name, f"no built-in {kind!r} reward in slime/v1: port it as reward.type: custom"))
+        b.unmapped.append((f.name, f"no built-in {kind!r} reward in slime/v2: port it as reward.type: custom"))
     else:
         reward_type, differs = entry
         b.from_flag(
@@ -415,7 +416,7 @@ def finish(b: Builder, seen: dict[str, Flag], name: str | None) -> None:
         b.differences.append(
             (
                 seen["--kl-loss-type"].shown(),
-                f"slime also estimates the KL folded into the reward (--kl-coef) with {kl_type}; slime/v1 "
+                f"slime also estimates the KL folded into the reward (--kl-coef) with {kl_type}; slime/v2 "
                 "estimates that one with k1 (algorithm.kl_loss_type applies to the KL loss only), so the "
                 "reward penalty differs",
             )
@@ -469,7 +470,7 @@ def finish(b: Builder, seen: dict[str, Flag], name: str | None) -> None:
 
 
 def _length_limits(b: Builder) -> None:
-    """slime filters no prompt and caps no response unless told; slime/v1 always has both limits."""
+    """slime filters no prompt and caps no response unless told; slime/v2 always has both limits."""
     ctx, response = b.get("model.max_context_len"), b.get("rollout.max_response_len")
     room = ctx - response if isinstance(ctx, int) and isinstance(response, int) else 0
     if not b.has("rollout.max_prompt_len") and room >= 1:
@@ -483,7 +484,7 @@ def _length_limits(b: Builder) -> None:
         b.differences.append(
             (
                 "--rollout-max-prompt-len (absent)",
-                "slime keeps every prompt; slime/v1 skips prompts longer than rollout.max_prompt_len (512 unless "
+                "slime keeps every prompt; slime/v2 skips prompts longer than rollout.max_prompt_len (512 unless "
                 "set): set it above your longest prompt",
             )
         )
@@ -491,21 +492,21 @@ def _length_limits(b: Builder) -> None:
         b.differences.append(
             (
                 "--rollout-max-response-len (absent)",
-                "slime sends no max_new_tokens (the engine's default applies); slime/v1 stops responses at "
+                "slime sends no max_new_tokens (the engine's default applies); slime/v2 stops responses at "
                 "rollout.max_response_len (1024 unless set)",
             )
         )
 
 
 def _reward_key(b: Builder, key: Flag | None) -> None:
-    """slime's dapo grader returns {score, acc, pred}: slime needs --reward-key score; slime/v1's dapo is the score."""
+    """slime's dapo grader returns {score, acc, pred}: slime needs --reward-key score; slime/v2's dapo is the score."""
     value = key.values[0] if key is not None and len(key.values) == 1 else None
     if b.get("reward.type") == "dapo":
         if key is None:
             b.differences.append(
                 (
                     "--rm-type dapo",
-                    "slime needs --reward-key score with it (its grader returns a dict); slime/v1 "
+                    "slime needs --reward-key score with it (its grader returns a dict); slime/v2 "
                     "rewards the score (+1/-1)",
                 )
             )
@@ -515,7 +516,7 @@ def _reward_key(b: Builder, key: Flag | None) -> None:
             b.unmapped.append(
                 (
                     key.name,
-                    f"slime would reward dapo's {' '.join(key.values)!r}; slime/v1's dapo reward is its score (+1/-1)",
+                    f"slime would reward dapo's {' '.join(key.values)!r}; slime/v2's dapo reward is its score (+1/-1)",
                 )
             )
     elif key is not None and value and b.get("reward.type") in ("custom", "remote"):
@@ -524,7 +525,7 @@ def _reward_key(b: Builder, key: Flag | None) -> None:
         b.unmapped.append(
             (
                 key.name,
-                "slime picks this key out of a reward returned as a dict; slime/v1's built-in rewards return "
+                "slime picks this key out of a reward returned as a dict; slime/v2's built-in rewards return "
                 "numbers (reward.key is for custom and remote rewards)",
             )
         )
@@ -546,7 +547,7 @@ def _weight_sync(b: Builder, seen: dict[str, Flag]) -> None:
             if f.values and f.values[0] in ("nccl", "disk"):
                 b.from_flag(f, "rollout.weight_sync", f.values[0])
             else:
-                b.unmapped.append((f.name, f"transport {' '.join(f.values)!r}: slime/v1 has nccl, disk and delta"))
+                b.unmapped.append((f.name, f"transport {' '.join(f.values)!r}: slime/v2 has nccl, disk and delta"))
         else:
             b.mapped.append((f.name, "rollout.weight_sync (delta updates travel over disk)"))
 
@@ -567,7 +568,7 @@ def _eval_sets(b: Builder, seen: dict[str, Flag]) -> None:
     extras = {n: seen.get(n) for n in _EVAL_EXTRAS}
     passrate = seen.get("--log-passrate")
     if passrate is not None and (data is None or not data.values):
-        b.unmapped.append((passrate.name, "slime/v1 logs pass@k for eval sets (data.eval[*].pass_at_k); none given"))
+        b.unmapped.append((passrate.name, "slime/v2 logs pass@k for eval sets (data.eval[*].pass_at_k); none given"))
     if data is not None and not data.values:
         b.unmapped.append((data.name, "needs values: NAME PATH [NAME PATH ...] or a PATH"))
     if data is None or not data.values:
@@ -625,7 +626,7 @@ def _wandb(b: Builder, seen: dict[str, Flag]) -> None:
     if mode is not None and mode.values and mode.values[0] in ("online", "offline", "disabled"):
         b.from_flag(mode, "logging.wandb.mode", mode.values[0])
     elif mode is not None:
-        b.unmapped.append((mode.name, f"W&B mode {' '.join(mode.values)!r}: slime/v1 has online, offline, disabled"))
+        b.unmapped.append((mode.name, f"W&B mode {' '.join(mode.values)!r}: slime/v2 has online, offline, disabled"))
     if use is not None:
         b.mapped.append((use.name, "logging.wandb.mode"))
         if not b.has("logging.wandb.mode"):

@@ -2,9 +2,9 @@
 
 Facts about slime's argument parser (``slime/utils/arguments.py``, read at commit
 624b824): flag names, whether they take a value, and their defaults where those
-differ from slime/v1's. Flags not listed here and not ``--sglang-``/``--router-``
+differ from slime/v2's. Flags not listed here and not ``--sglang-``/``--router-``
 prefixed are Megatron flags that slime passes through; they become
-``train.backend_args``. Every slime flag with no slime/v1 field has a reason, so
+``train.backend_args``. Every slime flag with no slime/v2 field has a reason, so
 the importer never drops one silently.
 """
 
@@ -215,8 +215,8 @@ ARCHITECTURE = frozenset(
 SLIME_SGLANG_OWN = {
     "--sglang-router-ip": "slime-submit starts the router itself",
     "--sglang-router-port": "slime-submit starts the router itself",
-    "--sglang-router-request-timeout-secs": "router request timeout is not in slime/v1",
-    "--sglang-server-concurrency": "slime's client-side request concurrency is not in slime/v1",
+    "--sglang-router-request-timeout-secs": "router request timeout is not in slime/v2",
+    "--sglang-server-concurrency": "slime's client-side request concurrency is not in slime/v2",
 }
 
 _REASONS = {
@@ -226,38 +226,38 @@ _REASONS = {
     "MoE experts one by one (SequentialMLP)",
     "--moe-permute-fusion": "a Transformer Engine kernel; the megatron backend's MoE runs without it",
     "--moe-router-fusion": "a Transformer Engine kernel; the megatron backend's MoE runs without it",
-    "--balance-data": "token-balanced data-parallel partitioning is not configurable in slime/v1",
-    "--balance-by-flops": "FLOP-balanced partitioning is not configurable in slime/v1",
+    "--balance-data": "token-balanced data-parallel partitioning is not configurable in slime/v2",
+    "--balance-by-flops": "FLOP-balanced partitioning is not configurable in slime/v2",
     "--offload": "offloading is decided by the runtime (colocated runs offload in turn)",
     "--offload-train": "offloading is decided by the runtime (colocated runs offload in turn)",
     "--offload-rollout": "offloading is decided by the runtime (colocated runs offload in turn)",
     "--rollout-function-path": "custom rollout functions are plug-ins; port it and name it in the spec by hand",
     "--custom-generate-function-path": "custom generate functions are plug-ins (agent.generate takes an agent loop);"
     " port it by hand",
-    "--rollout-seed": "slime/v1 seeds sampling from train.seed",
-    "--megatron-config-path": "per-role Megatron YAML configs are not in slime/v1; use train.backend_args",
+    "--rollout-seed": "slime/v2 seeds sampling from train.seed",
+    "--megatron-config-path": "per-role Megatron YAML configs are not in slime/v2; use train.megatron.args",
     "--start-rollout-id": "a resumed run continues from its checkpoint's rollout",
     "--update-weight-buffer-size": "weight-update buffering is chosen by the runtime",
     "--update-weights-interval": "engines are updated after every optimizer step",
     "--tb-project-name": "TensorBoard files go to the task dir (tasks/<i>/tensorboard), named by the run",
     "--tb-experiment-name": "TensorBoard files go to the task dir (tasks/<i>/tensorboard), named by the run",
-    "--custom-tis-function-path": "custom importance-sampling functions are not in slime/v1; algorithm.tis is "
+    "--custom-tis-function-path": "custom importance-sampling functions are not in slime/v2; algorithm.tis is "
     "slime's default truncated IS",
-    "--keep-old-actor": "slime/v1's async mode recomputes the old log-probs with the trainer's current weights "
+    "--keep-old-actor": "slime/v2's async mode recomputes the old log-probs with the trainer's current weights "
     "and corrects the one-step staleness with algorithm.tis",
     "--wandb-host": "self-hosted W&B: set WANDB_BASE_URL in cluster.env",
     "--wandb-dir": "W&B files go to the run dir (logging.dir)",
     "--wandb-run-id": "each run gets its own W&B run",
-    "--eval-max-prompt-len": "eval sets use rollout.max_prompt_len in slime/v1",
-    "--eval-input-key": "eval sets use data.input_key in slime/v1",
-    "--eval-label-key": "eval sets use data.label_key in slime/v1",
-    "--eval-config": "eval YAML configs are not in slime/v1; list eval sets under data.eval",
+    "--eval-max-prompt-len": "eval sets use rollout.max_prompt_len in slime/v2",
+    "--eval-input-key": "eval sets use data.input_key in slime/v2",
+    "--eval-label-key": "eval sets use data.label_key in slime/v2",
+    "--eval-config": "eval YAML configs are not in slime/v2; list eval sets under data.eval",
     "--use-fault-tolerance": "restarts are set by cluster.slurm.max_failures/max_requeues",
-    "--group-rm": "slime calls the reward on a whole group (args, samples); slime/v1 calls it per sample: "
+    "--group-rm": "slime calls the reward on a whole group (args, samples); slime/v2 calls it per sample: "
     "rewrite a group reward function to score one sample",
 }
 
-# The rest of slime's own flags (names from its parser); none has a slime/v1 field.
+# The rest of slime's own flags (names from its parser); none has a slime/v2 field.
 SLIME_ONLY = frozenset(_REASONS) | frozenset(
     {
         "--update-weight-disk-dir",
@@ -375,13 +375,13 @@ def slime_only_reason(flag: str) -> str:
     if flag in _REASONS:
         return _REASONS[flag]
     if flag.startswith("--ci-"):
-        return "slime's CI self-checks are not in slime/v1"
+        return "slime's CI self-checks are not in slime/v2"
     if flag.startswith(("--custom-", "--rollout-sample-", "--rollout-all-samples-")) or flag.endswith("-path"):
-        return "a slime plug-in hook with no slime/v1 field; port it by hand"
-    return "a slime option with no slime/v1 field"
+        return "a slime plug-in hook with no slime/v2 field; port it by hand"
+    return "a slime option with no slime/v2 field"
 
 
-# Where slime's default (flag absent) differs from slime/v1's: written into the spec so the
+# Where slime's default (flag absent) differs from slime/v2's: written into the spec so the
 # imported job behaves as the script did. spec path -> (value, why)
 SLIME_DEFAULTS: dict[str, tuple[object, str]] = {
     "data.input_key": ("input", "slime's --input-key default"),
@@ -402,26 +402,26 @@ SLIME_DEFAULTS: dict[str, tuple[object, str]] = {
 }
 
 
-# slime's --rm-type graders (slime/rollout/rm_hub/) -> (slime/v1 reward.type, how slime/v1 scores
+# slime's --rm-type graders (slime/rollout/rm_hub/) -> (slime/v2 reward.type, how slime/v2 scores
 # differently; "" = the same rules). The import writes the difference out, so it is never silent.
 RM_TYPES: dict[str, tuple[str, str]] = {
     "math": (
         "math",
         "slime's math scores 0 without a \\boxed{} answer and also accepts answers equal only under sympy "
-        "simplification; slime/v1's math falls back to the response's last number and compares normalised "
+        "simplification; slime/v2's math falls back to the response's last number and compares normalised "
         "strings and exact fractions",
     ),
     "dapo": ("dapo", ""),
     "deepscaler": (
         "deepscaler",
-        "the </think> and \\boxed{} rules are slime's, but answers are graded like slime/v1's math (normalised "
+        "the </think> and \\boxed{} rules are slime's, but answers are graded like slime/v2's math (normalised "
         "strings, exact fractions): an answer equal to the label only under sympy simplification scores 0 "
         "here and 1 in slime",
     ),
     "f1": (
         "f1",
         "slime scores the whole response (and 0 when one side is yes/no/noanswer and they differ); "
-        "slime/v1's f1 scores the final answer (\\boxed{}, after ####, or after 'answer is')",
+        "slime/v2's f1 scores the final answer (\\boxed{}, after ####, or after 'answer is')",
     ),
     "remote_rm": ("remote", ""),
 }
@@ -430,7 +430,7 @@ RM_TYPES: dict[str, tuple[str, str]] = {
 BOXED_RM_TYPES: dict[str, tuple[str, str]] = {
     "f1": (
         "f1",
-        "slime's boxed_f1 scores 0 when the response has no \\boxed{} (slime/v1's f1 then reads the text after "
+        "slime's boxed_f1 scores 0 when the response has no \\boxed{} (slime/v2's f1 then reads the text after "
         "#### or 'answer is', or the whole response), and 0 when one side is yes/no/noanswer and they differ",
     ),
     "remote_rm": ("remote", ""),  # remote_rm sends the sample itself: the box changes nothing

@@ -82,16 +82,21 @@ def test_launch_script_becomes_a_valid_spec():
     o = t.optimizer
     assert (o.lr, o.lr_schedule, o.weight_decay, o.betas) == (1e-6, "constant", 0.1, (0.9, 0.98))
     assert t.checkpoint.dir == "/mnt/shared/ckpt/qwen2.5-7b-grpo" and t.checkpoint.interval == 25
-    assert t.backend_args["recompute-granularity"] == "full" and t.backend_args["recompute-num-layers"] == 1
-    assert t.backend_args["accumulate-allreduce-grads-in-fp32"] is True
-    assert t.backend_args["attention-dropout"] == 0.0 and "expert-tensor-parallel-size" not in t.backend_args
+    m = t.megatron.args
+    assert m["recompute-granularity"] == "full" and m["recompute-num-layers"] == 1
+    assert m["accumulate-allreduce-grads-in-fp32"] is True
+    assert m["attention-dropout"] == 0.0 and "expert-tensor-parallel-size" not in m
     assert t.parallel.expert_tensor == 1  # --expert-tensor-parallel-size is a first-class field
     r = s.rollout
     assert (r.backend, r.colocate, r.gpus_per_engine, r.gpus, r.num_engines) == ("sglang", True, 2, 16, 8)
     assert (r.batch_size, r.n_samples_per_prompt, r.num_rollouts) == (32, 8, 400)
     assert (r.max_prompt_len, r.max_response_len, r.temperature, r.top_p) == (1024, 4096, 0.9, 1.0)
-    assert r.engine_args == {"mem-fraction-static": 0.7, "enable-metrics": True}
-    assert r.router_args == {}  # --router-balance-abs-threshold: no router in the request path (listed)
+    assert r.sglang.args == {"mem-fraction-static": 0.7, "enable-metrics": True}
+    assert r.sglang.router_args == {}  # --router-balance-abs-threshold: no router in the request path (listed)
+    assert r.builtin is None  # only the selected rollout backend's section is filled
+    mapped = dict(result.mapped)  # the paths the written spec has, not the flag table's slime/v1 ones
+    assert mapped["--recompute-granularity"] == "train.megatron.args.recompute-granularity"
+    assert mapped["--sglang-mem-fraction-static"] == "rollout.sglang.args.mem-fraction-static"
     d = s.data
     assert (d.prompts, d.input_key, d.label_key, d.apply_chat_template, d.shuffle) == (
         "/mnt/shared/data/dapo-math-17k.jsonl",

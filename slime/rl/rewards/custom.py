@@ -6,7 +6,7 @@ Two calling conventions, told apart by the function's signature:
 - THUDM/slime's ``f(args, sample)`` (a function that cannot take one positional argument but can take
   two): ``args`` is a :class:`SlimeArgs` namespace holding the spec's values under slime's argument
   names (``args.n_samples_per_prompt``, ``args.rm_url``, ... see ``slime.migrate.slime_args``); reading
-  a slime option with no slime/v1 field raises an ``AttributeError`` that says so.
+  a slime option with no slime/v2 field raises an ``AttributeError`` that says so.
 
 The function returns a number (``bool`` counts as 1.0/0.0), or a dict when ``reward.key`` names the
 entry holding the reward (slime's ``--reward-key``). It may be ``async def`` (awaited on the event
@@ -97,7 +97,7 @@ class SlimeArgs(types.SimpleNamespace):
         if name.startswith("__"):
             raise AttributeError(name)
         raise AttributeError(
-            f"args.{name}: slime's option {name!r} has no slime/v1 field, so the args handed to plug-ins written "
+            f"args.{name}: slime's option {name!r} has no slime/v2 field, so the args handed to plug-ins written "
             "for slime do not hold it; read it another way (e.g. from sample.metadata or an environment variable)"
         )
 
