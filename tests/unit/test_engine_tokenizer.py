@@ -66,10 +66,11 @@ def test_sglang_engines_get_tokenizer_path(tmp_path):
     for c in engine_commands(spec):
         i = c.argv.index("--tokenizer-path")
         assert c.argv[i + 1] == str(tmp_path)
-    with pytest.raises(SpecError) as info:  # validate refuses an engine_args tokenizer-path
+    with pytest.raises(SpecError) as info:  # validate refuses a rollout.sglang.args tokenizer-path
         load_spec(spec_file, overrides=["rollout.sglang.args.tokenizer-path=/x"])
     assert "rollout.sglang.args.tokenizer-path: slime-submit sets --tokenizer-path itself" in str(info.value)
-    bad = replace(plain, rollout=replace(plain.rollout, engine_args={"tokenizer-path": "/x"}))
+    sglang = replace(plain.rollout.sglang, args={"tokenizer-path": "/x"})
+    bad = replace(plain, rollout=replace(plain.rollout, sglang=sglang))
     with pytest.raises(LaunchError) as exc:  # and so does the launch, for a spec that skipped validate
         engine_commands(bad)
     assert str(exc.value) == (

@@ -67,17 +67,23 @@ def test_every_example_scales_down_to_the_cpu_default_and_validates(path):
 
 def test_a_gpu_spec_lists_what_the_smoke_cannot_show():
     loaded = load_spec(ROOT / "specs" / "grpo-multinode.yaml")
-    plan, _ = _scaled(loaded.spec)
+    plan, scaled = _scaled(loaded.spec)
     changed = {c.path: (c.before, c.after) for c in plan.changes}
     assert changed["train.backend"] == ("megatron", "torch")
     assert changed["train.parallel.tensor"] == (2, 1)
-    assert changed["rollout.sglang.args"][1] == {}
-    assert changed["cluster.slurm.partition"] == ("gpu", None)
+    # the plug-ins the smoke replaces drop their sections whole (the embedded defaults' own are filled)
+    assert changed["cluster.launcher"] == ("slurm", "local")
+    assert changed["cluster.slurm"][0].partition == "gpu" and changed["cluster.slurm"][1] is None
+    assert changed["train.megatron"][0].args["recompute-granularity"] == "full" and changed["train.megatron"][1] is None
+    assert changed["rollout.sglang"][0].args["mem-fraction-static"] == 0.7 and changed["rollout.sglang"][1] is None
+    assert (scaled.cluster.slurm, scaled.train.megatron, scaled.rollout.sglang) == (None, None, None)
+    assert scaled.rollout.builtin is not None and scaled.rollout.builtin.args == {}
     assert changed["rollout.max_response_len"] == (8192, 64)
     text = "\n".join(plan.untested)
-    assert "Megatron-core training: parallel sizes (tensor 2)" in text and "backend_args recompute-granularity" in text
-    assert "SGLang engines: gpus_per_engine 2" in text and "mem-fraction-static" in text
-    assert "SLURM submission, 2 node(s) x 8 GPU(s)" in text and "/models/Qwen2.5-7B-Instruct" in text
+    assert "Megatron-core training: parallel sizes (tensor 2)" in text and "megatron.args recompute-granularity" in text
+    assert "SGLang engines: gpus_per_engine 2" in text and "sglang.args mem-fraction-static" in text
+    assert "SLURM submission: sbatch, the allocation, requeues" in text
+    assert "2 node(s) x 8 GPU(s): the GPU preflight" in text and "/models/Qwen2.5-7B-Instruct" in text
 
 
 def test_steps_per_rollout_over_sampling_and_the_reference_keep_their_meaning(tmp_path):
