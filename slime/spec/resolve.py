@@ -53,9 +53,12 @@ DERIVED_FROM: dict[str, tuple[str, ...]] = {
     "data.eval": ("rollout.max_response_len", "rollout.top_p", "rollout.top_k"),
 }
 
-# What the plug-ins' own resolve hooks derive, from their profiles.
-for _kind in KINDS:
+# What the plug-ins' own resolve hooks derive, from their profiles; the selected one's section is filled
+# with its defaults (``_plugins``), so a section depends on the field that selects the plug-in.
+for _kind, (_, _section, _attr) in KINDS.items():
     for _p in profiles(_kind).values():
+        if _p.options is not None:
+            DERIVED_FROM[f"{_section}.{_p.name}"] = (f"{_section}.{_attr}",)
         for _path, _inputs in _p.derived.items():
             DERIVED_FROM[_path] = tuple(dict.fromkeys(DERIVED_FROM.get(_path, ()) + _inputs))
 

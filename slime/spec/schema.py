@@ -274,9 +274,9 @@ def _leaf_error(error):
     """For anyOf (Optional[...] fields) pick the branch error that is not about null."""
     from jsonschema.exceptions import best_match
 
-    if error.validator in ("anyOf", "oneOf") and error.context:
+    while error.validator in ("anyOf", "oneOf") and error.context:  # nested: an optional field in an optional section
         non_null = [e for e in error.context if e.schema.get("type") != "null"]
-        return best_match(non_null or error.context)
+        error = best_match(non_null or error.context)
     return error
 
 

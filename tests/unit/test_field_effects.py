@@ -69,35 +69,42 @@ def test_env_and_secrets_reach_a_local_job(tmp_path, monkeypatch):
     assert (env["PLAIN"], env["A_KEY"], env["B_TOKEN"]) == ("1", "from-the-env", "from-a-file")
 
 
+_SLURM_SECTION = ("cluster.slurm", "holds settings of the slurm launcher, but cluster.launcher is 'local'")
+
+
 @pytest.mark.parametrize(
-    ("edit", "path", "words"),
+    ("edit", "path", "words", "hint"),
     [
-        ({"cluster.slurm.time_limit": "01:00:00"}, "cluster.slurm.time_limit", "is a SLURM limit"),
-        ({"cluster.slurm.mem": "4G"}, "cluster.slurm.mem", "is a SLURM limit"),
-        ({"cluster.slurm.account": "proj"}, "cluster.slurm.account", "is SLURM-only"),
-        ({"cluster.slurm.qos": "high"}, "cluster.slurm.qos", "is SLURM-only"),
-        ({"cluster.slurm.constraint": "h100"}, "cluster.slurm.constraint", "is SLURM-only"),
-        ({"cluster.slurm.reservation": "maint"}, "cluster.slurm.reservation", "is SLURM-only"),
-        ({"cluster.slurm.exclude": ["n1"]}, "cluster.slurm.exclude", "is SLURM-only"),
-        (
-            {"cluster.slurm.on_preflight_failure": "requeue_excluding"},
-            "cluster.slurm.on_preflight_failure",
-            "never requeued",
+        *(
+            ({f"cluster.slurm.{name}": value}, *_SLURM_SECTION, "cluster.launcher: slurm")
+            for name, value in [
+                ("time_limit", "01:00:00"),
+                ("mem", "4G"),
+                ("account", "proj"),
+                ("qos", "high"),
+                ("constraint", "h100"),
+                ("reservation", "maint"),
+                ("exclude", ["n1"]),
+                ("on_preflight_failure", "requeue_excluding"),
+                ("max_requeues", 2),
+                ("max_failures", 1),
+                ("signal_grace_s", 60),
+            ]
         ),
-        ({"cluster.slurm.max_requeues": 2}, "cluster.slurm.max_requeues", "never requeued"),
-        ({"cluster.slurm.max_failures": 1}, "cluster.slurm.max_failures", "never requeued"),
-        ({"cluster.slurm.signal_grace_s": 60}, "cluster.slurm.signal_grace_s", "never requeued"),
         (
             {"sweep": {"grid": {"train.seed": [1, 2]}, "max_parallel": 2}},
             "sweep.max_parallel",
             "runs sweep tasks one after another",
+            "a launcher for a cluster (cluster.launcher)",
         ),
     ],
-    ids=lambda v: v if isinstance(v, str) and "." in v and " " not in v else "",
+    ids=lambda v: "-".join(v) if isinstance(v, dict) else "",
 )
-def test_the_local_launcher_refuses_what_only_slurm_does(edit, path, words):
+def test_the_local_launcher_refuses_what_only_slurm_does(edit, path, words, hint):
+    """SLURM's settings are the slurm launcher's section (cluster.slurm): the local launcher refuses the
+    section, and runs sweep tasks one at a time. Each is accepted with launcher: slurm."""
     (p,) = errors_at(problems(spec(C, **edit)), path)
-    assert words in p.message and "cluster.launcher: slurm" in p.hint
+    assert words in p.message and hint in p.hint
     assert not errors_at(problems(spec(C, **{**edit, "cluster.launcher": "slurm"})), path)
 
 
@@ -144,13 +151,11 @@ def test_a_sharded_optimizer_is_megatrons_and_derived_there():
 
 
 def test_the_torch_backend_refuses_megatron_only_settings():
-    (p,) = errors_at(
-        problems(spec(C, **{"train.megatron.args": {"recompute-granularity": "full"}})),
-        "train.megatron.args.recompute-granularity",
-    )
-    assert "Megatron flags; the torch backend takes none" in p.message
+    (p,) = errors_at(problems(spec(C, **{"train.megatron.args": {"recompute-granularity": "full"}})), "train.megatron")
+    assert "settings of the megatron train backend, but train.backend is 'torch'" in p.message
+    assert "train.backend: megatron" in p.hint
     (p,) = errors_at(problems(spec(C, **{"train.optimizer.distributed": True})), "train.optimizer.distributed")
-    assert "cannot shard it" in p.message and "train.backend: megatron" in p.hint
+    assert "cannot shard it" in p.message and "a sharding train backend" in p.hint
     assert not problems(spec(C, **{"train.optimizer.distributed": False}))
 
 

@@ -288,16 +288,16 @@ def test_unsupported_model_is_a_spec_problem_at_model_path(tmp_path):
     model = _model(tmp_path, MISTRAL_7B)
     (p,) = errors_at(problems(spec(GPU_SPEC, **{"model.path": model})), "model.path")
     assert "model_type 'mistral' is not supported by the megatron backend" in p.message and model in p.message
-    assert "train.backend: torch" in p.hint
+    assert "another train backend (train.backend)" in p.hint
 
 
 def test_sglang_expert_parallel_must_divide_the_experts(tmp_path):
     model = _model(tmp_path, QWEN15_MOE)  # 60 experts
     bad = _one_node(model, tensor=1)
-    bad["rollout"]["engine_args"] = {"expert-parallel-size": 8}
+    bad["rollout"]["sglang"] = {"args": {"expert-parallel-size": 8}}
     (p,) = errors_at(problems(bad), "rollout.sglang.args.expert-parallel-size")
     assert "expert-parallel size 8 does not divide the model's 60 experts" in p.message
-    bad["rollout"]["engine_args"] = {"expert-parallel-size": 4}
+    bad["rollout"]["sglang"] = {"args": {"expert-parallel-size": 4}}
     assert not errors_at(problems(bad), "rollout.sglang.args.expert-parallel-size")
 
 
@@ -308,10 +308,10 @@ def test_transformer_engine_moe_switches_are_refused(tmp_path):
 
     model = _model(tmp_path, QWEN3_30B_A3B)
     bad = _one_node(model, tensor=1)
-    bad["train"]["backend_args"] = {"moe-grouped-gemm": True}
+    bad["train"]["megatron"] = {"args": {"moe-grouped-gemm": True}}
     (p,) = errors_at(problems(bad), "train.megatron.args.moe-grouped-gemm")
     assert "needs Transformer Engine layer specs" in p.message and p.hint == "remove it"
-    bad["train"]["backend_args"] = {"moe-grouped-gemm": False}
+    bad["train"]["megatron"] = {"args": {"moe-grouped-gemm": False}}
     assert not errors_at(problems(bad), "train.megatron.args.moe-grouped-gemm")
     assert "--moe-grouped-gemm" in SLIME_ONLY and "SequentialMLP" in slime_only_reason("--moe-grouped-gemm")
 
@@ -319,10 +319,10 @@ def test_transformer_engine_moe_switches_are_refused(tmp_path):
 def test_te_attention_is_refused_for_moe_models(tmp_path):
     model = _model(tmp_path, QWEN3_30B_A3B)
     bad = _one_node(model, tensor=1)
-    bad["train"]["backend_args"] = {"attention-backend": "te"}
+    bad["train"]["megatron"] = {"args": {"attention-backend": "te"}}
     (p,) = errors_at(problems(bad), "train.megatron.args.attention-backend")
     assert "not mapped for qwen3_moe" in p.message
-    bad["train"]["backend_args"] = {"attention-backend": "flash"}
+    bad["train"]["megatron"] = {"args": {"attention-backend": "flash"}}
     assert not errors_at(problems(bad), "train.megatron.args.attention-backend")
 
 
@@ -346,7 +346,7 @@ def test_render_with_flash_attention_and_a_moe_model_shows_the_moe_fields(tmp_pa
     """Was: attention-backend flash made render exit 1 with a traceback."""
     model = _model(tmp_path, QWEN3_30B_A3B)
     data = _one_node(model, tensor=4, expert=8, expert_tensor=1, sequence_parallel=True)
-    data["train"]["backend_args"] = {"attention-backend": "flash"}
+    data["train"]["megatron"] = {"args": {"attention-backend": "flash"}}
     assert main(["render", _write(tmp_path, data)]) == 0
     text = capsys.readouterr().out
     assert "expert_model_parallel_size=8, expert_tensor_parallel_size=1)" in text

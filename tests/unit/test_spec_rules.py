@@ -1,4 +1,5 @@
-"""Every cross-field rule (slime/spec/rules.py) and layout rule (slime/layout.py): a failing and a passing case.
+"""Every cross-field rule (slime/spec/rules.py, the plug-ins' hooks modules) and layout rule (slime/layout.py):
+a failing and a passing case.
 
 Each failing case asserts the field path, words of the message and of the hint,
 and the reported file:line:col (found independently by scanning the YAML text);
@@ -16,6 +17,7 @@ import msgspec
 import pytest
 
 from slime.spec import rules
+from slime.spec.plugin import KINDS, hook, profiles
 from slime.spec.resolve import resolve
 from slime.spec.types import Spec
 from tests.fixtures.hf_configs import QWEN25_7B
@@ -39,6 +41,24 @@ DS = {"filter": "nonzero_std"}
 
 def _ids(cases):
     return [c[0] for c in cases]
+
+
+_GROUPS = ("RULES", "WARNINGS", "RAW_RULES", "RAW_WARNINGS")
+
+
+def _registered() -> dict[str, tuple[str, object]]:
+    """Every rule by name, with its group: the core's (slime.spec.rules) and every installed plug-in's hooks."""
+    sources = [(g, getattr(rules, g)) for g in _GROUPS]
+    sources += [(g, hook(p, g, ())) for kind in KINDS for p in profiles(kind).values() for g in _GROUPS]
+    out: dict[str, tuple[str, object]] = {}
+    for group, fns in sources:
+        for fn in fns:
+            assert out.get(fn.__name__, (group, fn))[1] is fn, f"two rules are named {fn.__name__}"
+            out[fn.__name__] = (group, fn)
+    return out
+
+
+REGISTERED = _registered()
 
 
 @pytest.mark.parametrize("case", CASES, ids=_ids(CASES))
@@ -71,17 +91,20 @@ def test_named_rule_reports_it(case):
     """The case exercises the rule it names (so the coverage test below means something)."""
     _, rule_name, base, bad, path, _, _, _ = case
     typed = msgspec.convert(spec(base, **bad), Spec)
-    if rule_name in {f.__name__ for f in rules.RAW_RULES}:
-        findings = getattr(rules, rule_name)(typed)
-    else:
-        findings = getattr(rules, rule_name)(resolve(typed, ROOT))
+    group, fn = REGISTERED[rule_name]
+    findings = fn(typed) if group.startswith("RAW_") else fn(resolve(typed, ROOT))
     assert path in [f[0] for f in findings]
 
 
 def test_every_rule_has_a_failing_case():
-    covered = {c[1] for c in CASES} | {"long_responses", "slurm_limits_run_locally", "sequence_parallel_without_tensor"}
-    registered = {f.__name__ for f in rules.RULES + rules.WARNINGS + rules.RAW_RULES + rules.RAW_WARNINGS}
+    # tested below: long_responses, sequence_parallel_without_tensor and (with a config.json) engine_heads
+    covered = {c[1] for c in CASES} | {"long_responses", "sequence_parallel_without_tensor", "engine_heads"}
+    registered = set(REGISTERED)
     assert registered <= covered, f"rules without a test case: {registered - covered}"
+    # the plug-ins' rules are in it (each plug-in's hooks module was found)
+    assert {"one_machine", "time_limit", "data_parallel_only", "megatron_model", "one_device", "reserved_args"} <= (
+        registered
+    )
 
 
 def test_base_specs_are_valid():
@@ -97,12 +120,13 @@ def test_long_responses_is_a_warning_not_an_error():
 
 
 def test_slurm_limits_under_the_local_launcher_are_refused():
-    found = problems(spec(C, **{"cluster.slurm.time_limit": "01:00:00", "cluster.slurm.mem": "1G"}))
-    assert {(p.path, p.severity) for p in found} == {
-        ("cluster.slurm.time_limit", "error"),
-        ("cluster.slurm.mem", "error"),
-    }
-    assert all("local launcher does not apply it" in p.message for p in found)
+    """SLURM's settings are the slurm launcher's section: under the local launcher it is refused as a whole,
+    once, at the section (nothing would read it), and accepted with launcher: slurm."""
+    limits = {"cluster.slurm.time_limit": "01:00:00", "cluster.slurm.mem": "1G"}
+    found = problems(spec(C, **limits))
+    assert [(p.path, p.severity) for p in found] == [("cluster.slurm", "error")]
+    assert "the slurm launcher, but cluster.launcher is 'local': nothing would read them" in found[0].message
+    assert problems(spec(C, **limits, **{"cluster.launcher": "slurm"})) == []
 
 
 def test_sequence_parallel_with_tensor_1_is_a_warning_and_resolves_to_false():
@@ -110,7 +134,9 @@ def test_sequence_parallel_with_tensor_1_is_a_warning_and_resolves_to_false():
     scripts pass --sequence-parallel at TP 1. A warning at the field, and the resolved spec says false."""
     loaded = load(spec(G, **{"train.parallel": {"tensor": 1, "sequence_parallel": True}}))
     (w,) = [p for p in loaded.warnings if p.path == "train.parallel.sequence_parallel"]
-    assert w.severity == "warning" and "megatron turns it off" in w.message and "sequence_parallel: false" in w.message
+    assert (
+        w.severity == "warning" and "the trainer turns it off" in w.message and "sequence_parallel: false" in w.message
+    )
     assert "train.parallel.tensor > 1" in w.hint
     assert loaded.spec.train.parallel.sequence_parallel is False
     kept = load(spec(G, **{"train.parallel": {"tensor": 2, "sequence_parallel": True}}))
