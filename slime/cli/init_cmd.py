@@ -57,7 +57,7 @@ TEMPLATES: dict[str, Template] = {
         "grpo-multinode.yaml",
         "SLURM, 2 nodes x 8 GPUs: Megatron training and SGLang rollouts, GRPO",
         {
-            ("cluster", "partition"): "the SLURM partition to run in (`sinfo` lists them)",
+            ("cluster", "slurm", "partition"): "the SLURM partition to run in (`sinfo` lists them)",
             ("model", "path"): "the policy's HF checkpoint dir, on a filesystem every node sees",
             ("data", "prompts"): "training prompts, a JSONL file with the prompt and label keys below",
             ("data", "eval", 0, "path"): "eval prompts, a JSONL file (or delete data.eval)",

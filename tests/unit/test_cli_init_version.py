@@ -61,7 +61,7 @@ def test_grpo_slurm_names_its_placeholders_and_validate_lists_them(tmp_path, cap
     assert text.splitlines()[part["line"] - 1].strip().startswith("partition: '<FILL")
     # the human output names each field at its line
     rc, _, err = run(capsys, "validate", str(spec))
-    assert rc == 2 and f"{spec}:{part['line']}:3: error: cluster.slurm.partition: placeholder not filled in" in err
+    assert rc == 2 and f"{spec}:{part['line']}:5: error: cluster.slurm.partition: placeholder not filled in" in err
     assert "5 problems; nothing was submitted." in err
     # --set fills one; filling all makes it valid
     sets = [
