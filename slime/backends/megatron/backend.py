@@ -55,10 +55,10 @@ import torch.distributed as dist
 from slime.backends.base import RankInfo, TrainBackend, TrainBatch
 from slime.backends.megatron import checkpoint, convert, hf_io, weights_out
 from slime.backends.megatron import config as mcfg
-from slime.backends.megatron.batching import pad_to_multiple, plan_micro_batches
 from slime.backends.megatron.logprobs import vocab_parallel_logprobs
 from slime.backends.megatron.transformer_config import build_transformer_config
 from slime.rl.losses import critic_values, sft_loss
+from slime.rl.micro_batches import pad_to_multiple, plan_micro_batches
 from slime.rl.train_loss import policy_loss_of, value_loss_of, wants_entropy
 
 if TYPE_CHECKING:

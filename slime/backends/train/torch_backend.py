@@ -43,9 +43,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from slime.backends.base import RankInfo, TrainBackend, TrainBatch
-from slime.backends.train.micro_batches import plan_micro_batches
 from slime.backends.train.optim import build_adamw, lr_at, set_lr
 from slime.rl.losses import entropy_from_logits, logprobs_from_logits, sft_loss
+from slime.rl.micro_batches import plan_micro_batches
 from slime.rl.train_loss import policy_loss_of, value_loss_of, wants_entropy
 
 if TYPE_CHECKING:
@@ -143,9 +143,9 @@ class TorchTrainBackend(TrainBackend):
 
     def _micro_batches(self, batch: TrainBatch) -> list[torch.Tensor]:
         t = self.spec.train
-        lengths = batch.attention_mask.sum(dim=1).tolist()
+        lengths = [max(1, int(n)) for n in batch.attention_mask.sum(dim=1).tolist()]
         max_tokens = t.dynamic_batch.max_tokens_per_gpu if t.dynamic_batch.enabled else None
-        plan = plan_micro_batches(lengths, micro_batch_size=t.micro_batch_size, max_tokens=max_tokens)
+        plan = plan_micro_batches(lengths, micro_batch_size=t.micro_batch_size, max_tokens_per_gpu=max_tokens)
         return [torch.tensor(rows, dtype=torch.long) for rows in plan.batches]
 
     def _trimmed(self, batch: TrainBatch, rows: torch.Tensor) -> tuple[TrainBatch, int]:
