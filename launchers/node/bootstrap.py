@@ -61,6 +61,7 @@ from slime.core.errors import ExitCode, InfraError
 from slime.core.paths import RunPaths
 from slime.core.ports import Claim, PortBlock, PortsExhausted, claim_block
 from slime.core.rendezvous import Rendezvous
+from slime.core.worker_env import apply_worker_env
 from slime.spec.task import load_task_spec
 
 __all__ = ["DRIVER_GRACE_S", "Bootstrap", "NodeFailure", "main", "object_store_bytes"]
@@ -179,10 +180,7 @@ class Bootstrap:
     def run(self) -> int:
         ctx = self.ctx
         os.environ.pop("RAY_ADDRESS", None)
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-        if not Path("/dev/nvidiactl").exists():  # CPU torch here: see the module doc
-            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        apply_worker_env(os.environ)  # OMP_WAIT_POLICY on CPU nodes: see the module doc
         self.say(
             f"bootstrap of task {ctx.task}: node {ctx.rank} of {ctx.num_nodes} ({', '.join(ctx.hostnames)}), "
             f"job {ctx.job_id}, {ctx.gpus} GPU(s), {ctx.cpus} CPU(s)"
