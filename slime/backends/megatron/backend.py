@@ -1,43 +1,11 @@
-"""The megatron-core train backend: one trainer rank of a TP x PP x DP layout.
+"""The megatron-core train backend: one trainer rank of a TP x PP x CP x EP x DP layout.
 
-What one rank does (``init``): join the job's process group (NCCL on GPU), set
-megatron-core's model-parallel groups from ``train.parallel``, build a
-``GPTModel`` for its pipeline stage from the HF config (``config.py``) with the
-chosen attention (Transformer Engine, else SDPA — ``attention.py``), load only
-its stage's HF tensors and its TP slice (``convert.py``), wrap it for bf16
-(``Float16Module``) and data parallel (megatron ``DistributedDataParallel``),
-and build megatron's distributed optimizer (fp32 master weights sharded over
-data-parallel ranks) with the spec's LR schedule.
-
-Batches: every rank of one model replica (same data-parallel index, see
-``config.rank_coords``) must receive the same ``TrainBatch``; micro-batches
-are fixed-size or packed by ``train.dynamic_batch.max_tokens_per_gpu``
-(``batching.py``). Losses are the shared ``slime.rl.losses.total_loss``; each
-micro-batch's loss is weighted so that the sum over micro-batches and
-data-parallel ranks equals the loss of the whole global batch (megatron divides
-by the micro-batch count and averages gradients over DP; both are undone).
-
-Outputs: ``log_probs`` returns ``[B, T-1]`` on every rank (the last pipeline
-stage broadcasts). ``export_weights`` and the weight sync go through
-``weights_out.py`` (HF names, full tensors; the export's directory must be on
-storage all trainer nodes share); ``save``/``load`` through ``checkpoint.py``
-(megatron's distributed checkpointing of the model and the RL optimizer, plus a
-per-rank file for the scheduler and RNG state). ``TrainBatch.kind == "sft"``
-(the SFT warm-up) trains the masked NLL with a second optimizer at
-``algorithm.sft_warmup_lr``; it is not checkpointed (the warm-up precedes RL),
-and whichever optimizer takes over reloads its fp32 copies from the current
-weights.
-
-Roles: ``actor`` (policy loss), ``ref`` (frozen, log-probs only) and
-``critic`` (PPO value model: ``critic.py``'s value head on the same GPTModel,
-``values`` + the shared ``value_loss``, learning rate ``algorithm.critic.lr``).
-Context parallel (``train.parallel.context``): all ranks of one CP group get the
-same batch; each micro-batch is padded to a multiple of ``2 * cp`` and every rank
-runs its two load-balanced chunks (``context_parallel.py``) with targets shifted
-before the split; per-token log-probs, entropies and values are gathered back over
-the CP group, so every CP rank computes the same full loss and metrics.
-Not supported (clear errors at ``init``): fp8. Runs on CUDA (CPU only in tests);
-what was verified where is listed in ``slime/backends/megatron/README.md``.
+``init`` builds this rank's pipeline stage from the HF checkpoint (``config.py``, ``attention.py``,
+``convert.py``) under megatron's DDP and distributed optimizer. Every rank of one model replica (same
+data-parallel index, ``config.rank_coords``) must receive the same ``TrainBatch``. Micro-batches come
+from ``slime.rl.micro_batches`` and the RL losses from ``slime.rl.train_loss``, both shared with the torch
+backend. Weights out: ``weights_out.py``; checkpoints: ``checkpoint.py``; roles, SFT and context parallel:
+:class:`MegatronTrainBackend`. What was verified where: ``slime/backends/megatron/README.md``.
 """
 
 from __future__ import annotations
@@ -77,7 +45,30 @@ def _per_token(t: torch.Tensor | None, T: int) -> torch.Tensor | None:
 
 
 class MegatronTrainBackend(TrainBackend):
-    """``train.backend: megatron``."""
+    """``train.backend: megatron``.
+
+    One rank joins the job's process group (NCCL on GPU), sets megatron-core's model-parallel groups from
+    ``train.parallel``, builds a ``GPTModel`` for its pipeline stage with the chosen attention (Transformer
+    Engine, else SDPA), loads only its stage's HF tensors and its TP slice, wraps it for bf16
+    (``Float16Module``) and data parallel, and builds megatron's distributed optimizer (fp32 master weights
+    sharded over data-parallel ranks) with the spec's LR schedule.
+
+    Roles: ``actor`` (policy loss), ``ref`` (frozen, log-probs only) and ``critic`` (PPO value model:
+    ``critic.py``'s value head on the same GPTModel, ``values`` + the shared value loss, learning rate
+    ``algorithm.critic.lr``). ``TrainBatch.kind == "sft"`` (the SFT warm-up) trains the masked NLL with a
+    second optimizer at ``algorithm.sft_warmup_lr``; it is not checkpointed (the warm-up precedes RL), and
+    whichever optimizer takes over reloads its fp32 copies from the current weights.
+
+    Outputs: ``log_probs`` returns ``[B, T-1]`` on every rank (the last pipeline stage broadcasts).
+    ``export_weights`` and the weight sync give HF names and full tensors (the export's directory must be
+    on storage all trainer nodes share); ``save``/``load`` use megatron's distributed checkpointing of the
+    model and the RL optimizer, plus a per-rank file for the scheduler and RNG state.
+
+    Context parallel (``train.parallel.context``): all ranks of one CP group get the same batch; each
+    micro-batch is padded to a multiple of ``2 * cp`` and every rank runs its two load-balanced chunks
+    (``context_parallel.py``) with targets shifted before the split; per-token log-probs, entropies and
+    values are gathered back over the CP group, so every CP rank computes the same full loss and metrics.
+    """
 
     # ------------------------------------------------------------------ setup
     def init(self, spec: Spec, rank: RankInfo, model_dir: Path, *, role: str = "actor") -> None:

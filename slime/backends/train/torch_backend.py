@@ -1,33 +1,11 @@
 """The embedded train backend: plain PyTorch data parallel over Hugging Face checkpoints.
 
-One instance is one trainer rank with one role:
-
-- ``actor``: the causal LM of :func:`slime.models.lean_lm.load_causal_lm` (a plain-torch module with HF's
-  tensor names for the Llama family, else ``AutoModelForCausalLM``) trained with the spec's policy loss
-  (``slime.rl.losses.total_loss``: GRPO/PPO/GSPO/CISPO/REINFORCE++ surrogate,
-  clip / dual clip, entropy bonus, KL loss k1/k2/k3/low_var_kl) or, for
-  ``TrainBatch.kind == "sft"``, the masked NLL of the SFT warm-up (its own AdamW
-  at ``algorithm.sft_warmup_lr``);
-- ``critic``: ``ValueModel`` (same backbone + value head) trained with the
-  clipped value loss; its values are never temperature-scaled;
-- ``ref``: a frozen policy used only for ``log_probs`` (KL).
-
-Data parallel: ranks join one ``torch.distributed`` group (gloo on CPU, NCCL on
-CUDA). Each micro-batch's loss is divided by the *global* number of trained
-tokens (or sequences, for ``seq_mean_token_mean``), gradients are summed over
-micro-batches and then all-reduced (summed) across ranks as one flat buffer, so
-a step over a batch split across N ranks computes the same gradient as one
-process over the whole batch (tested). Micro-batches are fixed-size
-(``train.micro_batch_size``) or packed by ``train.dynamic_batch.max_tokens_per_gpu``.
-
-Precision: parameters and optimizer state are fp32; on CUDA, ``bf16``/``fp16``
-run the forward under ``torch.autocast``. On CPU everything is fp32 (CPU bf16
-matmuls are slower than fp32 and would break the 1e-3 log-prob parity check).
-
-Guaranteed: ``save``/``load`` round-trip model, optimizer and RNG state exactly;
-``log_probs`` returns fp32 on the CPU with zeros at padding. The learning rate
-of RL step ``step`` is ``optim.lr_at(step)``, so the schedule depends only on
-the step count the runtime passes in.
+One instance is one trainer rank with one role (``actor``, ``critic`` or ``ref``: see
+:class:`TorchTrainBackend`). Ranks join one ``torch.distributed`` group (gloo on CPU, NCCL on CUDA).
+Micro-batches come from ``slime.rl.micro_batches`` and the RL losses from ``slime.rl.train_loss``, both
+shared with the megatron backend. Guaranteed: ``save``/``load`` round-trip model, optimizer and RNG state
+exactly; ``log_probs`` returns fp32 on the CPU with zeros at padding; the learning rate of RL step
+``step`` is ``optim.lr_at(step)``, so the schedule depends only on the step count the runtime passes in.
 """
 
 from __future__ import annotations
@@ -69,7 +47,19 @@ _HF_SIDE_FILES = (".json", ".jinja", ".txt", ".model", ".tiktoken")
 
 
 class TorchTrainBackend(TrainBackend):
-    """``train.backend: torch``."""
+    """``train.backend: torch``.
+
+    Roles: ``actor`` is the causal LM of :func:`slime.models.lean_lm.load_causal_lm` (a plain-torch module
+    with HF's tensor names for the Llama family, else ``AutoModelForCausalLM``) trained with the spec's
+    policy loss, or for ``TrainBatch.kind == "sft"`` the masked NLL of the SFT warm-up (its own AdamW at
+    ``algorithm.sft_warmup_lr``); ``critic`` is ``ValueModel`` (same backbone + value head) trained with
+    the clipped value loss, its values never temperature-scaled; ``ref`` is a frozen policy used only for
+    ``log_probs`` (KL).
+
+    Precision: parameters and optimizer state are fp32; on CUDA, ``bf16``/``fp16`` run the forward under
+    ``torch.autocast``. On CPU everything is fp32 (CPU bf16 matmuls are slower than fp32 and would break
+    the 1e-3 log-prob parity with the engine).
+    """
 
     rank_info: RankInfo
 
