@@ -6,7 +6,7 @@ the run dir: ``slime.core.rendezvous``), the head waits for all nodes (bounded b
 ``cluster.bootstrap_timeout_s``, polling ``ray.nodes()``, no fixed sleeps), runs the gating
 preflight (``launchers.node.preflight``), then the driver (``python -m slime.train RUN_DIR --task N``
 with ``RAY_ADDRESS`` set; ``--driver``/``$SLIME_DRIVER`` choose another module, e.g.
-``launchers.node.tinydriver`` in tests). ``--preflight-only`` stops after the preflight. Every node
+``tests.fixtures.tinydriver`` in tests). ``--preflight-only`` stops after the preflight. Every node
 also starts the preflight's collective subprocess (``launchers.node.collective``) at once, so its
 torch import overlaps Ray's start-up. Node-rank → host comes from SLURM's node list, so
 ``$SLIME_RAY_TMPDIR`` (default /tmp/slime-ray) must name the same path on every node.

@@ -104,7 +104,7 @@ CASES = {
             secrets={"WANDB_API_KEY": {"env": "MY_WANDB_KEY"}, "HF_TOKEN": {"file": "/home/u/.hf token"}},
             container={"image": "nvcr.io#nvidia/pytorch:25.01-py3", "mounts": ["/data:/data:ro"], "workdir": "/work"},
         ),
-        extra=dict(preflight_only=True, driver="launchers.node.tinydriver"),
+        extra=dict(preflight_only=True, driver="tests.fixtures.tinydriver"),
     ),
 }
 
