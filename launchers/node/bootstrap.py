@@ -26,11 +26,9 @@ failed node records itself as ``failed`` in the rendezvous dir and the head writ
 business (SLURM, ``cluster.on_preflight_failure: requeue_excluding``: the batch script's
 ``launchers.slurm.restarts after`` step requeues the job excluding those nodes).
 
-Environment: on a node without an NVIDIA driver (``/dev/nvidiactl``: CPU torch) every process
-of the job (Ray, its workers, the driver) gets ``OMP_WAIT_POLICY=PASSIVE`` unless the job set
-it: OpenMP threads that spin while waiting starve each other when a job's processes share the
-cores (tests/bench/omp_wait_policy.py: 4 processes x 2 threads on 2 cores ran 7x faster,
-wall 18.5 s vs 128 s). GPU nodes keep OpenMP's default.
+Environment: every process of the job (Ray, its workers, the driver) inherits
+``slime.core.worker_env.apply_worker_env``'s variables, ``OMP_WAIT_POLICY=PASSIVE`` on a node
+without an NVIDIA driver included, unless the job set them.
 
 Signals: TERM/INT stop everything (forwarded to the driver first, which gets
 ``DRIVER_GRACE_S`` to save). A stop request — the batch script's ``stop-<instance>`` file in
@@ -180,7 +178,7 @@ class Bootstrap:
     def run(self) -> int:
         ctx = self.ctx
         os.environ.pop("RAY_ADDRESS", None)
-        apply_worker_env(os.environ)  # OMP_WAIT_POLICY on CPU nodes: see the module doc
+        apply_worker_env(os.environ)  # see the module doc
         self.say(
             f"bootstrap of task {ctx.task}: node {ctx.rank} of {ctx.num_nodes} ({', '.join(ctx.hostnames)}), "
             f"job {ctx.job_id}, {ctx.gpus} GPU(s), {ctx.cpus} CPU(s)"
