@@ -3,7 +3,7 @@
 ``python -m launchers.node.bootstrap RUN_DIR --task N`` (one per node) starts this job's Ray
 (``rayproc``), meets the other nodes through the run dir (``slime.core.rendezvous``), runs the
 gating preflight (``preflight``, ``preflight_checks``, ``preflight_tasks``, ``collective``) and
-then the driver (``driverproc``; ``tinydriver`` is the test driver). ``context`` says who and
+then the driver (``driverproc``; tests use ``tests.fixtures.tinydriver``). ``context`` says who and
 where this node is.
 
 Depends on ``slime.core``, ``slime.spec`` and ``slime.placement`` only: never on the submit side

@@ -6,7 +6,7 @@ the run dir: ``slime.core.rendezvous``), the head waits for all nodes (bounded b
 ``cluster.bootstrap_timeout_s``, polling ``ray.nodes()``, no fixed sleeps), runs the gating
 preflight (``launchers.node.preflight``), then the driver (``python -m slime.train RUN_DIR --task N``
 with ``RAY_ADDRESS`` set; ``--driver``/``$SLIME_DRIVER`` choose another module, e.g.
-``launchers.node.tinydriver`` in tests). ``--preflight-only`` stops after the preflight. Every node
+``tests.fixtures.tinydriver`` in tests). ``--preflight-only`` stops after the preflight. Every node
 also starts the preflight's collective subprocess (``launchers.node.collective``) at once, so its
 torch import overlaps Ray's start-up. Node-rank → host comes from SLURM's node list, so
 ``$SLIME_RAY_TMPDIR`` (default /tmp/slime-ray) must name the same path on every node.
@@ -26,11 +26,9 @@ failed node records itself as ``failed`` in the rendezvous dir and the head writ
 business (SLURM, ``cluster.slurm.on_preflight_failure: requeue_excluding``: the batch script's
 ``launchers.slurm.restarts after`` step requeues the job excluding those nodes).
 
-Environment: on a node without an NVIDIA driver (``/dev/nvidiactl``: CPU torch) every process
-of the job (Ray, its workers, the driver) gets ``OMP_WAIT_POLICY=PASSIVE`` unless the job set
-it: OpenMP threads that spin while waiting starve each other when a job's processes share the
-cores (tests/bench/omp_wait_policy.py: 4 processes x 2 threads on 2 cores ran 7x faster,
-wall 18.5 s vs 128 s). GPU nodes keep OpenMP's default.
+Environment: every process of the job (Ray, its workers, the driver) inherits
+``slime.core.worker_env.apply_worker_env``'s variables, ``OMP_WAIT_POLICY=PASSIVE`` on a node
+without an NVIDIA driver included, unless the job set them.
 
 Signals: TERM/INT stop everything (forwarded to the driver first, which gets
 ``DRIVER_GRACE_S`` to save). A stop request — the batch script's ``stop-<instance>`` file in
@@ -61,6 +59,7 @@ from slime.core.errors import ExitCode, InfraError
 from slime.core.paths import RunPaths
 from slime.core.ports import Claim, PortBlock, PortsExhausted, claim_block
 from slime.core.rendezvous import Rendezvous
+from slime.core.worker_env import apply_worker_env
 from slime.spec.task import load_task_spec
 
 __all__ = ["DRIVER_GRACE_S", "Bootstrap", "NodeFailure", "main", "object_store_bytes"]
@@ -179,10 +178,7 @@ class Bootstrap:
     def run(self) -> int:
         ctx = self.ctx
         os.environ.pop("RAY_ADDRESS", None)
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-        if not Path("/dev/nvidiactl").exists():  # CPU torch here: see the module doc
-            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        apply_worker_env(os.environ)  # see the module doc
         self.say(
             f"bootstrap of task {ctx.task}: node {ctx.rank} of {ctx.num_nodes} ({', '.join(ctx.hostnames)}), "
             f"job {ctx.job_id}, {ctx.gpus} GPU(s), {ctx.cpus} CPU(s)"

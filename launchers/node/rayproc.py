@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import IO
 
 from slime.core.ports import PortBlock, shared_dir
-from slime.core.worker_env import apply_quiet_env
+from slime.core.worker_env import apply_worker_env
 
 __all__ = [
     "MARKER_ENV",
@@ -78,18 +78,15 @@ def ray_executable() -> str:
 def ray_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)
-    env.setdefault("RAY_AUTH_MODE", "disabled")
-    env["RAY_USAGE_STATS_ENABLED"] = "0"
     env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"
-    env.setdefault("RAY_worker_niceness", "0")
     # The GCS marks a node dead after this many missed 1 s health checks (Ray's default, 3 s x 5 plus
     # a 60 s wait for death info, lets a driver wait on a lost node's actors for up to a minute).
     env.setdefault("RAY_health_check_period_ms", "1000")
     env.setdefault("RAY_health_check_failure_threshold", "5")
-    apply_quiet_env(env)  # the run's workers inherit it from the raylet (no per-worker setup process)
+    apply_worker_env(env)  # the run's workers inherit it from the raylet (no per-worker setup process)
     # Ray prestarts a worker per CPU for the first driver, here the bootstrap's preflight: its one probe task
-    # per bundle takes one and the rest idle (a Python process importing Ray, ~1.3 core-s each); workers are
-    # tied to a job, so the runtime's driver (the second) could never use them.
+    # per bundle takes one and the rest idle (each a Python process importing Ray); workers are tied to a
+    # job, so the runtime's driver (the second) could never use them.
     env.setdefault("RAY_prestart_worker_first_driver", "0")
     env.update(extra or {})
     return env

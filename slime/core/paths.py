@@ -164,7 +164,7 @@ class TaskPaths:
 
     @property
     def driver_probe(self) -> Path:
-        """What the bootstrap's test driver (launchers.node.tinydriver) saw of the Ray cluster."""
+        """What the bootstrap's test driver (tests.fixtures.tinydriver) saw of the Ray cluster."""
         return self.dir / "driver-probe.json"
 
     @property

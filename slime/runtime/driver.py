@@ -40,7 +40,7 @@ from typing import Any
 
 from slime.core.errors import ExitCode
 from slime.core.paths import RunPaths
-from slime.core.worker_env import apply_quiet_env
+from slime.core.worker_env import apply_worker_env
 from slime.runtime.checkpoint import CheckpointStore
 from slime.runtime.job import Job, in_thread, model_dir
 from slime.runtime.perf import PerfModel, perf_model, step_perf
@@ -77,7 +77,7 @@ class Driver:
 
     def __init__(self, run_dir: Path, task: int = 0, *, json_output: bool = False) -> None:
         self.t0 = time.monotonic()
-        apply_quiet_env(os.environ)
+        apply_worker_env(os.environ)
         self.paths = RunPaths(Path(run_dir).resolve())
         self.task_index, self.json_output = task, json_output
         self.tp = self.paths.task(task)

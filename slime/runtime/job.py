@@ -34,6 +34,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from slime.core.worker_env import apply_worker_env
+
 if TYPE_CHECKING:
     from slime.backends.base import RolloutBackend
     from slime.core.paths import TaskPaths
@@ -104,14 +106,7 @@ class Job:
                 f"cluster.nodes={c.nodes}: a multi-node task needs the job's Ray cluster; run it with "
                 "slime-submit (RAY_ADDRESS is not set)"
             )
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        if not Path("/dev/nvidiactl").exists():
-            # What the bootstrap gives a launched CPU job (see launchers.node.bootstrap): Ray's workers
-            # inherit it. Spinning OpenMP waiters of the idle trainer slowed the engine's decode.
-            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        # Ray runs workers at nice 15 by default; on a shared machine that starves the trainer.
-        os.environ.setdefault("RAY_worker_niceness", "0")
+        apply_worker_env(os.environ)  # what the bootstrap gives a launched job; Ray's workers inherit it
         ray.init(
             num_cpus=max(2, c.cpus_per_node or os.cpu_count() or 1),
             num_gpus=c.gpus_per_node,

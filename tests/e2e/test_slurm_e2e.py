@@ -3,7 +3,7 @@ gating preflight, through the ``slime-submit`` command.
 
 Real slurmctld/slurmd, real Ray on two network namespaces (sn1, sn2). The only fakes: the GPUs
 (GRES on char devices, so the collective runs over gloo and GPU counts come from SLURM), the
-driver (``launchers.node.tinydriver`` stands in for the RL runtime), and, in the failure tests, a
+driver (``tests.fixtures.tinydriver`` stands in for the RL runtime), and, in the failure tests, a
 wrapper around the ``ray`` command (``SLIME_RAY``) that makes Ray fail on a chosen node.
 Each test reasons only about its own job ids. Timings are printed (``-s``), never asserted
 beyond the bounds the feature promises (a failing node must fail the job within its timeout).
@@ -22,6 +22,7 @@ import pytest
 
 from launchers.slurm.cluster import job_records
 from tests.fixtures.slurm_cluster import wait_job
+from tests.fixtures.tinydriver import driver_env
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -116,11 +117,7 @@ def test_preflight_only_bootstraps_both_nodes_and_maps_four_distinct_gpu_slots(s
 
 
 def test_two_task_sweep_is_one_array_of_two_private_ray_clusters_on_the_same_nodes(slurm_cluster, tmp_path):
-    env = {
-        "SLIME_DRIVER": "launchers.node.tinydriver",
-        "SLIME_TINYDRIVER_WAIT_TASKS": "2",
-        "SLIME_TINYDRIVER_WAIT_S": "150",
-    }
+    env = driver_env(SLIME_TINYDRIVER_WAIT_TASKS="2", SLIME_TINYDRIVER_WAIT_S="150")
     t = time.monotonic()
     proc, out = submit(
         str(SWEEP),

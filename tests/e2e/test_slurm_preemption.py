@@ -9,7 +9,7 @@ every 2 rollouts, W&B offline) that the test writes. Nothing is faked; the one t
 writing the temp dir and renaming it, so that SIGKILL lands inside the save window every time.
 
 Steps are chosen at random from a seed printed by the test (``SLIME_PREEMPT_SEED`` reproduces a
-run); every wait is bounded. Node loss is tested twice: under ``launchers.node.tinydriver`` (the launcher's
+run); every wait is bounded. Node loss is tested twice: under ``tests.fixtures.tinydriver`` (the launcher's
 promise alone) and under the real runtime (``slime.runtime.failures.lost_node_error`` names the node,
 exit 3, then the job is requeued within ``cluster.slurm.max_failures`` and resumes exactly). Two jobs on the
 same nodes never share a Ray cluster: asserted by
@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.slurm_cluster import job_records, run_sbatch, wait_job
+from tests.fixtures.tinydriver import driver_env
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -238,12 +239,12 @@ def test_preempted_requeued_and_killed_in_a_save_the_run_still_has_every_step_on
 
 def test_a_node_lost_while_the_job_runs_fails_it_in_bounded_time_naming_the_node(slurm_cluster, tmp_path):
     """sn2's Ray (``ray start``, raylet, workers) is SIGKILLed while the job's driver runs, as when the node
-    dies under it. With cluster.slurm.max_failures: 0 the job must end FAILED, quickly, and say which node failed.
-    The driver is ``launchers.node.tinydriver`` (it just holds the job's Ray cluster): what is under test is the
+    dies under it. With cluster.slurm.max_failures: 0 the job must end FAILED, quickly, and say which node
+    failed. The driver is ``tests.fixtures.tinydriver`` (it just holds the job's Ray cluster): what is under test is the
     launcher's promise that a lost node ends the job whatever the driver does (srun --kill-on-bad-exit
     stops the step once sn2's bootstrap reports the loss), and how the loss is recorded and shown."""
     spec = smoke_copy(tmp_path, "nodeloss", max_failures=0)
-    run_dir, job = submit(spec, env={"SLIME_DRIVER": "launchers.node.tinydriver", "SLIME_TINYDRIVER_SLEEP": "300"})
+    run_dir, job = submit(spec, env=driver_env(SLIME_TINYDRIVER_SLEEP="300"))
     task, log = run_dir / "tasks" / "0", run_dir / "logs" / f"slurm-{job}.out"
     wait_for("the driver", (task / "driver-probe.json").exists, log)
     marker = f"SLIME_RAY_NODE=/tmp/slime-ray/{job}-0-1\0".encode()

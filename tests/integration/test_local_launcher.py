@@ -1,6 +1,6 @@
 """The local launcher end to end with a real local Ray: bootstrap → preflight → driver → teardown.
 
-The driver is ``launchers.node.tinydriver`` (the RL runtime is tested elsewhere): it connects to the
+The driver is ``tests.fixtures.tinydriver`` (the RL runtime is tested elsewhere): it connects to the
 job's private Ray cluster and records what it saw. Teardown must leave no process of this job's
 Ray behind (found by the marker variable every one of them carries).
 """
@@ -23,6 +23,7 @@ from launchers.node.preflight_checks import SOLO_SKIP
 from launchers.node.rayproc import pids_using
 from slime.core.ports import port_range
 from slime.spec import load_spec
+from tests.fixtures.tinydriver import DRIVER, driver_env
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -64,7 +65,7 @@ def _assert_no_leftovers(run_dir: Path) -> None:
 
 
 def test_local_run_bootstraps_ray_passes_the_preflight_and_runs_the_driver(spec_file, tmp_path):
-    env = {**os.environ, "SLIME_DRIVER": "launchers.node.tinydriver"}
+    env = {**os.environ, **driver_env()}
     proc = subprocess.run(
         [sys.executable, "-m", "slime.cli.main", str(spec_file), "--json"],
         cwd=tmp_path,
@@ -109,12 +110,10 @@ def test_local_run_bootstraps_ray_passes_the_preflight_and_runs_the_driver(spec_
 def test_term_stops_the_driver_then_this_jobs_ray_and_nothing_else(spec_file, tmp_path):
     loaded = load_spec(spec_file)
     launcher = LocalLauncher()
-    request = launcher.dryrun(
-        loaded, SubmitOptions(run_name="term-run", extra={"driver": "launchers.node.tinydriver"})
-    ).request
+    request = launcher.dryrun(loaded, SubmitOptions(run_name="term-run", extra={"driver": DRIVER})).request
     paths = create_run_dir(request)
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
-    env = {**os.environ, "SLIME_TINYDRIVER_SLEEP": "300"}
+    env = {**os.environ, **driver_env(SLIME_TINYDRIVER_SLEEP="300")}
     boot = subprocess.Popen(list(request.command), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         probe_file = paths.task(0).driver_probe

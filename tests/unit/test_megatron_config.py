@@ -1,4 +1,4 @@
-"""HF config → megatron-core arguments, parallel rules, rank coordinates, attention choice, micro-batching."""
+"""HF config → megatron-core arguments, parallel rules, rank coordinates, attention choice."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import importlib.util
 
 import pytest
 
-from slime.backends.megatron.batching import plan_micro_batches
 from slime.backends.megatron.config import (
     MegatronConfigError,
     ModelShape,
@@ -189,22 +188,3 @@ def test_transformer_config_builds_and_rejects_unknown_options():
     assert cfg.num_query_groups == 4 and cfg.kv_channels == 128 and cfg.gated_linear_unit
     with pytest.raises(MegatronConfigError, match=r"'recompute_granularty' \(did you mean 'recompute_granularity'"):
         build_transformer_config(transformer_config_kwargs(s, overrides={"recompute_granularty": "full"}))
-
-
-def test_static_micro_batches():
-    plan = plan_micro_batches([5, 6, 7, 8, 9], micro_batch_size=2)
-    assert plan.batches == ((0, 1), (2, 3), (4,)) and plan.oversized == ()
-
-
-def test_dynamic_micro_batches_respect_padded_budget():
-    lengths = [100, 30, 60, 30, 90, 10, 200, 45]
-    plan = plan_micro_batches(lengths, max_tokens_per_gpu=200)
-    assert sorted(i for b in plan.batches for i in b) == list(range(len(lengths)))
-    assert all(cost <= 200 for cost in plan.padded_tokens(lengths))
-    assert len(plan.batches) < len(lengths)  # it did pack
-    assert [b[0] for b in plan.batches] == sorted(b[0] for b in plan.batches)
-    # a sample above the budget gets its own micro-batch and is reported
-    over = plan_micro_batches([50, 500, 20], max_tokens_per_gpu=100)
-    assert over.oversized == (1,) and (1,) in over.batches
-    with pytest.raises(ValueError, match="max_tokens_per_gpu must be >= 1"):
-        plan_micro_batches([1], max_tokens_per_gpu=0)

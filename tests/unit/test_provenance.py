@@ -73,7 +73,7 @@ def compiled(spec_file: Path, launcher_cls=SlurmLauncher, run_name: str = "prov-
 
 
 def test_lock_records_spec_hash_versions_script_and_options(spec_file, monkeypatch):
-    monkeypatch.setenv("SLIME_DRIVER", "launchers.node.tinydriver")
+    monkeypatch.setenv("SLIME_DRIVER", "tests.fixtures.tinydriver")
     monkeypatch.setattr(sys, "argv", ["slime-submit", str(spec_file), "--set", f"x.API_KEY={ENV_SECRET}"])
     loaded, _, options, request = compiled(spec_file)
     paths = create_run_dir(request)
@@ -90,7 +90,7 @@ def test_lock_records_spec_hash_versions_script_and_options(spec_file, monkeypat
     assert lock["python"]["version"] == ".".join(map(str, sys.version_info[:3]))
     assert lock["slime_submit"]["version"]
     assert lock["git"] is None  # tmp_path is not a git work tree
-    assert lock["options"]["driver_env"] == "launchers.node.tinydriver" and lock["options"]["preflight_only"] is False
+    assert lock["options"]["driver_env"] == "tests.fixtures.tinydriver" and lock["options"]["preflight_only"] is False
     assert (
         lock["script"]["text"].startswith("#!/bin/bash")
         and "slime_secret_env API_KEY PROV_TEST_SECRET" in lock["script"]["text"]

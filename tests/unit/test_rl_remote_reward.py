@@ -169,7 +169,7 @@ def test_reply_formats_and_bad_replies_are_not_retried() -> None:
             assert await batch_rewards(fn, samples, concurrency=2) == [2.0] * 5
             await fn.aclose()
             for path, expected in (("/num", 0.25), ("/text", -1.5)):
-                async with _client(base + path) as c:
+                async with _client(base + path, max_retries=3) as c:
                     assert await c(SAMPLE) == expected
             for path, message in (("/wrong", "no 'reward' key"), ("/nan", "must be finite")):
                 async with _client(base + path, max_retries=4) as c:
@@ -185,7 +185,7 @@ def test_parse_reward_reply_and_unserialisable_label() -> None:
     for bad in ("true", "[1]", "null", "high", '{"reward": "x"}'):
         with pytest.raises(ValueError):
             parse_reward_reply(bad)
-    fn = RemoteReward("http://127.0.0.1:9/score")
+    fn = RemoteReward("http://127.0.0.1:9/score", max_retries=3)
     with pytest.raises(ValueError, match="sample.label of type object cannot be sent as JSON"):
         asyncio.run(fn(Sample(label=object())))
     assert fn.attempts == 0

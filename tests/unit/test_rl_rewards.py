@@ -12,7 +12,14 @@ import pytest
 
 from slime.core.registry import UnknownPlugin
 from slime.rl.plugins import PluginContractError
-from slime.rl.rewards import REWARDS, batch_rewards, make_reward_fn
+from slime.rl.rewards import (
+    BUILTIN_REWARDS,
+    ENTRY_POINT_GROUP,
+    REWARDS,
+    batch_rewards,
+    make_reward_fn,
+    reward_registry,
+)
 from slime.rl.rewards.custom import RewardValueError
 from slime.rl.rewards.extract import extract_boxed, extract_last_number, final_answer
 from slime.rl.rewards.math_answer import math_equal, normalize_math
@@ -246,6 +253,33 @@ def test_factory_validates_its_arguments() -> None:
         make_reward_fn("maht")
     with pytest.raises(ValueError, match="reward.url must be an http"):
         make_reward_fn("remote", url="ftp://host/score")
+    with pytest.raises(ValueError, match="max_retries must be an integer >= 0, got None"):
+        make_reward_fn("remote", url="http://127.0.0.1:1/")  # no default of its own: the spec's
+    with pytest.raises(ValueError, match="reward.key is only used with reward.type 'custom' or 'remote'"):
+        make_reward_fn("dapo", key="score")
+
+
+def test_the_builtin_table_is_the_registry_and_the_specs_choices() -> None:
+    import typing
+
+    from slime.spec.types import Reward
+
+    assert set(REWARDS.names()) >= set(BUILTIN_REWARDS)
+    annotated = typing.get_type_hints(Reward, include_extras=True)["type"]
+    assert set(typing.get_args(typing.get_args(annotated)[0])) == set(BUILTIN_REWARDS)
+
+
+def test_installed_entry_points_add_names_but_never_replace_a_builtin(user_module: str) -> None:
+    from importlib.metadata import EntryPoint
+
+    installed = [
+        EntryPoint("by_length", f"{user_module}:by_length", ENTRY_POINT_GROUP),
+        EntryPoint("math", f"{user_module}:is_yes", ENTRY_POINT_GROUP),
+    ]
+    registry = reward_registry(installed)
+    assert registry.names() == sorted({*BUILTIN_REWARDS, "by_length"})
+    assert registry.get("math") is REWARDS.get("math")
+    assert registry.get("by_length").__name__ == "by_length"
 
 
 def test_registered_name_is_wrapped_like_custom(user_module: str) -> None:

@@ -108,7 +108,7 @@ CASES = {
             env={"HF_HOME": "/cache/hf"},
             secrets={"WANDB_API_KEY": {"env": "MY_WANDB_KEY"}, "HF_TOKEN": {"file": "/home/u/.hf token"}},
         ),
-        extra=dict(preflight_only=True, driver="launchers.node.tinydriver"),
+        extra=dict(preflight_only=True, driver="tests.fixtures.tinydriver"),
     ),
 }
 

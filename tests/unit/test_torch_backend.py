@@ -15,7 +15,6 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from slime.backends.base import TrainBatch  # noqa: E402
-from slime.backends.train.micro_batches import plan_micro_batches  # noqa: E402
 from slime.rl.kl import compute_kl  # noqa: E402
 from slime.runtime.train_data import collate  # noqa: E402
 from tests.fixtures.ranks import spawn_ranks  # noqa: E402
@@ -317,18 +316,6 @@ def test_exported_weights_load_into_the_engine(model_dir, tmp_path):
     )
     diff = (be.log_probs(batch, temperature=1.0) - batch.rollout_log_probs).abs()[batch.response_mask.bool()]
     assert float(diff.max()) <= 1e-3
-
-
-def test_plan_micro_batches_covers_every_row_once_in_order():
-    lengths = [5, 9, 3, 30, 2, 2, 8]
-    plan = plan_micro_batches(lengths, micro_batch_size=2, max_tokens=12)
-    assert [i for mb in plan.batches for i in mb] == list(range(len(lengths)))
-    assert plan.oversized == [3]
-    for mb in plan.batches:
-        assert len(mb) == 1 or max(lengths[i] for i in mb) * len(mb) <= 12
-    assert plan_micro_batches(lengths, micro_batch_size=3).batches == [[0, 1, 2], [3, 4, 5], [6]]
-    with pytest.raises(ValueError, match="micro_batch_size"):
-        plan_micro_batches(lengths, micro_batch_size=0)
 
 
 def test_train_batch_select_keeps_every_field():

@@ -1,43 +1,11 @@
-"""The megatron-core train backend: one trainer rank of a TP x PP x DP layout.
+"""The megatron-core train backend: one trainer rank of a TP x PP x CP x EP x DP layout.
 
-What one rank does (``init``): join the job's process group (NCCL on GPU), set
-megatron-core's model-parallel groups from ``train.parallel``, build a
-``GPTModel`` for its pipeline stage from the HF config (``config.py``) with the
-chosen attention (Transformer Engine, else SDPA — ``attention.py``), load only
-its stage's HF tensors and its TP slice (``convert.py``), wrap it for bf16
-(``Float16Module``) and data parallel (megatron ``DistributedDataParallel``),
-and build megatron's distributed optimizer (fp32 master weights sharded over
-data-parallel ranks) with the spec's LR schedule.
-
-Batches: every rank of one model replica (same data-parallel index, see
-``config.rank_coords``) must receive the same ``TrainBatch``; micro-batches
-are fixed-size or packed by ``train.dynamic_batch.max_tokens_per_gpu``
-(``batching.py``). Losses are the shared ``slime.rl.losses.total_loss``; each
-micro-batch's loss is weighted so that the sum over micro-batches and
-data-parallel ranks equals the loss of the whole global batch (megatron divides
-by the micro-batch count and averages gradients over DP; both are undone).
-
-Outputs: ``log_probs`` returns ``[B, T-1]`` on every rank (the last pipeline
-stage broadcasts). ``export_weights`` and the weight sync go through
-``weights_out.py`` (HF names, full tensors; the export's directory must be on
-storage all trainer nodes share); ``save``/``load`` through ``checkpoint.py``
-(megatron's distributed checkpointing of the model and the RL optimizer, plus a
-per-rank file for the scheduler and RNG state). ``TrainBatch.kind == "sft"``
-(the SFT warm-up) trains the masked NLL with a second optimizer at
-``algorithm.sft_warmup_lr``; it is not checkpointed (the warm-up precedes RL),
-and whichever optimizer takes over reloads its fp32 copies from the current
-weights.
-
-Roles: ``actor`` (policy loss), ``ref`` (frozen, log-probs only) and
-``critic`` (PPO value model: ``critic.py``'s value head on the same GPTModel,
-``values`` + the shared ``value_loss``, learning rate ``algorithm.critic.lr``).
-Context parallel (``train.parallel.context``): all ranks of one CP group get the
-same batch; each micro-batch is padded to a multiple of ``2 * cp`` and every rank
-runs its two load-balanced chunks (``context_parallel.py``) with targets shifted
-before the split; per-token log-probs, entropies and values are gathered back over
-the CP group, so every CP rank computes the same full loss and metrics.
-Not supported (clear errors at ``init``): fp8. Runs on CUDA (CPU only in tests);
-what was verified where is listed in ``slime/backends/megatron/README.md``.
+``init`` builds this rank's pipeline stage from the HF checkpoint (``config.py``, ``attention.py``,
+``convert.py``) under megatron's DDP and distributed optimizer. Every rank of one model replica (same
+data-parallel index, ``config.rank_coords``) must receive the same ``TrainBatch``. Micro-batches come
+from ``slime.rl.micro_batches`` and the RL losses from ``slime.rl.train_loss``, both shared with the torch
+backend. Weights out: ``weights_out.py``; checkpoints: ``checkpoint.py``; roles, SFT and context parallel:
+:class:`MegatronTrainBackend`. What was verified where: ``slime/backends/megatron/README.md``.
 """
 
 from __future__ import annotations
@@ -55,10 +23,11 @@ import torch.distributed as dist
 from slime.backends.base import RankInfo, TrainBackend, TrainBatch
 from slime.backends.megatron import checkpoint, convert, hf_io, weights_out
 from slime.backends.megatron import config as mcfg
-from slime.backends.megatron.batching import pad_to_multiple, plan_micro_batches
 from slime.backends.megatron.logprobs import vocab_parallel_logprobs
 from slime.backends.megatron.transformer_config import build_transformer_config
-from slime.rl.losses import critic_values, sft_loss, total_loss, value_loss
+from slime.rl.losses import critic_values, sft_loss
+from slime.rl.micro_batches import pad_to_multiple, plan_micro_batches
+from slime.rl.train_loss import policy_loss_of, value_loss_of, wants_entropy
 
 if TYPE_CHECKING:
     from slime.spec.types import Spec
@@ -76,24 +45,63 @@ def _per_token(t: torch.Tensor | None, T: int) -> torch.Tensor | None:
 
 
 class MegatronTrainBackend(TrainBackend):
-    """``train.backend: megatron``."""
+    """``train.backend: megatron``.
+
+    One rank joins the job's process group (NCCL on GPU), sets megatron-core's model-parallel groups from
+    ``train.parallel``, builds a ``GPTModel`` for its pipeline stage with the chosen attention (Transformer
+    Engine, else SDPA), loads only its stage's HF tensors and its TP slice, wraps it for bf16
+    (``Float16Module``) and data parallel, and builds megatron's distributed optimizer (fp32 master weights
+    sharded over data-parallel ranks) with the spec's LR schedule.
+
+    Roles: ``actor`` (policy loss), ``ref`` (frozen, log-probs only) and ``critic`` (PPO value model:
+    ``critic.py``'s value head on the same GPTModel, ``values`` + the shared value loss, learning rate
+    ``algorithm.critic.lr``). ``TrainBatch.kind == "sft"`` (the SFT warm-up) trains the masked NLL with a
+    second optimizer at ``algorithm.sft_warmup_lr``; it is not checkpointed (the warm-up precedes RL), and
+    whichever optimizer takes over reloads its fp32 copies from the current weights.
+
+    Outputs: ``log_probs`` returns ``[B, T-1]`` on every rank (the last pipeline stage broadcasts).
+    ``export_weights`` and the weight sync give HF names and full tensors (the export's directory must be
+    on storage all trainer nodes share); ``save``/``load`` use megatron's distributed checkpointing of the
+    model and the RL optimizer, plus a per-rank file for the scheduler and RNG state.
+
+    Context parallel (``train.parallel.context``): all ranks of one CP group get the same batch; each
+    micro-batch is padded to a multiple of ``2 * cp`` and every rank runs its two load-balanced chunks
+    (``context_parallel.py``) with targets shifted before the split; per-token log-probs, entropies and
+    values are gathered back over the CP group, so every CP rank computes the same full loss and metrics.
+    """
 
     # ------------------------------------------------------------------ setup
     def init(self, spec: Spec, rank: RankInfo, model_dir: Path, *, role: str = "actor") -> None:
-        from megatron.core import parallel_state as ps
-        from megatron.core import tensor_parallel
-        from megatron.core.models.gpt import GPTModel
+        """Join the groups, build this stage's ``GPTModel`` from the HF checkpoint, and its optimizer.
 
-        from slime.backends.megatron.attention import layer_spec, state_dict_naming
-
+        Not supported (clear errors here): fp8. Runs on CUDA (CPU only in tests).
+        """
         if role not in ("actor", "critic", "ref"):
             raise ValueError(f"role must be actor, critic or ref, got {role!r}")
         self.spec, self.role, self.model_dir, self.rank_info = spec, role, Path(model_dir), rank
-        t, par = spec.train, spec.train.parallel
+        requested, overrides = self._check_layout(rank)
+        self._join_groups(rank)
+        self.config = self._transformer_config(requested, overrides)
+        model = self._build_gpt()
+        if spec.train.precision in ("bf16", "fp16"):
+            from megatron.core.transformer.module import Float16Module
+
+            model = Float16Module(self.config, model)
+        self.optimizer = self.scheduler = self.sft_optimizer = self._active = None
+        if role == "ref":
+            model.eval().requires_grad_(False)
+            self.model = model
+            return
+        self._build_optimizer(model)
+
+    def _check_layout(self, rank: RankInfo) -> tuple[str, dict[str, Any]]:
+        """Read the parallel layout and the model's shape, choose the attention, refuse what cannot run;
+        return the requested attention backend and the ``TransformerConfig`` overrides of ``backend_args``."""
+        par = self.spec.train.parallel
         self.tp, self.pp, self.cp = par.tensor, par.pipeline, par.context
         self.ep, self.etp = par.expert, par.expert_tensor or par.tensor
         self.shape = mcfg.ModelShape.from_hf_config(json.loads((self.model_dir / "config.json").read_text()))
-        ours, overrides = mcfg.split_backend_args(t.megatron.args)
+        ours, overrides = mcfg.split_backend_args(self.spec.train.megatron.args)
         requested = str(ours.get("attention_backend", "auto"))
         self.attention = mcfg.choose_attention_backend(requested, self.shape)
         mcfg.check_parallel(
@@ -107,6 +115,12 @@ class MegatronTrainBackend(TrainBackend):
             world_size=rank.world_size,
             attention_backend=self.attention,
         )
+        return requested, overrides
+
+    def _join_groups(self, rank: RankInfo) -> None:
+        """The job's process group (NCCL on GPU), megatron-core's model-parallel groups, the seeds."""
+        from megatron.core import parallel_state as ps
+        from megatron.core import tensor_parallel
 
         self.device = torch.device(rank.device)
         if self.device.type == "cuda":
@@ -127,15 +141,16 @@ class MegatronTrainBackend(TrainBackend):
                 expert_tensor_parallel_size=self.etp,
             )
         self.coords = mcfg.rank_coords(rank.rank, rank.world_size, tp=self.tp, pp=self.pp, cp=self.cp)
-        torch.manual_seed(t.seed)
+        torch.manual_seed(self.spec.train.seed)
         if self.device.type == "cuda":
-            tensor_parallel.model_parallel_cuda_manual_seed(t.seed)
+            tensor_parallel.model_parallel_cuda_manual_seed(self.spec.train.seed)
 
+    def _transformer_config(self, requested: str, overrides: dict[str, Any]):
         # perform_initialization stays on even though the HF weights overwrite the init: with it
         # off, megatron-core 0.16 never tags TP-split weights (tensor_model_parallel), and the
         # gradient norm (hence clipping) then drops the shards of TP ranks > 0.
         base = {} if self.device.type == "cuda" else {"use_cpu_initialization": True}
-        self.config = build_transformer_config(
+        return build_transformer_config(
             mcfg.transformer_config_kwargs(
                 self.shape,
                 tp=self.tp,
@@ -143,15 +158,23 @@ class MegatronTrainBackend(TrainBackend):
                 cp=self.cp,
                 ep=self.ep,
                 etp=self.etp,
-                sequence_parallel=par.sequence_parallel and self.tp > 1,
-                precision=t.precision,
+                sequence_parallel=self.spec.train.parallel.sequence_parallel and self.tp > 1,
+                precision=self.spec.train.precision,
                 attention_backend=self.attention,
                 mcore_attention=mcfg.mcore_attention_backend(requested),
                 overrides={**base, **overrides},
             )
         )
+
+    def _build_gpt(self) -> torch.nn.Module:
+        """This pipeline stage's ``GPTModel`` (a critic's with the value head), the HF weights loaded."""
+        from megatron.core import parallel_state as ps
+        from megatron.core.models.gpt import GPTModel
+
+        from slime.backends.megatron.attention import layer_spec, state_dict_naming
+
         self.first_stage, self.last_stage = ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage()
-        critic = role == "critic"
+        critic = self.role == "critic"
         model_shape = dataclasses.replace(self.shape, tie_embeddings=False) if critic else self.shape
         model = GPTModel(
             config=self.config,
@@ -173,16 +196,7 @@ class MegatronTrainBackend(TrainBackend):
             from slime.backends.megatron.moe_metrics import LoadBalancingMeter
 
             self.moe_meter = LoadBalancingMeter(model)
-        if t.precision in ("bf16", "fp16"):
-            from megatron.core.transformer.module import Float16Module
-
-            model = Float16Module(self.config, model)
-        self.optimizer = self.scheduler = self.sft_optimizer = self._active = None
-        if role == "ref":
-            model.eval().requires_grad_(False)
-            self.model = model
-            return
-        self._build_optimizer(model)
+        return model
 
     def _load_hf_into(self, model: torch.nn.Module, model_dir: Path) -> None:
         """Read only this rank's tensors (its stage's layers, its experts) and load its TP/EP slice."""
@@ -448,68 +462,30 @@ class MegatronTrainBackend(TrainBackend):
         return self._from_last_stage(out)
 
     def train_step(self, batch: TrainBatch, *, step: int) -> dict[str, float]:
+        """One optimizer step over ``batch``: each micro-batch's loss is weighted so that the sum over
+        micro-batches and data-parallel ranks is the loss of the whole global batch."""
         from megatron.core import parallel_state as ps
 
-        if self.optimizer is None:
-            raise RuntimeError(f"train_step called on a {self.role!r} rank (no optimizer)")
-        a, T = self.spec.algorithm, batch.tokens.shape[1]
-        critic, sft = self.role == "critic", batch.kind == "sft"
-        if sft and self.role != "actor":
-            raise RuntimeError("the SFT warm-up trains the actor only")
-        if critic and (batch.returns is None or batch.old_values is None):
-            raise ValueError("a critic train_step needs TrainBatch.returns and TrainBatch.old_values")
-        if not critic and not sft and batch.advantages is None:
-            raise ValueError("TrainBatch.advantages is required for train_step")
+        self._check_train_batch(batch)
+        sft = batch.kind == "sft"
         mbs, plan = self._micro_batches(batch)
-        mask = _per_token(batch.response_mask, T).bool()
-        seq_agg = a.loss_agg == "seq_mean_token_mean" and not sft
-        count = (mask.any(dim=1).sum() if seq_agg else mask.sum()).to(self.device, torch.float32)
+        seq_agg = self.spec.algorithm.loss_agg == "seq_mean_token_mean" and not sft
         dp_group = ps.get_data_parallel_group()
-        dist.all_reduce(count, group=dp_group)
-        global_count = max(count.item(), 1.0)
-        dp, n_mb = ps.get_data_parallel_world_size(), len(mbs)
+        global_count = self._global_count(batch, seq_agg, dp_group)
+        # megatron divides by the micro-batch count and averages gradients over dp: undo both. (It also
+        # multiplies by cp and divides by dp * cp in the gradient all-reduce; each CP rank back-propagates
+        # only its own positions' share of this replicated loss, and those shares add up over the CP group.)
+        n_mb, dp = len(mbs), ps.get_data_parallel_world_size()
         sums: dict[str, float] = {}
 
         def loss_func(mb, output):
             if mb.get("dummy"):  # zero gradient, but the backward's expert collectives still run
                 return output.float().sum() * 0.0, {}
-            m = mb["response_mask"]
-            if sft:
-                logp, _ = self._logp(output, mb, 1.0, False)
-                loss = sft_loss(logp, m)
-                metrics = {"sft_loss": loss.detach()}
-            elif critic:
-                clip = a.critic.value_clip if a.critic else None
-                values = self._cp_gather(critic_values(output))[:, :-1]
-                loss, metrics = value_loss(values, mb["old_values"], mb["returns"], m, value_clip=clip, agg=a.loss_agg)
-            else:
-                logp, ent = self._logp(output, mb, self.spec.rollout.temperature, a.entropy_coef > 0)
-                # No old log-probs = strictly on-policy: the ratio is 1 at this step.
-                old = mb["old_log_probs"] if "old_log_probs" in mb else logp.detach()
-                loss, metrics = total_loss(
-                    logp,
-                    old,
-                    mb["advantages"],
-                    m,
-                    estimator=a.estimator,
-                    eps_clip=a.eps_clip,
-                    eps_clip_high=a.eps_clip_high,
-                    dual_clip_c=a.dual_clip_c,
-                    entropy=ent,
-                    entropy_coef=a.entropy_coef,
-                    ref_logp=mb.get("ref_log_probs") if a.kl_loss_coef > 0 else None,
-                    kl_loss_coef=a.kl_loss_coef,
-                    kl_loss_type=a.kl_loss_type,
-                    agg=a.loss_agg,
-                    tis_weights=mb.get("tis_weights"),
-                )
-            local = float(m.bool().any(dim=1).sum() if seq_agg else m.bool().sum())
-            weight = local / global_count
+            loss, metrics = self._mb_loss(mb, output, batch.kind)
+            m = mb["response_mask"].bool()
+            weight = float(m.any(dim=1).sum() if seq_agg else m.sum()) / global_count
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + float(v) * weight
-            # megatron divides by n_mb and averages gradients over dp: undo both. (It also multiplies by
-            # cp and divides by dp * cp in the gradient all-reduce; each CP rank back-propagates only its
-            # own positions' share of this replicated loss, and those shares add up over the CP group.)
             return loss * weight * n_mb * dp, {}
 
         opt = self._optimizer_for(batch.kind)
@@ -533,6 +509,47 @@ class MegatronTrainBackend(TrainBackend):
             step_time_s=time.perf_counter() - start,
         )
         return metrics
+
+    def _check_train_batch(self, batch: TrainBatch) -> None:
+        if self.optimizer is None:
+            raise RuntimeError(f"train_step called on a {self.role!r} rank (no optimizer)")
+        critic, sft = self.role == "critic", batch.kind == "sft"
+        if sft and self.role != "actor":
+            raise RuntimeError("the SFT warm-up trains the actor only")
+        if critic and (batch.returns is None or batch.old_values is None):
+            raise ValueError("a critic train_step needs TrainBatch.returns and TrainBatch.old_values")
+        if not critic and not sft and batch.advantages is None:
+            raise ValueError("TrainBatch.advantages is required for train_step")
+
+    def _global_count(self, batch: TrainBatch, seq_agg: bool, dp_group) -> float:
+        """Trained tokens (or, for ``seq_mean_token_mean``, trained sequences) over all data-parallel ranks."""
+        mask = _per_token(batch.response_mask, batch.tokens.shape[1]).bool()
+        count = (mask.any(dim=1).sum() if seq_agg else mask.sum()).to(self.device, torch.float32)
+        dist.all_reduce(count, group=dp_group)
+        return max(count.item(), 1.0)
+
+    def _mb_loss(self, mb: dict[str, torch.Tensor], output: torch.Tensor, kind: str):
+        """The unweighted loss of one micro-batch and its metrics: SFT NLL, the critic's value loss, or the
+        policy loss (``slime.rl.train_loss``, shared with the torch backend)."""
+        a, m = self.spec.algorithm, mb["response_mask"]
+        if kind == "sft":
+            logp, _ = self._logp(output, mb, 1.0, False)
+            loss = sft_loss(logp, m)
+            return loss, {"sft_loss": loss.detach()}
+        if self.role == "critic":
+            values = self._cp_gather(critic_values(output))[:, :-1]
+            return value_loss_of(a, values, mb["old_values"], mb["returns"], m)
+        logp, ent = self._logp(output, mb, self.spec.rollout.temperature, wants_entropy(a))
+        return policy_loss_of(
+            a,
+            logp,
+            mb.get("old_log_probs"),
+            mb["advantages"],
+            m,
+            entropy=ent,
+            ref_logp=mb.get("ref_log_probs"),
+            tis_weights=mb.get("tis_weights"),
+        )
 
     def _reduce_metrics(self, sums: dict[str, float], dp_group) -> dict[str, float]:
         keys = sorted(self._from_last_stage(sorted(sums)))

@@ -1,33 +1,11 @@
 """The embedded train backend: plain PyTorch data parallel over Hugging Face checkpoints.
 
-One instance is one trainer rank with one role:
-
-- ``actor``: the causal LM of :func:`slime.models.lean_lm.load_causal_lm` (a plain-torch module with HF's
-  tensor names for the Llama family, else ``AutoModelForCausalLM``) trained with the spec's policy loss
-  (``slime.rl.losses.total_loss``: GRPO/PPO/GSPO/CISPO/REINFORCE++ surrogate,
-  clip / dual clip, entropy bonus, KL loss k1/k2/k3/low_var_kl) or, for
-  ``TrainBatch.kind == "sft"``, the masked NLL of the SFT warm-up (its own AdamW
-  at ``algorithm.sft_warmup_lr``);
-- ``critic``: ``ValueModel`` (same backbone + value head) trained with the
-  clipped value loss; its values are never temperature-scaled;
-- ``ref``: a frozen policy used only for ``log_probs`` (KL).
-
-Data parallel: ranks join one ``torch.distributed`` group (gloo on CPU, NCCL on
-CUDA). Each micro-batch's loss is divided by the *global* number of trained
-tokens (or sequences, for ``seq_mean_token_mean``), gradients are summed over
-micro-batches and then all-reduced (summed) across ranks as one flat buffer, so
-a step over a batch split across N ranks computes the same gradient as one
-process over the whole batch (tested). Micro-batches are fixed-size
-(``train.micro_batch_size``) or packed by ``train.dynamic_batch.max_tokens_per_gpu``.
-
-Precision: parameters and optimizer state are fp32; on CUDA, ``bf16``/``fp16``
-run the forward under ``torch.autocast``. On CPU everything is fp32 (CPU bf16
-matmuls are slower than fp32 and would break the 1e-3 log-prob parity check).
-
-Guaranteed: ``save``/``load`` round-trip model, optimizer and RNG state exactly;
-``log_probs`` returns fp32 on the CPU with zeros at padding. The learning rate
-of RL step ``step`` is ``optim.lr_at(step)``, so the schedule depends only on
-the step count the runtime passes in.
+One instance is one trainer rank with one role (``actor``, ``critic`` or ``ref``: see
+:class:`TorchTrainBackend`). Ranks join one ``torch.distributed`` group (gloo on CPU, NCCL on CUDA).
+Micro-batches come from ``slime.rl.micro_batches`` and the RL losses from ``slime.rl.train_loss``, both
+shared with the megatron backend. Guaranteed: ``save``/``load`` round-trip model, optimizer and RNG state
+exactly; ``log_probs`` returns fp32 on the CPU with zeros at padding; the learning rate of RL step
+``step`` is ``optim.lr_at(step)``, so the schedule depends only on the step count the runtime passes in.
 """
 
 from __future__ import annotations
@@ -43,9 +21,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from slime.backends.base import RankInfo, TrainBackend, TrainBatch
-from slime.backends.train.micro_batches import plan_micro_batches
 from slime.backends.train.optim import build_adamw, lr_at, set_lr
-from slime.rl.losses import entropy_from_logits, logprobs_from_logits, sft_loss, total_loss, value_loss
+from slime.rl.losses import entropy_from_logits, logprobs_from_logits, sft_loss
+from slime.rl.micro_batches import plan_micro_batches
+from slime.rl.train_loss import policy_loss_of, value_loss_of, wants_entropy
 
 if TYPE_CHECKING:
     from slime.spec.types import Spec
@@ -68,7 +47,19 @@ _HF_SIDE_FILES = (".json", ".jinja", ".txt", ".model", ".tiktoken")
 
 
 class TorchTrainBackend(TrainBackend):
-    """``train.backend: torch``."""
+    """``train.backend: torch``.
+
+    Roles: ``actor`` is the causal LM of :func:`slime.models.lean_lm.load_causal_lm` (a plain-torch module
+    with HF's tensor names for the Llama family, else ``AutoModelForCausalLM``) trained with the spec's
+    policy loss, or for ``TrainBatch.kind == "sft"`` the masked NLL of the SFT warm-up (its own AdamW at
+    ``algorithm.sft_warmup_lr``); ``critic`` is ``ValueModel`` (same backbone + value head) trained with
+    the clipped value loss, its values never temperature-scaled; ``ref`` is a frozen policy used only for
+    ``log_probs`` (KL).
+
+    Precision: parameters and optimizer state are fp32; on CUDA, ``bf16``/``fp16`` run the forward under
+    ``torch.autocast``. On CPU everything is fp32 (CPU bf16 matmuls are slower than fp32 and would break
+    the 1e-3 log-prob parity with the engine).
+    """
 
     rank_info: RankInfo
 
@@ -142,9 +133,9 @@ class TorchTrainBackend(TrainBackend):
 
     def _micro_batches(self, batch: TrainBatch) -> list[torch.Tensor]:
         t = self.spec.train
-        lengths = batch.attention_mask.sum(dim=1).tolist()
+        lengths = [max(1, int(n)) for n in batch.attention_mask.sum(dim=1).tolist()]
         max_tokens = t.dynamic_batch.max_tokens_per_gpu if t.dynamic_batch.enabled else None
-        plan = plan_micro_batches(lengths, micro_batch_size=t.micro_batch_size, max_tokens=max_tokens)
+        plan = plan_micro_batches(lengths, micro_batch_size=t.micro_batch_size, max_tokens_per_gpu=max_tokens)
         return [torch.tensor(rows, dtype=torch.long) for rows in plan.batches]
 
     def _trimmed(self, batch: TrainBatch, rows: torch.Tensor) -> tuple[TrainBatch, int]:
@@ -203,49 +194,61 @@ class TorchTrainBackend(TrainBackend):
 
     # ------------------------------------------------------------------ train
     def train_step(self, batch: TrainBatch, *, step: int) -> dict[str, float]:
+        """One optimizer step over ``batch``: each micro-batch's loss is divided by the *global* number of
+        trained tokens (or sequences, for ``seq_mean_token_mean``), gradients are summed over micro-batches
+        and all-reduced (summed) across ranks, so N ranks compute the gradient of one process over the
+        whole batch (tested)."""
+        opt, lr, loss_fn = self._step_plan(batch, step)
+        set_lr(opt, lr)
+        self.model.train()
+        opt.zero_grad(set_to_none=True)
+        sums = self._accumulate_grads(batch, loss_fn)
+        self._all_reduce_grads()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        clip = self.spec.train.optimizer.clip_grad
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
+        opt.step()
+        metrics = self._reduce_metrics(sums)
+        metrics.update(grad_norm=float(grad_norm), lr=float(lr))
+        return metrics
+
+    def _step_plan(self, batch: TrainBatch, step: int):
+        """The optimizer, learning rate and per-micro-batch loss of this step (SFT warm-up, critic or policy)."""
         if self.role == "ref":
             raise RuntimeError("train_step called on a frozen reference model")
         if batch.kind == "sft":
             if self.role != "actor":
                 raise RuntimeError("the SFT warm-up trains the actor only")
-            opt = self._sft_opt()
-            lr = self.spec.algorithm.sft_warmup_lr
-            loss_fn = self._sft_loss
-        else:
-            opt = self.optimizer
-            o = self.spec.train.optimizer
-            lr = lr_at(
-                step,
-                lr=self.base_lr,
-                min_lr=min(o.min_lr, self.base_lr),
-                warmup_steps=o.warmup_steps,
-                total_steps=self.total_steps,
-                schedule=o.lr_schedule,
-            )
-            if self.role == "critic":
-                if batch.returns is None or batch.old_values is None:
-                    raise ValueError("a critic train_step needs TrainBatch.returns and old_values")
-                loss_fn = self._value_loss
-            else:
-                if batch.advantages is None:
-                    raise ValueError("TrainBatch.advantages is required for an RL train_step")
-                loss_fn = self._policy_loss
-        set_lr(opt, lr)
+            return self._sft_opt(), self.spec.algorithm.sft_warmup_lr, self._sft_loss
+        o = self.spec.train.optimizer
+        lr = lr_at(
+            step,
+            lr=self.base_lr,
+            min_lr=min(o.min_lr, self.base_lr),
+            warmup_steps=o.warmup_steps,
+            total_steps=self.total_steps,
+            schedule=o.lr_schedule,
+        )
+        if self.role == "critic":
+            if batch.returns is None or batch.old_values is None:
+                raise ValueError("a critic train_step needs TrainBatch.returns and old_values")
+            return self.optimizer, lr, self._value_loss
+        if batch.advantages is None:
+            raise ValueError("TrainBatch.advantages is required for an RL train_step")
+        return self.optimizer, lr, self._policy_loss
+
+    def _accumulate_grads(self, batch: TrainBatch, loss_fn) -> dict[str, float]:
+        """Backward every micro-batch's share of the global loss; return the rank's weighted metric sums."""
         seq_agg = self.spec.algorithm.loss_agg == "seq_mean_token_mean" and batch.kind == "rl"
         mask = batch.response_mask.bool()
-        local_tokens = float(mask.sum())
-        count = torch.tensor([local_tokens, float(mask.any(dim=1).sum())], dtype=torch.float64, device=self.device)
+        count = torch.tensor([float(mask.sum()), float(mask.any(dim=1).sum())], dtype=torch.float64, device=self.device)
         self._all_reduce(count)
         global_tokens = max(float(count[0]), 1.0)
         global_seqs = max(float(count[1]), 1.0)
-
-        self.model.train()
-        opt.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
         for rows in self._micro_batches(batch):
             mb, _ = self._trimmed(batch, rows)
             m = mb.response_mask.bool()
-            tokens = float(m.sum())
             if seq_agg:
                 # Per-sequence means, then a mean over the *global* number of sequences.
                 scale = float(m.any(dim=1).sum()) / global_seqs
@@ -255,17 +258,10 @@ class TorchTrainBackend(TrainBackend):
                 scale = 1.0
                 loss, metrics = loss_fn(mb, global_tokens)
             loss.backward()
-            share = tokens / global_tokens
+            share = float(m.sum()) / global_tokens
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + float(v) * (scale if k in _ADDITIVE else share)
-        self._all_reduce_grads()
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        clip = self.spec.train.optimizer.clip_grad
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
-        opt.step()
-        metrics = self._reduce_metrics(sums)
-        metrics.update(grad_norm=float(grad_norm), lr=float(lr))
-        return metrics
+        return sums
 
     def _sft_opt(self):
         if self.sft_optimizer is None:
@@ -284,38 +280,23 @@ class TorchTrainBackend(TrainBackend):
         logits = self._logits(mb)
         temperature = self.spec.rollout.temperature
         logp = logprobs_from_logits(logits, mb.tokens[:, 1:], temperature)
-        entropy = entropy_from_logits(logits, temperature) if a.entropy_coef > 0 else None
-        old = mb.old_log_probs if mb.old_log_probs is not None else logp.detach()
-        return total_loss(
+        entropy = entropy_from_logits(logits, temperature) if wants_entropy(a) else None
+        return policy_loss_of(
+            a,
             logp,
-            old,
+            mb.old_log_probs,
             mb.advantages,
             mb.response_mask,
-            estimator=a.estimator,
-            eps_clip=a.eps_clip,
-            eps_clip_high=a.eps_clip_high,
-            dual_clip_c=a.dual_clip_c,
             entropy=entropy,
-            entropy_coef=a.entropy_coef,
-            ref_logp=mb.ref_log_probs if a.kl_loss_coef > 0 else None,
-            kl_loss_coef=a.kl_loss_coef,
-            kl_loss_type=a.kl_loss_type,
-            agg=a.loss_agg,
-            num_tokens=num_tokens,
+            ref_logp=mb.ref_log_probs,
             tis_weights=mb.tis_weights,
+            num_tokens=num_tokens,
         )
 
     def _value_loss(self, mb: TrainBatch, num_tokens: float | None):
-        a = self.spec.algorithm
-        clip = a.critic.value_clip if a.critic is not None else 0.2
-        return value_loss(
-            self._values(mb),
-            mb.old_values,
-            mb.returns,
-            mb.response_mask,
-            value_clip=clip,
-            agg=a.loss_agg,
-            num_tokens=num_tokens,
+        values = self._values(mb)
+        return value_loss_of(
+            self.spec.algorithm, values, mb.old_values, mb.returns, mb.response_mask, num_tokens=num_tokens
         )
 
     def _sft_loss(self, mb: TrainBatch, num_tokens: float | None):

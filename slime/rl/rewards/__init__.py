@@ -1,26 +1,17 @@
 """Reward functions: the ``REWARDS`` registry, a factory, and batch scoring.
 
-Built-in types (``reward.type`` in a spec):
-
-- ``exact``  normalised string equality of the final answer and the label
-- ``math``   last ``\\boxed{}`` (or last number) compared after normalisation
-- ``dapo``   slime's DAPO grader: +1/-1, the last ``Answer:`` in the last 300 characters
-- ``deepscaler`` slime's deepscaler rule: a ``\\boxed{}`` answer after ``</think>``, else 0
-- ``f1``     SQuAD token F1 of the final answer and the label
-- ``remote`` POST to a reward server (``url``), with bounded retries
-- ``custom`` a user ``"package.module:function"`` (sync or async; ``f(sample)`` or slime's ``f(args, sample)``)
-
-Every reward the factory returns is an async ``RewardFn``: ``await fn(sample) ->
-float``. Names registered later with ``REWARDS.register(name, "pkg.mod:fn")``
-are wrapped like ``custom`` functions, and a ``"pkg.mod:fn"`` string given as the
-type is treated as ``custom``. Importing this package imports neither torch nor
-aiohttp; the remote reward imports aiohttp when it is first used.
+:data:`BUILTIN_REWARDS` is the one table of built-in ``reward.type`` names. Installed packages add names
+through entry points of group ``slime_submit.rewards`` (``name = "pkg.mod:function"``), and
+``REWARDS.register(name, "pkg.mod:fn")`` adds more at run time; such names, and a ``"pkg.mod:fn"`` given
+as the type, are wrapped like ``custom`` functions. Every reward the factory returns is an async
+``RewardFn``: ``await fn(sample) -> float``. Importing this package imports neither torch nor aiohttp.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, cast
 
 from slime.core.registry import Registry
@@ -31,21 +22,44 @@ if TYPE_CHECKING:
     from slime.rl.rewards.custom import SlimeArgs
     from slime.spec.types import Spec
 
-__all__ = ["REWARDS", "batch_rewards", "make_reward_fn", "reward_from_spec"]
+__all__ = [
+    "BUILTIN_REWARDS",
+    "ENTRY_POINT_GROUP",
+    "REWARDS",
+    "batch_rewards",
+    "make_reward_fn",
+    "reward_from_spec",
+    "reward_registry",
+]
 
-REWARDS = Registry(
-    "reward",
-    {
-        "exact": "slime.rl.rewards.string_match:exact_reward",
-        "math": "slime.rl.rewards.math_answer:math_reward",
-        "dapo": "slime.rl.rewards.dapo:dapo_reward",
-        "deepscaler": "slime.rl.rewards.deepscaler:deepscaler_reward",
-        "f1": "slime.rl.rewards.string_match:f1_reward",
-        "remote": "slime.rl.rewards.remote:RemoteReward",
-        "custom": "slime.rl.rewards.custom:load_custom_reward",
-    },
-)
-_BUILTIN_FNS = ("exact", "math", "dapo", "deepscaler", "f1")
+BUILTIN_REWARDS: dict[str, str] = {
+    # normalised string equality of the final answer and the label
+    "exact": "slime.rl.rewards.string_match:exact_reward",
+    # last \boxed{} (or last number) compared after normalisation
+    "math": "slime.rl.rewards.math_answer:math_reward",
+    # slime's DAPO grader: +1/-1, the last "Answer:" in the last 300 characters
+    "dapo": "slime.rl.rewards.dapo:dapo_reward",
+    # slime's deepscaler rule: a \boxed{} answer after </think>, else 0
+    "deepscaler": "slime.rl.rewards.deepscaler:deepscaler_reward",
+    # SQuAD token F1 of the final answer and the label
+    "f1": "slime.rl.rewards.string_match:f1_reward",
+    # POST to a reward server (reward.url), with bounded retries (reward.max_retries)
+    "remote": "slime.rl.rewards.remote:RemoteReward",
+    # a user "package.module:function" (sync or async; f(sample) or slime's f(args, sample))
+    "custom": "slime.rl.rewards.custom:load_custom_reward",
+}
+ENTRY_POINT_GROUP = "slime_submit.rewards"
+_FACTORIES = frozenset({"remote", "custom"})  # built-ins that build a reward from reward.url / reward.custom
+
+
+def reward_registry(installed: Iterable[EntryPoint] | None = None) -> Registry:
+    """:data:`BUILTIN_REWARDS` plus the ``installed`` entry points (default: those of :data:`ENTRY_POINT_GROUP`);
+    a built-in name wins over an installed one of the same name."""
+    eps = entry_points(group=ENTRY_POINT_GROUP) if installed is None else installed
+    return Registry("reward", {**{ep.name: ep.value for ep in eps}, **BUILTIN_REWARDS})
+
+
+REWARDS = reward_registry()
 
 
 def make_reward_fn(
@@ -54,18 +68,19 @@ def make_reward_fn(
     custom: str | None = None,
     url: str | None = None,
     timeout_s: float = 30.0,
-    max_retries: int = 5,
+    max_retries: int | None = None,
     key: str | None = None,
     args: SlimeArgs | None = None,
 ) -> RewardFn:
     """The async reward function for a spec's ``reward`` section (:func:`reward_from_spec` passes it all).
 
-    ``url`` (with ``timeout_s``, ``max_retries``) is for ``remote`` only, ``custom`` for ``custom``
-    only and ``key`` for those two; giving one to another type is an error, so a typo in the type
-    cannot silently score with the wrong function. ``args`` is what a custom function written in
+    ``url`` (with ``timeout_s`` and ``max_retries``, which has no default but the spec's) is for ``remote``
+    only, ``custom`` for ``custom`` only and ``key`` for those two; giving one to another type is an error,
+    so a typo in the type cannot silently score with the wrong function. ``args`` is what a custom function written in
     slime's ``(args, sample)`` convention receives.
     """
-    if key is not None and type in _BUILTIN_FNS:  # they return numbers; registered names may return dicts
+    scorer = type in BUILTIN_REWARDS and type not in _FACTORIES
+    if key is not None and scorer:  # they return numbers; registered names may return dicts
         raise ValueError(f"reward.key is only used with reward.type 'custom' or 'remote', not {type!r}")
     if type == "remote":
         if not url:
@@ -80,7 +95,7 @@ def make_reward_fn(
         return cast(RewardFn, REWARDS.get("custom")(custom, args=args, key=key))
     if custom is not None:
         raise ValueError(f"reward.custom is only used with reward.type 'custom', not {type!r}")
-    if type in _BUILTIN_FNS:
+    if scorer:
         return cast(RewardFn, REWARDS.get(type))
     from slime.rl.rewards.custom import wrap_reward
 

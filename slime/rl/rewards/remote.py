@@ -1,20 +1,12 @@
 """The ``remote`` reward: POST ``{prompt, response, label}`` to a reward server.
 
-The server answers ``{"reward": x}`` (``{key: x}`` with ``reward.key``, slime's ``--reward-key``) or a
-bare number (JSON or plain text).
-
-Retries: connection errors, timeouts, HTTP 5xx and HTTP 429 (rate limiting,
-the one 4xx that means "try later") are retried with full-jitter exponential
-backoff (a random wait in ``[0, min(max_backoff_s, backoff_s * 2^attempt)]``),
-at most ``max_retries`` times after the first attempt. Any other 4xx, and a
-reply that is not a number, fail at once: retrying cannot fix them. Every
-failure raises :class:`RemoteRewardError` naming the URL, the attempts made and
-the last cause. Scoring is assumed idempotent, so POSTs are safe to repeat.
-
-Libraries: ``aiohttp`` because rollouts are asyncio and one pooled session
-serves many concurrent requests; ``tenacity`` for the retry policy rather than a
-hand-written loop. One ``aiohttp`` session is kept per event loop; call
-:meth:`RemoteReward.aclose` (or use ``async with``) when done.
+The server answers ``{"reward": x}`` (``{key: x}`` with ``reward.key``) or a bare number (JSON or text).
+Connection errors, timeouts, HTTP 5xx and 429 are retried with full-jitter exponential backoff, at most
+``max_retries`` times after the first attempt (no default here: the spec's ``reward.max_retries``); any
+other 4xx, and a reply that is not a number, fail at once. Every failure raises :class:`RemoteRewardError`
+naming the URL, the attempts and the last cause. Scoring is assumed idempotent, so POSTs are safe to
+repeat. ``aiohttp`` (one pooled session per event loop: call :meth:`RemoteReward.aclose` or use
+``async with``) and ``tenacity`` for the retry policy.
 """
 
 from __future__ import annotations
@@ -78,14 +70,18 @@ def parse_reward_reply(text: str, key: str | None = None) -> float:
 
 
 class RemoteReward:
-    """An async :class:`~slime.rl.plugins.RewardFn` backed by an HTTP reward server."""
+    """An async :class:`~slime.rl.plugins.RewardFn` backed by an HTTP reward server.
+
+    Retry ``n`` waits a random time in ``[0, min(max_backoff_s, backoff_s * 2^n)]``. ``aiohttp`` because
+    rollouts are asyncio and one pooled session serves many concurrent requests.
+    """
 
     def __init__(
         self,
         url: str,
         *,
         timeout_s: float = 30.0,
-        max_retries: int = 5,
+        max_retries: int,
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
         headers: dict[str, str] | None = None,

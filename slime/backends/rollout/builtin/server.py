@@ -52,10 +52,10 @@ from pathlib import Path
 from typing import Any
 
 if __name__ == "__main__":
-    # Must precede the torch import. With OpenMP's default busy-wait, torch threads on a CPU
-    # shared with other busy processes (the trainer, on the quickstart's 2 cores) slowed decode
-    # down 20-40x in our measurements; sleeping waiters cost little when the cores are idle.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # Must precede the torch import: sleeping OpenMP waiters, even on a GPU node (slime.core.worker_env).
+    from slime.core.worker_env import apply_worker_env
+
+    apply_worker_env(os.environ, omp_passive=True)
 
 from aiohttp import web
 

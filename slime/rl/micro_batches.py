@@ -1,19 +1,9 @@
-"""Micro-batch planning for one data-parallel rank: fixed size, or dynamic by a token budget.
+"""The one micro-batch planner of ``train.micro_batch_size`` and ``train.dynamic_batch``, for every backend.
 
-Pure Python (no torch), so the plan is unit-tested on CPU and identical on every
-rank that receives the same lengths — all ranks of one model replica (its TP/PP/CP
-group) must run the same micro-batches or the collectives deadlock.
-
-Dynamic batching packs samples into micro-batches whose *padded* cost
-(samples x longest sample, what a padded ``[b, s]`` batch really computes) stays
-within ``max_tokens_per_gpu``: longest first, each sample into the first
-micro-batch where it still fits (first-fit decreasing). A sample longer than the
-budget on its own gets a micro-batch of its own and is reported in
-``Plan.oversized`` (it cannot be split without context parallelism).
-
-Guaranteed: every index appears exactly once; micro-batches are in a
-deterministic order (by their first sample's position) so gradients accumulate
-in the same order on every run.
+Pure Python (no torch): identical on every rank given the same lengths, which all ranks of one model
+replica (its TP/PP/CP group) need, or their collectives deadlock. Guaranteed: every sample index appears
+in exactly one micro-batch, and micro-batches come in a deterministic order (by their first sample), so
+gradients accumulate in the same order on every run and an exact resume replays the same plan.
 """
 
 from __future__ import annotations
@@ -27,7 +17,7 @@ __all__ = ["Plan", "pad_to_multiple", "plan_micro_batches"]
 @dataclass(frozen=True, slots=True)
 class Plan:
     batches: tuple[tuple[int, ...], ...]
-    oversized: tuple[int, ...] = field(default=())
+    oversized: tuple[int, ...] = field(default=())  # samples longer than the token budget on their own
 
     def padded_tokens(self, lengths: Sequence[int]) -> list[int]:
         return [len(b) * max(lengths[i] for i in b) for b in self.batches]
@@ -40,10 +30,16 @@ def pad_to_multiple(n: int, multiple: int) -> int:
 def plan_micro_batches(
     lengths: Sequence[int], *, micro_batch_size: int = 1, max_tokens_per_gpu: int | None = None
 ) -> Plan:
-    """Split sample indices ``0..len(lengths)-1`` into micro-batches.
+    """Split sample indices ``0..len(lengths)-1`` (samples of ``lengths`` real tokens, each >= 1).
 
-    ``max_tokens_per_gpu`` None: consecutive groups of ``micro_batch_size``.
-    Otherwise: dynamic packing under the token budget (``micro_batch_size`` ignored).
+    ``max_tokens_per_gpu`` None: consecutive groups of ``micro_batch_size``. Otherwise dynamic packing
+    (``micro_batch_size`` ignored) by *first-fit decreasing*: longest sample first, each into the first
+    micro-batch whose *padded* cost (samples x longest sample, what a padded ``[b, s]`` batch really
+    computes) stays within the budget. Why this one: sorting puts each micro-batch's longest sample in
+    it first, so short samples fill the gaps a long one left; packing in arrival order (the greedy
+    alternative) opens a new micro-batch whenever a long sample follows short ones, giving more forward
+    passes and more padding for the same budget. A sample over the budget gets a micro-batch of its own
+    and is reported in ``Plan.oversized`` (it cannot be split without context parallelism).
     """
     if micro_batch_size < 1:
         raise ValueError(f"train.micro_batch_size must be >= 1, got {micro_batch_size}")
