@@ -4,7 +4,8 @@ what nothing honours, and the row is checked against the code.
 
 Checks: the table's fields are exactly the schema's leaves; each consumer ``module:qualname`` exists
 (found by parsing the module's file, nothing imported) and its body mentions the field (an
-attribute ``.name`` or the string ``"name"``); each rule is a registered rule of ``slime.spec.rules`` or of a plug-in's hooks;
+attribute ``.name`` or the string ``"name"``); each rule is a registered rule of ``slime.spec.rules``
+or of a plug-in's hooks;
 each test node id names a test function that exists (parsed the same way; parametrisation aside).
 ``Gap`` rows are listed, and fail once their consumer reads the field (the row must then change).
 """
@@ -177,9 +178,8 @@ def test_known_gaps_are_still_gaps():
 def _plugin_rules() -> list:
     from slime.spec.plugin import KINDS, hook, profiles
 
-    return [
-        fn for kind in KINDS for p in profiles(kind).values() for name in ("RULES", "WARNINGS") for fn in hook(p, name, ())
-    ]
+    hooks = [(p, name) for kind in KINDS for p in profiles(kind).values() for name in ("RULES", "WARNINGS")]
+    return [fn for p, name in hooks for fn in hook(p, name, ())]
 
 
 # the spec core's rules and every installed plug-in's (its hooks module's RULES and WARNINGS)
