@@ -140,9 +140,7 @@ class DynamicBatch(Section, kw_only=True):
 class Optimizer(Section, kw_only=True):
     """Optimizer and learning-rate schedule."""
 
-    name: Annotated[
-        Literal["adam"], D("Optimizer (AdamW; sharded with train.optimizer.distributed).")
-    ] = "adam"
+    name: Annotated[Literal["adam"], D("Optimizer (AdamW; sharded with train.optimizer.distributed).")] = "adam"
     lr: Annotated[float, D("Peak learning rate.", gt=0)] = 1e-6
     min_lr: Annotated[float, D("Final learning rate of the decay.", ge=0)] = 0.0
     lr_schedule: Annotated[Literal["constant", "cosine", "linear"], D("Learning-rate decay after warm-up.")] = (
