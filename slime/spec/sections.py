@@ -325,13 +325,9 @@ class Data(Section, kw_only=True):
 class Reward(Section, kw_only=True):
     """How a response is scored."""
 
-    type: Annotated[
-        Literal["exact", "math", "dapo", "deepscaler", "f1", "remote", "custom"],
-        D(
-            "Reward function: exact, math (boxed or last number), dapo (slime's +1/-1 'Answer:' grader), "
-            "deepscaler (slime's: a boxed answer after </think>), f1, remote (reward.url) or custom."
-        ),
-    ] = "exact"
+    type: Annotated[str, D("Reward function: an installed reward (remote: reward.url; custom: reward.custom).")] = (
+        "exact"
+    )
     custom: Annotated[
         Annotated[str, Meta(pattern=PLUGIN_PATTERN)] | None, D("'package.module:function' for type custom.")
     ] = None

@@ -9,6 +9,7 @@ sections. Composed once at import from the entry points (``slime.spec.plugin``),
 
 from __future__ import annotations
 
+from importlib.metadata import entry_points
 from typing import Annotated, Literal
 
 import msgspec
@@ -41,6 +42,17 @@ def _compose(base: type, kind: str) -> type:
     return msgspec.defstruct(base.__name__, fields, bases=(base,), module=__name__, kw_only=True)
 
 
+def _rewards() -> type:
+    """``Reward`` with ``type`` narrowed to the installed rewards (entry points ``slime_submit.rewards``)."""
+    names = tuple(sorted({ep.name for ep in entry_points(group="slime_submit.rewards")}))
+    choice = Annotated[
+        Literal[names], D(f"Reward function: {', '.join(names)} (remote: reward.url; custom: reward.custom).")
+    ]
+    return msgspec.defstruct(
+        "Reward", [("type", choice, "exact")], bases=(_base.Reward,), module=__name__, kw_only=True
+    )
+
+
 def _factory(cls: type):
     return msgspec.field(default_factory=cls)
 
@@ -48,6 +60,7 @@ def _factory(cls: type):
 Cluster = _compose(_base.Cluster, "launcher")
 Train = _compose(_base.Train, "train_backend")
 Rollout = _compose(_base.Rollout, "rollout_backend")
+Reward = _rewards()
 Spec = msgspec.defstruct(
     "Spec",
     [
@@ -58,10 +71,12 @@ Spec = msgspec.defstruct(
         ),
         ("train", Annotated[Train, D("The trainer.")], _factory(Train)),
         ("rollout", Annotated[Rollout, D("Rollout generation.")], _factory(Rollout)),
+        ("reward", Annotated[Reward, D("Reward function.")], _factory(Reward)),
     ],
     bases=(_base.Spec,),
     module=__name__,
     kw_only=True,
 )
 Spec.__doc__ = _base.Spec.__doc__
-Cluster.__doc__, Train.__doc__, Rollout.__doc__ = _base.Cluster.__doc__, _base.Train.__doc__, _base.Rollout.__doc__
+for _composed in (Cluster, Train, Rollout, Reward):
+    _composed.__doc__ = getattr(_base, _composed.__name__).__doc__

@@ -1,7 +1,7 @@
 """Reward functions: the ``REWARDS`` registry, a factory, and batch scoring.
 
-:data:`BUILTIN_REWARDS` is the one table of built-in ``reward.type`` names. Installed packages add names
-through entry points of group ``slime_submit.rewards`` (``name = "pkg.mod:function"``), and
+:data:`BUILTIN_REWARDS` are the ``reward.type`` names this package registers as entry points of group
+``slime_submit.rewards``; installed packages add names the same way (``name = "pkg.mod:function"``), and
 ``REWARDS.register(name, "pkg.mod:fn")`` adds more at run time; such names, and a ``"pkg.mod:fn"`` given
 as the type, are wrapped like ``custom`` functions. Every reward the factory returns is an async
 ``RewardFn``: ``await fn(sample) -> float``. Importing this package imports neither torch nor aiohttp.
@@ -32,23 +32,14 @@ __all__ = [
     "reward_registry",
 ]
 
-BUILTIN_REWARDS: dict[str, str] = {
-    # normalised string equality of the final answer and the label
-    "exact": "slime.rl.rewards.string_match:exact_reward",
-    # last \boxed{} (or last number) compared after normalisation
-    "math": "slime.rl.rewards.math_answer:math_reward",
-    # slime's DAPO grader: +1/-1, the last "Answer:" in the last 300 characters
-    "dapo": "slime.rl.rewards.dapo:dapo_reward",
-    # slime's deepscaler rule: a \boxed{} answer after </think>, else 0
-    "deepscaler": "slime.rl.rewards.deepscaler:deepscaler_reward",
-    # SQuAD token F1 of the final answer and the label
-    "f1": "slime.rl.rewards.string_match:f1_reward",
-    # POST to a reward server (reward.url), with bounded retries (reward.max_retries)
-    "remote": "slime.rl.rewards.remote:RemoteReward",
-    # a user "package.module:function" (sync or async; f(sample) or slime's f(args, sample))
-    "custom": "slime.rl.rewards.custom:load_custom_reward",
-}
 ENTRY_POINT_GROUP = "slime_submit.rewards"
+# The built-in names are this distribution's entry points (pyproject.toml): one table, which the spec's
+# reward.type choices are composed from too (slime.spec.types).
+BUILTIN_REWARDS: dict[str, str] = {
+    ep.name: ep.value
+    for ep in entry_points(group=ENTRY_POINT_GROUP)
+    if ep.dist is not None and ep.dist.name == "slime-submit"
+}
 _FACTORIES = frozenset({"remote", "custom"})  # built-ins that build a reward from reward.url / reward.custom
 
 
