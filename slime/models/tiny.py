@@ -217,6 +217,41 @@ def _config(
     raise ValueError(f"arch={arch!r} is not supported by the tiny model builder; use 'qwen2' or 'llama'")
 
 
+def _check_shape(*, hidden, layers, heads, kv_heads, max_position, init_std) -> None:
+    """Reject a shape ``build_tiny_model`` cannot build, naming the bad argument."""
+    for name, value in (
+        ("hidden", hidden),
+        ("layers", layers),
+        ("heads", heads),
+        ("kv_heads", kv_heads),
+        ("max_position", max_position),
+    ):
+        if not isinstance(value, int) or value <= 0:
+            raise ValueError(f"build_tiny_model: {name} must be a positive integer, got {value!r}")
+    if not init_std > 0:
+        raise ValueError(f"build_tiny_model: init_std must be > 0, got {init_std!r}")
+    if hidden % heads or heads % kv_heads or (hidden // heads) % 2:
+        raise ValueError(
+            f"build_tiny_model: need hidden % heads == 0, heads % kv_heads == 0 and an even head dim; "
+            f"got hidden={hidden}, heads={heads}, kv_heads={kv_heads}"
+        )
+
+
+def _generation_config(ids: dict):
+    """Plain sampling defaults; both end tokens stop generation."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(
+        bos_token_id=ids[BOS],
+        pad_token_id=ids[PAD],
+        eos_token_id=[ids[EOS], ids[IM_END]],
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+    )
+
+
 def build_tiny_model(
     out_dir: str | os.PathLike,
     *,
@@ -237,24 +272,11 @@ def build_tiny_model(
     (transformers' ``initializer_range``). ``out_dir`` may exist; files in it are overwritten.
     """
     import torch
-    from transformers import AutoModelForCausalLM, GenerationConfig
+    from transformers import AutoModelForCausalLM
 
-    for name, value in (
-        ("hidden", hidden),
-        ("layers", layers),
-        ("heads", heads),
-        ("kv_heads", kv_heads),
-        ("max_position", max_position),
-    ):
-        if not isinstance(value, int) or value <= 0:
-            raise ValueError(f"build_tiny_model: {name} must be a positive integer, got {value!r}")
-    if not init_std > 0:
-        raise ValueError(f"build_tiny_model: init_std must be > 0, got {init_std!r}")
-    if hidden % heads or heads % kv_heads or (hidden // heads) % 2:
-        raise ValueError(
-            f"build_tiny_model: need hidden % heads == 0, heads % kv_heads == 0 and an even head dim; "
-            f"got hidden={hidden}, heads={heads}, kv_heads={kv_heads}"
-        )
+    _check_shape(
+        hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads, max_position=max_position, init_std=init_std
+    )
     intermediate = 3 * hidden if intermediate is None else intermediate
 
     out = Path(out_dir)
@@ -277,34 +299,21 @@ def build_tiny_model(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.generation_config = GenerationConfig(
-        bos_token_id=ids[BOS],
-        pad_token_id=ids[PAD],
-        eos_token_id=[ids[EOS], ids[IM_END]],
-        do_sample=True,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
-    )
+    model.generation_config = _generation_config(ids)
     model.save_pretrained(out, safe_serialization=True)
     _save_tokenizer(tokenizer, out)
-    (out / TINY_MARKER).write_text(
-        json.dumps(
-            {
-                "seed": seed,
-                "arch": arch,
-                "hidden": hidden,
-                "layers": layers,
-                "heads": heads,
-                "kv_heads": kv_heads,
-                "intermediate": intermediate,
-                "max_position": max_position,
-                "init_std": init_std,
-            },
-            indent=1,
-        )
-        + "\n"
-    )
+    marker = {
+        "seed": seed,
+        "arch": arch,
+        "hidden": hidden,
+        "layers": layers,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "intermediate": intermediate,
+        "max_position": max_position,
+        "init_std": init_std,
+    }
+    (out / TINY_MARKER).write_text(json.dumps(marker, indent=1) + "\n")
     return out
 
 
