@@ -196,6 +196,52 @@ def split_backend_args(backend_args: Mapping[str, Any]) -> tuple[dict[str, Any],
     return ours, overrides
 
 
+def _shape_kwargs(shape: ModelShape) -> dict[str, Any]:
+    """The ``TransformerConfig`` fields read off the model (a llama-style RMSNorm / SwiGLU block)."""
+    return dict(
+        num_layers=shape.num_layers,
+        hidden_size=shape.hidden_size,
+        ffn_hidden_size=shape.ffn_hidden_size,
+        num_attention_heads=shape.num_attention_heads,
+        num_query_groups=shape.num_query_groups,
+        kv_channels=shape.kv_channels,
+        normalization="RMSNorm",
+        layernorm_epsilon=shape.norm_eps,
+        gated_linear_unit=True,
+        activation_func="silu",
+        add_bias_linear=False,
+        add_qkv_bias=shape.qkv_bias,
+        qk_layernorm=shape.qk_layernorm,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+    )
+
+
+def _run_kwargs(*, tp, pp, cp, ep, etp, sequence_parallel, precision, te) -> dict[str, Any]:
+    """The parallel layout, dtypes and kernel fusions of a ``TransformerConfig``."""
+    dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(precision, "float32")
+    return dict(
+        tensor_model_parallel_size=tp,
+        pipeline_model_parallel_size=pp,
+        context_parallel_size=cp,
+        expert_model_parallel_size=ep,
+        expert_tensor_parallel_size=etp or tp,
+        sequence_parallel=sequence_parallel,
+        bf16=precision == "bf16",
+        fp16=precision == "fp16",
+        params_dtype=dtype,
+        pipeline_dtype=dtype,
+        # Pipeline stages exchange activations whose length varies per micro-batch.
+        variable_seq_lengths=pp > 1,
+        # Fusions that need Transformer Engine or apex kernels are off without TE.
+        apply_rope_fusion=te,
+        masked_softmax_fusion=te,
+        gradient_accumulation_fusion=False,
+        bias_activation_fusion=False,
+        persist_layer_norm=False,
+    )
+
+
 def transformer_config_kwargs(
     shape: ModelShape,
     *,
@@ -213,41 +259,12 @@ def transformer_config_kwargs(
     """Keyword arguments of ``TransformerConfig`` (``MLATransformerConfig`` when ``multi_latent_attention``);
     the activation is given as the name 'silu' and dtypes as names (``build_transformer_config`` resolves them)."""
     te = attention_backend == "te"
-    kwargs: dict[str, Any] = dict(
-        num_layers=shape.num_layers,
-        hidden_size=shape.hidden_size,
-        ffn_hidden_size=shape.ffn_hidden_size,
-        num_attention_heads=shape.num_attention_heads,
-        num_query_groups=shape.num_query_groups,
-        kv_channels=shape.kv_channels,
-        normalization="RMSNorm",
-        layernorm_epsilon=shape.norm_eps,
-        gated_linear_unit=True,
-        activation_func="silu",
-        add_bias_linear=False,
-        add_qkv_bias=shape.qkv_bias,
-        qk_layernorm=shape.qk_layernorm,
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
-        tensor_model_parallel_size=tp,
-        pipeline_model_parallel_size=pp,
-        context_parallel_size=cp,
-        expert_model_parallel_size=ep,
-        expert_tensor_parallel_size=etp or tp,
-        sequence_parallel=sequence_parallel,
-        bf16=precision == "bf16",
-        fp16=precision == "fp16",
-        params_dtype={"bf16": "bfloat16", "fp16": "float16"}.get(precision, "float32"),
-        pipeline_dtype={"bf16": "bfloat16", "fp16": "float16"}.get(precision, "float32"),
-        # Pipeline stages exchange activations whose length varies per micro-batch.
-        variable_seq_lengths=pp > 1,
-        # Fusions that need Transformer Engine or apex kernels are off without TE.
-        apply_rope_fusion=te,
-        masked_softmax_fusion=te,
-        gradient_accumulation_fusion=False,
-        bias_activation_fusion=False,
-        persist_layer_norm=False,
-    )
+    kwargs: dict[str, Any] = {
+        **_shape_kwargs(shape),
+        **_run_kwargs(
+            tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sequence_parallel=sequence_parallel, precision=precision, te=te
+        ),
+    }
     if te and mcore_attention != "auto":
         kwargs["attention_backend"] = mcore_attention
     if pp > 1 or ep > 1:
