@@ -196,6 +196,57 @@ def _tp_size(spec: Spec) -> int:
     return tp
 
 
+def _shared_argv(spec: Spec, python: str, extra: list[str]) -> tuple[list[str], list[str]]:
+    """(the launch_server argv every engine process starts with, the flags derived from the spec)."""
+    r = spec.rollout
+    common = [python, "-m", "sglang.launch_server", "--model-path", spec.model.path, "--tp-size", str(_tp_size(spec))]
+    if spec.model.tokenizer and spec.model.tokenizer != spec.model.path:
+        common += ["--tokenizer-path", spec.model.tokenizer]
+    derived: list[str] = []
+    if _needs_remote_code(spec.model.path) and "--trust-remote-code" not in extra:
+        derived.append("--trust-remote-code")
+    if r.colocate and "--enable-memory-saver" not in extra:
+        derived.append("--enable-memory-saver")
+    if r.deterministic:  # SGLang ignores a request's sampling_seed without it (0.5.23)
+        derived.append("--enable-deterministic-inference")
+    return common, derived
+
+
+def _engine_processes(engine: int, slots, port: int, hosts: list[str], head: list[str], tail: list[str]):
+    """One EngineCommand per node of one engine; node rank 0 serves HTTP, the others join it."""
+    nodes = sorted({s.node for s in slots})
+    first = nodes[0]
+    out: list[EngineCommand] = []
+    for rank, node in enumerate(nodes):
+        gpus = tuple(s.gpu for s in slots if s.node == node)
+        argv = list(head) + ["--base-gpu-id", str(gpus[0])]
+        if rank == 0:
+            argv += ["--host", hosts[node], "--port", str(port), "--nccl-port", str(port + 1)]
+        if len(nodes) > 1:
+            argv += [
+                "--nnodes",
+                str(len(nodes)),
+                "--node-rank",
+                str(rank),
+                "--dist-init-addr",
+                f"{hosts[first]}:{port + 2}",
+            ]
+        out.append(
+            EngineCommand(
+                engine=engine,
+                node_rank=rank,
+                nnodes=len(nodes),
+                node=node,
+                host=hosts[node],
+                gpus=gpus,
+                port=port if rank == 0 else None,
+                ports=(port, port + 1) if rank == 0 else (),
+                argv=tuple(argv + tail),
+            )
+        )
+    return out
+
+
 def engine_commands(
     spec: Spec,
     layout: Layout | None = None,
@@ -219,52 +270,15 @@ def engine_commands(
     if len(hosts) < layout.nodes:
         raise LaunchError(f"{len(hosts)} host address(es) given for {layout.nodes} node(s)")
     extra = flags_from_args(r.sglang.args, field_name="rollout.sglang.args", reserved=_ENGINE_RESERVED)
-    common = [python, "-m", "sglang.launch_server", "--model-path", spec.model.path, "--tp-size", str(_tp_size(spec))]
-    if spec.model.tokenizer and spec.model.tokenizer != spec.model.path:
-        common += ["--tokenizer-path", spec.model.tokenizer]
-    derived: list[str] = []
-    if _needs_remote_code(spec.model.path) and "--trust-remote-code" not in extra:
-        derived.append("--trust-remote-code")
-    if r.colocate and "--enable-memory-saver" not in extra:
-        derived.append("--enable-memory-saver")
-    if r.deterministic:  # SGLang ignores a request's sampling_seed without it (0.5.23)
-        derived.append("--enable-deterministic-inference")
-    per_node: dict[int, int] = {}
+    common, derived = _shared_argv(spec, python, extra)
+    per_node: dict[int, int] = {}  # engines already on each node: picks the port slot
     out: list[EngineCommand] = []
     for i, slots in enumerate(layout.engines):
         nodes = sorted({s.node for s in slots})
-        first = nodes[0]
-        j = per_node.get(first, 0)
+        j = per_node.get(nodes[0], 0)
         for n in nodes:
             per_node[n] = per_node.get(n, 0) + 1
-        port = port_base + PORT_STRIDE * j
-        for rank, node in enumerate(nodes):
-            gpus = tuple(s.gpu for s in slots if s.node == node)
-            argv = list(common) + ["--base-gpu-id", str(gpus[0])]
-            if rank == 0:
-                argv += ["--host", hosts[node], "--port", str(port), "--nccl-port", str(port + 1)]
-            if len(nodes) > 1:
-                argv += [
-                    "--nnodes",
-                    str(len(nodes)),
-                    "--node-rank",
-                    str(rank),
-                    "--dist-init-addr",
-                    f"{hosts[first]}:{port + 2}",
-                ]
-            out.append(
-                EngineCommand(
-                    engine=i,
-                    node_rank=rank,
-                    nnodes=len(nodes),
-                    node=node,
-                    host=hosts[node],
-                    gpus=gpus,
-                    port=port if rank == 0 else None,
-                    ports=(port, port + 1) if rank == 0 else (),
-                    argv=tuple(argv + derived + extra),
-                )
-            )
+        out += _engine_processes(i, slots, port_base + PORT_STRIDE * j, hosts, common, derived + extra)
     return out
 
 
