@@ -141,6 +141,11 @@ class Engine:
         self.batch_window_max_s = batch_window_max_s
         self.max_prefill_tokens = max_prefill_tokens
 
+        self._init_scheduler_state()
+        self._init_slot_tensors()
+
+    def _init_scheduler_state(self) -> None:
+        """Queues, free slots and counters shared between submitters and the scheduler thread."""
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._waiting: deque[_Request] = deque()
@@ -150,6 +155,17 @@ class Engine:
         self._running: dict[int, _Request] = {}
         self._free = list(range(self.max_slots))
         heapq.heapify(self._free)
+        self._stop_str_slots: set[int] = set()
+        self._hi = 0  # slots [0, hi) cover every running request
+        self._max_pos = 0  # largest position being fed
+        self._same_pos = True  # every running request is at that position (no mask needed)
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        # Scheduler counters (benchmarks, tests): prefill batches run and decode steps taken.
+        self.prefills = 0
+        self.decode_steps = 0
+
+    def _init_slot_tensors(self) -> None:
         # Per-slot decoding state lives in tensors so a step needs no per-row Python.
         S, dev = self.max_slots, self.device
         self._arange = torch.arange(S, device=dev)
@@ -161,15 +177,6 @@ class Engine:
         self._stop_tab = torch.full((S, 4), -1, dtype=torch.long, device=dev)
         self._hist_tok = torch.zeros(S, self.context_length, dtype=torch.long, device=dev)
         self._hist_lp = torch.zeros(S, self.context_length, dtype=torch.float32, device=dev)
-        self._stop_str_slots: set[int] = set()
-        self._hi = 0  # slots [0, hi) cover every running request
-        self._max_pos = 0  # largest position being fed
-        self._same_pos = True  # every running request is at that position (no mask needed)
-        self._thread: threading.Thread | None = None
-        self._stopping = False
-        # Scheduler counters (benchmarks, tests): prefill batches run and decode steps taken.
-        self.prefills = 0
-        self.decode_steps = 0
 
     # ------------------------------------------------------------- public API
     def submit(
