@@ -278,14 +278,7 @@ def build_tiny_model(
         hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads, max_position=max_position, init_std=init_std
     )
     intermediate = 3 * hidden if intermediate is None else intermediate
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tiny_tokenizer()
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
-    config = _config(
-        arch,
-        len(tokenizer),
+    shape = dict(
         hidden=hidden,
         layers=layers,
         heads=heads,
@@ -293,8 +286,13 @@ def build_tiny_model(
         intermediate=intermediate,
         max_position=max_position,
         init_std=init_std,
-        ids=ids,
     )
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tiny_tokenizer()
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    config = _config(arch, len(tokenizer), **shape, ids=ids)
     # fork_rng: deterministic init without disturbing the caller's RNG stream.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -302,17 +300,7 @@ def build_tiny_model(
     model.generation_config = _generation_config(ids)
     model.save_pretrained(out, safe_serialization=True)
     _save_tokenizer(tokenizer, out)
-    marker = {
-        "seed": seed,
-        "arch": arch,
-        "hidden": hidden,
-        "layers": layers,
-        "heads": heads,
-        "kv_heads": kv_heads,
-        "intermediate": intermediate,
-        "max_position": max_position,
-        "init_std": init_std,
-    }
+    marker = {"seed": seed, "arch": arch, **shape}
     (out / TINY_MARKER).write_text(json.dumps(marker, indent=1) + "\n")
     return out
 
