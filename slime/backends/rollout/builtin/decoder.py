@@ -324,6 +324,26 @@ class LeanDecoder:
         return self._logits(x)  # [n, V]: _check_supported guarantees at least one layer
 
     @torch.inference_mode()
+    def _step_geometry(self, b: int, positions: torch.Tensor, kv_len: int, same_position: bool):
+        """(cos, sin, mask, cache rows to write, shared position) of one decode step; see ``decode``."""
+        mask = write_rows = pos = None
+        if same_position:  # one position: broadcast its cos/sin, write the cache through a slice
+            pos = kv_len - 1
+            cos = self.cos[pos : pos + 1][:, None, :]
+            sin = self.sin_signed[pos : pos + 1][:, None, :]
+            return cos, sin, mask, write_rows, pos
+        cos = self.cos[positions][:, None, :]
+        sin = self.sin_signed[positions][:, None, :]
+        mask = torch.zeros(b, kv_len, dtype=self.dtype, device=self.embed.device)
+        mask.masked_fill_(self._keys[:kv_len][None, :] > positions[:, None], float("-inf"))
+        if self.rowwise:
+            mask = mask[:, None, :]
+            write_rows = (self._kv_base[:b] + positions[:, None]).view(-1)  # [b * 2]
+        else:
+            mask = mask[:, None, None, :]
+            write_rows = (self._kv_base[:b] + positions[:, None, None]).view(-1)  # [b * 2 * Hkv]
+        return cos, sin, mask, write_rows, pos
+
     def decode(
         self, tokens: torch.Tensor, positions: torch.Tensor, kv_len: int, same_position: bool = False
     ) -> torch.Tensor:
@@ -338,22 +358,7 @@ class LeanDecoder:
         b = tokens.shape[0]
         nq, nkv, g, d = self.n_heads, self.n_kv, self.group, self.head_dim
         x = F.embedding(tokens, self.embed)
-        mask = write_rows = None
-        if same_position:  # one position: broadcast its cos/sin, write the cache through a slice
-            pos = kv_len - 1
-            cos = self.cos[pos : pos + 1][:, None, :]
-            sin = self.sin_signed[pos : pos + 1][:, None, :]
-        else:
-            cos = self.cos[positions][:, None, :]
-            sin = self.sin_signed[positions][:, None, :]
-            mask = torch.zeros(b, kv_len, dtype=self.dtype, device=x.device)
-            mask.masked_fill_(self._keys[:kv_len][None, :] > positions[:, None], float("-inf"))
-            if self.rowwise:
-                mask = mask[:, None, :]
-                write_rows = (self._kv_base[:b] + positions[:, None]).view(-1)  # [b * 2]
-            else:
-                mask = mask[:, None, None, :]
-                write_rows = (self._kv_base[:b] + positions[:, None, None]).view(-1)  # [b * 2 * Hkv]
+        cos, sin, mask, write_rows, pos = self._step_geometry(b, positions, kv_len, same_position)
         width = nkv * d if self.rowwise else d
         if self.rowwise:
             q_spread = self._q_spread[:b]
