@@ -156,6 +156,21 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, (ConnectionError, TimeoutError))
 
 
+def _check_args(limits: dict, lifetime_s, max_attempts, positive: dict, workdir: str) -> None:
+    for name, value in limits.items():
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+            raise ValueError(f"E2BSandbox({name}=...) must be a positive integer or None, got {value!r}")
+    if not isinstance(lifetime_s, int) or isinstance(lifetime_s, bool) or lifetime_s <= 0:
+        raise ValueError(f"E2BSandbox(lifetime_s=...) must be a positive integer of seconds, got {lifetime_s!r}")
+    if not isinstance(max_attempts, int) or max_attempts < 1:
+        raise ValueError(f"E2BSandbox(max_attempts=...) must be >= 1, got {max_attempts!r}")
+    for name, value in positive.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"E2BSandbox({name}=...) must be positive, got {value!r}")
+    if not workdir.startswith("/"):
+        raise ValueError(f"E2BSandbox(workdir=...) must be an absolute path, got {workdir!r}")
+
+
 # Exit status of a command that never ran because ulimit refused its limits.
 ULIMIT_FAILED_RC = 125
 
@@ -208,25 +223,15 @@ class E2BSandbox(BaseSandbox):
         max_procs: int | None = None,
         max_file_mb: int | None = None,
     ) -> None:
+        positive = {
+            "backoff_initial_s": backoff_initial_s,
+            "backoff_max_s": backoff_max_s,
+            "request_timeout_s": request_timeout_s,
+            "max_output_bytes": max_output_bytes,
+        }
         limits = {"cpu_time_s": cpu_time_s, "memory_mb": memory_mb, "max_procs": max_procs, "max_file_mb": max_file_mb}
-        for name, value in limits.items():
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-                raise ValueError(f"E2BSandbox({name}=...) must be a positive integer or None, got {value!r}")
+        _check_args(limits, lifetime_s, max_attempts, positive, workdir)
         self._ulimit = _ulimit_prefix(cpu_time_s, memory_mb, max_procs, max_file_mb)
-        if not isinstance(lifetime_s, int) or isinstance(lifetime_s, bool) or lifetime_s <= 0:
-            raise ValueError(f"E2BSandbox(lifetime_s=...) must be a positive integer of seconds, got {lifetime_s!r}")
-        if not isinstance(max_attempts, int) or max_attempts < 1:
-            raise ValueError(f"E2BSandbox(max_attempts=...) must be >= 1, got {max_attempts!r}")
-        for name, value in (
-            ("backoff_initial_s", backoff_initial_s),
-            ("backoff_max_s", backoff_max_s),
-            ("request_timeout_s", request_timeout_s),
-            ("max_output_bytes", max_output_bytes),
-        ):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f"E2BSandbox({name}=...) must be positive, got {value!r}")
-        if not workdir.startswith("/"):
-            raise ValueError(f"E2BSandbox(workdir=...) must be an absolute path, got {workdir!r}")
         self.api_key_ref = api_key_ref
         self._resolver = secret_resolver or resolve_secret_ref
         self.template = template

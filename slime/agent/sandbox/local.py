@@ -134,6 +134,16 @@ def _positive(name: str, value: float, *, integer: bool = True) -> None:
         raise ValueError(f"LocalSandbox({name}=...) must be {kind}, got {value!r}")
 
 
+def _check_args(sizes: dict, total_memory_mb, wall_timeout_s, host_uid: int, host_gid: int) -> None:
+    for name, value in sizes.items():
+        _positive(name, value)
+    if total_memory_mb is not None:
+        _positive("total_memory_mb", total_memory_mb)
+    _positive("wall_timeout_s", wall_timeout_s, integer=False)
+    if host_uid == 0 or host_gid == 0:
+        raise ValueError("LocalSandbox(host_uid/host_gid=0) would run sandboxed code as root; give an unprivileged id")
+
+
 class LocalSandbox(BaseSandbox):
     """A bubblewrap sandbox on this machine (see the module docstring)."""
 
@@ -159,25 +169,18 @@ class LocalSandbox(BaseSandbox):
         host_gid: int = 65534,
         seccomp: bool = True,
     ) -> None:
-        for name, value in (
-            ("cpu_time_s", cpu_time_s),
-            ("memory_mb", memory_mb),
-            ("max_procs", max_procs),
-            ("max_file_mb", max_file_mb),
-            ("max_open_files", max_open_files),
-            ("tmp_mb", tmp_mb),
-            ("work_mb", work_mb),
-            ("max_output_bytes", max_output_bytes),
-        ):
-            _positive(name, value)
-        if total_memory_mb is not None:
-            _positive("total_memory_mb", total_memory_mb)
+        sizes = dict(
+            cpu_time_s=cpu_time_s,
+            memory_mb=memory_mb,
+            max_procs=max_procs,
+            max_file_mb=max_file_mb,
+            max_open_files=max_open_files,
+            tmp_mb=tmp_mb,
+            work_mb=work_mb,
+            max_output_bytes=max_output_bytes,
+        )
+        _check_args(sizes, total_memory_mb, wall_timeout_s, host_uid, host_gid)
         super().__init__("local")
-        _positive("wall_timeout_s", wall_timeout_s, integer=False)
-        if host_uid == 0 or host_gid == 0:
-            raise ValueError(
-                "LocalSandbox(host_uid/host_gid=0) would run sandboxed code as root; give an unprivileged id"
-            )
         self.network = bool(network)
         self.limits = Limits(cpu_time_s, memory_mb, max_procs, max_file_mb, max_open_files)
         self.tmp_mb = tmp_mb
@@ -194,6 +197,10 @@ class LocalSandbox(BaseSandbox):
         self._ro_binds = [self._check_bind(b) for b in ro_binds]
         default_root = Path(tempfile.gettempdir()) / "slime-sandboxes"
         self._root = Path(workdir_root or default_root).absolute()
+        self._init_runtime_state()
+
+    def _init_runtime_state(self) -> None:
+        """Per-sandbox state that ``start`` fills in and ``close`` releases."""
         self._state: Path | None = None
         self._isolated: bool | None = None
         self._procs: dict[asyncio.subprocess.Process, bool] = {}  # running -> isolated
@@ -432,6 +439,21 @@ class LocalSandbox(BaseSandbox):
         else:
             full = self._limit_argv + argv
             cwd = self._inside_path(workdir) if workdir else self.workdir
+        proc, captures = await self._spawn(full, cwd, env, fds, drop)
+        fds.started()
+        self._procs[proc] = isolated
+        timed_out = await self._supervise(proc, captures, fds, cgroup, budget, isolated)
+        out, err = captures
+        return ExecResult(
+            TIMEOUT_RC if timed_out else shell_returncode(proc.returncode),
+            out.text(),
+            err.text(),
+            timed_out=timed_out,
+            output_truncated=out.cut or err.cut,
+        )
+
+    async def _spawn(self, full: list[str], cwd: str, env, fds: CallFds, drop: dict):
+        """Start one call's process with its own output pipes; returns (process, [stdout, stderr] captures)."""
         # Our own pipes, not asyncio's: Process.wait() would otherwise also wait
         # for every holder of stdout/stderr, i.e. for background children.
         (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
@@ -456,8 +478,10 @@ class LocalSandbox(BaseSandbox):
         finally:
             os.close(out_w)
             os.close(err_w)
-        fds.started()
-        self._procs[proc] = isolated
+        return proc, captures
+
+    async def _supervise(self, proc, captures: list[Capture], fds: CallFds, cgroup, budget: float, isolated: bool):
+        """Wait for a started call within ``budget``, drain its output, clean up; True when it timed out."""
         readers = [asyncio.ensure_future(c.drain()) for c in captures]
         timed_out = False
         try:
@@ -485,14 +509,7 @@ class LocalSandbox(BaseSandbox):
             for c in captures:
                 c.close()
             self._procs.pop(proc, None)
-        out, err = captures
-        return ExecResult(
-            TIMEOUT_RC if timed_out else shell_returncode(proc.returncode),
-            out.text(),
-            err.text(),
-            timed_out=timed_out,
-            output_truncated=out.cut or err.cut,
-        )
+        return timed_out
 
     async def _join(self, fds: CallFds, cgroup: MemoryCgroup, proc: asyncio.subprocess.Process) -> None:
         """Put the call's sandbox process into the memory cgroup before it runs anything."""
