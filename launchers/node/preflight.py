@@ -138,6 +138,54 @@ class _Laps:
         self.mark = now
 
 
+def _host_names(ctx: NodeContext, node_meta: dict) -> dict[int, str]:
+    """Each node rank's host: its rendezvous record, else the launcher's host list, else ``rank<r>``."""
+    return {
+        r: (node_meta.get(r) or {}).get("host") or (ctx.hostnames[r] if r < len(ctx.hostnames) else f"rank{r}")
+        for r in range(ctx.num_nodes)
+    }
+
+
+def _gloo_collective(solo: bool, probes: dict, hosts: dict[int, str], world: int) -> tuple[dict, Check]:
+    """The gloo all_reduce's report entry and check; skipped when no collective ran (``solo``)."""
+    if solo:
+        skipped = {"backend": "gloo", "world": 1, "skipped": SOLO_SKIP}
+        return skipped, Check(name="collective", ok=True, message=f"skipped: {SOLO_SKIP}")
+    return _collective_check(
+        "collective", "gloo", _collective_results(probes, hosts), world, [hosts[r] for r in sorted(hosts)]
+    )
+
+
+def _result(
+    ctx: NodeContext, lap: _Laps, checks: list[Check], fake, *, ray_nodes, nodes, slots, collective, cuda, nccl
+):
+    """The PreflightResult and its ``preflight.json`` report."""
+    ok = all(c.ok for c in checks)
+    report = {
+        "ok": ok,
+        "task": ctx.task,
+        "job_id": ctx.job_id,
+        "instance": ctx.instance,
+        "created": time.time(),
+        "seconds": round(time.monotonic() - lap.t0, 3),
+        "ray_nodes": ray_nodes,
+        "nodes": nodes,
+        "slots": slots,
+        "collective": collective,
+        "checks": [asdict(c) for c in checks],
+        "timings": lap.timings,
+        "fake_gpus": fake,
+        "cuda": cuda,
+    }
+    if nccl is not None:
+        report["nccl"] = nccl
+    result = PreflightResult(ok=ok, checks=checks, report=report)
+    report["bad_nodes"] = result.bad_nodes
+    if not ok:
+        report["error"] = result.error
+    return result
+
+
 def run_preflight(
     spec: Spec, ctx: NodeContext, *, rdv: Rendezvous, ports: PortBlock, timeout_s: float
 ) -> PreflightResult:
@@ -152,10 +200,7 @@ def run_preflight(
     node_meta = rdv.nodes(ctx.num_nodes)
     nodes = _ray_nodes()
     world = ctx.num_nodes
-    hosts = {
-        r: (node_meta.get(r) or {}).get("host") or (ctx.hostnames[r] if r < len(ctx.hostnames) else f"rank{r}")
-        for r in range(world)
-    }
+    hosts = _host_names(ctx, node_meta)
     checks = [
         Check(
             name="ray_nodes",
@@ -178,12 +223,7 @@ def run_preflight(
     checks += _node_checks(spec, layout, node_meta, nodes, probes, hosts)  # also names hosts as the probes did
     if solo:
         checks.append(Check(name="gpu_count", ok=True, node=hosts[0], message="spec wants 0 GPU(s): not probed"))
-        collective = {"backend": "gloo", "world": 1, "skipped": SOLO_SKIP}
-        check = Check(name="collective", ok=True, message=f"skipped: {SOLO_SKIP}")
-    else:
-        collective, check = _collective_check(
-            "collective", "gloo", _collective_results(probes, hosts), world, [hosts[r] for r in sorted(hosts)]
-        )
+    collective, check = _gloo_collective(solo, probes, hosts, world)
     checks.append(check)
 
     cuda, nccl = _gpu_stage(layout, placement, cuda_refs, checks, lap, ports, coll_timeout, fake)
@@ -192,30 +232,9 @@ def run_preflight(
 
         remove_placement_group(pg)
 
-    ok = all(c.ok for c in checks)
-    report = {
-        "ok": ok,
-        "task": ctx.task,
-        "job_id": ctx.job_id,
-        "instance": ctx.instance,
-        "created": time.time(),
-        "seconds": round(time.monotonic() - lap.t0, 3),
-        "ray_nodes": len(nodes),
-        "nodes": [_node_row(r, hosts, nodes, probes, node_meta, rows, spec, checks) for r in range(world)],
-        "slots": rows,
-        "collective": collective,
-        "checks": [asdict(c) for c in checks],
-        "timings": lap.timings,
-        "fake_gpus": fake,
-        "cuda": cuda,
-    }
-    if nccl is not None:
-        report["nccl"] = nccl
-    result = PreflightResult(ok=ok, checks=checks, report=report)
-    report["bad_nodes"] = result.bad_nodes
-    if not ok:
-        report["error"] = result.error
-    return result
+    nodes_rows = [_node_row(r, hosts, nodes, probes, node_meta, rows, spec, checks) for r in range(world)]
+    parts = dict(ray_nodes=len(nodes), nodes=nodes_rows, slots=rows, collective=collective, cuda=cuda, nccl=nccl)
+    return _result(ctx, lap, checks, fake, **parts)
 
 
 def _gpu_stage(
