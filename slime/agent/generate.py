@@ -305,7 +305,7 @@ def replace_sample(sample: Sample, **changes: Any) -> Sample:
 def to_samples(
     sample: Sample, trajectories: list[Any], episode: Episode, reward: float, *, records: Sequence[Any] = ()
 ) -> list[Sample]:
-    """Training samples of one episode (see the module docstring for the fields)."""
+    """Training samples of one episode (fields: docs/design-notes.md, slime.agent.generate)."""
     agent_meta = {
         "stop": episode.stop,
         "turns": episode.turns,

@@ -1,16 +1,10 @@
 """``render_megatron_args(spec)``: the exact megatron-core arguments a spec's trainer ranks use.
 
-The backend builds megatron-core objects in-process (no Megatron-LM command
-line), so "the command" is the set of constructor arguments. They are printed
-from the same functions the backend calls (``config.transformer_config_kwargs``,
-``gpt_model_kwargs``, ``ddp_config_kwargs``, ``optimizer_config_kwargs``,
-``scheduler_kwargs``), so the rendering cannot drift from what runs.
-
-Model-shape fields come from ``<model.path>/config.json``; when that file is not
-readable where ``render`` runs (a login node without the model), they are listed
-as "from config.json at launch" and the rest is still exact. The attention
-backend ``auto`` depends on the trainer nodes (Transformer Engine installed or
-not); it is rendered for SDPA and says so. Imports neither torch nor megatron-core.
+The backend builds megatron-core objects in-process, so "the command" is the constructor
+arguments, printed by the same functions the backend calls: the rendering cannot drift from what
+runs. Shape fields come from ``<model.path>/config.json``; when it is not readable here they are
+listed as "from config.json at launch" and the rest stays exact. ``auto`` attention depends on the
+trainer nodes and is rendered for SDPA, saying so. Imports neither torch nor megatron-core.
 """
 
 from __future__ import annotations
