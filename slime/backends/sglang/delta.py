@@ -1,25 +1,11 @@
 """Delta weight checkpoints: ship only the tensors that changed since the last sync, with checksums.
 
-Sender (:func:`write_delta`): compares a new HF safetensors checkpoint with the
-previous one tensor by tensor (bytes), and for each changed tensor writes one
-zstd-compressed payload — by default the XOR of the new bytes with the old ones
-(``encoding="xor"``: after a small RL step most bf16 elements are bit-identical,
-so the XOR is mostly zero bytes and compresses far below the raw size), or the
-raw new bytes (``"raw"``, also used for tensors the base lacks). ``index.json``
-lists, per changed tensor: dtype, shape, encoding, the payload file, the SHA-256
-of the payload file and the SHA-256 of the resulting tensor bytes, plus the names
-of every tensor of the new checkpoint.
-
-Receiver (:func:`apply_delta`): checks every payload's checksum *before*
-decoding, applies the payloads to the previous full checkpoint (which it must
-hold: the engine node's local copy), checks every resulting tensor's checksum,
-and writes a complete HF directory (same shard files as the base; unchanged
-shards are hard-linked, or copied across filesystems) that any engine loads
-with ``/update_weights_from_disk``. Any mismatch raises :class:`DeltaError`
-naming the tensor and the file, and leaves no output directory behind.
-
-zstandard (already a runtime dependency) was chosen for speed at good ratios;
-SHA-256 (hashlib) because it is in the standard library and collision-safe.
+:func:`write_delta` writes one zstd payload per changed tensor (XOR with the old bytes by default,
+mostly zeros after a small RL step; raw for new tensors) and an ``index.json`` with dtypes,
+shapes, encodings and SHA-256s. :func:`apply_delta` checks every payload before decoding and every
+rebuilt tensor after, and writes a complete HF directory (unchanged shards hard-linked) any engine
+loads from disk. Any mismatch raises :class:`DeltaError` naming tensor and file and leaves no
+output behind. zstandard (already a dependency) for speed at good ratios; SHA-256 (stdlib).
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """Sampling parameters (SGLang's native names) and the batched token sampler.
 
-``SamplingParams.from_dict`` accepts the subset of SGLang's ``sampling_params``
-that this engine implements and rejects the rest with a message naming the key,
-so a client never silently gets different behaviour from the built-in engine
-than from SGLang. Keys SGLang knows but this engine does not implement are
-accepted only at their neutral value (e.g. ``frequency_penalty: 0``).
-
-Log-probabilities follow SGLang: ``log_softmax(logits / temperature)`` of the
-chosen token, computed in fp32 *before* top-p/top-k filtering; with
-``temperature == 0`` (greedy) the raw logits are used. Sampling draws one
-uniform number per row and inverts the row's CDF, which costs far less on CPU
-than ``torch.multinomial`` or Gumbel noise over the whole vocabulary.
+``SamplingParams.from_dict`` accepts the subset of SGLang's ``sampling_params`` this engine
+implements and rejects the rest naming the key, so a client never silently gets other behaviour
+than from SGLang; keys it knows but does not implement pass only at their neutral value.
+Log-probs follow SGLang: ``log_softmax(logits / temperature)`` in fp32 *before* top-p/top-k (raw
+logits when greedy). Sampling inverts each row's CDF with one uniform draw, far cheaper on CPU than
+``torch.multinomial`` or Gumbel noise over the vocabulary.
 """
 
 from __future__ import annotations
