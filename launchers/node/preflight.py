@@ -1,37 +1,12 @@
 """The gating preflight: run on the Ray head after every node joined, before any training.
 
-Checks, each naming the node and the fix when it fails (the decisions themselves live in
-``launchers.node.preflight_checks``):
-
-* ``ray_nodes`` — Ray sees every node of the job.
-* ``gpu_count`` / ``cuda_visible_devices`` — the GPUs a node really has for this job match
-  ``cluster.gpus_per_node`` (``nvidia-smi``/torch; a node without CUDA fails, unless
-  ``cluster.fake_gpus`` says the GPUs are placeholders: then SLURM's GRES count, as in CI), and
-  CUDA_VISIBLE_DEVICES (as SLURM set it for the node's bootstrap) matches SLURM's allocation.
-* ``cuda`` — in every GPU bundle of the placement group, a Ray task
-  (``launchers.node.preflight_tasks.cuda_probe``) finds torch seeing exactly the bundle's GPU,
-  CUDA_VISIBLE_DEVICES naming the GPU Ray gave it, and a small tensor op computing the right
-  result; a node failing it is named with the fix. Started as soon as the bundles are mapped, so it
-  overlaps the collective; bounded by the collective's timeout. With ``cluster.fake_gpus`` it is
-  skipped, and the check, a line under the table and ``report["fake_gpus"]`` say so.
-* ``ray_resources`` — Ray registered the CPUs/GPUs the bootstrap gave it, and enough CPUs for
-  the node's slots.
-* ``bundles`` / ``placement`` / ``roles`` — the placement group of ``plan_layout(spec)`` (made by
-  ``slime.placement``, the code the runtime uses) is ready within the timeout; every bundle sits
-  on the node it was pinned to, with one GPU from that node's CUDA_VISIBLE_DEVICES; (node, GPU)
-  pairs are distinct; non-colocated roles share no GPU; engines stay inside a node unless they
-  span whole nodes.
-* ``collective`` — a gloo all_reduce across all nodes checking the sum, done by each node's
-  collective subprocess (``launchers.node.collective``, started with the bootstrap so torch's import
-  overlaps Ray's start-up); when every GPU bundle passed ``cuda``, also ``collective_nccl``, an NCCL
-  all_reduce over every GPU bundle (``launchers.node.preflight_tasks``, Ray tasks in the bundles).
-  Skipped (``ok``, saying so) for one node without GPUs, which has no peer and no GPU to count: the
-  bootstrap then starts no collective subprocess (:func:`needs_collective`) and ``gpu_count`` is
-  reported as not probed.
-
-The go-ahead for the collective is given first, so it runs while the placement group is made and
-probed. ``ray`` is imported lazily. The report is written by :func:`write_report` (preflight.json
-and preflight.txt, a rich table: node, IP, GPUs, roles).
+Checks, each naming the node and the fix (decisions in ``preflight_checks``): ``ray_nodes``,
+``gpu_count`` / ``cuda_visible_devices``, ``cuda`` (a probe in every GPU bundle), ``ray_resources``,
+``bundles`` / ``placement`` / ``roles`` (the placement group the runtime will use), ``collective``
+(gloo across nodes) and ``collective_nccl``. The collective's go-ahead comes first, so it runs while
+the placement group is made and probed; a single CPU-only node skips it. ``cluster.fake_gpus``
+skips the CUDA probe, saying so. ``ray`` is imported lazily; :func:`write_report` writes
+preflight.json and preflight.txt. Check by check: docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,27 +1,12 @@
 """Job management subcommands: ``status``, ``logs``, ``cancel``, ``list``, ``rerun`` (all with ``--json``).
 
-Which run (``TARGET``), in order:
-
-1. omitted — the newest run under ``--dir`` (default ``$SLIME_RUNS_DIR``, else ``./runs``);
-2. an existing directory — that run dir;
-3. a plain job id (``123``) that a run under ``--dir`` lists in its ``jobs.json``;
-4. a short id — the hash a run dir's name ends with (``<name>-<YYYYmmdd>-<HHMMSS>-<hash>``), or a
-   unique prefix of it, or the run dir's whole name — among the runs under ``--dir``; a prefix that
-   several runs share is a usage error listing them;
-5. a job id (``123``, ``123_4`` for array index 4, or an array task's own id) — through the run's
-   launcher: ``jobs.json`` again, else SLURM is asked for the job's ``WorkDir`` (the launcher submits
-   from the run dir), from ``scontrol`` or the job completion log (``sacct -c``).
-   No separate index file is kept: ``jobs.json`` and SLURM's own record are the index.
-
-State, logs, cancel and job ids come from the run's launcher object (``launchers.get_launcher``
-of the launcher named in ``jobs.json``: ``status``, ``statuses``, ``log_files``, ``cancel``,
-``find_run``). Tables (``list``, ``status``) are drawn by :mod:`slime.cli.jobs_view`: one line per
-row at the terminal's width, ``-o wide`` for every column; ``status --watch`` is :mod:`slime.cli.watch`.
-``status`` also merges the preflight's hosts/GPUs into ``lock.json``
-(``slime.provenance.update_lock_from_preflight``).
-Exit codes: 0 ok · 2 usage (no such run, bad ``--task``, duplicate on ``rerun``) · 3 SLURM failed.
-This module imports only the standard library, slime.core and slime.cli.runids at import time (the CLI
-builds every parser, and shell completion builds it on every TAB).
+``TARGET`` is, in order: omitted (the newest run under ``--dir``), a run directory, a job id
+listed in a run's ``jobs.json``, a short id (the run dir name's hash, a unique prefix, or the whole
+name), or a job id the run's launcher finds (SLURM's ``WorkDir``). State, logs, cancel and job ids
+come from the run's launcher object; tables are drawn by :mod:`slime.cli.jobs_view`, ``status
+--watch`` by :mod:`slime.cli.watch`. Exit codes: 0 ok, 2 usage, 3 SLURM failed. Imports only the
+standard library, slime.core and slime.cli.runids at import time (shell completion builds every
+parser on each TAB). Resolution details: docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,35 +1,12 @@
 """The built-in tiny causal LM and its character-level tokenizer, built locally.
 
-No model hub is reachable from CI, so quickstarts and tests use a model written
-here: a small Qwen2- (or Llama-) shaped network with random weights and a
-tokenizer with one token per character (printable ASCII and ``\\n`` first, then
-the remaining bytes). The result is an ordinary Hugging Face checkpoint directory
-(``config.json``, ``model.safetensors``, ``generation_config.json``,
-``tokenizer.json``, ``tokenizer_config.json`` with a chat template) that
-``AutoModelForCausalLM`` / ``AutoTokenizer`` load offline.
-
-Guaranteed:
-* the same ``seed`` and shape give bit-identical tensors (the global torch RNG is
-  left untouched);
-* any text round-trips through encode/decode exactly (arithmetic, JSON tool
-  calls, chat markup, non-ASCII via its UTF-8 bytes); every ASCII character is
-  exactly one token;
-* :func:`ensure_builtin_model` is idempotent and atomic: a checkpoint is built in
-  a temporary sibling directory and renamed into place, so a concurrent reader
-  never sees a half-written directory. Builds are kept across runs in a user cache
-  (``$SLIME_CACHE_DIR``, default ``~/.cache/slime-submit``), keyed by this module's code
-  and the torch / transformers versions.
-
-Not guaranteed: identical tensors across torch/transformers versions (their
-initialisers may change).
-
-Why a byte-level BPE with no merges rather than a WordLevel character model:
-transformers 5 loads any ``model_type: qwen2`` checkpoint with ``Qwen2Tokenizer``,
-which rebuilds a ByteLevel pipeline around the vocabulary in ``tokenizer.json``;
-a vocabulary of byte symbols is therefore the one form that both that class and
-the generic ``PreTrainedTokenizerFast`` (Llama, transformers 4.x) read the same
-way. (``LlamaTokenizerFast(vocab_file=...)`` silently produced a 3-token
-vocabulary in transformers 5, so the ``tokenizers`` library is used directly.)
+No model hub is reachable from CI, so quickstarts and tests use a small Qwen2- (or Llama-) shaped
+network with random weights and one token per character, written as an ordinary HF checkpoint
+that ``AutoModelForCausalLM`` / ``AutoTokenizer`` load offline. Guaranteed: the same ``seed`` and
+shape give bit-identical tensors (the global RNG untouched); any text round-trips exactly;
+:func:`ensure_builtin_model` is idempotent and atomic, with builds cached per code and library
+versions. Not guaranteed: identical tensors across torch/transformers versions. Why a byte-level
+BPE without merges: see docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -65,8 +42,8 @@ CHARACTERS = tuple(c for c in string.printable if c not in "\t\r\x0b\x0c")
 # rendered as <tool_call>{json}</tool_call>, tool results as <tool_response>,
 # so agent adapters can exercise a realistic round trip with this model.
 # Tools are listed compactly as ``name(arg, ...)``, one per line: with one token
-# per character and a 256-token context, a tool's full JSON schema (~180
-# tokens) would leave no room for a tool call, its result and an answer.
+# per character and a 256-token context, a tool's full JSON schema would
+# leave no room for a tool call, its result and an answer.
 CHAT_TEMPLATE = (
     "{%- if tools %}"
     "{{- '<|im_start|>system\\n' }}"
@@ -102,12 +79,12 @@ CHAT_TEMPLATE = (
 
 # Built-in models by name: keyword arguments for build_tiny_model.
 # "tiny-agent" differs from "tiny" only in its initial weights: std 1/sqrt(hidden) (the fan-in scale) instead
-# of GPT-2's 0.02, which is 4.4x too small at width 128. From 0.02 every attention score starts near 0 and its
+# of GPT-2's 0.02, far too small at width 128. From 0.02 every attention score starts near 0 and its
 # query and key weights each get a gradient proportional to the other, so learning to copy from the context (a
-# tool call's argument from the prompt, an answer from the tool's result) waits on a plateau whose length
-# varies with the data order: 200 to over 800 SFT steps on the agent demonstrations. At the fan-in scale
-# the copies form in 100-150 steps (tests/bench/agent_warmup.py --init-std). "tiny" keeps its weights: the
-# quickstart's and benches' measured numbers are for it.
+# tool call's argument from the prompt, an answer from the tool's result) waits on a long plateau whose length
+# varies with the data order; at the fan-in scale the copies form much sooner (tests/bench/agent_warmup.py
+# --init-std; numbers in docs/design-notes.md). "tiny" keeps its weights: the quickstart's and benches'
+# published figures are for it.
 BUILTIN_BUILDS: dict[str, dict[str, float]] = {"tiny": {}, "tiny-agent": {"init_std": 128**-0.5}}
 BUILTIN_MODELS = tuple(BUILTIN_BUILDS)
 
