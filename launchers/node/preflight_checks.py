@@ -36,7 +36,7 @@ SOLO_SKIP = "one node without GPUs: no peer to all_reduce with, no GPU to count"
 
 def needs_collective(num_nodes: int, gpus_per_node: int) -> bool:
     """Whether the job's nodes run the collective subprocess (``launchers.node.collective``): not for one node
-    without GPUs, where it would only import torch (seconds of CPU per run) to all_reduce with itself."""
+    without GPUs, where it would only spend CPU importing torch to all_reduce with itself."""
     return num_nodes > 1 or gpus_per_node > 0
 
 
