@@ -6,7 +6,7 @@ matches up to the node's last response, re-tokenised within ``drift_threshold``,
 root-to-leaf path is one :class:`TrajectorySample`. Guaranteed: only model tokens have mask 1,
 each with the engine's log-prob in the context the sample holds; a turn shared by several paths
 is trained in exactly one; over-long paths are cut and marked ``truncated``; the reward is copied.
-Not guaranteed: semantic checks of messages, de-duplication of identical roots. See design-notes.
+Not guaranteed: semantic checks of messages, de-duplication of identical roots. See docs/design-notes.md.
 """
 
 from __future__ import annotations

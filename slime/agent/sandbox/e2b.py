@@ -6,7 +6,7 @@ resolved at start, masked and scrubbed from errors; transient failures are retri
 backoff, non-idempotent calls (``exec`` by default) never; a create is idempotent per object; the
 VM dies after ``lifetime_s`` even if we do; timed-out commands are killed; optional rlimits via
 ``ulimit`` (``exec`` returns 125 when refused). Not guaranteed: the VM's isolation (E2B's), rlimits
-against an adversary (the template has ``sudo``), output past ``max_output_bytes``. See design-notes.
+against an adversary (the template has ``sudo``), output past ``max_output_bytes``. See docs/design-notes.md.
 """
 
 from __future__ import annotations
