@@ -1,35 +1,12 @@
 """Placement: the layout's slots as a Ray placement group, each bundle mapped to (node, GPU).
 
-Shared by the preflight (which checks it) and the runtime (which places actor ranks and
-engines with it), so both see the same slot → bundle mapping:
-
-* :func:`bundle_specs`: one ``{GPU: 1, CPU: 1}`` bundle per GPU slot of ``plan_layout`` (CPU-only
-  clusters: one ``{CPU: 1}`` bundle per node slot), each pinned to its node by a tiny amount of
-  that node's custom resource ``slime_node_<rank>`` (the bootstrap registers one per node rank).
-* :func:`reserve`: creates the group and waits a bounded time; on timeout the error lists the
-  resources requested per node against what each node registered.
-* :func:`map_bundles`: runs one tiny task in every bundle and asks it for (hostname, IP,
-  Ray GPU ids, CUDA_VISIBLE_DEVICES); bundles are then ordered by node rank then GPU id, and the
-  k-th slot of a node (by slot GPU index) gets that node's k-th bundle. Physical GPU ids need not
-  start at 0 (SLURM without device cgroups hands out e.g. GPUs 2,3).
-* :func:`map_cpu_bundles`: the same mapping for a CPU-only layout, read from Ray's placement group table
-  (no task: there are no GPU ids to ask for).
-* :func:`create_placement`: reserve then map, for the runtime.
-* :func:`placement_options`, :func:`torch_threads`, :func:`normal_priority`: what one actor placed on a
-  slot asks of it (trainer ranks, critic ranks, engines, all in their slot's bundle).
-* :func:`slot_device`: the torch device of an actor on a slot. A GPU slot without working CUDA is an
-  ``InfraError`` naming the host and slot, never a silent CPU run; only ``cluster.fake_gpus`` (GPU
-  slots that are placeholders, as on a test cluster's fake GRES) puts GPU slots on the CPU.
-
-Shares: every actor that works on a slot asks for an equal share of the slot's bundle: a slot
-holding the actor rank and an engine (colocated, or the CPU layout's one slot per node) gives each
-``0.49`` of the CPU and GPU. Ray then narrows ``CUDA_VISIBLE_DEVICES`` of each actor to the bundle's
-GPU. Threads: on CPU the trainer and the engines of a synchronous run take turns, so each may use
-the node's CPUs, divided among the actors of its own kind on that node (two trainer ranks on one node
-get half each); in a split CPU layout (``train.async``: both run at once) the engines get half the
-node's CPUs (at least one) and the trainer the rest, each again divided among its kind.
-
-``ray`` is imported lazily: importing this module costs nothing.
+Shared by the preflight (which checks it) and the runtime (which places ranks and engines with it),
+so both see the same slot -> bundle mapping: :func:`bundle_specs`, :func:`reserve` (bounded wait;
+the error compares requested and registered resources per node), :func:`map_bundles` /
+:func:`map_cpu_bundles`, :func:`create_placement`, the per-actor options, and :func:`slot_device`
+(a GPU slot without CUDA is an ``InfraError``, never a silent CPU run, unless ``cluster.fake_gpus``).
+Actors sharing a slot split its bundle evenly; CPU threads are divided among actors of one kind.
+``ray`` is imported lazily. Shares and thread rules: docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -268,8 +245,7 @@ def map_bundles(pg: Any, layout: Layout, *, timeout_s: float = 60.0) -> Placemen
 
     Tasks rather than actors, and one node's bundles probed one after another: Ray then runs them
     all in one worker process per node (it resets CUDA_VISIBLE_DEVICES per task), instead of
-    starting one process per bundle (measured: the first task on a node ~1 s, each further one
-    ~0.01 s; actors ~0.9 s each).
+    starting one process per bundle, which costs far more.
     """
     import ray
 
@@ -307,7 +283,7 @@ def map_cpu_bundles(pg: Any, layout: Layout) -> Placement:
 
     A CPU bundle has no GPU ids to ask a task for, so where each bundle sits (its node, that node's
     hostname and IP) is all there is to learn, and the GCS knows it. The probe would start a Python
-    worker per node that then only idles (~2 s of CPU). The preflight still probes every bundle.
+    worker per node that then only idles. The preflight still probes every bundle.
     """
     import ray
     from ray.util.placement_group import placement_group_table
@@ -376,7 +352,7 @@ def normal_priority() -> None:
     """Undo Ray's worker niceness (15 by default) for a compute actor, when allowed.
 
     At nice 15 a trainer or engine gets almost no CPU as soon as anything else runs on the node
-    (measured here: 10x slower train steps on a busy 2-core machine). Raising priority back to 0
+    (see docs/design-notes.md, Numbers). Raising priority back to 0
     needs CAP_SYS_NICE (root); without it the actor keeps Ray's niceness.
     """
     try:

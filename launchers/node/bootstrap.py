@@ -1,40 +1,12 @@
 """Per-node, per-job Ray bootstrap: ``python -m launchers.node.bootstrap RUN_DIR --task N``.
 
-Runs once on every node of the job (SLURM: ``srun --ntasks-per-node=1``; local: once).
-Node rank 0 starts a Ray head, the others start workers and join it (meeting through files in
-the run dir: ``slime.core.rendezvous``), the head waits for all nodes (bounded by
-``cluster.bootstrap_timeout_s``, polling ``ray.nodes()``, no fixed sleeps), runs the gating
-preflight (``launchers.node.preflight``), then the driver (``python -m slime.train RUN_DIR --task N``
-with ``RAY_ADDRESS`` set; ``--driver``/``$SLIME_DRIVER`` choose another module, e.g.
-``tests.fixtures.tinydriver`` in tests). ``--preflight-only`` stops after the preflight. Every node
-also starts the preflight's collective subprocess (``launchers.node.collective``) at once, so its
-torch import overlaps Ray's start-up. Node-rank → host comes from SLURM's node list, so
-``$SLIME_RAY_TMPDIR`` (default /tmp/slime-ray) must name the same path on every node.
-
-Isolation between jobs on the same nodes: ports from a per-job block (``slime.core.ports``),
-a per-job, per-node ``--temp-dir`` (``/tmp/slime-ray/<job>-<task>-<rank>``), an explicit
-``--node-ip-address`` (``launchers.node.context``), and teardown that stops only the processes this
-job started (``launchers.node.rayproc``). Each node gives Ray the GPUs/CPUs SLURM allocated on it
-and a custom resource ``slime_node_<rank>`` so placement can pin bundles to nodes.
-
-Exit codes (``slime.core.errors.ExitCode``): 0 ok · 2 unreadable task spec · 3 infrastructure (a
-node failed to join in time, Ray failed to start, the preflight failed, a node's Ray died — the
-message names the node(s) and the fix) · 128+N stopped by signal N (also when the driver was
-killed by signal N) · otherwise the driver's exit code. A failure is recorded, not acted on: the
-failed node records itself as ``failed`` in the rendezvous dir and the head writes the report
-(``preflight.json``, ``bad_nodes``); what a scheduler does about it is the submit side's
-business (SLURM, ``cluster.slurm.on_preflight_failure: requeue_excluding``: the batch script's
-``launchers.slurm.restarts after`` step requeues the job excluding those nodes).
-
-Environment: every process of the job (Ray, its workers, the driver) inherits
-``slime.core.worker_env.apply_worker_env``'s variables, ``OMP_WAIT_POLICY=PASSIVE`` on a node
-without an NVIDIA driver included, unless the job set them.
-
-Signals: TERM/INT stop everything (forwarded to the driver first, which gets
-``DRIVER_GRACE_S`` to save). A stop request — the batch script's ``stop-<instance>`` file in
-the rendezvous dir (SLURM's time-limit or preemption warning; see ``slime.core.rendezvous`` for
-why not a signal), or USR1 to this process (local runs) — is for the driver only and reaches it
-as one USR1 once it can handle it (``launchers.node.driverproc``).
+Once per node: rank 0 starts a Ray head, the others join (meeting through ``slime.core.rendezvous``);
+the head waits for every node (bounded, no fixed sleeps), runs the preflight, then the driver
+(``--driver`` / ``$SLIME_DRIVER`` choose another module). Jobs sharing nodes are isolated by port
+blocks, per-job temp dirs, explicit node IPs and a teardown that stops only this job's processes.
+Exit codes: 0, 2 unreadable spec, 3 infrastructure (naming node and fix), 128+N on signal N, else
+the driver's. Failures are recorded, not acted on (the submit side decides). TERM/INT stop all; a
+stop request reaches the driver as one USR1. Environment and details: docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """The preflight's cross-node collective, run by each node's bootstrap as a short-lived subprocess.
 
-``python -m launchers.node.collective RUN_DIR --task N --rank R --world W --instance I --wait S --timeout T``
-
-Started by every node's bootstrap as soon as it starts, so that importing torch (the slowest part
-of the smoke test) overlaps Ray's start-up instead of following it. It then waits for the head's
-go-ahead (``preflight-<instance>`` in the rendezvous dir, written when the preflight begins),
-joins a gloo all_reduce of ``rank + 1`` across the W nodes (rendezvous: the head's address and the
-job's reserved ``gloo`` port, from ``head-<instance>.json``), and writes
-``collective-<instance>-<rank>.json``: the value, the time it took, and the node's GPU facts
-(``nvidia-smi -L`` and ``torch.cuda`` counts). It exits; memory is returned before training.
-
-A subprocess rather than a thread of the bootstrap (which lives as long as the job: torch would
-stay loaded in it) or a Ray task (a Ray worker process would have to start and import torch after
-every node joined). gloo is pinned to the interface holding this node's Ray address
-(``GLOO_SOCKET_IFNAME``). Exit codes: 0 written (even a failed all_reduce is written, with its
-error), 1 gave up (the job ended first). NCCL across GPUs is done by the preflight in Ray tasks.
+Started at once so its torch import overlaps Ray's start-up; waits for the head's go-ahead, joins a
+gloo all_reduce of ``rank + 1`` across the nodes and writes ``collective-<instance>-<rank>.json``
+(value, time, the node's GPU facts), then exits, returning its memory. A subprocess, not a thread
+(torch would stay loaded) nor a Ray task (it would start after every node joined). gloo is pinned
+to the Ray address's interface. Exit codes: 0 written (a failed all_reduce too), 1 gave up.
 """
 
 from __future__ import annotations

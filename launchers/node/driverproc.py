@@ -1,21 +1,10 @@
 """The job's driver process (``python -m slime.train RUN_DIR --task N``) as the head's bootstrap runs it.
 
-Kept apart from ``launchers.node.bootstrap`` because the way a stop reaches the driver is its own
-small protocol:
-
-* The driver starts with USR1 ignored: USR1's default action would kill it before it installed
-  its stop handler (the runtime does that after connecting to Ray).
-* A stop request — ``stop_requested()`` turning true (the batch script's stop file, or USR1 to the
-  bootstrap in local runs) — becomes exactly one USR1 to the driver, sent once the driver has a
-  handler for it (``SigCgt`` in ``/proc/<pid>/status``; where that cannot be read it is sent at
-  once). One, not a resend: a handler restored to the default at the driver's exit would turn a
-  second USR1 into a kill (measured: exit 138 after a clean checkpoint).
-* ``stop`` (TERM/INT to the bootstrap, which forwarded the signal itself): the driver gets
-  ``grace_s`` to save, then SIGKILL.
-* A driver killed by signal N is reported as exit code 128+N, the shell's way.
-
-Not guaranteed: delivery to a driver that never installs a USR1 handler (it is never sent one and
-finishes, or is stopped at the time limit).
+Kept apart because a stop's way to the driver is its own protocol: the driver starts with USR1
+ignored; a stop request becomes exactly one USR1, sent once the driver has a handler (``SigCgt``),
+never resent (a second one could kill a driver that restored the default at exit); ``stop`` gives
+``grace_s`` to save, then SIGKILL; a driver killed by signal N reports 128+N. Not guaranteed:
+delivery to a driver that never installs a USR1 handler.
 """
 
 from __future__ import annotations

@@ -1,37 +1,12 @@
 """The gating preflight: run on the Ray head after every node joined, before any training.
 
-Checks, each naming the node and the fix when it fails (the decisions themselves live in
-``launchers.node.preflight_checks``):
-
-* ``ray_nodes`` — Ray sees every node of the job.
-* ``gpu_count`` / ``cuda_visible_devices`` — the GPUs a node really has for this job match
-  ``cluster.gpus_per_node`` (``nvidia-smi``/torch; a node without CUDA fails, unless
-  ``cluster.fake_gpus`` says the GPUs are placeholders: then SLURM's GRES count, as in CI), and
-  CUDA_VISIBLE_DEVICES (as SLURM set it for the node's bootstrap) matches SLURM's allocation.
-* ``cuda`` — in every GPU bundle of the placement group, a Ray task
-  (``launchers.node.preflight_tasks.cuda_probe``) finds torch seeing exactly the bundle's GPU,
-  CUDA_VISIBLE_DEVICES naming the GPU Ray gave it, and a small tensor op computing the right
-  result; a node failing it is named with the fix. Started as soon as the bundles are mapped, so it
-  overlaps the collective; bounded by the collective's timeout. With ``cluster.fake_gpus`` it is
-  skipped, and the check, a line under the table and ``report["fake_gpus"]`` say so.
-* ``ray_resources`` — Ray registered the CPUs/GPUs the bootstrap gave it, and enough CPUs for
-  the node's slots.
-* ``bundles`` / ``placement`` / ``roles`` — the placement group of ``plan_layout(spec)`` (made by
-  ``slime.placement``, the code the runtime uses) is ready within the timeout; every bundle sits
-  on the node it was pinned to, with one GPU from that node's CUDA_VISIBLE_DEVICES; (node, GPU)
-  pairs are distinct; non-colocated roles share no GPU; engines stay inside a node unless they
-  span whole nodes.
-* ``collective`` — a gloo all_reduce across all nodes checking the sum, done by each node's
-  collective subprocess (``launchers.node.collective``, started with the bootstrap so torch's import
-  overlaps Ray's start-up); when every GPU bundle passed ``cuda``, also ``collective_nccl``, an NCCL
-  all_reduce over every GPU bundle (``launchers.node.preflight_tasks``, Ray tasks in the bundles).
-  Skipped (``ok``, saying so) for one node without GPUs, which has no peer and no GPU to count: the
-  bootstrap then starts no collective subprocess (:func:`needs_collective`) and ``gpu_count`` is
-  reported as not probed.
-
-The go-ahead for the collective is given first, so it runs while the placement group is made and
-probed. ``ray`` is imported lazily. The report is written by :func:`write_report` (preflight.json
-and preflight.txt, a rich table: node, IP, GPUs, roles).
+Checks, each naming the node and the fix (decisions in ``preflight_checks``): ``ray_nodes``,
+``gpu_count`` / ``cuda_visible_devices``, ``cuda`` (a probe in every GPU bundle), ``ray_resources``,
+``bundles`` / ``placement`` / ``roles`` (the placement group the runtime will use), ``collective``
+(gloo across nodes) and ``collective_nccl``. The collective's go-ahead comes first, so it runs while
+the placement group is made and probed; a single CPU-only node skips it. ``cluster.fake_gpus``
+skips the CUDA probe, saying so. ``ray`` is imported lazily; :func:`write_report` writes
+preflight.json and preflight.txt. Check by check: docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -138,6 +113,54 @@ class _Laps:
         self.mark = now
 
 
+def _host_names(ctx: NodeContext, node_meta: dict) -> dict[int, str]:
+    """Each node rank's host: its rendezvous record, else the launcher's host list, else ``rank<r>``."""
+    return {
+        r: (node_meta.get(r) or {}).get("host") or (ctx.hostnames[r] if r < len(ctx.hostnames) else f"rank{r}")
+        for r in range(ctx.num_nodes)
+    }
+
+
+def _gloo_collective(solo: bool, probes: dict, hosts: dict[int, str], world: int) -> tuple[dict, Check]:
+    """The gloo all_reduce's report entry and check; skipped when no collective ran (``solo``)."""
+    if solo:
+        skipped = {"backend": "gloo", "world": 1, "skipped": SOLO_SKIP}
+        return skipped, Check(name="collective", ok=True, message=f"skipped: {SOLO_SKIP}")
+    return _collective_check(
+        "collective", "gloo", _collective_results(probes, hosts), world, [hosts[r] for r in sorted(hosts)]
+    )
+
+
+def _result(
+    ctx: NodeContext, lap: _Laps, checks: list[Check], fake, *, ray_nodes, nodes, slots, collective, cuda, nccl
+):
+    """The PreflightResult and its ``preflight.json`` report."""
+    ok = all(c.ok for c in checks)
+    report = {
+        "ok": ok,
+        "task": ctx.task,
+        "job_id": ctx.job_id,
+        "instance": ctx.instance,
+        "created": time.time(),
+        "seconds": round(time.monotonic() - lap.t0, 3),
+        "ray_nodes": ray_nodes,
+        "nodes": nodes,
+        "slots": slots,
+        "collective": collective,
+        "checks": [asdict(c) for c in checks],
+        "timings": lap.timings,
+        "fake_gpus": fake,
+        "cuda": cuda,
+    }
+    if nccl is not None:
+        report["nccl"] = nccl
+    result = PreflightResult(ok=ok, checks=checks, report=report)
+    report["bad_nodes"] = result.bad_nodes
+    if not ok:
+        report["error"] = result.error
+    return result
+
+
 def run_preflight(
     spec: Spec, ctx: NodeContext, *, rdv: Rendezvous, ports: PortBlock, timeout_s: float
 ) -> PreflightResult:
@@ -152,10 +175,7 @@ def run_preflight(
     node_meta = rdv.nodes(ctx.num_nodes)
     nodes = _ray_nodes()
     world = ctx.num_nodes
-    hosts = {
-        r: (node_meta.get(r) or {}).get("host") or (ctx.hostnames[r] if r < len(ctx.hostnames) else f"rank{r}")
-        for r in range(world)
-    }
+    hosts = _host_names(ctx, node_meta)
     checks = [
         Check(
             name="ray_nodes",
@@ -178,12 +198,7 @@ def run_preflight(
     checks += _node_checks(spec, layout, node_meta, nodes, probes, hosts)  # also names hosts as the probes did
     if solo:
         checks.append(Check(name="gpu_count", ok=True, node=hosts[0], message="spec wants 0 GPU(s): not probed"))
-        collective = {"backend": "gloo", "world": 1, "skipped": SOLO_SKIP}
-        check = Check(name="collective", ok=True, message=f"skipped: {SOLO_SKIP}")
-    else:
-        collective, check = _collective_check(
-            "collective", "gloo", _collective_results(probes, hosts), world, [hosts[r] for r in sorted(hosts)]
-        )
+    collective, check = _gloo_collective(solo, probes, hosts, world)
     checks.append(check)
 
     cuda, nccl = _gpu_stage(layout, placement, cuda_refs, checks, lap, ports, coll_timeout, fake)
@@ -192,30 +207,9 @@ def run_preflight(
 
         remove_placement_group(pg)
 
-    ok = all(c.ok for c in checks)
-    report = {
-        "ok": ok,
-        "task": ctx.task,
-        "job_id": ctx.job_id,
-        "instance": ctx.instance,
-        "created": time.time(),
-        "seconds": round(time.monotonic() - lap.t0, 3),
-        "ray_nodes": len(nodes),
-        "nodes": [_node_row(r, hosts, nodes, probes, node_meta, rows, spec, checks) for r in range(world)],
-        "slots": rows,
-        "collective": collective,
-        "checks": [asdict(c) for c in checks],
-        "timings": lap.timings,
-        "fake_gpus": fake,
-        "cuda": cuda,
-    }
-    if nccl is not None:
-        report["nccl"] = nccl
-    result = PreflightResult(ok=ok, checks=checks, report=report)
-    report["bad_nodes"] = result.bad_nodes
-    if not ok:
-        report["error"] = result.error
-    return result
+    nodes_rows = [_node_row(r, hosts, nodes, probes, node_meta, rows, spec, checks) for r in range(world)]
+    parts = dict(ray_nodes=len(nodes), nodes=nodes_rows, slots=rows, collective=collective, cuda=cuda, nccl=nccl)
+    return _result(ctx, lap, checks, fake, **parts)
 
 
 def _gpu_stage(

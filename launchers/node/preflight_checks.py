@@ -1,18 +1,10 @@
 """The preflight's decisions and report, without Ray: pure functions of what the nodes reported.
 
-* :func:`gpu_visibility` — GPU count against the spec (``nvidia-smi``/torch; a node whose torch sees
-  no CUDA fails unless ``cluster.fake_gpus`` says the GPUs are placeholders, when SLURM's GRES count
-  is what is checked, as in CI) and CUDA_VISIBLE_DEVICES against SLURM's allocation (the same ids,
-  or 0..n-1 when device cgroups renumber them).
-* :func:`cuda_checks` — the per-bundle CUDA probes (``launchers.node.preflight_tasks.cuda_probe``):
-  one failing check per node with a bundle whose CUDA is broken or that never answered.
-* :func:`ray_resources` — what Ray registered per node against what the bootstrap gave it,
-  the spec, and the slots the layout puts there.
-* :func:`role_conflicts` — no physical GPU shared by non-colocated roles; engines inside a node
-  unless they span whole nodes; (node, GPU) pairs distinct.
-* :func:`render_table` / :func:`write_report` — ``preflight.json`` and the rich table
-  (node, IP, GPUs, CUDA: ok / FAIL / fake / -, roles) in ``preflight.txt``; a line under it says
-  ``fake GPUs: running on CPU`` under ``cluster.fake_gpus``.
+:func:`gpu_visibility` (GPU count and CUDA_VISIBLE_DEVICES against the spec and SLURM),
+:func:`cuda_checks` (one failing check per node with a broken or silent bundle),
+:func:`ray_resources` (what Ray registered against what was given and needed),
+:func:`role_conflicts` (no GPU shared by non-colocated roles, engines within a node unless whole
+nodes) and :func:`render_table` / :func:`write_report` (``preflight.json``, ``preflight.txt``).
 """
 
 from __future__ import annotations
@@ -44,7 +36,7 @@ SOLO_SKIP = "one node without GPUs: no peer to all_reduce with, no GPU to count"
 
 def needs_collective(num_nodes: int, gpus_per_node: int) -> bool:
     """Whether the job's nodes run the collective subprocess (``launchers.node.collective``): not for one node
-    without GPUs, where it would only import torch (seconds of CPU per run) to all_reduce with itself."""
+    without GPUs, where it would only spend CPU importing torch to all_reduce with itself."""
     return num_nodes > 1 or gpus_per_node > 0
 
 

@@ -1,16 +1,9 @@
 """What the preflight runs in Ray tasks in the GPU bundles: the CUDA probe and the NCCL smoke test.
 
-* :func:`cuda_probe` — one per GPU bundle (unless ``cluster.fake_gpus``): torch sees exactly the
-  bundle's GPU(s), CUDA_VISIBLE_DEVICES names the GPU Ray gave the bundle, and a small tensor op
-  runs on it with the right result.
-* :func:`nccl_rank` — one per GPU bundle, only when every bundle passed the CUDA probe: an NCCL
-  all_reduce over every GPU of the job (the cross-node gloo test is ``launchers.node.collective``).
-
-Failures are returned, not raised, so every bundle's answer reaches the report.
-
-Each rank contributes ``rank + 1``; the expected sum is ``world * (world + 1) / 2``. gloo/NCCL are
-pinned to the interface that holds the node's Ray address (``GLOO_SOCKET_IFNAME``,
-``NCCL_SOCKET_IFNAME``), so the collective uses the network Ray uses.
+:func:`cuda_probe` checks torch sees exactly the bundle's GPU and computes right on it;
+:func:`nccl_rank` all_reduces ``rank + 1`` over every GPU of the job, only when every probe passed.
+Failures are returned, not raised, so every bundle's answer reaches the report. gloo/NCCL are
+pinned to the interface holding the node's Ray address, so collectives use Ray's network.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
-"""Start and stop this job's Ray processes on one node — and only this job's.
+"""Start and stop this job's Ray processes on one node, and only this job's.
 
-``ray start --block`` is run as our child: it stays in the foreground, owns the Ray processes
-it starts (GCS, raylet) and kills them when it gets SIGTERM. Teardown therefore TERMs that one
-PID, waits, and then TERMs (later KILLs) every process still running that carries this node's
-marker variable ``SLIME_RAY_NODE=<temp dir>`` (set on ``ray start``, inherited by everything
-Ray starts: raylet, agents, workers) or names the temp dir on its command line. Measured: Ray's
-dashboard and runtime-env agents can outlive their raylet by minutes and ignore SIGTERM, so this
-sweep is needed. Never ``ray stop`` (node-wide: it would kill other jobs' clusters), never kill by process name.
-
-Environment given to Ray: ``RAY_USAGE_STATS_ENABLED=0``; ``RAY_AUTH_MODE=disabled`` unless the
-job set it explicitly (a stray ``~/.ray/auth_token`` would otherwise switch token auth on for
-this cluster only, and the nodes would refuse each other); ``RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=0``
-(Ray otherwise drains for up to 30 s on SIGTERM); ``RAY_worker_niceness=0`` unless the job set
-it (Ray runs its workers at nice 15 by default, so on a busy node the trainer and engine actors
-lost the CPU to everything else, the job's own drivers included); ``RAY_ADDRESS`` removed (it must not point
-``ray start`` at another cluster). The Ray CLI is ``$SLIME_RAY`` when set (a wrapper, e.g. a
-container entry point; the tests use one to make Ray fail on a chosen node), else the ``ray``
-next to this interpreter.
+``ray start --block`` runs as our child and owns the Ray processes it starts; teardown TERMs it,
+then TERMs (later KILLs) every process carrying this node's ``SLIME_RAY_NODE=<temp dir>`` marker or
+naming the temp dir, since Ray's agents can outlive their raylet and ignore SIGTERM. Never ``ray
+stop`` (node-wide) and never kill by name. Ray gets a fixed environment (no usage stats, auth off
+unless set, no drain wait, workers at normal niceness, no inherited ``RAY_ADDRESS``). The CLI is
+``$SLIME_RAY`` when set, else the ``ray`` next to this interpreter. See docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -204,7 +193,7 @@ class RayNode:
         ]
         if os.environ.get("SLIME_RAY_LOG_TO_DRIVER") != "1":
             # Its only job is streaming worker output to drivers, which the runtime does not ask for
-            # (slime.runtime.job: log_to_driver only with that variable); ~1.7 core-s per node saved.
+            # (slime.runtime.job: log_to_driver only with that variable), so it would only cost CPU.
             cmd.append("--include-log-monitor=false")
         if object_store_bytes:
             cmd.append(f"--object-store-memory={object_store_bytes}")
@@ -220,8 +209,8 @@ class RayNode:
             if _ray_client_available():  # `ray start` has no way to turn it off: pin its port then
                 cmd.append(f"--ray-client-server-port={ports.client_server}")
             if os.environ.get("SLIME_RAY_MONITOR") != "1":
-                # The autoscaler's monitor: a job's allocation is fixed, so there is nothing to scale (61 core-s
-                # over a CI run on 2 cores). `ray status` reads what it reports: SLIME_RAY_MONITOR=1 keeps it.
+                # The autoscaler's monitor: a job's allocation is fixed, so there is nothing to scale (it only costs
+                # CPU). `ray status` reads what it reports: SLIME_RAY_MONITOR=1 keeps it.
                 cmd.append("--no-monitor")
         else:
             if not head_address:
@@ -282,7 +271,7 @@ class RayNode:
     def wait_port(self, ip: str, port: int, deadline: float, stop: threading.Event) -> None:
         """Until our head's GCS accepts connections on ``ip:port`` (RayStartError if our Ray exits first).
 
-        Faster than waiting for ``ray start`` to report (seconds earlier under load), and safe because
+        Faster than waiting for ``ray start`` to report (notably under load), and safe because
         the port block is claimed by this job on this host (``slime.core.ports.claim_block``); the head
         also checks that every node in its cluster was started by this job."""
         while not stop.is_set():

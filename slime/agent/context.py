@@ -1,13 +1,9 @@
 """The typed context the rollout manager hands to the ``agent.generate`` plug-in (its ``ctx``).
 
-One frozen :class:`GenerateContext` per set of engines: the manager builds it when it learns the
-engines' URLs and passes the same object to every call, so a plug-in may cache per context (the
-default one keeps its runner, tools and adapter servers). It satisfies the structural contract
-``slime.rl.plugins.RolloutContext`` that plug-in authors type against.
-
-Guaranteed: every field is set (``reward_fn`` is the run's reward: the spec's ``reward`` section);
-``clients`` is not empty. Not guaranteed: the clients' engines are healthy (a failed request raises
-in the plug-in, which must let it through: an infrastructure fault is not a zero reward).
+One frozen :class:`GenerateContext` per set of engines, passed to every call, so a plug-in may
+cache per context. It satisfies ``slime.rl.plugins.RolloutContext``.
+Guaranteed: every field is set; ``clients`` is not empty. Not guaranteed: the engines are healthy
+(a failed request raises in the plug-in, which must let it through: a fault is not a zero reward).
 """
 
 from __future__ import annotations

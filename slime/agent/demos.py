@@ -1,15 +1,10 @@
 """SFT warm-up demonstrations in the agent's chat format.
 
-:func:`render_demonstration` turns a chat transcript into an SFT sample whose loss
-mask covers exactly what the model generates (each assistant message up to and
-including its end-of-turn token); :func:`calculator_demonstration` is the ideal
-episode for an arithmetic prompt (call the calculator on the expression, answer
-with its result), :func:`python_demonstration` the one for a task whose data row
-carries a reference program (run it with the ``python`` tool, answer with what it
-printed); :func:`agent_sft_sample` is what the runtime's warm-up uses for
-an agent spec. Guaranteed: the rendered tokens are the ones the adapter renders
-for the same messages (same chat template, same tool list), so the warm-up
-teaches exactly the format the rollouts see.
+:func:`render_demonstration` turns a transcript into an SFT sample whose loss mask covers exactly
+what the model generates; :func:`calculator_demonstration` and :func:`python_demonstration` are the
+ideal episodes for an arithmetic prompt and a row with a reference program;
+:func:`agent_sft_sample` is what the warm-up uses. Guaranteed: the tokens are the ones the adapter
+renders for the same messages, so the warm-up teaches exactly the format the rollouts see.
 """
 
 from __future__ import annotations

@@ -1,49 +1,12 @@
 """The default agent loop as a generate plug-in (``agent.generate`` default).
 
-``await generate(ctx, sample, sampling_params)`` runs one agent episode for one
-prompt and returns its training samples:
-
-1. open a session on the adapter server of ``agent.adapter`` (one shared
-   server per protocol, engine and tokenizer in this process, started on first
-   use), with the rollout's sampling params pinned for every turn;
-2. an agent talks to it over HTTP as a real OpenAI/Anthropic client would
-   (``slime.agent.adapters.clients``), offering ``agent.tools``; each tool call
-   runs in a sandbox of ``agent.sandbox.backend`` (started at the first call,
-   closed at the end of the episode) and its output goes back as a tool result,
-   until the model answers without a tool call or ``agent.max_turns`` turns;
-3. the session is closed (in-flight turns drained) and its trajectory tree is
-   linearised into samples: loss mask 1 only on model tokens, the engine's
-   log-probs, status ``truncated`` when cut at the model's context length;
-4. the final answer (the last reply's text) is scored once with the reward and
-   the reward is copied to every sample of the episode.
-
-What the runtime passes (``ctx``): a frozen ``slime.agent.context.GenerateContext`` built by the
-rollout manager — ``ctx.clients`` (one ``EngineClient`` per engine; group ``g`` uses engine
-``g % n``), ``ctx.tokenizer`` (an HF tokenizer with a chat template), ``ctx.spec`` (the resolved
-``Spec``: ``agent``, ``model.max_context_len``) and ``ctx.reward_fn`` (the run's async ``RewardFn``).
-The runtime's rollout manager calls :func:`fill_samples`, which runs the plug-in per sample and
-returns every training sample of each episode.
-
-Returned samples keep ``group_index``/``index``/``label``/``prompt`` of the
-input; ``response`` is the final answer (what the reward scored, so scoring it
-again gives the same value); the trained tokens are
-``tokens[-response_length:]``; ``weight_version`` is the oldest version that
-produced a token (-1 for a non-integer engine version); ``reward`` is set. An
-episode whose first turn already failed (e.g. the prompt does not fit the
-context) gives one sample with status ``failed`` and no tokens
-(``metadata["agent"]["error"]`` says why). Usually one sample per episode; a
-session whose history forked gives one per leaf, all with the same
-``group_index`` and ``metadata["agent"]["session_id"]``, and the rollout trains
-on all of them. ``metadata["agent"]`` records the episode: stop reason,
-turns, every tool call with its output (and the id of the sandbox it ran in), invalid
-tool calls, the sandbox id.
-An engine that is unreachable, fails or aborts the generation raises
-``RuntimeError`` (an infrastructure fault must not become a zero reward); a
-prompt the engine rejects (too long for the context) just ends the episode.
-
-Also here: :func:`rollout_metrics` (``agent/*`` metrics of a rollout). The SFT
-warm-up demonstrations (:func:`agent_sft_sample` and its helpers) live in
-``slime.agent.demos`` and are re-exported here.
+``await generate(ctx, sample, sampling_params)`` runs one episode: open a session on the shared
+adapter server, let an HTTP agent call ``agent.tools`` in a sandbox until it answers or hits
+``agent.max_turns``, close the session, linearise its trajectory tree into samples (mask 1 on
+model tokens only) and copy the once-scored reward of the final answer to each of them.
+Guaranteed: an unreachable or failing engine raises ``RuntimeError`` (never a zero reward); a
+rejected prompt ends the episode with one ``failed`` sample. Also :func:`rollout_metrics`; the
+warm-up demonstrations are re-exported from ``slime.agent.demos``. Details: docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -342,7 +305,7 @@ def replace_sample(sample: Sample, **changes: Any) -> Sample:
 def to_samples(
     sample: Sample, trajectories: list[Any], episode: Episode, reward: float, *, records: Sequence[Any] = ()
 ) -> list[Sample]:
-    """Training samples of one episode (see the module docstring for the fields)."""
+    """Training samples of one episode (fields: docs/design-notes.md, slime.agent.generate)."""
     agent_meta = {
         "stop": episode.stop,
         "turns": episode.turns,

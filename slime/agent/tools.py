@@ -1,24 +1,10 @@
 """Tools an agent can call, executed inside a sandbox: ``python`` and ``calculator``.
 
-A :class:`Tool` has a name, a description, a JSON Schema for its arguments and
-an async ``run(sandbox, arguments, timeout)``. ``run`` never raises for bad
-arguments, failing code or a timeout: it returns a :class:`ToolResult` whose
-``output`` is the text the model gets back (``ok`` False marks errors). It
-raises only when the sandbox itself fails (:class:`~slime.agent.sandbox.SandboxError`).
-
-- ``python`` ``{"code": str}``: ``python3 -c code`` in the sandbox; the output
-  is stdout, plus stderr and the exit code when the code fails.
-- ``calculator`` ``{"expression": str}``: evaluates ``+ - * / // % **``,
-  parentheses and unary signs over integers and decimals, exactly (fractions;
-  ``7/2`` is ``3.5``, ``1/3`` prints 12 significant digits). Leading zeros are
-  accepted (``07+12``), as in the arithmetic prompts. It runs in the sandbox too
-  because ``9**9**9`` would otherwise hang the rollout process: the sandbox's
-  CPU and wall-clock limits cut it off.
-
-Outputs longer than ``max_output_chars`` are cut (marked ``...[truncated]``),
-since every character of a tool result becomes prompt tokens.
-Tools are found by name in ``TOOLS`` (``agent.tools`` in a spec); register
-another with ``TOOLS.register(name, "package.module:attr")``.
+A :class:`Tool`'s async ``run(sandbox, arguments, timeout)`` never raises for bad arguments,
+failing code or a timeout: the :class:`ToolResult` text is what the model gets (``ok`` False on
+errors). It raises only when the sandbox itself fails. ``calculator`` is exact (fractions) and runs
+in the sandbox too, so its CPU and wall limits cut off ``9**9**9``. Long outputs are cut
+(``...[truncated]``): every character becomes prompt tokens. Register more with ``TOOLS.register``.
 """
 
 from __future__ import annotations

@@ -1,60 +1,12 @@
 """Merge an agent session's turns into training samples (pure Python, no torch).
 
-An agent talks to the engine turn by turn; every turn records the prompt tokens
-the engine saw, the tokens it generated, their log-probs and the weight version
-that produced them. Turns of one session form a tree: a turn whose prompt
-continues what an earlier turn holds becomes its child; two turns continuing
-the same node are siblings (a retry, a parallel branch). Each root-to-leaf
-path becomes one :class:`TrajectorySample`.
-
-Placement of a new turn (``TrajectoryTree.add_turn``), tried against the turn's
-``parent`` when one is given, otherwise against every node (deepest match wins,
-ties go to the most recently added node):
-
-1. **extend** – the node's held tokens (its path's prompt, responses and
-   in-between text) are an exact prefix of the new prompt. The new tail
-   (tool results, user text, chat-template glue) gets loss mask 0, the new
-   response mask 1.
-2. **realign** – the new prompt equals the held tokens up to the start of the
-   node's *last* response, and re-tokenising that response drifted by at most
-   ``drift_threshold`` tokens. Drift is measured as the size of the differing
-   window once the common prefix and suffix of the held response and its
-   re-tokenised form are removed; the re-tokenised length may differ from the
-   original by at most the threshold. The window is overwritten with the new
-   prompt's tokens, mask 0 and log-prob 0.0: the model never produced those
-   exact tokens, so training on them (or on their stale log-probs) would be
-   off-policy noise. The response's tokens *after* the window keep their
-   log-probs but get mask 0 too: the engine generated them after the original
-   tokens, so their log-probs belong to a context the sequence no longer holds
-   (measured: a byte-level model that emitted half a UTF-8 character had it
-   re-rendered as U+FFFD's three bytes; the trainer then put the following
-   tokens up to 10.4 nats below the engine). Tokens before the window keep mask 1.
-   The child's sequence is then exactly ``prompt + response`` as the engine
-   saw it.
-3. **fork** – anything else (history edited or compressed, drift beyond the
-   threshold, a ``parent`` whose tokens do not match): the turn starts a new
-   root whose prompt is the whole new prompt.
-
-Guaranteed for every emitted sample:
-
-- ``tokens[:prompt_length]`` is the root turn's prompt; ``loss_mask`` and
-  ``rollout_log_probs`` cover ``tokens[prompt_length:]`` one entry per token.
-- Only model-generated tokens have mask 1; environment/tool/user tokens and
-  realigned windows have mask 0 and log-prob 0.0, and the tokens after a
-  realigned window mask 0. Mask-1 positions carry the engine's log-prob for
-  that exact token, in the context the sample holds.
-- A turn on several root-to-leaf paths is trained (mask 1) in exactly one of
-  them: the first leaf in insertion order whose copy of the turn is neither
-  realigned nor cut by truncation, else the first leaf. In the other paths its
-  mask is 0 (its log-probs are kept; they are still the engine's).
-- Sequences longer than ``max_length`` are cut to it and get status
-  ``truncated``; so does a path whose leaf turn was marked truncated by the
-  engine. Otherwise the status is ``completed``.
-- The session reward is copied to every emitted sample.
-
-Not guaranteed: semantic checks of the messages (they are carried, not parsed),
-and de-duplication of identical roots (two identical first turns give two
-samples, as two rollouts of one prompt would).
+Turns form a tree: a turn whose prompt continues a node's tokens **extends** it; one whose prompt
+matches up to the node's last response, re-tokenised within ``drift_threshold``, **realigns** it
+(the drifted window and what follows get mask 0); anything else **forks** a new root. Each
+root-to-leaf path is one :class:`TrajectorySample`. Guaranteed: only model tokens have mask 1,
+each with the engine's log-prob in the context the sample holds; a turn shared by several paths
+is trained in exactly one; over-long paths are cut and marked ``truncated``; the reward is copied.
+Not guaranteed: semantic checks of messages, de-duplication of identical roots. See docs/design-notes.md.
 """
 
 from __future__ import annotations

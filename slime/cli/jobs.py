@@ -1,27 +1,12 @@
 """Job management subcommands: ``status``, ``logs``, ``cancel``, ``list``, ``rerun`` (all with ``--json``).
 
-Which run (``TARGET``), in order:
-
-1. omitted — the newest run under ``--dir`` (default ``$SLIME_RUNS_DIR``, else ``./runs``);
-2. an existing directory — that run dir;
-3. a plain job id (``123``) that a run under ``--dir`` lists in its ``jobs.json``;
-4. a short id — the hash a run dir's name ends with (``<name>-<YYYYmmdd>-<HHMMSS>-<hash>``), or a
-   unique prefix of it, or the run dir's whole name — among the runs under ``--dir``; a prefix that
-   several runs share is a usage error listing them;
-5. a job id (``123``, ``123_4`` for array index 4, or an array task's own id) — through the run's
-   launcher: ``jobs.json`` again, else SLURM is asked for the job's ``WorkDir`` (the launcher submits
-   from the run dir), from ``scontrol`` or the job completion log (``sacct -c``).
-   No separate index file is kept: ``jobs.json`` and SLURM's own record are the index.
-
-State, logs, cancel and job ids come from the run's launcher object (``launchers.get_launcher``
-of the launcher named in ``jobs.json``: ``status``, ``statuses``, ``log_files``, ``cancel``,
-``find_run``). Tables (``list``, ``status``) are drawn by :mod:`slime.cli.jobs_view`: one line per
-row at the terminal's width, ``-o wide`` for every column; ``status --watch`` is :mod:`slime.cli.watch`.
-``status`` also merges the preflight's hosts/GPUs into ``lock.json``
-(``slime.provenance.update_lock_from_preflight``).
-Exit codes: 0 ok · 2 usage (no such run, bad ``--task``, duplicate on ``rerun``) · 3 SLURM failed.
-This module imports only the standard library, slime.core and slime.cli.runids at import time (the CLI
-builds every parser, and shell completion builds it on every TAB).
+``TARGET`` is, in order: omitted (the newest run under ``--dir``), a run directory, a job id
+listed in a run's ``jobs.json``, a short id (the run dir name's hash, a unique prefix, or the whole
+name), or a job id the run's launcher finds (SLURM's ``WorkDir``). State, logs, cancel and job ids
+come from the run's launcher object; tables are drawn by :mod:`slime.cli.jobs_view`, ``status
+--watch`` by :mod:`slime.cli.watch`. Exit codes: 0 ok, 2 usage, 3 SLURM failed. Imports only the
+standard library, slime.core and slime.cli.runids at import time (shell completion builds every
+parser on each TAB). Resolution details: docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -470,11 +455,8 @@ def configure_list(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=_guard(list_runs))
 
 
-def list_runs(args: argparse.Namespace) -> int:
-    parent = args.dir or _default_dir()
-    if args.limit < 1:
-        raise UsageError("--limit must be at least 1")
-    runs = find_runs(parent)[: args.limit]
+def _run_states(runs: list) -> dict[Path, Any]:
+    """Each run's status, asked of its launcher in one batch per launcher."""
     from launchers import LAUNCHERS, get_launcher
     from launchers.status import launcher_name
 
@@ -485,44 +467,56 @@ def list_runs(args: argparse.Namespace) -> int:
     for launcher, group in by_launcher.items():
         if launcher in LAUNCHERS:  # an unknown one is that run's problem, not the whole list's
             states.update(get_launcher(launcher).statuses(group))
+    return states
+
+
+def _list_row(p, st) -> tuple[dict, str | None]:
+    """One run's row of ``list`` and its note (None when nothing is wrong)."""
+    from launchers.status import launcher_name
+
+    if st is None:
+        launcher = launcher_name(p)
+        row = {
+            "name": p.root.name,
+            "run_dir": str(p.root),
+            "launcher": launcher,
+            "job_ids": [],
+            "state": RunState.UNKNOWN,
+            "started": None,
+            "last_step": None,
+            "tasks": 0,
+            "preflight_only": False,
+            "problem": f"{p.root}: unknown launcher {launcher!r}; known: {_known()}",
+        }
+        return row, "unknown launcher"
+    bad = p.jobs_problem()  # a damaged jobs.json reads as absent: the state shown is flagged
+    row = {
+        "name": st.name,
+        "run_dir": st.run_dir,
+        "launcher": st.launcher,
+        "job_ids": st.job_ids,
+        "state": st.state,
+        "started": st.started,
+        "last_step": st.last_step,
+        "tasks": len(st.tasks),
+        "preflight_only": st.preflight_only,
+        "problem": f"{p.jobs} {bad}; ignored" if bad else None,
+    }
+    return row, "jobs.json unreadable" if bad else None
+
+
+def list_runs(args: argparse.Namespace) -> int:
+    parent = args.dir or _default_dir()
+    if args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    runs = find_runs(parent)[: args.limit]
+    states = _run_states(runs)
     rows, notes = [], {}
     for p in runs:
-        st = states.get(p.root)
-        if st is None:
-            launcher = launcher_name(p)
-            notes[p.root] = "unknown launcher"
-            rows.append(
-                {
-                    "name": p.root.name,
-                    "run_dir": str(p.root),
-                    "launcher": launcher,
-                    "job_ids": [],
-                    "state": RunState.UNKNOWN,
-                    "started": None,
-                    "last_step": None,
-                    "tasks": 0,
-                    "preflight_only": False,
-                    "problem": f"{p.root}: unknown launcher {launcher!r}; known: {_known()}",
-                }
-            )
-            continue
-        bad = p.jobs_problem()  # a damaged jobs.json reads as absent: the state shown is flagged
-        if bad:
-            notes[p.root] = "jobs.json unreadable"
-        rows.append(
-            {
-                "name": st.name,
-                "run_dir": st.run_dir,
-                "launcher": st.launcher,
-                "job_ids": st.job_ids,
-                "state": st.state,
-                "started": st.started,
-                "last_step": st.last_step,
-                "tasks": len(st.tasks),
-                "preflight_only": st.preflight_only,
-                "problem": f"{p.jobs} {bad}; ignored" if bad else None,
-            }
-        )
+        row, note = _list_row(p, states.get(p.root))
+        rows.append(row)
+        if note:
+            notes[p.root] = note
     if args.json:
         print(json.dumps({"dir": str(Path(parent).resolve()), "runs": rows}, indent=2))
         return ExitCode.OK
@@ -559,6 +553,32 @@ def _script_identical(old: Path, old_root: str, new_text: str | None, new_root: 
     return old.read_text().replace(old_root, str(new_root)) == new_text
 
 
+def _print_dry_run(request, as_json: bool, rerun_of: Path, spec_sha: str, same: bool | None) -> None:
+    if not as_json:
+        sys.stdout.write(request.render())
+        return
+    doc = {
+        "run_dir": str(request.run_dir),
+        "rerun_of": str(rerun_of),
+        "spec_sha256": spec_sha,
+        "script_identical": same,
+        "command": list(request.command),
+    }
+    print(json.dumps(doc, indent=2))
+
+
+def _print_submitted(submission, rerun_of: Path, same: bool | None) -> None:
+    con = _console()
+    if submission.job_ids:
+        con.print(f"submitted job {', '.join(submission.job_ids)} (rerun of {rerun_of})")
+    con.print(f"run dir: {submission.run_dir}")
+    if same is False:
+        con.print(
+            "[yellow]note:[/] the batch script differs from the original's beyond the run dir "
+            "(slime-submit changed since); the resolved spec is identical"
+        )
+
+
 def rerun(args: argparse.Namespace) -> int:
     from launchers import get_launcher
     from launchers.base import SubmitOptions
@@ -586,21 +606,7 @@ def rerun(args: argparse.Namespace) -> int:
         new_script = None
     same = _script_identical(paths.script, str(lock.get("run_dir") or paths.root), new_script, request.run_dir)
     if args.dry_run:
-        if args.json:
-            print(
-                json.dumps(
-                    {
-                        "run_dir": str(request.run_dir),
-                        "rerun_of": str(paths.root),
-                        "spec_sha256": lock["spec_sha256"],
-                        "script_identical": same,
-                        "command": list(request.command),
-                    },
-                    indent=2,
-                )
-            )
-        else:
-            sys.stdout.write(request.render())
+        _print_dry_run(request, args.json, paths.root, lock["spec_sha256"], same)
         return ExitCode.OK
     submission = launcher.submit(dry)
     out = {
@@ -612,13 +618,5 @@ def rerun(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
     else:
-        con = _console()
-        if submission.job_ids:
-            con.print(f"submitted job {', '.join(submission.job_ids)} (rerun of {paths.root})")
-        con.print(f"run dir: {submission.run_dir}")
-        if same is False:
-            con.print(
-                "[yellow]note:[/] the batch script differs from the original's beyond the run dir "
-                "(slime-submit changed since); the resolved spec is identical"
-            )
+        _print_submitted(submission, paths.root, same)
     return submission.returncode

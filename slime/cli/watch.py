@@ -1,15 +1,10 @@
 """``status --watch [SECONDS]``: the status screen redrawn in place until the run ends.
 
-rich's ``Live`` redraws the view (:class:`slime.cli.jobs_view.StatusView`, refitted to the terminal's
-width every time, so a resize is followed) every SECONDS; its height is bounded by the terminal
-(``vertical_overflow="ellipsis"``: a sweep with more tasks than rows is cut, never scrolled). The
-watch ends by itself when no task is pending/running/requeued any more, leaving the final screen
-with a line saying so, exit code 0 (whatever state the run ended in: ``status`` reports, it does
-not judge). Ctrl-C stops watching without a message and exits 130 (128 + SIGINT, as a shell
-reports it), so a script can tell "watched to the end" from "interrupted".
-
-``--json``: one compact status document per refresh (JSON lines), the last one once the run ended.
-Not a terminal (piped): rich prints the final screen only.
+rich's ``Live`` redraws :class:`slime.cli.jobs_view.StatusView` every SECONDS, refitted to the
+terminal (a resize is followed, a tall sweep is cut, never scrolled). The watch ends by itself when
+no task is pending/running/requeued, with exit 0 whatever the run's outcome (``status`` reports, it
+does not judge); Ctrl-C exits 130, so a script can tell the two apart. ``--json`` prints one status
+document per refresh (JSON lines); when piped, rich prints the final screen only.
 """
 
 from __future__ import annotations

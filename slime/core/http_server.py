@@ -1,15 +1,11 @@
 """An aiohttp application served from a background thread: the one lifecycle our HTTP servers share.
 
-The built-in engine and the agent adapters both serve HTTP from a thread of a process that does
-other work (a Ray actor, a rollout loop), so they cannot own the main thread's event loop. The
-socket is bound in ``__init__`` (``slime.core.net.bind_listener``), so the port is known and a clash
-is reported with the address before any thread starts; ``start()`` returns once the site is
-listening or raises what went wrong; ``stop()`` stops the loop, runs the subclass's async
-cleanup on it, joins the thread and closes the socket.
-
-Subclasses provide ``build_app()`` and may override ``aclose()`` (async cleanup on the server's
-loop after the site is gone). Not guaranteed: that in-flight requests finish before ``stop()``
-returns (callers that need draining, like the adapters' sessions, drain first).
+The built-in engine and the agent adapters serve HTTP from processes that do other work, so they
+cannot own the main thread's loop. The socket is bound in ``__init__`` (a clash is reported with
+the address before any thread starts); ``start()`` returns once listening or raises; ``stop()``
+stops the loop, runs the subclass's ``aclose()`` on it, joins the thread and closes the socket.
+Subclasses provide ``build_app()``. Not guaranteed: in-flight requests finish before ``stop()``
+returns (callers that need it, like the adapters' sessions, drain first).
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """``RunPaths``: the one owner of the on-disk run layout.
 
-    <logging.dir>/<name>-<YYYYmmdd-HHMMSS>-<hash6>/
-      spec.yaml            the spec as given
-      resolved.json        the resolved base spec (every default visible)
-      tasks/<i>/resolved.json   one resolved spec per task (sweeps: per array task)
-      tasks/<i>/metrics.jsonl, checkpoints/, plots/, wandb/, logs/<node>.{out,err}
-      lock.json            provenance
-      job.sbatch           the rendered batch script (secrets are references only)
-      jobs.json            job ids, restarts and their causes
-      preflight.json / preflight.txt
-
-Nothing else in the code base builds these paths by hand. Run directories are
-created atomically (``create``): everything is written into a hidden sibling
-temp dir that is renamed into place, so a failure never leaves a half-written
-run dir behind.
+A run dir is ``<logging.dir>/<name>-<YYYYmmdd-HHMMSS>-<hash6>/`` with ``spec.yaml``,
+``resolved.json``, ``tasks/<i>/`` (per-task resolved spec, metrics, checkpoints, logs...),
+``lock.json``, the batch script, ``jobs.json`` and the preflight report; nothing else builds these
+paths by hand. Guaranteed: ``create`` is atomic (written into a hidden temp sibling, then renamed),
+so a failure never leaves a half-written run dir. Full layout: docs/design-notes.md.
 """
 
 from __future__ import annotations

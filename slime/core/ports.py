@@ -1,23 +1,12 @@
 """Per-job port blocks, so two jobs on the same nodes never share (or join) a Ray cluster.
 
-Every port a Ray node opens is set explicitly from one block of ``BLOCK`` consecutive ports:
-GCS, node manager, object manager, dashboard agent (gRPC + HTTP), metrics, runtime-env agent,
-dashboard, Ray client server (only when installed), the preflight's two collective rendezvous
-ports, and the worker port range. The block is chosen by hashing the job key (SLURM job id + sweep task; each array task
-has its own job id) into ``SLIME_RAY_PORT_RANGE`` (default 20000-32000: unprivileged and below
-Linux's ephemeral range 32768-60999, where outgoing connections take their ports), then
-checked free by binding every port of it; a taken block falls back to the next one.
-
-Two jobs whose keys hash to the same block and start at the same moment would both find it free:
-:func:`claim_block` therefore also takes a claim file ``<temp root>/ports/<host>-<base>``
-(created atomically; removed at teardown; a claim whose process is gone is stale and taken over),
-so bootstraps on one node never pick the same block (measured: without it, two array tasks on
-the same nodes hashed to one block and the second head mistook the first one's GCS for its own).
-
-Guaranteed: deterministic for a key (the same job gets the same first candidate on every
-node); a claimed block was free when checked and is not claimed by another bootstrap on this
-host. Not guaranteed: a non-slime process grabbing a port between the check and Ray binding it
-(the bootstrap then retries with the next block).
+Every port a Ray node opens (and the preflight's rendezvous ports) comes from one block of
+``BLOCK`` ports, chosen by hashing the job key into ``SLIME_RAY_PORT_RANGE`` (default below Linux's
+ephemeral range), checked free by binding, falling back to the next block. :func:`claim_block` also
+takes an atomic claim file per host and block, so two bootstraps on one node never pick the same one.
+Guaranteed: deterministic per key; a claimed block was free when checked and is not claimed by
+another bootstrap on this host. Not guaranteed: a non-slime process grabbing a port before Ray binds
+it (the bootstrap then retries with the next block).
 """
 
 from __future__ import annotations

@@ -1,29 +1,12 @@
 """How the nodes of one job meet: small JSON files in ``tasks/<i>/rendezvous/`` of the run dir.
 
-The one owner of this file protocol, shared by its three parties: the node side
-(``launchers.node``: every file), the batch script (the stop file) and the SLURM restart helper
-(``launchers.slurm.restarts``: which nodes a failed run recorded as failed).
-
-The run dir is on a filesystem every node sees (the job reads its spec from it), so it is the
-simplest reliable channel (NeMo-Run's Ray template does the same with marker files):
-
-* ``head-<instance>.json``  written by node 0 as it launches its Ray: address, GCS and gloo ports
-  (``ray start --address`` on the workers waits for the GCS by itself);
-* ``node-<instance>-<rank>.json``  each node's state (starting/joined/failed/lost), address, the
-  CPUs/GPUs it gave Ray, its last error — the head names failed nodes from these, and so does
-  the restart helper once the step has ended (:meth:`Rendezvous.failed_hosts`);
-* ``preflight-<instance>`` written by node 0 when the preflight starts; each node's collective
-  subprocess (``launchers.node.collective``) then joins the all_reduce and writes
-  ``collective-<instance>-<rank>.json``;
-* ``done-<instance>``  written by node 0 when it finishes: workers then stop their Ray.
-* ``stop-<instance>``  written by the batch script when SLURM warns the job (USR1: time limit
-  near, or preempted with grace time): node 0 then asks its driver to checkpoint and stop.
-  A file, not a signal through ``srun``: slurmstepd delivers a step signal to *every* process of
-  the step, Ray's raylet and workers included, and USR1 kills those (measured).
-
-``<instance>`` is ``<job id>.<restart count>``, so files of an earlier run of a requeued job are
-never mistaken for the current one. Writes are atomic (write + rename); polling is bounded by
-the caller's deadline and stop event.
+The one owner of this file protocol, shared by the node side (``launchers.node``), the batch script
+(the stop file) and the SLURM restart helper (failed nodes). The run dir is on a filesystem every
+node sees, so it is the simplest reliable channel. Files: ``head-``, ``node-<rank>``,
+``preflight-``, ``collective-<rank>``, ``done-`` and ``stop-`` per ``<instance>`` (``<job
+id>.<restart count>``, so an earlier run's files are never taken for the current one's).
+Guaranteed: writes are atomic (write + rename); polling is bounded by the caller's deadline and
+stop event. What each file holds and why stop is a file: docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """The quickstart task: two-operand addition, ``"07+12="`` -> ``"19"``.
 
-Operands run over 0..49 (2,500 ordered pairs). A fixed, seeded split holds out
-500 pairs for evaluation; the other 2,000 are the training set. The split and
-the row order depend only on ``seed``, so the shipped files
-(``specs/data/arith/{train,heldout}.jsonl``) are reproducible with::
-
-    python -m slime.data.arith specs/data/arith
-
-Rows are ``{"prompt": "07+12=", "label": "19"}``: operands zero-padded to two
-digits so every prompt has the same length; the label is the plain decimal sum.
+Operands run over 0..49; a fixed, seeded split holds out 500 of the 2,500 ordered pairs for
+evaluation. Split and row order depend only on ``seed``, so the shipped files
+(``specs/data/arith/{train,heldout}.jsonl``) are reproducible with
+``python -m slime.data.arith specs/data/arith``. Rows are ``{"prompt": "07+12=", "label": "19"}``,
+operands zero-padded so every prompt has the same length.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """Prompt datasets read from JSONL, with deterministic shuffling and an exact-resume cursor.
 
-Each non-blank line is one JSON object. ``input_key`` names the prompt (a string,
-or a list of chat messages ``{"role", "content"}``); ``label_key`` the reference
-answer (any JSON value; ``None`` for unlabelled data); ``metadata_key``
-optionally an object carried along; with no ``metadata_key`` every other key of
-the row is kept as metadata. Problems are reported as ``DatasetError`` naming
-``file:line``, the key and the fix; a file is read completely before use, so a
-run never fails halfway through an epoch because of a bad row.
-
-Order: epoch ``e`` visits rows in a permutation that is a pure function of
-``(seed, e)`` (or file order when ``shuffle`` is off). The cursor
-``(epoch, index)`` says where the next batch starts; saving
-:meth:`PromptDataset.state_dict` and restoring it with
-:meth:`PromptDataset.load_state_dict` continues with exactly the batches an
-uninterrupted run would have produced.
-
-Chat templates (optional) are applied with the tokenizer given; rows whose
-templated prompt exceeds ``max_prompt_tokens`` are dropped at load time and
-counted in ``dropped`` (the reference framework does the same), never
-truncated.
+Each non-blank line is one object with the prompt (``input_key``: text or chat messages), an
+optional label and metadata. A file is read completely before use, so a bad row fails the start
+(``DatasetError`` naming ``file:line``, key and fix), never mid-epoch. Epoch ``e`` visits rows in a
+permutation that is a pure function of ``(seed, e)``; restoring :meth:`PromptDataset.state_dict`
+continues with exactly the batches an uninterrupted run would have produced. Rows whose templated
+prompt exceeds ``max_prompt_tokens`` are dropped at load and counted, never truncated.
 """
 
 from __future__ import annotations

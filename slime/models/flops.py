@@ -1,32 +1,11 @@
 """Model FLOPs of a decoder-only transformer from its HF ``config.json``: dense, MoE and MLA.
 
-The count is the standard one (Kaplan et al.; PaLM's appendix B; Megatron's MFU): every matmul is
-``2·m·n·k`` FLOPs, a training pass is 3 forward passes (backward = 2 × forward), so a training step
-costs ``6·N·T`` for the ``N`` matmul parameters a token meets (LM head included, input embedding not:
-it is a lookup; for MoE, only the experts a token is routed to) plus attention over each sequence.
-
-Forward FLOPs of one sequence of ``s`` tokens, per layer (h hidden, H heads, G key/value heads,
-d head dim — ``H·d`` need not equal ``h``, as in Qwen3):
-
-* attention projections: ``2·s·h·d·(H + 2G)`` (q, k, v) + ``2·s·H·d·h`` (output);
-* attention itself, **causal**: scores ``Q·Kᵀ`` and ``P·V`` each ``2·s²·H·d`` for the full square; a
-  causal mask needs only the lower triangle, so half of it is counted: ``2·s²·H·d`` for both together
-  (``s²/2`` for ``s(s+1)/2``, the usual approximation);
-* MLP, gated (SwiGLU: gate, up, down): ``6·s·h·f``, with ``f`` the dense ``intermediate_size``, or on
-  an MoE layer ``f = topk · moe_intermediate_size + shared-expert size`` plus the router ``2·s·h·E``;
-* once per sequence, the LM head ``2·s·h·V``.
-
-MLA (DeepSeek-V2/V3; only when ``config.json`` sets ``kv_lora_rank``: slime PR 1980 fixed the
-opposite mistake, MLA formulas applied to models that merely carried default MLA sizes): q
-``2·s·(h·q_lora + q_lora·H·(d_nope + d_rope))`` (or ``2·s·h·H·(d_nope + d_rope)`` without
-``q_lora_rank``), kv ``2·s·(h·(kv_lora + d_rope) + kv_lora·H·(d_nope + d_v))``, output
-``2·s·H·d_v·h``, causal attention ``s²·H·(d_nope + d_rope + d_v)``.
-
-Not counted: norms, activations, softmax, rotary embeddings, the embedding lookup, the optimizer, and
-recomputation (activation checkpointing): this is *model* FLOPs, what MFU divides by the peak, not
-the hardware FLOPs a run with recomputation executes. Padding is not counted either (only real
-tokens). Assumes a gated MLP (every Qwen, Llama, Mistral/Mixtral and DeepSeek config is); a config
-this module cannot read (no ``hidden_size`` / ``num_hidden_layers`` / ...) gives ``None``.
+The standard count (Kaplan et al.; PaLM appendix B; Megatron's MFU): a matmul is ``2·m·n·k``, a
+training pass 3 forward passes, so a step costs ``6·N·T`` for the matmul parameters a token meets
+(LM head, routed experts only) plus causal attention (half the square). MLA formulas apply only
+when ``config.json`` sets ``kv_lora_rank``. Not counted: norms, activations, softmax, rotary, the
+embedding lookup, the optimizer, recomputation (these are *model* FLOPs, what MFU divides), padding.
+Assumes a gated MLP; an unreadable config gives ``None``. Formulas: docs/design-notes.md.
 """
 
 from __future__ import annotations

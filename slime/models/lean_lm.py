@@ -1,23 +1,12 @@
 """A causal LM in plain torch for the Llama-family checkpoints the CPU path runs, loaded without transformers.
 
-Why: importing transformers' modeling code costs about 5.5 core-s per process on a 2-core CI machine
-(measured: ``import ray, torch`` plus reading the safetensors file 4.3-5.1 core-s; plus
-``AutoModelForCausalLM.from_pretrained`` 10.4-10.6 core-s). Every run starts at least two such processes
-(the trainer rank and the built-in engine), so this was a third of a run's start-up. :func:`load_causal_lm`
-builds this module for the checkpoints it covers and falls back to ``AutoModelForCausalLM`` for everything else.
-
-Covered (:func:`lean_config` says why not, otherwise): ``model_type`` llama, mistral, qwen2 or qwen3 with the
-default RoPE, SiLU MLPs without bias, no sliding window, no attention dropout, and a safetensors checkpoint
-whose tensor names are exactly the module's (single file or an index of shards).
-
-Guaranteed: the parameter and buffer names, shapes, tying of ``lm_head`` to the embedding, the padding row
-of the embedding (its gradient is zero, as in ``nn.Embedding(padding_idx=...)`` in HF) and the arithmetic of
-HF's modules (RMSNorm in fp32, ``cat(freqs, freqs)`` RoPE, SDPA attention with scale ``head_dim**-0.5``), so
-state dicts move between the two unchanged and logits and gradients agree to float rounding
-(``tests/unit/test_lean_lm.py`` compares them with HF for every covered family, with and without padding).
-Positions are ``0..T-1`` for every row, as HF's default: rows are right-padded.
-Not provided: generation, KV caches, gradient checkpointing, HF's ``save_pretrained`` (the trainer writes
-safetensors itself), any output but ``logits`` / ``last_hidden_state``.
+Why: importing transformers' modeling code is a large share of every run's start-up, paid by the
+trainer rank and the built-in engine. :func:`load_causal_lm` builds this module for the checkpoints
+:func:`lean_config` accepts (llama, mistral, qwen2, qwen3 with default RoPE, plain SiLU MLPs,
+matching safetensors names) and falls back to ``AutoModelForCausalLM`` otherwise. Guaranteed: HF's
+parameter names, shapes, tying and arithmetic, so state dicts move unchanged and logits and
+gradients agree to float rounding (``tests/unit/test_lean_lm.py``); rows are right-padded. Not
+provided: generation, KV caches, gradient checkpointing, ``save_pretrained``, other outputs.
 """
 
 from __future__ import annotations
@@ -117,7 +106,7 @@ def lean_config(raw: dict) -> tuple[LeanConfig | None, str]:
 
 def _param(*shape: int) -> nn.Parameter:
     # Uninitialised: every tensor is loaded from the checkpoint (nn.Linear's random init, or building on the
-    # meta device, would cost more than the load: the meta route imports torch._dynamo, ~2.5 core-s).
+    # meta device, would cost more than the load: the meta route imports torch._dynamo).
     return nn.Parameter(torch.empty(*shape))
 
 

@@ -1,35 +1,12 @@
 """The built-in tiny causal LM and its character-level tokenizer, built locally.
 
-No model hub is reachable from CI, so quickstarts and tests use a model written
-here: a small Qwen2- (or Llama-) shaped network with random weights and a
-tokenizer with one token per character (printable ASCII and ``\\n`` first, then
-the remaining bytes). The result is an ordinary Hugging Face checkpoint directory
-(``config.json``, ``model.safetensors``, ``generation_config.json``,
-``tokenizer.json``, ``tokenizer_config.json`` with a chat template) that
-``AutoModelForCausalLM`` / ``AutoTokenizer`` load offline.
-
-Guaranteed:
-* the same ``seed`` and shape give bit-identical tensors (the global torch RNG is
-  left untouched);
-* any text round-trips through encode/decode exactly (arithmetic, JSON tool
-  calls, chat markup, non-ASCII via its UTF-8 bytes); every ASCII character is
-  exactly one token;
-* :func:`ensure_builtin_model` is idempotent and atomic: a checkpoint is built in
-  a temporary sibling directory and renamed into place, so a concurrent reader
-  never sees a half-written directory. Builds are kept across runs in a user cache
-  (``$SLIME_CACHE_DIR``, default ``~/.cache/slime-submit``), keyed by this module's code
-  and the torch / transformers versions.
-
-Not guaranteed: identical tensors across torch/transformers versions (their
-initialisers may change).
-
-Why a byte-level BPE with no merges rather than a WordLevel character model:
-transformers 5 loads any ``model_type: qwen2`` checkpoint with ``Qwen2Tokenizer``,
-which rebuilds a ByteLevel pipeline around the vocabulary in ``tokenizer.json``;
-a vocabulary of byte symbols is therefore the one form that both that class and
-the generic ``PreTrainedTokenizerFast`` (Llama, transformers 4.x) read the same
-way. (``LlamaTokenizerFast(vocab_file=...)`` silently produced a 3-token
-vocabulary in transformers 5, so the ``tokenizers`` library is used directly.)
+No model hub is reachable from CI, so quickstarts and tests use a small Qwen2- (or Llama-) shaped
+network with random weights and one token per character, written as an ordinary HF checkpoint
+that ``AutoModelForCausalLM`` / ``AutoTokenizer`` load offline. Guaranteed: the same ``seed`` and
+shape give bit-identical tensors (the global RNG untouched); any text round-trips exactly;
+:func:`ensure_builtin_model` is idempotent and atomic, with builds cached per code and library
+versions. Not guaranteed: identical tensors across torch/transformers versions. Why a byte-level
+BPE without merges: see docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -65,8 +42,8 @@ CHARACTERS = tuple(c for c in string.printable if c not in "\t\r\x0b\x0c")
 # rendered as <tool_call>{json}</tool_call>, tool results as <tool_response>,
 # so agent adapters can exercise a realistic round trip with this model.
 # Tools are listed compactly as ``name(arg, ...)``, one per line: with one token
-# per character and a 256-token context, a tool's full JSON schema (~180
-# tokens) would leave no room for a tool call, its result and an answer.
+# per character and a 256-token context, a tool's full JSON schema would
+# leave no room for a tool call, its result and an answer.
 CHAT_TEMPLATE = (
     "{%- if tools %}"
     "{{- '<|im_start|>system\\n' }}"
@@ -102,12 +79,12 @@ CHAT_TEMPLATE = (
 
 # Built-in models by name: keyword arguments for build_tiny_model.
 # "tiny-agent" differs from "tiny" only in its initial weights: std 1/sqrt(hidden) (the fan-in scale) instead
-# of GPT-2's 0.02, which is 4.4x too small at width 128. From 0.02 every attention score starts near 0 and its
+# of GPT-2's 0.02, far too small at width 128. From 0.02 every attention score starts near 0 and its
 # query and key weights each get a gradient proportional to the other, so learning to copy from the context (a
-# tool call's argument from the prompt, an answer from the tool's result) waits on a plateau whose length
-# varies with the data order: 200 to over 800 SFT steps on the agent demonstrations. At the fan-in scale
-# the copies form in 100-150 steps (tests/bench/agent_warmup.py --init-std). "tiny" keeps its weights: the
-# quickstart's and benches' measured numbers are for it.
+# tool call's argument from the prompt, an answer from the tool's result) waits on a long plateau whose length
+# varies with the data order; at the fan-in scale the copies form much sooner (tests/bench/agent_warmup.py
+# --init-std; numbers in docs/design-notes.md). "tiny" keeps its weights: the quickstart's and benches'
+# published figures are for it.
 BUILTIN_BUILDS: dict[str, dict[str, float]] = {"tiny": {}, "tiny-agent": {"init_std": 128**-0.5}}
 BUILTIN_MODELS = tuple(BUILTIN_BUILDS)
 
@@ -217,6 +194,41 @@ def _config(
     raise ValueError(f"arch={arch!r} is not supported by the tiny model builder; use 'qwen2' or 'llama'")
 
 
+def _check_shape(*, hidden, layers, heads, kv_heads, max_position, init_std) -> None:
+    """Reject a shape ``build_tiny_model`` cannot build, naming the bad argument."""
+    for name, value in (
+        ("hidden", hidden),
+        ("layers", layers),
+        ("heads", heads),
+        ("kv_heads", kv_heads),
+        ("max_position", max_position),
+    ):
+        if not isinstance(value, int) or value <= 0:
+            raise ValueError(f"build_tiny_model: {name} must be a positive integer, got {value!r}")
+    if not init_std > 0:
+        raise ValueError(f"build_tiny_model: init_std must be > 0, got {init_std!r}")
+    if hidden % heads or heads % kv_heads or (hidden // heads) % 2:
+        raise ValueError(
+            f"build_tiny_model: need hidden % heads == 0, heads % kv_heads == 0 and an even head dim; "
+            f"got hidden={hidden}, heads={heads}, kv_heads={kv_heads}"
+        )
+
+
+def _generation_config(ids: dict):
+    """Plain sampling defaults; both end tokens stop generation."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(
+        bos_token_id=ids[BOS],
+        pad_token_id=ids[PAD],
+        eos_token_id=[ids[EOS], ids[IM_END]],
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+    )
+
+
 def build_tiny_model(
     out_dir: str | os.PathLike,
     *,
@@ -237,33 +249,13 @@ def build_tiny_model(
     (transformers' ``initializer_range``). ``out_dir`` may exist; files in it are overwritten.
     """
     import torch
-    from transformers import AutoModelForCausalLM, GenerationConfig
+    from transformers import AutoModelForCausalLM
 
-    for name, value in (
-        ("hidden", hidden),
-        ("layers", layers),
-        ("heads", heads),
-        ("kv_heads", kv_heads),
-        ("max_position", max_position),
-    ):
-        if not isinstance(value, int) or value <= 0:
-            raise ValueError(f"build_tiny_model: {name} must be a positive integer, got {value!r}")
-    if not init_std > 0:
-        raise ValueError(f"build_tiny_model: init_std must be > 0, got {init_std!r}")
-    if hidden % heads or heads % kv_heads or (hidden // heads) % 2:
-        raise ValueError(
-            f"build_tiny_model: need hidden % heads == 0, heads % kv_heads == 0 and an even head dim; "
-            f"got hidden={hidden}, heads={heads}, kv_heads={kv_heads}"
-        )
+    _check_shape(
+        hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads, max_position=max_position, init_std=init_std
+    )
     intermediate = 3 * hidden if intermediate is None else intermediate
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tiny_tokenizer()
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
-    config = _config(
-        arch,
-        len(tokenizer),
+    shape = dict(
         hidden=hidden,
         layers=layers,
         heads=heads,
@@ -271,40 +263,22 @@ def build_tiny_model(
         intermediate=intermediate,
         max_position=max_position,
         init_std=init_std,
-        ids=ids,
     )
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tiny_tokenizer()
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    config = _config(arch, len(tokenizer), **shape, ids=ids)
     # fork_rng: deterministic init without disturbing the caller's RNG stream.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.generation_config = GenerationConfig(
-        bos_token_id=ids[BOS],
-        pad_token_id=ids[PAD],
-        eos_token_id=[ids[EOS], ids[IM_END]],
-        do_sample=True,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
-    )
+    model.generation_config = _generation_config(ids)
     model.save_pretrained(out, safe_serialization=True)
     _save_tokenizer(tokenizer, out)
-    (out / TINY_MARKER).write_text(
-        json.dumps(
-            {
-                "seed": seed,
-                "arch": arch,
-                "hidden": hidden,
-                "layers": layers,
-                "heads": heads,
-                "kv_heads": kv_heads,
-                "intermediate": intermediate,
-                "max_position": max_position,
-                "init_std": init_std,
-            },
-            indent=1,
-        )
-        + "\n"
-    )
+    marker = {"seed": seed, "arch": arch, **shape}
+    (out / TINY_MARKER).write_text(json.dumps(marker, indent=1) + "\n")
     return out
 
 

@@ -1,19 +1,11 @@
 """``load_tokenizer(path)``: the one way the runtime loads a tokenizer (rollout manager, engine, agent adapter).
 
-The built-in tiny models' tokenizer (``slime.models.tiny``: a ``tokenizers`` byte-level pipeline, no Python
-tokenizer class of its own) loads with ``PreTrainedTokenizerFast`` straight from its ``tokenizer.json``.
-That does not import torch; ``AutoTokenizer``'s module does (measured: 5.5 core-s for AutoTokenizer with
-torch against 0.2 for ``tokenizers``, and ~2 s of a run's start-up, in a process that otherwise needs no
-torch: the rollout manager, started with every run).
-
-The built-in engine needs less of a tokenizer (encode, decode, the bos/eos ids): :func:`load_engine_tokenizer`
-gives it the ``tokenizers`` pipeline of a built-in model directly, without importing transformers at all
-(~1.3 core-s of every engine start after torch, measured). Any other directory gets :func:`load_tokenizer`'s.
-
-Guaranteed: for a built-in tiny model both readings give the same ids, text, special tokens and chat
-template (``tests/unit/test_tokenizer_load.py`` checks every shipped prompt). Every other directory (a
-user's model, a checkpoint's ``final_model/``) goes through ``AutoTokenizer`` exactly as before: which class
-transformers picks for a real model (e.g. by ``model_type``) is its business, not guessed here.
+A built-in tiny model's tokenizer loads with ``PreTrainedTokenizerFast`` from its
+``tokenizer.json``, which, unlike ``AutoTokenizer``, does not import torch (the rollout manager
+needs none); :func:`load_engine_tokenizer` gives the built-in engine the bare ``tokenizers``
+pipeline, without transformers. Guaranteed: both readings give the same ids, text, special tokens
+and chat template (``tests/unit/test_tokenizer_load.py``). Every other directory goes through
+``AutoTokenizer`` unchanged: which class transformers picks for a real model is its business.
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """Atomic, numbered checkpoints: ``<dir>/<rollout_id>/`` complete or absent, the newest K kept.
 
-A save writes everything (every rank's file, then the driver's ``state.json``)
-into a hidden sibling ``.tmp-<rollout_id>-<pid>`` and renames it into place.
-``rename`` is atomic on a POSIX file system (and on the shared file systems
-SLURM clusters use for run dirs), so a reader sees either the previous set of
-checkpoints or the new one, never a half-written directory: a crash, a kill
-or a full disk during a save leaves only a temp dir, which :func:`latest`
-ignores and the next save removes. A checkpoint counts only if its
-``state.json`` exists (written last, itself atomically).
-
-Not guaranteed: durability against power loss on file systems that reorder
-metadata (we fsync files and the parent directory, which is the best POSIX
-offers).
-
-Test hook (tests only, never set otherwise): ``SLIME_TEST_CHECKPOINT_PAUSE=<rollout
-id>:<seconds>`` makes the save of that rollout stop for that long once, after
-everything is written into the temp dir and before the rename, and first create
-``<dir>/.test-pause-<rollout id>`` (which also keeps it from pausing again). The
-SLURM e2e test uses it to SIGKILL the driver inside the save window
-deterministically and then checks that the resumed run starts from the
-previous checkpoint.
+A save writes every rank's file, then ``state.json``, into a hidden sibling temp dir and renames
+it into place, so a reader sees the previous set or the new one, never a half-written directory;
+:func:`latest` ignores leftovers and the next save removes them. Not guaranteed: durability against
+power loss on file systems that reorder metadata (files and the parent are fsynced, the best POSIX
+offers). Test hook ``SLIME_TEST_CHECKPOINT_PAUSE=<rollout id>:<seconds>`` (tests only) pauses once
+before the rename; see docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,30 +1,11 @@
 """The RL driver: ``python -m slime.train RUN_DIR --task N`` runs one task's training on Ray.
 
-What one run does, in order (THUDM/slime's loop, our code):
-
-1. read ``tasks/<N>/resolved.json`` (``slime.spec.task``); check that the checkpoint dir is
-   writable and pick the checkpoint to resume from, reading its ``state.json``
-   (``train_state.ResumePoint``) — both before anything starts; connect to Ray and start the job's
-   resources: placement group, trainer ranks, rollout manager, engines (``job.Job``);
-2. resume from that checkpoint (``train_state.restore_checkpoint``: model, optimizer, RNG, rollout
-   id, weight version, data cursor) or start fresh: SFT warm-up (``algorithm.sft_warmup_steps``),
-   weight sync, an eval of the starting policy — the ``rollout_id = -1`` line;
-3. per rollout, :meth:`Driver.rollout_step`, to be read top to bottom: take the rollout (the
-   manager's data path, ``slime.runtime.rollout``: prompts → responses → rewards → filters → buffer;
-   any number of samples; via ``rollout_feed.RolloutFeed``) → with ``train.async``, start generating
-   the next one → :meth:`Driver.train_on` (sequence scores → step plan → critic values → prepare:
-   old/ref log-probs, importance weights, advantages → optimizer steps) → (async: wait for the next
-   rollout) → weight sync (``weight_sync.WeightSync``, ``weight_version`` + 1) → the ``metrics.jsonl``
-   line (``record``, ``perf``) → evals when due; then a checkpoint on interval, at the end, or on a
-   stop (an async run's checkpoint also holds the rollout generated ahead: see ``rollout_feed``);
-4. at the end: HF copy of the final policy, curve PNG, ``summary.json``, ``state.json: succeeded``.
-
-Exit codes (``slime.core.errors.ExitCode``): 0 done · 1 bug · 2 bad input (spec, data, plug-in,
-checkpoint) · 3 infrastructure (Ray, placement, engines, a lost node) · 75 stopped by
-SIGUSR1/SIGTERM after saving a checkpoint ("requeue me", see ``state.py``) · 130 interrupted.
-
-Not done here (yet): checkpoints during the SFT warm-up (a stop then exits 75 without one and the
-warm-up reruns), more than one step of staleness.
+In order: read the task's resolved spec and pick the checkpoint to resume from (before anything
+starts); start the job's Ray resources; resume, or SFT warm-up + weight sync + an eval of the
+starting policy; per rollout :meth:`Driver.rollout_step`, read top to bottom (rollout, train,
+weight sync, metrics line, evals, checkpoints); at the end the HF copy, plots and summary.
+Exit codes: ``slime.core.errors.ExitCode`` (75 = stopped after a checkpoint, "requeue me").
+Not done: checkpoints during the SFT warm-up (a stop reruns it), more than one step of staleness.
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """Map a failure of the run to an exit code and a one-line message.
 
-0 ok · 1 a bug (traceback printed) · 2 bad input (spec, data, plug-in, checkpoint) · 3 infrastructure
-(Ray, placement, engines, timeouts) · 75 stopped after a checkpoint (``state.ExitCode.REQUEUE``). Errors
-raised inside Ray actors arrive wrapped (``RayTaskError``) with the whole remote traceback as their
-text; :func:`root_cause` unwraps them so the user sees the original message.
-
-A lost node (its Ray died, the machine or its network failed) reaches the driver as whatever the
-surviving side saw first: an ``ActorDiedError`` (its text carries the actor's ``ip:``), or, more
-often, a collective error on a surviving rank (gloo: ``Connection closed by peer [ip]:port``),
-which alone would look like a bug. :func:`lost_node_error` turns such errors into an
-``InfraError`` (exit 3, so the launcher's ``cluster.slurm.max_failures`` budget applies) naming the
-node's hostname, from Ray's node table: the nodes Ray marks dead (waited for a few seconds,
-bounded: Ray's health checks need that long) and the IPs named in the error. Not guaranteed: a
-hostname when Ray's node table cannot be read (the IP is named then), or telling a crashed
-process on a healthy node from a dead node when Ray has not marked the node dead within the wait
-(the error then names the process's node as the one whose process died).
-
-An ``OSError`` while saving a checkpoint (disk full, permissions changed under the run) is no bug:
-:func:`checkpoint_save_error` turns it into a ``CheckpointError`` (exit 2) naming the checkpoint dir.
+0 ok, 1 bug (traceback), 2 bad input, 3 infrastructure, 75 stopped after a checkpoint.
+:func:`root_cause` unwraps errors that Ray actors raised. :func:`lost_node_error` turns what a lost
+node looks like from the surviving side (a dead actor, a collective error) into an ``InfraError``
+naming the host from Ray's node table (exit 3: ``cluster.slurm.max_failures`` applies);
+:func:`checkpoint_save_error` turns an ``OSError`` while saving into a ``CheckpointError``.
+Not guaranteed: a hostname when the node table cannot be read (the IP then), or telling a crashed
+process from a dead node when Ray has not marked it dead in time. See docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,28 +1,12 @@
 """What one run starts on Ray, and stops again: the resources the driver owns.
 
-:class:`Job` holds them, each ``None`` until started, so :meth:`Job.teardown` stops exactly what a
-run got to (also after a failed start):
-
-1. :meth:`~Job.connect` — the job's Ray cluster (``$RAY_ADDRESS``, set by the bootstrap) or,
-   standalone, a private local Ray (single-node specs only);
-   A standalone run on a machine without an NVIDIA driver gets ``OMP_WAIT_POLICY=PASSIVE`` (unless
-   set), as the bootstrap gives launched CPU jobs;
-2. :meth:`~Job.start` — the placement group from the same layout the preflight checked
-   (``slime.placement``), the trainer ranks (``TrainerGroup``: actor, plus a critic on the same
-   slots for PPO), the rollout manager (a Ray actor on the driver's node) and the engines (the
-   spec's ``RolloutBackend``). Loading overlaps: the engines start in a thread while the trainer
-   ranks load their models and the manager reads and checks the data. ``debug.mode: rollout_only``
-   starts no trainer ranks and ``train_only`` no engines (the layout, and so each rank's threads,
-   stay those of a normal run: a replay computes what the run it replays computed). With
-   ``cluster.fake_gpus`` the log says ``fake GPUs: running on CPU`` first; without it a GPU slot
-   lacking CUDA fails the start (``slime.placement.slot_device``: exit 3), never falls back to CPU;
-3. :meth:`~Job.teardown` — engines, ranks, manager, placement group, then Ray.
-
-Guaranteed: data and reward errors of the manager surface from ``start`` typed (not as a dead
-actor); a critic whose data-parallel layout differs from the actor's is refused (their ranks
-exchange tensors pairwise). Not guaranteed: after a lost node, only local things are stopped (a
-graceful stop of an actor on the dead node would wait for Ray to notice; the job's Ray is torn down
-anyway).
+:class:`Job` holds each resource (``None`` until started), so :meth:`Job.teardown` stops exactly
+what a run got to: :meth:`~Job.connect` (the job's Ray, or a private local one standalone),
+:meth:`~Job.start` (placement group, trainer ranks, rollout manager, engines; engines load while
+the ranks and the manager do) and teardown in reverse. Guaranteed: the manager's data and reward
+errors surface from ``start`` typed; a critic whose data-parallel layout differs from the actor's
+is refused; a GPU slot without CUDA fails the start. Not guaranteed: after a lost node, only local
+things are stopped. Debug modes and devices: docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,30 +1,11 @@
 """Metrics sinks: ``metrics.jsonl`` (the source of truth), Weights & Biases and TensorBoard.
 
-``metrics.jsonl`` has one JSON object per line: one per rollout step
-(``rollout_id`` 0..N-1, ``step`` = optimizer steps taken after that rollout's
-training) plus one line with ``rollout_id: -1, step: 0`` describing the policy
-before RL (after the SFT warm-up: ``sft/*`` and the first ``eval/*``; ``sft/before/*``: the eval
-sets on the untrained policy, before the warm-up). Every line
-is flushed as it is written. On resume the file is cut back to the lines the
-checkpoint covers (``rollout_id <= checkpoint's``), so the file of a resumed run
-equals that of an uninterrupted one line for line (timings aside).
-
-W&B: ``logging.wandb.mode`` (``offline`` by default, writing into the task's
-``wandb/`` dir; ``online``; ``disabled``), overridden by ``$WANDB_MODE`` when
-set. The run id is stored in ``TaskPaths.wandb_id`` and reused with
-``resume="allow"``, so a requeued task continues the same W&B run (W&B ignores
-re-logged steps below its last step: the lines a resume replays appear once).
-W&B is optional: if it cannot start (not installed, no network in online mode),
-a warning is printed and training goes on with ``metrics.jsonl`` only.
-``wandb.init`` runs in a background thread so its 2-4 s overlap the job's start.
-
-TensorBoard (``logging.tensorboard: true``): the same records as W&B (numbers only, step =
-``rollout_id + 1``) as event files in ``tasks/<i>/tensorboard/``, written with
-``torch.utils.tensorboard`` (the ``tensorboard`` package: its reader is what tests and users open the
-files with). A resumed run opens the writer with ``purge_step`` = the first re-logged step, so
-TensorBoard drops what the interrupted attempt logged past the checkpoint: the curves show each
-rollout once. Its import (seconds) also runs in a background thread; if it fails, a warning is
-printed and training goes on.
+``metrics.jsonl`` has one flushed JSON line per rollout step plus a ``rollout_id: -1`` line for the
+policy before RL. On resume it is cut back to the checkpoint, so a resumed run's file equals an
+uninterrupted one's line for line (timings aside); W&B resumes the same run id and TensorBoard
+purges past the checkpoint, so each rollout shows once. W&B and TensorBoard are optional: if they
+cannot start, a warning is printed and training goes on; both start in background threads.
+Modes and step numbering: docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,31 +1,10 @@
 """Throughput, trainer FLOPs and MFU of one rollout step: the ``perf/*`` keys of a metrics line.
 
-Per step (both backends; the FLOPs come from the model's ``config.json`` through
-``slime.models.flops``, so they do not depend on how a backend pads or packs):
-
-* ``perf/rollout_tokens_per_s``, ``perf/rollout_samples_per_s``: response tokens and samples the
-  engines generated, over the engines' own time on this rollout (``time/generate_s``: the rollout
-  manager's clock, generation and rewards);
-* ``perf/train_tokens_per_s``, ``perf/train_samples_per_s``: prompt + response tokens and samples the
-  trainer processed, over ``time/train_s`` (old/ref log-probs, critic values, optimizer steps);
-* ``perf/samples_per_s``: samples per second of the whole step (``time/step_s``), what async mode
-  improves;
-* ``perf/train_flops``: the trainer's model FLOPs of the step, all ranks together: forward passes for
-  the old log-probs (and the reference model's, and the critic's values: a critic is the backbone with
-  a scalar head), then 3 passes (forward + backward) per optimizer step over every sample, for the
-  actor (and the critic);
-* ``perf/train_tflops``: ``perf/train_flops`` / trainer ranks / ``time/train_s`` / 1e12 — the TFLOP/s
-  one trainer device achieved;
-* ``perf/mfu``: ``perf/train_tflops`` over the device's dense bf16/fp16 peak (:data:`PEAK_TFLOPS`),
-  **only** for ``train.precision`` bf16/fp16 on a GPU whose name the table knows; omitted for an
-  unknown GPU (never guessed), for fp32 (its peak depends on TF32 settings) and on CPU;
-* ``perf/trainer_idle_frac`` / ``perf/engine_idle_frac``: the share of the step's wall time the trainer
-  was neither training nor pushing weights / the engines were neither generating, loading weights nor
-  evaluating (from the ``time/*`` keys; in async mode the engines' share uses this rollout's
-  generation time, which ran during the previous step: equal on average).
-
-Not counted in FLOPs: see ``slime.models.flops`` (norms, softmax, embedding lookups, the optimizer,
-recomputation, padding); the engines' FLOPs are not reported (only their token throughput).
+Tokens and samples per second of generation, training and the whole step; the trainer's model
+FLOPs (from ``config.json`` via ``slime.models.flops``, so independent of padding) and TFLOP/s per
+device; ``perf/mfu`` **only** for bf16/fp16 on a GPU whose peak the table knows (never guessed);
+trainer and engine idle shares. Not counted: what ``slime.models.flops`` leaves out, and the
+engines' FLOPs. Key-by-key definitions: docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -126,7 +105,7 @@ def _idle(busy: float, step: float) -> float | None:
 
 
 def step_perf(model: PerfModel, samples: Sequence[Any], times: Mapping[str, float]) -> dict[str, float]:
-    """The ``perf/*`` keys of one step (see the module doc); ``times`` holds its ``time/*`` keys.
+    """The ``perf/*`` keys of one step (see docs/design-notes.md); ``times`` holds its ``time/*`` keys.
     Keys whose inputs are missing or zero are left out."""
     n = len(samples)
     response = sum(s.response_length for s in samples)

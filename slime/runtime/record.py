@@ -1,36 +1,11 @@
 """One ``metrics.jsonl`` line: what a rollout step or the warm-up reports, assembled from its parts.
 
-The driver hands over what it fetched (the scored samples, rank 0's metrics of ``prepare`` and of
-each optimizer step of the actor and critic) and gets back the line; nothing here talks to Ray.
-
-Keys of a rollout line (besides ``rollout_id``, ``step``, ``weight_version``: the version the engines
-serve after the step's sync):
-
-* ``rollout/*`` from the trained samples: ``samples`` their count (it varies with dynamic sampling,
-  partial rollout and forked agent episodes); ``accuracy`` counts samples with full credit (reward >=
-  1 - 1e-9), so partial-credit rewards (f1) still have a meaningful accuracy; ``zero_std_groups`` is
-  the share of prompt groups (samples sharing a ``group_index``) whose samples all got the same
-  reward (they carry no GRPO signal); ``weight_version`` is the version that generated them (the
-  caller adds the generation's own ``rollout/groups_*`` counts);
-* ``check/stale_samples`` counts samples whose newest tokens do not come from the weight version the
-  engines were told to serve when the rollout started (always 0: non-zero means a sync did not reach
-  an engine); ``rollout/offpolicy_token_frac``: the share of response tokens an older policy
-  generated (continued partial responses);
-* ``rollout/staleness_mean`` / ``_max``: how many weight updates the trainer's policy is ahead of the
-  version that generated each sample (0 in a synchronous run; 1 in an async run after rollout 0);
-* ``agent/*`` with an agent section (``slime.agent.generate.rollout_metrics``);
-* ``train/*`` / ``critic/*``: the mean over the rollout's optimizer steps (``lr``: the last value),
-  plus ``prepare``'s ``train/logprob_diff``, ``train/rollout_kl`` & co; ``time/train_steps_s`` /
-  ``time/critic_steps_s`` sum the steps' times;
-* (when the rollout took optimizer steps) ``check/kl_before_update`` (the first step's ``approx_kl``:
-  the trainer against its own log-probs of the same weights, so ~0 unless the forward pass is not
-  repeatable or ``algorithm.use_rollout_logprobs`` puts the engine's in their place) and, on rollout 0
-  only, the engine/trainer consistency checks before any update: ``check/step0_logprob_diff`` (mean
-  |trainer - engine| log-prob of the sampled tokens), ``check/step0_kl`` (``train/rollout_kl`` of
-  rollout 0: KL(engine's sampling policy || trainer's policy), the k3 estimate on the sampled tokens;
-  ~0 when the engine serves the trainer's weights at the trainer's temperature, and it grows when they
-  disagree; absent when the samples carry no engine log-probs) and ``check/step0_ref_kl`` (with a
-  reference model). The caller adds ``eval/*`` and ``time/*``.
+The driver hands over what it fetched (samples, rank 0's ``prepare`` and per-step metrics) and gets
+the line; nothing here talks to Ray. Keys: ``rollout/*`` (count, full-credit accuracy, zero-std
+groups, staleness, off-policy share), ``agent/*``, ``train/*`` / ``critic/*`` (means over steps),
+and the consistency checks: ``check/stale_samples`` (always 0 unless a sync was lost),
+``check/kl_before_update`` and rollout 0's ``check/step0_*`` (engine vs trainer before any update).
+The caller adds ``eval/*`` and ``time/*``. Key-by-key definitions: docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -97,7 +72,7 @@ def rollout_record(
     critic: list[dict[str, float]],
     agent: bool = False,
 ) -> dict[str, Any]:
-    """The line of rollout ``rollout_id`` without ``eval/*`` and ``time/*`` (see the module doc).
+    """The line of rollout ``rollout_id`` without ``eval/*`` and ``time/*`` (keys: docs/design-notes.md).
 
     ``used_version``: the weight version that generated the samples; ``policy_version``: the version
     the trainer's policy had when this step began (staleness); ``train`` / ``critic``: rank 0's

@@ -1,29 +1,11 @@
 """The rollouts the loop trains on, in order: generated when asked (synchronous) or one ahead (async).
 
-:class:`RolloutFeed` sits between the driver and the rollout manager (a serial Ray actor):
-
-* :meth:`~RolloutFeed.take` returns rollout ``r``: the one generated ahead, else it asks for it now;
-* :meth:`~RolloutFeed.prefetch` (``train.async``) starts rollout ``r + 1`` on the engines with the weights
-  they serve now, and returns at once: the trainer steps on ``r`` meanwhile;
-* :meth:`~RolloutFeed.settle` waits for that generation to finish: the driver calls it before a weight
-  sync, so a rollout is generated with one weight version throughout.
-
-So with ``train.async`` rollout ``k + 1`` is generated with the weights of step ``k - 1`` (version ``k``)
-while the trainer trains on rollout ``k``: every rollout after the first is one update stale, and every
-sample records the version that generated it (``rollout/staleness_*``).
-
-Checkpoints stay exact. A checkpoint after rollout ``r`` of an async run is taken after ``settle``:
-rollout ``r + 1`` is complete and the manager's data cursor is past its prompts. Its samples (tokens,
-log-probs, rewards, versions) are saved in the checkpoint (:data:`PREFETCH_FILE`, and ``prefetched: r+1``
-in ``state.json``) and :meth:`~RolloutFeed.restore` puts them back: a resumed run trains on exactly the
-samples the uninterrupted run trained on (they are *replayed*, not regenerated: regenerating needs
-version ``r``'s weights, which the checkpoint does not hold). Everything after them is regenerated
-with the same per-request sampling seeds from the same weights. A synchronous checkpoint holds no
-prefetched rollout. Resuming an async checkpoint with ``train.async: false`` still trains on the saved
-rollout first (no prompt is skipped), then continues synchronously.
-
-Not guaranteed: a prefetch in flight when the run fails is lost (the next attempt resumes from the
-last checkpoint, which has its own).
+:class:`RolloutFeed` sits between the driver and the rollout manager: :meth:`~RolloutFeed.take`
+returns rollout ``r``, :meth:`~RolloutFeed.prefetch` (``train.async``) starts ``r + 1`` with the
+weights served now, :meth:`~RolloutFeed.settle` waits for it before a weight sync, so one rollout
+has one weight version and async rollouts are one update stale. Guaranteed: checkpoints stay exact
+(an async checkpoint saves the prefetched rollout and a resume replays it). Not guaranteed: a
+prefetch in flight when the run fails is lost. Details: docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,33 +1,11 @@
 """The rollout manager: prompts in, the scored samples a rollout trains on out (``RolloutBatch``).
 
-One instance per job (a Ray actor in the runtime; a plain object in tests). It owns the prompt
-source (the dataset's resumable cursor and the partial-rollout buffer, ``slime.runtime.rollout.source``),
-the tokenizer, the reward function, the group filter and one ``EngineClient`` per engine.
-``generate(rollout_id)`` runs the data path of ``slime.runtime.rollout`` (draw → generate → score →
-filter → abort/buffer) and returns the kept samples in group order (group ``g`` = the ``g``-th kept
-group; with fixed counts, prompt ``g``'s samples are rows ``g*n .. g*n+n-1``) with the rollout's
-``rollout/groups_*`` metrics; with ``debug.save_rollouts`` it writes them to ``tasks/<i>/rollouts/``
-first. In ``debug.mode: train_only`` it reads them from ``debug.load_rollouts`` instead (no engines).
-
-Determinism (exact resume): every sampled request carries a ``sampling_seed`` derived from
-``(train.seed, rollout_id, position of the group in the rollout's draws, sample)``, so a rollout's
-samples do not depend on the process, the batch or what ran before; together with the source's
-state in the checkpoint, a resumed run draws the same prompts and the same responses as an
-uninterrupted one. Partial responses (``rollout.partial``) depend on when the abort came.
-
-Each sample records the engine's ``weight_version`` (an int the runtime sets with every weight sync;
--1 if the engine reports something else), and per token (``token_versions``) once continued.
-
-With an ``agent`` section, each sample is one agent episode instead (``slime.agent.generate.fill_samples``:
-the ``agent.generate`` plug-in, default the built-in tool-calling loop; an episode that forked gives
-all its root-to-leaf samples; its ``ctx`` is a frozen ``slime.agent.context.GenerateContext`` of the
-current engines, :meth:`RolloutManager.generate_context`), and the SFT warm-up uses the agent's chat
-format (``agent_sft_sample``).
-
-Evaluation (:meth:`RolloutManager.evaluate`) generates each set's prompts with its own sampling
-settings (``max_response_len``, ``temperature``, ``top_p``, ``top_k``) and reports reward, accuracy,
-response length and ``pass@k`` (``slime.rl.passk``).
-
+One per job (a Ray actor; a plain object in tests), owning the prompt source, tokenizer, reward,
+filter and one ``EngineClient`` per engine. ``generate(rollout_id)`` runs ``slime.runtime.rollout``
+and returns the kept samples in group order (or, ``train_only``, reads saved ones); with an
+``agent`` section each sample is an agent episode. :meth:`RolloutManager.evaluate` runs eval sets.
+Guaranteed: each request's ``sampling_seed`` derives from (seed, rollout, draw position, sample),
+so a resumed run draws the same prompts and responses (partial responses depend on abort timing).
 Not implemented: custom rollout plug-ins (slime's ``--rollout-function-path``).
 """
 

@@ -1,17 +1,10 @@
 """The task's own status file and the graceful-stop flag.
 
-``TaskPaths.state`` (``tasks/<i>/state.json``) is rewritten atomically on every
-change: ``{"state": running|succeeded|failed|preempted, "rollout_id": last
-completed rollout (-1 = none), "num_rollouts", "checkpoint": newest saved dir,
-"resumed_from": the checkpoint this attempt started from (absent on a fresh start),
-"exit_code", "error", "pid", "host", "updated"}``. Job management (status,
-requeue decisions) reads it; it is never needed to resume (checkpoints are).
-
-Graceful stop: SIGUSR1 (SLURM's ``--signal`` warning before the time limit) and
-SIGTERM (preemption, ``scancel``) set a flag; the loop finishes the rollout it
-is in, saves a checkpoint and exits with :data:`ExitCode.REQUEUE` (75, BSD's
-EX_TEMPFAIL: "try again later"), which launchers map to "requeue me". A second
-signal while stopping does not abort the checkpoint being written.
+``tasks/<i>/state.json`` (state, last rollout, newest checkpoint, exit code, error, ...) is rewritten
+atomically on every change; job management reads it, resuming never needs it. SIGUSR1 (SLURM's
+time-limit warning) and SIGTERM set a flag: the loop finishes its rollout, saves a checkpoint and
+exits with :data:`ExitCode.REQUEUE` (75, BSD's EX_TEMPFAIL), which launchers map to "requeue me".
+A second signal does not abort the checkpoint being written.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """The driver's side of turning a rollout into optimizer steps, without torch.
 
-* :func:`train_inputs` — what a trainer rank needs of each ``Sample``, as plain dicts;
-* :func:`plan_steps` / :class:`StepPlan` — which samples each data-parallel rank trains on at each
-  optimizer step (``slime.runtime.train_data``'s module doc, step 2);
-* :class:`ShardScores` — what a rank needs to compute its samples' sequence scores
-  (``train_data.rank_scores``): the whole rollout's rewards, group and episode ids (group statistics
-  need every sample) and the indices of the rank's own samples.
-
-Kept apart from ``train_data`` (tensors, advantages) so the driver process never imports torch: that
-import is ~3 s of CPU per run, and the scores it computed are a few floats the ranks compute as well.
+:func:`train_inputs` (what a rank needs of each ``Sample``), :func:`plan_steps` / :class:`StepPlan`
+(which samples each data-parallel rank trains on at each step) and :class:`ShardScores` (what a
+rank needs to compute its samples' sequence scores: the whole rollout's rewards and ids).
+Kept apart from ``train_data`` so the driver process never imports torch.
 """
 
 from __future__ import annotations
@@ -54,7 +49,7 @@ class StepPlan:
 
 
 def plan_steps(lengths: Sequence[int], *, dp_size: int, target: int, balance_tokens: bool = False) -> StepPlan:
-    """Optimizer steps for samples of token lengths ``lengths`` (``train_data``'s module doc, step 2).
+    """Optimizer steps for samples of token lengths ``lengths`` (rules: docs/design-notes.md).
 
     ``target``: ``train.global_batch_size``. Raises ``ValueError`` when there are fewer samples than
     data-parallel ranks (some rank would have nothing to train on)."""

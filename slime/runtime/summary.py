@@ -1,15 +1,9 @@
 """The end-of-run summary: ``summary.json`` (flat final metrics) and a short rich table.
 
-``summary.json`` is what ``slime-submit --json`` reports as ``final_metrics``:
-the latest eval metrics (``eval/accuracy`` is the first eval set's held-out
-accuracy), the same accuracy before RL (``eval/accuracy_initial``) and, with an SFT
-warm-up, before it (``eval/accuracy_before_sft``), the last
-rollout's reward and the mean of the last 10, the step-0 correctness checks
-(``check/step0_logprob_diff``: mean |trainer - engine| log-prob at the first
-rollout; ``check/step0_kl``: KL(engine's sampling policy || trainer's policy) on
-the first rollout's sampled tokens before any update, the k3 estimate (see
-``slime.runtime.record``); ``check/step0_ref_kl`` with a reference model), the final
-``rollout_id``/``step``/``weight_version`` and total timings.
+``summary.json`` is what ``slime-submit --json`` reports as ``final_metrics``: the latest eval
+metrics, accuracy before RL (and before the SFT warm-up), the last rollout's reward and a recent
+mean, the step-0 consistency checks (see ``slime.runtime.record``), the final counters and total
+timings.
 """
 
 from __future__ import annotations

@@ -1,32 +1,11 @@
 """From generated samples to ``TrainBatch`` tensors and advantages.
 
-Split of the work (so that group statistics and whitening see the whole
-rollout, whatever the data-parallel size):
-
-1. the driver turns each sample's reward into a *sequence score*
-   (:func:`sequence_scores`): group-normalised for GRPO/GSPO/CISPO, group-centred
-   for REINFORCE++-baseline, raw for REINFORCE++ and PPO (they need per-token
-   KL and values first). Groups are the samples sharing a ``group_index``, of any
-   size; samples of one agent episode (``episode_ids``) count once in their group's
-   statistics;
-   computed on each trainer rank from the rollout's rewards (:func:`rank_scores`, given a
-   ``step_plan.ShardScores``), so that the driver never imports torch;
-2. the driver plans the optimizer steps (``slime.runtime.step_plan.plan_steps``): a rollout of any
-   size N becomes ``round(N / global_batch_size)`` steps (at least 1, at most
-   N // dp) of contiguous, near-equal slices in sample order; each step's slice
-   is split over the ``dp`` data-parallel ranks, by count (contiguous, sizes
-   differ by at most one) or, with dynamic batching, by tokens (longest first
-   to the least-loaded rank). Every rank gets at least one sample per step. With
-   a fixed count (N = steps x gbs, gbs a multiple of dp) this is exactly step
-   ``s`` = samples ``[s*gbs, (s+1)*gbs)``, rank ``r`` a contiguous ``gbs/dp`` slice;
-3. each rank pads its shard (:func:`collate`) and computes per-token advantages
-   (:func:`token_advantages`); batch whitening uses moments all-reduced over
-   the ranks, so it equals whitening the whole rollout in one process. The
-   backends divide each step's loss by the token (or sequence) count all-reduced
-   over the ranks, so uneven shards give the one-process loss and gradients.
-
-Tensor alignment follows ``TrainBatch``: per-token tensors are ``[B, T-1]`` and
-position ``t`` scores token ``t+1``.
+Split so that group statistics and whitening see the whole rollout whatever the data-parallel
+size: (1) each rank computes sequence scores from the whole rollout's rewards (:func:`rank_scores`);
+(2) the driver plans the optimizer steps (``step_plan.plan_steps``); (3) each rank pads its shard
+(:func:`collate`) and computes per-token advantages with moments all-reduced over ranks, so uneven
+shards give the one-process loss and gradients. Per-token tensors are ``[B, T-1]``: position ``t``
+scores token ``t+1``. Scoring per estimator and step planning: docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """The loop's own state, and what a checkpoint of the run holds: save, choose, restore.
 
-:class:`TrainState` is what the loop counts — the last completed rollout, the optimizer steps, the
-weight version the engines serve — plus ``data``, the rollout manager's ``state_dict`` (the prompt
-cursor, the partial-rollout buffer with its samples, the count of drawn groups) as of the last save
-or load. Its :meth:`~TrainState.state_dict` is the checkpoint's
-``state.json`` (with ``format``, ``world_size`` and ``saved_at`` added by :func:`save_checkpoint`):
-the same keys as before this module existed, so older checkpoints load.
-
-A checkpoint is ``<dir>/<rollout_id>/``: every trainer rank's files (model, optimizer, RNG; the
-backend's format) and ``state.json``, written into a temp dir and renamed (``CheckpointStore``:
-complete or absent). :meth:`ResumePoint.find` picks where a (re)started run resumes — its own
-newest checkpoint, else ``train.checkpoint.load`` — and reads and checks its ``state.json`` before
-Ray starts, so a damaged one fails in seconds with a message naming the usable ones.
-:func:`restore_checkpoint` loads the ranks and the counters.
-
-Guaranteed: a failure while saving leaves no partial checkpoint (the temp dir is removed), and an
-``OSError`` there (disk full) is reported as the user's problem (exit 2), not a bug. Not done: any
-fallback to an older checkpoint when the newest is damaged (the error says which to move aside).
+:class:`TrainState` counts rollouts, optimizer steps and the served weight version, plus the
+rollout manager's data state; its ``state_dict`` is the checkpoint's ``state.json`` (older
+checkpoints load). :meth:`ResumePoint.find` picks the run's newest checkpoint, else
+``train.checkpoint.load``, and checks it before Ray starts; :func:`restore_checkpoint` loads it.
+Guaranteed: a failed save leaves no partial checkpoint, and an ``OSError`` there is exit 2, not a
+bug. Not done: falling back to an older checkpoint when the newest is damaged (the error says which).
 """
 
 from __future__ import annotations

@@ -1,35 +1,12 @@
 """Trainer ranks as Ray actors, and the driver-side group that drives them in lock step.
 
-``TrainerRank`` (one process per slot) hosts one ``TrainBackend`` (actor or
-critic role, from ``TRAIN_BACKENDS``) and, for the actor with a reference
-model, a frozen ``ref`` backend in the same process. It turns the samples it is
-given into a ``TrainBatch`` and computes what needs the model: old log-probs,
-reference log-probs, KL, advantages (``train_data.token_advantages``, with
-moments all-reduced over the ranks), then the optimizer steps.
-
-``TrainerGroup`` creates the ranks in their placement-group bundles, joins them
-into one process group (rank 0's node IP and a free port), and fans every call
-out to all ranks at once: collective operations inside the backends need every
-rank to enter them together. Samples are sharded by each rank's data-parallel
-coordinates (``TrainBackend.data_parallel_coords``) along a
-``step_plan.StepPlan``: how many samples each rank trains on at each optimizer
-step (uneven when the rollout's sample count is).
-
-Tensors go rank to rank, not through the driver: the RL calls return Ray object
-refs, so critic values reach the actor ranks (GAE) and PPO returns reach the
-critic ranks as refs; the driver only fetches metrics. Actor rank ``i`` and
-critic rank ``i`` hold the same shard (same data-parallel layout, checked at
-start). Each rank keeps the batch of its last ``prepare`` (actor) or ``values``
-(critic) for the ``train`` / ``train_critic`` call that follows.
-
-Metrics returned by ranks are already reduced over ranks; the group reports
-rank 0's.
-
-Weight sync over a collective group (``rollout.weight_sync: nccl``,
-``TrainerRank.push_weights``): every rank walks ``TrainBackend.hf_weights()``
-(megatron gathers TP shards inside, so all ranks must take part); rank 0
-connects the ``WeightSender`` the rollout backend made (NCCL when the trainer is
-on CUDA, gloo on CPU) on the first push and broadcasts through it.
+``TrainerRank`` hosts one ``TrainBackend`` (actor or critic; plus a frozen reference) and computes
+what needs the model: old/ref log-probs, KL, advantages, optimizer steps. ``TrainerGroup`` places
+the ranks, joins them into one process group and fans every call out to all ranks at once
+(collectives need every rank), sharding samples along a ``step_plan.StepPlan``. Tensors go rank to
+rank as Ray object refs; the driver only fetches metrics, already reduced (rank 0's). Actor and
+critic rank ``i`` hold the same shard. Weight sync over NCCL/gloo: every rank walks
+``hf_weights()``, rank 0 broadcasts. Details: docs/design-notes.md.
 """
 
 from __future__ import annotations

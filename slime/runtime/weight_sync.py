@@ -1,23 +1,11 @@
 """Moving the actor's weights into the engines, and (colocated) engine memory in and out around it.
 
-:meth:`WeightSync.sync` makes every engine serve the actor's current weights as a given version:
-
-* ``rollout.weight_sync: nccl`` — trainer rank 0 broadcasts them over a collective group through the
-  ``WeightSender`` the rollout backend makes (gloo on CPU); nothing is written to disk;
-* ``disk`` / ``delta`` — the actor exports an HF checkpoint into ``<task>/weights/v<version>`` and the
-  rollout backend loads it (``delta``: the backend ships only what changed); the previous export is
-  removed once the next one is loaded, so one export is on disk between syncs.
-
-Colocation (``rollout.colocate``): the engines share their slots' memory with the trainer.
-:meth:`~WeightSync.release` (after a rollout, before the SFT warm-up) makes them free it; the next
-``sync`` takes it back in the order SGLang needs — ``weights`` first, then the update, then
-``kv_cache`` and ``cuda_graph`` (resumed weights hold garbage until reloaded). The state is one flag,
-``released``: release is a no-op when released (or not colocated), sync resumes only when released.
-
-Without engines (``debug.mode: train_only``) or a policy (``rollout_only``) ``sync`` and ``release``
-do nothing. Guaranteed: after ``sync`` returns, every engine has acknowledged the new version (or it raised).
-Not guaranteed: the engines' memory state after a failed sync (the run then fails and they are
-stopped).
+:meth:`WeightSync.sync` makes every engine serve the actor's weights as a given version: over a
+collective from trainer rank 0 (``nccl``), or through an HF export the backend loads (``disk`` /
+``delta``; one export on disk between syncs). Colocated, :meth:`~WeightSync.release` frees the
+engines' memory and the next ``sync`` resumes it in the order SGLang needs. Without engines or a
+policy (debug modes) both do nothing. Guaranteed: after ``sync`` returns every engine acknowledged
+the version (or it raised). Not guaranteed: the engines' memory state after a failed sync.
 """
 
 from __future__ import annotations

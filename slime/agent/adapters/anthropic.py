@@ -1,23 +1,11 @@
 """Anthropic messages (``POST /v1/messages``) for the adapter server.
 
-Requests: ``system`` (string or text blocks), ``messages`` (user/assistant;
-string content or blocks: ``text``, assistant ``tool_use`` ``{id, name,
-input}``, user ``tool_result`` ``{tool_use_id, content, is_error}``), ``tools``
-(``{name, description, input_schema}``), ``tool_choice`` auto/none,
-``max_tokens``, ``temperature``, ``top_p``, ``top_k``, ``stop_sequences``,
-``stream``. Unknown keys are ignored; ``max_tokens`` defaults to the server's
-cap when missing. Other block types (images, thinking) are a 400.
-
-Translation to chat-template messages: ``tool_result`` blocks become ``tool``
-messages (before the text of the same user turn), ``tool_use`` blocks become
-the assistant's ``tool_calls`` with ``input`` as the arguments object.
-
-Replies: ``content`` blocks in generation order (``text``, ``tool_use``), and
-``stop_reason`` ``tool_use``, ``end_turn``, ``max_tokens`` or
-``stop_sequence``. Extension: malformed tool calls are listed in a top-level
-``invalid_tool_calls`` (``id``, ``name`` if recoverable, ``raw``, ``error``)
-and their text stays in a ``text`` block. Streaming sends the documented event
-sequence (``message_start`` ... ``message_stop``).
+Translates ``system``, ``messages`` (text, ``tool_use``, ``tool_result`` blocks), ``tools`` and the
+sampling keys to chat-template messages (``tool_result`` -> ``tool`` messages, ``tool_use`` -> the
+assistant's ``tool_calls``), and replies with ``content`` blocks in generation order and a
+``stop_reason``. Unknown keys are ignored; other block types (images, thinking) are a 400.
+Extension: malformed tool calls go to a top-level ``invalid_tool_calls`` and their text stays in a
+``text`` block. Streaming sends the documented event sequence, in one burst after generation.
 """
 
 from __future__ import annotations

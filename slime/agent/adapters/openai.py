@@ -1,20 +1,10 @@
 """OpenAI chat completions (``POST /v1/chat/completions``) for the adapter server.
 
-Requests: ``messages`` (roles system/developer/user/assistant/tool; string
-content or text parts; assistant ``tool_calls`` with ``function.arguments`` as
-a JSON string), ``tools`` (``{"type": "function", "function": {name,
-description, parameters}}``), ``tool_choice`` auto/none, ``max_tokens`` /
-``max_completion_tokens``, ``temperature``, ``top_p``, ``stop``, ``seed``,
-``stream`` (+ ``stream_options.include_usage``). Unknown keys are ignored, as
-OpenAI clients send many optional ones; values the engine cannot honour
-(``n > 1``, penalties, forced tool choice, image parts) are a 400.
-
-Replies follow the API: ``choices[0].message`` has ``content`` and
-``tool_calls`` (``arguments`` is the JSON text exactly as the model wrote it),
-``finish_reason`` is ``tool_calls``, ``stop`` or ``length``. Extension: a
-malformed tool call is listed in ``message.invalid_tool_calls`` (``id``,
-``name`` if recoverable, ``raw`` text, ``error``) and its text stays in
-``content``; it is not in ``tool_calls``.
+Accepts ``messages`` (text content, assistant ``tool_calls``), function ``tools``, ``tool_choice``
+auto/none and the sampling keys; unknown keys are ignored (clients send many), values the engine
+cannot honour (``n > 1``, penalties, forced tool choice, images) are a 400. Replies follow the API;
+``arguments`` is the JSON text exactly as the model wrote it. Extension: a malformed tool call is
+listed in ``message.invalid_tool_calls`` and its text stays in ``content``.
 """
 
 from __future__ import annotations

@@ -1,37 +1,12 @@
-"""The adapter HTTP server: an agent-facing API in front of a rollout engine.
+"""The adapter HTTP server: an OpenAI or Anthropic API in front of one rollout engine.
 
-One :class:`AdapterServer` speaks one protocol (``openai``: ``POST
-/v1/chat/completions``; ``anthropic``: ``POST /v1/messages``) and forwards to
-one engine (the built-in engine or SGLang, through
-:class:`~slime.backends.rollout.client.EngineClient`). Per request:
-
-1. the session comes from ``Authorization: Bearer <token>`` or ``x-api-key``
-   (401 unknown, 410 closed);
-2. the body (at most 8 MiB, else 413) is translated to chat-template messages
-   and tools (400 on bad input, naming the field);
-3. the tokenizer's chat template renders the prompt (with tools) and the turn
-   is admitted (403 past ``max_turns``). Steps 2-3 run in a worker thread (they
-   touch no session state), so a multi-MB prompt does not stall other sessions;
-4. the engine's ``/generate`` runs on the prompt token ids with log-probs;
-5. tool calls are parsed from the text (``toolcalls`` module; malformed ones
-   are flagged as ``invalid_tool_calls``, never an error);
-6. the turn is recorded in the session's trajectory tree (prompt ids, output
-   ids, log-probs, weight version, messages), then the reply is sent, as JSON
-   or, with ``stream: true``, as server-sent events. The engine does not stream,
-   so an SSE reply arrives in one burst after generation, in the protocol's
-   event shapes.
-
-The server runs its own event loop in a daemon thread (like the built-in
-engine's), so sessions and the trajectory trees are touched by that one thread
-only; the rollout side calls the thread-safe ``open_session``/``close_session``
-(or their ``a``-prefixed coroutine forms) from any thread or loop. aiohttp is
-used because the engine client and server already depend on it.
-
-Not guaranteed: token-by-token streaming, ``n > 1``, forced tool choice
-(``tool_choice`` other than auto/none), log-probs in the reply, non-text
-content (images). Engine weight versions that are not integers (the engine's
-initial ``"default"``) are recorded as version -1 in the trajectory (the
-runtime's convention); the raw string is kept in the turn record.
+Per request: find the session from the bearer token / ``x-api-key``, translate the body, render the
+prompt with the chat template, generate with log-probs, parse tool calls (malformed ones flagged,
+never an error), record the turn in the session's trajectory tree, reply (JSON or one-burst SSE).
+The server runs its own event loop in a daemon thread, so sessions are touched by one thread only;
+``open_session``/``close_session`` are thread-safe. aiohttp: the engine client already needs it.
+Not provided: token streaming, ``n > 1``, forced tool choice, log-probs in replies, images.
+See docs/design-notes.md (slime.agent.adapters.server) for status codes and version handling.
 """
 
 from __future__ import annotations

@@ -1,29 +1,11 @@
 """Agent sessions of an adapter server: tokens, turn caps, recording, drain on close.
 
-A session is opened by the rollout side (``open(session_id) -> token``); the
-agent sends the token as its API key (``Authorization: Bearer <token>`` or
-``x-api-key``). Every request of that session that reaches the engine becomes
-one :class:`~slime.agent.trajectory.Turn` of the session's
-:class:`~slime.agent.trajectory.TrajectoryTree`. ``close(session_id)`` returns
-the :class:`SessionResult` (the tree and one :class:`TurnRecord` per turn).
-
-Guaranteed (the W22 race fix: shutting a session down drains it first):
-
-- ``close`` refuses new requests at once (:class:`SessionClosed`), then waits
-  until every request already admitted has recorded its turn or failed, and
-  only then returns. No turn is recorded after ``close`` returns and no
-  admitted turn is lost.
-- The admission check and the in-flight count change with no ``await`` in
-  between, so a request either is admitted before ``close`` starts (and is
-  waited for) or is refused.
-- The turn cap counts turns recorded plus turns in flight, so concurrent
-  requests cannot overshoot ``max_turns``; a request that fails before it is
-  recorded gives its slot back.
-
-Every method runs on the adapter server's event loop (single-threaded, no
-locks); other threads go through ``AdapterServer``'s thread-safe wrappers.
-Not guaranteed: durability (sessions live in memory) and fairness among
-concurrent requests of one session.
+``open(session_id)`` gives the token the agent uses as its API key; every request that reaches the
+engine becomes one turn of the session's trajectory tree; ``close`` returns the tree and records.
+Guaranteed: ``close`` refuses new requests at once and returns only after every admitted request
+has recorded its turn or failed; admission and the in-flight count change with no ``await`` in
+between; the turn cap counts turns in flight, so concurrent requests cannot overshoot it.
+Runs on the server's event loop only (no locks). Not guaranteed: durability, fairness.
 """
 
 from __future__ import annotations

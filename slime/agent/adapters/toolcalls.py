@@ -1,31 +1,11 @@
-"""The tool-call text format the adapters parse out of generated text.
+"""The tool-call text format the adapters parse out of generated text (Qwen/Hermes style).
 
-A model calls a tool by writing a block (Qwen/Hermes style, the format the
-built-in tiny model's chat template renders)::
-
-    <tool_call>
-    {"name": "calculator", "arguments": {"expression": "07+12"}}
-    </tool_call>
-
-Rules:
-
-- The body between the tags is one JSON object with a non-empty string
-  ``"name"`` and ``"arguments"``: a JSON object, a string holding a JSON object
-  (some models double-encode), or absent (no arguments). Other keys are ignored.
-- Whitespace around the body is free; any number of blocks may appear, with
-  free text before, between and after them.
-- A block that breaks these rules (body not JSON, no name, arguments not an
-  object, ``<tool_call>`` never closed) is an *invalid* tool call: it is
-  reported with the reason and its raw text, never raised. Its text stays in the
-  message content verbatim, so the model's exact output is still visible to the
-  agent and re-renders to the same tokens.
-
-``raw_arguments`` of a valid call is the arguments text exactly as the model
-wrote it when the body has the template's canonical shape
-``{"name": "...", "arguments": ...}``; sending it back unchanged (OpenAI
-passes arguments as a string) makes the chat template reproduce the generated
-tokens, so the next turn's prompt extends the trajectory instead of forking it.
-Otherwise it is ``json.dumps(arguments)``.
+A call is ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``; ``arguments`` may be an
+object, a string holding one, or absent. Any number of blocks, with free text around them.
+A block that breaks the rules is an *invalid* call: reported with reason and raw text, never raised,
+and its text stays in the message verbatim. ``raw_arguments`` is the arguments text as the model
+wrote it (canonical shape), so sending it back re-renders the same tokens and the next prompt
+extends the trajectory instead of forking it; otherwise it is ``json.dumps(arguments)``.
 """
 
 from __future__ import annotations

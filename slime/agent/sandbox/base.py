@@ -1,29 +1,12 @@
 """The sandbox contract shared by every backend (local bubblewrap, E2B).
 
-A sandbox is an async context manager that runs agent commands somewhere the
-agent cannot hurt the host. ``exec`` never raises for a failing or timed-out
-command: it returns an :class:`ExecResult`. It raises :class:`SandboxError`
-only when the sandbox itself cannot do its job (not started, closed, backend
-unreachable), and :class:`IsolationUnavailable` (a subclass) when a backend
-cannot provide the isolation it promises.
-
-Timeout contract: a command that outlives ``timeout`` seconds is killed with
-every process it started and the result has ``returncode == TIMEOUT_RC`` (124,
-the value coreutils ``timeout`` uses) and ``timed_out=True``. A command may
-itself exit with 124, so check ``timed_out`` to tell the two apart.
-
-Paths given to ``write_file``/``read_file`` and ``workdir`` are paths *inside*
-the sandbox; relative paths are relative to the sandbox's working directory.
-``write_file`` takes bytes (or a bytearray/memoryview) or a str, written as UTF-8;
-anything else is a ``TypeError`` and text with a lone surrogate a ``ValueError``.
-``exec`` refuses (``ValueError``) argv, a command string or env holding a NUL
-byte or a lone surrogate, which no process argument can carry.
-
-Backends subclass :class:`BaseSandbox`, which owns what every backend does the
-same way: a stable ``sandbox_id``, ``async with`` = ``start()`` then
-``close()``, the started/closed state checks (one wording for their errors),
-and ``exec``'s argument checks before the backend's ``_exec``. The
-:class:`Sandbox` protocol stays the contract callers type against.
+``exec`` never raises for a failing or timed-out command: it returns an :class:`ExecResult`
+(a timed-out command is killed with its processes: ``returncode == TIMEOUT_RC`` (124) and
+``timed_out=True``; check ``timed_out``, since a command may exit 124 itself). It raises
+:class:`SandboxError` only when the sandbox cannot do its job, :class:`IsolationUnavailable` when
+it cannot isolate as promised. Paths are inside the sandbox. Arguments holding a NUL or a lone
+surrogate are refused. :class:`BaseSandbox` holds what every backend does alike (id, lifecycle
+checks, ``exec`` argument checks); the :class:`Sandbox` protocol is what callers type against.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """The bubblewrap command line of one :class:`~slime.agent.sandbox.local.LocalSandbox` call.
 
-Kept apart from the sandbox's lifecycle so that the mount layout (what the
-sandboxed command can see) reads in one place. See ``local.py`` for what is and
-is not isolated.
-
-:class:`CallFds` are the descriptors one call hands bubblewrap: the seccomp
-program (``--seccomp``) and the cgroup handshake. bubblewrap writes its
-sandbox process's pid to ``--info-fd`` right after creating it, and that
-process waits on ``--block-fd`` after its setup, before it applies the
-seccomp filter and execs the command. The caller moves the pid into the
-sandbox's cgroup in between, so the command and everything it starts run
-inside the cgroup from their first instruction.
+Kept apart from the sandbox's lifecycle so the mount layout (what the command can see) reads in
+one place; ``local.py`` says what is and is not isolated. :class:`CallFds` are the descriptors a
+call hands bubblewrap: the seccomp program and the cgroup handshake (``--info-fd`` gives the
+sandbox pid, ``--block-fd`` holds it until the caller has moved it into the cgroup), so the
+command runs inside the cgroup from its first instruction.
 """
 
 from __future__ import annotations

@@ -1,39 +1,11 @@
 """One memory cgroup per :class:`~slime.agent.sandbox.local.LocalSandbox`: a cap on all its processes together.
 
-rlimits bound each process; a cgroup bounds the sum. Every ``exec`` of the
-sandbox joins the sandbox's cgroup before the command runs (``local.py`` moves
-bubblewrap's sandbox process in while bubblewrap waits on ``--block-fd``), so
-every process the command starts is charged to it, and so are the pages of
-the sandbox's tmpfs mounts. When the sum reaches the cap the kernel reclaims,
-then runs the OOM killer inside this cgroup only: cgroup v2 kills the whole
-group at once (``memory.oom.group``); v1 kills the largest process, then the
-next, until the rest fits. The host and other sandboxes are not touched. Swap
-is included in the cap (``memory.swap.max = 0`` / ``memory.memsw``), so it
-cannot be exceeded by swapping.
-
-Where the cgroup goes (:func:`find_parent`):
-
-- cgroup v2 with the memory controller: the directory named by
-  ``$SLIME_SANDBOX_CGROUP`` (one the host delegated to us, memory enabled in
-  its ``cgroup.subtree_control``), else, when this process sits in the root
-  cgroup of the hierarchy (a plain VM), ``<root>/slime-sandboxes``. A v2
-  cgroup that holds processes cannot give controllers to its children (the
-  "no internal processes" rule; only the true root is exempt), so under
-  systemd, or in a container whose cgroup holds our own processes, set
-  ``$SLIME_SANDBOX_CGROUP`` to a delegated cgroup without processes.
-- cgroup v1 with the memory controller mounted (hybrid hosts, such as the
-  CI machines): a child of this process's own memory cgroup (v1 allows
-  children beside processes), so the parent's limits still apply.
-- Otherwise (no controller, no permission: typically not root) there is no
-  total cap; the caller falls back to per-process rlimits and says so.
-
-Why no library: the interface is a handful of files in cgroupfs, and the
-Python cgroup packages either cover v1 only or want systemd/D-Bus; libcgroup's
-tools would add a process per call.
-
-Leftovers: a cgroup is removed on ``close``; one left by a process that died
-(its name carries the owner's pid and start time) is removed by the next
-sandbox that starts on the machine, once it holds no process.
+rlimits bound each process; the cgroup bounds the sum, tmpfs pages and swap included. Every
+``exec`` joins it before the command runs; past the cap the OOM killer acts inside it only.
+:func:`find_parent` picks cgroup v2 (``$SLIME_SANDBOX_CGROUP`` or the hierarchy root) or v1;
+without either there is no total cap and the caller says so. Leftovers of a dead process are
+removed by the next sandbox. Why no library: it is a handful of cgroupfs files, and the Python
+packages cover v1 only or need systemd/D-Bus. Placement rules: docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,49 +1,12 @@
 """Run agent commands in E2B cloud sandboxes (Firecracker micro-VMs).
 
-Built on the official ``e2b`` SDK (its ``AsyncSandbox``): it speaks E2B's REST
-control plane and the envd RPC protocol inside each VM, which we would
-otherwise have to re-implement. ``tenacity`` provides the retry loop.
-
-Guaranteed here:
-
-- The API key is given as a *reference* (e.g. ``"env:E2B_API_KEY"``) and
-  resolved by the caller's resolver when the sandbox starts. It is held in a
-  wrapper whose ``repr`` is masked, never logged, never put in ``os.environ``,
-  and scrubbed from error messages this module raises or logs.
-- Transient failures (connection errors, HTTP 429/500/502/503/504, rate
-  limits, an unreachable-but-not-stopped sandbox, request timeouts) are retried
-  with jittered exponential backoff ("full jitter": a random wait in
-  ``[0, min(backoff_max_s, backoff_initial_s * 2**attempt)]``), at most
-  ``max_attempts`` tries in all. The SDK's own response retries are switched
-  off (``retries=0``) so there is one policy; its connect-only retries stay,
-  since a request that never connected was never sent.
-- Non-idempotent operations are never retried: ``exec`` is tried once unless
-  the caller passes ``idempotent=True``. ``write_file`` (overwrite with the
-  same bytes), ``read_file`` and ``kill`` are idempotent. Creating the sandbox
-  is made idempotent with an ``Idempotency-Key`` fixed per ``E2BSandbox``
-  object, so a retried create cannot start a second VM.
-- Lifetime: the VM is created with ``timeout=lifetime_s`` so E2B kills it even
-  if this process dies; locally, calls after the lifetime raise
-  :class:`SandboxError` and ``exec`` budgets are capped by the time left.
-- A timed-out ``exec`` has its process killed (SIGKILL through envd) and
-  returns ``TIMEOUT_RC``/``timed_out=True``. Children that the command put in
-  other process groups may outlive it inside the VM until the VM is killed
-  (on ``close`` or at the end of its lifetime); the VM boundary contains them.
-
-- Per-process limits, when given (``cpu_time_s``, ``memory_mb`` as address
-  space, ``max_procs``, ``max_file_mb``; no core dumps then): every command
-  runs after bash's ``ulimit`` sets them, soft and hard, inside the VM (E2B's
-  API has no per-sandbox or per-command limits). ``max_procs`` counts every
-  process of the sandbox's user in the VM, concurrent commands included. If
-  ``ulimit`` refuses, the command does not run and ``exec`` returns 125.
-
-Not guaranteed: anything about the isolation of the VM itself (that is E2B's
-service), and output beyond ``max_output_bytes`` (cut, ``output_truncated``).
-The rlimits bound runaway code, not an adversary: E2B's stock template gives
-its user passwordless ``sudo``, and root may raise them; the VM is the
-boundary. A sandbox's total memory and disk are fixed by its E2B template
-(set when the template is built), so the spec refuses ``work_mb`` and
-``total_memory_mb`` for this backend rather than ignore them.
+Built on the official ``e2b`` SDK (REST control plane and envd RPC we would otherwise
+re-implement); ``tenacity`` provides the retry loop. Guaranteed: the API key is a reference,
+resolved at start, masked and scrubbed from errors; transient failures are retried with full-jitter
+backoff, non-idempotent calls (``exec`` by default) never; a create is idempotent per object; the
+VM dies after ``lifetime_s`` even if we do; timed-out commands are killed; optional rlimits via
+``ulimit`` (``exec`` returns 125 when refused). Not guaranteed: the VM's isolation (E2B's), rlimits
+against an adversary (the template has ``sudo``), output past ``max_output_bytes``. See docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -156,6 +119,21 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, (ConnectionError, TimeoutError))
 
 
+def _check_args(limits: dict, lifetime_s, max_attempts, positive: dict, workdir: str) -> None:
+    for name, value in limits.items():
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+            raise ValueError(f"E2BSandbox({name}=...) must be a positive integer or None, got {value!r}")
+    if not isinstance(lifetime_s, int) or isinstance(lifetime_s, bool) or lifetime_s <= 0:
+        raise ValueError(f"E2BSandbox(lifetime_s=...) must be a positive integer of seconds, got {lifetime_s!r}")
+    if not isinstance(max_attempts, int) or max_attempts < 1:
+        raise ValueError(f"E2BSandbox(max_attempts=...) must be >= 1, got {max_attempts!r}")
+    for name, value in positive.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"E2BSandbox({name}=...) must be positive, got {value!r}")
+    if not workdir.startswith("/"):
+        raise ValueError(f"E2BSandbox(workdir=...) must be an absolute path, got {workdir!r}")
+
+
 # Exit status of a command that never ran because ulimit refused its limits.
 ULIMIT_FAILED_RC = 125
 
@@ -208,25 +186,15 @@ class E2BSandbox(BaseSandbox):
         max_procs: int | None = None,
         max_file_mb: int | None = None,
     ) -> None:
+        positive = {
+            "backoff_initial_s": backoff_initial_s,
+            "backoff_max_s": backoff_max_s,
+            "request_timeout_s": request_timeout_s,
+            "max_output_bytes": max_output_bytes,
+        }
         limits = {"cpu_time_s": cpu_time_s, "memory_mb": memory_mb, "max_procs": max_procs, "max_file_mb": max_file_mb}
-        for name, value in limits.items():
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-                raise ValueError(f"E2BSandbox({name}=...) must be a positive integer or None, got {value!r}")
+        _check_args(limits, lifetime_s, max_attempts, positive, workdir)
         self._ulimit = _ulimit_prefix(cpu_time_s, memory_mb, max_procs, max_file_mb)
-        if not isinstance(lifetime_s, int) or isinstance(lifetime_s, bool) or lifetime_s <= 0:
-            raise ValueError(f"E2BSandbox(lifetime_s=...) must be a positive integer of seconds, got {lifetime_s!r}")
-        if not isinstance(max_attempts, int) or max_attempts < 1:
-            raise ValueError(f"E2BSandbox(max_attempts=...) must be >= 1, got {max_attempts!r}")
-        for name, value in (
-            ("backoff_initial_s", backoff_initial_s),
-            ("backoff_max_s", backoff_max_s),
-            ("request_timeout_s", request_timeout_s),
-            ("max_output_bytes", max_output_bytes),
-        ):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f"E2BSandbox({name}=...) must be positive, got {value!r}")
-        if not workdir.startswith("/"):
-            raise ValueError(f"E2BSandbox(workdir=...) must be an absolute path, got {workdir!r}")
         self.api_key_ref = api_key_ref
         self._resolver = secret_resolver or resolve_secret_ref
         self.template = template

@@ -1,83 +1,12 @@
 """Run agent commands on this machine, isolated with bubblewrap.
 
-Why bubblewrap: it is a small, audited, unprivileged namespace tool packaged by
-every distribution (Debian: ``bubblewrap``), starts in a few milliseconds and
-needs no daemon, unlike Docker or a VM. Each ``exec`` is one fresh ``bwrap``
-process; the sandbox's working directory persists between calls.
-
-What one ``exec`` gets (isolated mode):
-
-- New user, PID, mount, IPC, UTS and cgroup namespaces; the network namespace
-  too unless ``network=True``. Without network only a private loopback exists:
-  host services on 127.0.0.1 and abstract Unix sockets are unreachable.
-- It runs as uid/gid 1000 ("agent") inside the namespace, which is an
-  unprivileged host uid outside (``host_uid``, default 65534, when the caller
-  is root: bwrap is started as that uid so the kernel enforces RLIMIT_NPROC,
-  which never applies to host uid 0; otherwise the caller's own uid). No
-  capabilities; creating further user namespaces is disabled.
-- Filesystem: read-only ``/usr`` (with the ``/bin``, ``/lib*`` links), a few
-  read-only ``/etc`` files (dynamic loader, certificates, alternatives, time
-  zone, generated passwd/group) and any ``ro_binds``; a writable ``/work``
-  (this sandbox's private directory, persistent across ``exec`` calls; a
-  tmpfs of ``work_mb`` when the caller is root, see ``workfs.py``); a fresh
-  size-capped tmpfs ``/tmp`` and ``/dev/shm`` per call (not persistent); a
-  minimal ``/dev`` (null, zero, random, tty...) read-only; a ``/proc`` that shows
-  only the sandbox's processes. The root is read-only. ``/root``, ``/home``,
-  ``/work`` of the host, ``/tmp`` of the host, ``/run``, ``/sys``, ``/var`` are
-  not visible at all.
-- Limits via ``prlimit`` inside the sandbox: CPU seconds (RLIMIT_CPU), address
-  space per process (RLIMIT_AS), processes (RLIMIT_NPROC, counted per user
-  namespace, so per ``exec``), file size (RLIMIT_FSIZE), open files, no core
-  dumps. ``exec``'s timeout (capped by ``wall_timeout_s``) SIGKILLs the
-  namespace's PID 1, a small shell that runs the command; the kernel then
-  kills every process of the PID namespace, background, ``setsid`` and
-  double-forked ones included. When the command exits normally PID 1 exits
-  too, with the same effect, so nothing outlives an ``exec`` call. If this
-  Python process dies, ``--die-with-parent`` takes the namespace down.
-- A seccomp filter (``seccomp.py``) applied by bubblewrap just before the
-  command starts: ptrace, mount and the new mount API, kexec, bpf,
-  perf_event_open, userfaultfd, the keyring calls, unshare/setns/namespace
-  clones and io_uring fail with EPERM. ``seccomp=False`` turns it off (tests
-  and debugging only; the spec cannot).
-- A total memory cap (``total_memory_mb``, default twice ``memory_mb`` plus
-  every tmpfs size) on all the sandbox's processes and tmpfs pages together:
-  a memory cgroup per sandbox where the host allows one (``cgroup.py``);
-  exceeding it OOM-kills inside the sandbox only.
-- The host-side ``write_file``/``read_file`` never follow symlinks the command
-  planted in ``/work`` (see ``hostfs.py``) and never block on FIFOs.
-- Several ``exec`` calls of one sandbox may run at once; they share ``/work``.
-
-What is NOT isolated (know this before running hostile code):
-
-- The kernel is shared: a kernel exploit through a syscall the seccomp filter
-  allows escapes (it is a deny list, not an allow list). The filter exists
-  for x86_64 only; elsewhere the sandbox refuses to start (or, with
-  ``allow_unisolated``, runs unisolated).
-- Memory in total is capped only where a memory cgroup can be made: cgroup v2
-  with a delegated parent (``$SLIME_SANDBOX_CGROUP``) or this process at the
-  hierarchy's root, or the cgroup v1 memory controller writable (as root).
-  Otherwise (typically not root) only the per-process RLIMIT_AS holds, the
-  worst case is about ``max_procs × memory_mb`` plus the tmpfs sizes, and a
-  warning is logged once; :attr:`LocalSandbox.enforcement` says which applies.
-- CPU is bounded per process (RLIMIT_CPU) and by the wall timeout, not by a
-  CPU cgroup: a sandbox may use every core until its timeout.
-- Disk: ``/work`` is a size-capped tmpfs only when the caller is root (a host
-  mount); otherwise it lives on the host disk and only each file is capped
-  (RLIMIT_FSIZE), with a warning. The tmpfs counts against the memory cap.
-- Timing and cache side channels, CPU load seen by other tenants, and
-  ``/proc/cpuinfo``-style host facts are visible.
-- ``network=True`` shares the host's network namespace, loopback services
-  and abstract Unix sockets included.
-- Read access to what is bound read-only (``/usr``, selected ``/etc`` files,
-  ``ro_binds``).
-
-``allow_unisolated=True`` is a fallback for machines without working user
-namespaces: commands then run directly on the host with the same rlimits and
-timeout (as ``host_uid`` when the caller is root), in their own process group
-which is killed after each call. They can read everything the uid can read,
-reach the network and escape the process group with ``setsid``; no seccomp
-filter and no memory cgroup apply (``/work`` keeps its tmpfs). A warning is
-logged.
+Why bubblewrap: a small, audited, unprivileged namespace tool in every distribution, with no
+daemon, unlike Docker or a VM. Each ``exec`` is one fresh ``bwrap`` process (new namespaces, no
+network unless asked, uid 1000 inside an unprivileged host uid, read-only root, private ``/work``
+kept between calls, rlimits, seccomp, a memory cgroup where possible); its timeout kills the whole
+PID namespace, so nothing outlives a call. NOT isolated: the shared kernel, timing side channels;
+total memory only where a cgroup can be made, disk only as root; see :attr:`enforcement`.
+``allow_unisolated`` runs on the host when user namespaces do not work. Full list: design-notes.
 """
 
 from __future__ import annotations
@@ -120,8 +49,8 @@ __all__ = ["SANDBOX_WORKDIR", "LocalSandbox"]
 log = logging.getLogger(__name__)
 
 _SELF_CHECK_TIMEOUT_S = 20.0
-# How long bwrap may take to create a call's namespaces before the call fails. Creating network namespaces
-# is serialised in the kernel: dozens of calls starting at once on a loaded 2-core machine took over 20 s.
+# How long bwrap may take to create a call's namespaces before the call fails: the kernel serialises
+# network namespace creation, so many calls starting at once on a loaded machine wait on each other.
 _JOIN_TIMEOUT_S = 90.0
 # Outcome of the bwrap self-check per configuration: None = works, str = why not.
 _self_checks: dict[tuple, str | None] = {}
@@ -132,6 +61,16 @@ def _positive(name: str, value: float, *, integer: bool = True) -> None:
     if isinstance(value, bool) or not ok or value <= 0:
         kind = "a positive integer" if integer else "a positive number"
         raise ValueError(f"LocalSandbox({name}=...) must be {kind}, got {value!r}")
+
+
+def _check_args(sizes: dict, total_memory_mb, wall_timeout_s, host_uid: int, host_gid: int) -> None:
+    for name, value in sizes.items():
+        _positive(name, value)
+    if total_memory_mb is not None:
+        _positive("total_memory_mb", total_memory_mb)
+    _positive("wall_timeout_s", wall_timeout_s, integer=False)
+    if host_uid == 0 or host_gid == 0:
+        raise ValueError("LocalSandbox(host_uid/host_gid=0) would run sandboxed code as root; give an unprivileged id")
 
 
 class LocalSandbox(BaseSandbox):
@@ -159,25 +98,18 @@ class LocalSandbox(BaseSandbox):
         host_gid: int = 65534,
         seccomp: bool = True,
     ) -> None:
-        for name, value in (
-            ("cpu_time_s", cpu_time_s),
-            ("memory_mb", memory_mb),
-            ("max_procs", max_procs),
-            ("max_file_mb", max_file_mb),
-            ("max_open_files", max_open_files),
-            ("tmp_mb", tmp_mb),
-            ("work_mb", work_mb),
-            ("max_output_bytes", max_output_bytes),
-        ):
-            _positive(name, value)
-        if total_memory_mb is not None:
-            _positive("total_memory_mb", total_memory_mb)
+        sizes = dict(
+            cpu_time_s=cpu_time_s,
+            memory_mb=memory_mb,
+            max_procs=max_procs,
+            max_file_mb=max_file_mb,
+            max_open_files=max_open_files,
+            tmp_mb=tmp_mb,
+            work_mb=work_mb,
+            max_output_bytes=max_output_bytes,
+        )
+        _check_args(sizes, total_memory_mb, wall_timeout_s, host_uid, host_gid)
         super().__init__("local")
-        _positive("wall_timeout_s", wall_timeout_s, integer=False)
-        if host_uid == 0 or host_gid == 0:
-            raise ValueError(
-                "LocalSandbox(host_uid/host_gid=0) would run sandboxed code as root; give an unprivileged id"
-            )
         self.network = bool(network)
         self.limits = Limits(cpu_time_s, memory_mb, max_procs, max_file_mb, max_open_files)
         self.tmp_mb = tmp_mb
@@ -194,6 +126,10 @@ class LocalSandbox(BaseSandbox):
         self._ro_binds = [self._check_bind(b) for b in ro_binds]
         default_root = Path(tempfile.gettempdir()) / "slime-sandboxes"
         self._root = Path(workdir_root or default_root).absolute()
+        self._init_runtime_state()
+
+    def _init_runtime_state(self) -> None:
+        """Per-sandbox state that ``start`` fills in and ``close`` releases."""
         self._state: Path | None = None
         self._isolated: bool | None = None
         self._procs: dict[asyncio.subprocess.Process, bool] = {}  # running -> isolated
@@ -432,6 +368,21 @@ class LocalSandbox(BaseSandbox):
         else:
             full = self._limit_argv + argv
             cwd = self._inside_path(workdir) if workdir else self.workdir
+        proc, captures = await self._spawn(full, cwd, env, fds, drop)
+        fds.started()
+        self._procs[proc] = isolated
+        timed_out = await self._supervise(proc, captures, fds, cgroup, budget, isolated)
+        out, err = captures
+        return ExecResult(
+            TIMEOUT_RC if timed_out else shell_returncode(proc.returncode),
+            out.text(),
+            err.text(),
+            timed_out=timed_out,
+            output_truncated=out.cut or err.cut,
+        )
+
+    async def _spawn(self, full: list[str], cwd: str, env, fds: CallFds, drop: dict):
+        """Start one call's process with its own output pipes; returns (process, [stdout, stderr] captures)."""
         # Our own pipes, not asyncio's: Process.wait() would otherwise also wait
         # for every holder of stdout/stderr, i.e. for background children.
         (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
@@ -456,8 +407,10 @@ class LocalSandbox(BaseSandbox):
         finally:
             os.close(out_w)
             os.close(err_w)
-        fds.started()
-        self._procs[proc] = isolated
+        return proc, captures
+
+    async def _supervise(self, proc, captures: list[Capture], fds: CallFds, cgroup, budget: float, isolated: bool):
+        """Wait for a started call within ``budget``, drain its output, clean up; True when it timed out."""
         readers = [asyncio.ensure_future(c.drain()) for c in captures]
         timed_out = False
         try:
@@ -485,14 +438,7 @@ class LocalSandbox(BaseSandbox):
             for c in captures:
                 c.close()
             self._procs.pop(proc, None)
-        out, err = captures
-        return ExecResult(
-            TIMEOUT_RC if timed_out else shell_returncode(proc.returncode),
-            out.text(),
-            err.text(),
-            timed_out=timed_out,
-            output_truncated=out.cut or err.cut,
-        )
+        return timed_out
 
     async def _join(self, fds: CallFds, cgroup: MemoryCgroup, proc: asyncio.subprocess.Process) -> None:
         """Put the call's sandbox process into the memory cgroup before it runs anything."""

@@ -1,44 +1,11 @@
 """The seccomp filter every :class:`~slime.agent.sandbox.local.LocalSandbox` command runs under.
 
-bubblewrap loads it (``bwrap --seccomp FD``: a compiled classic-BPF program)
-as the very last step before it execs the command, after its own mounts and
-namespace setup, so bubblewrap itself may use ``mount``/``unshare`` and the
-sandboxed program may not. Every process of the sandbox inherits the filter
-and no process can remove it.
-
-Why libseccomp through ``pyseccomp``: writing BPF by hand is error-prone
-(syscall numbers per architecture, the x32 ABI's high bit, the i386 ABI that
-``int 0x80`` reaches from a 64-bit process). libseccomp (Debian's
-``libseccomp2``, also what Docker, systemd and Flatpak use) compiles rules
-by syscall *name* for several ABIs into one program. ``pyseccomp`` is a thin
-pure-Python ctypes binding to ``libseccomp.so.2`` with the API of libseccomp's
-own Python bindings, which are not published on PyPI (Debian's
-``python3-seccomp`` only serves the system interpreter, not a virtualenv).
-The binding is ~500 lines with no compiled part; libseccomp does the work.
-
-What the filter does (x86_64 only; it covers the x86_64, i386 and x32 ABIs):
-
-- Fails with ``EPERM`` (a clean error, not a kill): ``ptrace`` and
-  ``process_vm_readv/writev``; ``mount``, ``umount``/``umount2``, the new mount
-  API (``open_tree``, ``move_mount``, ``fsopen``, ``fsconfig``, ``fsmount``,
-  ``fspick``, ``mount_setattr``), ``pivot_root``, ``chroot``; ``kexec_load``,
-  ``kexec_file_load``; ``bpf``; ``perf_event_open``; ``userfaultfd``;
-  ``keyctl``, ``add_key``, ``request_key``; ``unshare``, ``setns`` and
-  ``clone`` with any ``CLONE_NEW*`` flag; ``io_uring_setup``,
-  ``io_uring_enter``, ``io_uring_register``; ``name_to_handle_at``,
-  ``open_by_handle_at``.
-- ``clone3`` fails with ``ENOSYS``: its flags live in memory a filter cannot
-  read, and ENOSYS is what makes glibc fall back to ``clone``, whose flags
-  the filter checks. (EPERM would break thread creation.)
-- A syscall made through another ABI than the three above kills the process.
-- Everything else is allowed: this is a deny list that narrows the kernel's
-  attack surface, not an allow list. Most of the denied calls already fail
-  for lack of capabilities inside the sandbox; the filter keeps the kernel
-  code behind them unreachable even if a capability check had a bug.
-
-Not guaranteed: anything on other architectures (``filter_bpf`` raises
-:class:`SeccompUnavailable` there rather than build an untested filter), and
-kernel bugs reachable through allowed syscalls.
+bubblewrap loads it as its last step before exec, so it may mount and unshare and the command may
+not; every process inherits it. A deny list (x86_64, i386 and x32 ABIs): ptrace, mounts, kexec, bpf,
+perf, userfaultfd, keyrings, namespace creation and io_uring fail with EPERM; ``clone3`` with ENOSYS
+(glibc falls back to ``clone``, whose flags are checked); other ABIs kill. Why libseccomp via
+``pyseccomp``: it compiles rules by name for every ABI; hand-written BPF is error-prone.
+Not guaranteed: other architectures (``SeccompUnavailable``), kernel bugs behind allowed calls.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """A size-capped tmpfs for a sandbox's persistent ``/work``, mounted on the host.
 
-``/work`` must outlive each ``exec`` (one bubblewrap process per call), so it
-cannot be one of bubblewrap's per-call ``--tmpfs`` mounts. Instead the host
-directory behind it is itself a tmpfs with ``size=``: writing past the cap
-fails with ``ENOSPC`` inside the sandbox, and the host disk is never touched.
-Its pages are memory, charged to the writer's memory cgroup (the sandbox's,
-see ``cgroup.py``), and freed when the sandbox closes.
-
-Mounting on the host needs ``CAP_SYS_ADMIN`` (root). Without it the caller
-keeps ``/work`` on the host disk, capped per file only, and says so.
-
-Why ctypes: ``mount(2)``/``umount2(2)`` are two libc calls; running the
-``mount`` binary would cost a process per sandbox start and parse the same
-options. A mount this process made and did not remove (it was killed) is
-removed by the next sandbox's sweep (``local.py``).
+``/work`` outlives each ``exec``, so it cannot be a per-call bubblewrap tmpfs; the host directory
+behind it is a tmpfs with ``size=`` instead: past the cap writes fail with ``ENOSPC``, the host
+disk is never touched, and its pages count against the sandbox's memory cgroup. Needs root
+(``CAP_SYS_ADMIN``); without it the caller keeps ``/work`` on disk, capped per file, and says so.
+Why ctypes: ``mount``/``umount2`` are two libc calls, cheaper than a ``mount`` process per start.
 """
 
 from __future__ import annotations

@@ -1,29 +1,12 @@
 """Core attention through ``torch.nn.functional.scaled_dot_product_attention``, and the layer specs.
 
-Why: megatron-core's local layer spec uses ``DotProductAttention``, which
-materialises the ``[b, heads, s, s]`` score matrix (baddbmm + softmax + bmm)
-and repeats K/V for GQA; on an H200 a 468M model trained at ~99 TFLOP/s with
-it vs ~315 with HF + SDPA (team notes). :class:`SDPACoreAttention` has the
-same constructor and ``forward`` contract as ``DotProductAttention`` (inputs
-``[s, b, heads, d]``, output ``[s, b, heads * d]``) and is plugged into the
-local spec's ``core_attention`` slot, so everything else (linears, norms,
-rotary, TP) is stock megatron-core. PyTorch then dispatches to its
-flash / memory-efficient kernels; GQA uses ``enable_gqa`` (no K/V copies).
-
-Masking: with no mask (our backend's case: right-padded sequences under a
-causal mask, where padding never influences earlier positions) it runs with
-``is_causal=True``. A boolean megatron mask (True = masked out) is honoured by
-inverting it, in which case causality must already be in the mask, as in
-megatron's convention. Not supported (clear errors): packed/THD sequences,
-attention bias, sliding windows, non-vanilla softmax, query-key
-layer scaling. Transformer Engine, when installed, is preferred (``layer_spec``).
-
-Context parallel (``context_parallel_size > 1``, causal masks only): the local
-queries attend over the whole sequence's K/V, all-gathered across the CP group
-(``context_parallel.cp_attention``: correct and simple, but not ring attention —
-each rank holds the full K/V of every layer; see that module).
-
-Imports megatron-core; import this module only inside the megatron backend.
+Why: megatron-core's local ``DotProductAttention`` materialises the ``[b, heads, s, s]`` scores and
+repeats K/V for GQA. :class:`SDPACoreAttention` has its constructor and ``forward`` contract and
+fills the local spec's ``core_attention`` slot (all else stock megatron-core); PyTorch picks its
+flash / memory-efficient kernels, GQA via ``enable_gqa``. No mask means causal; a boolean megatron
+mask is honoured. Not supported (clear errors): packed/THD sequences, attention bias, sliding
+windows, non-vanilla softmax, query-key layer scaling. TE is preferred when installed. Context
+parallel uses ``context_parallel.cp_attention``. Imports megatron-core (megatron backend only).
 """
 
 from __future__ import annotations
@@ -196,8 +179,8 @@ def _replicated_mla_down_projections(attn) -> None:
 
     megatron-core 0.16.1's local spec builds them column-parallel and all-gathers their output; the rope
     part of the kv down-projection (``k_pos_emb``, shared by all heads) then gets on each rank only its own
-    heads' gradient, never summed: wrong gradients at tensor > 1 (found by the TP=2 x EP=2 test, ~1-10 %
-    off in the layers below). Replicated, as the Transformer Engine spec builds them, with sequence
+    heads' gradient, never summed: wrong gradients in the layers below at tensor > 1 (found by the
+    TP=2 x EP=2 test). Replicated, as the Transformer Engine spec builds them, with sequence
     parallelism megatron gathers ``k_pos_emb`` over the sequence and its backward sums the heads' parts;
     megatron's ``Linear`` (modelopt) tags the weights ``sequence_parallel`` so their gradients, computed on
     each rank's slice of the sequence, are summed too. Hence MLA at tensor > 1 needs sequence parallelism

@@ -1,14 +1,12 @@
-"""Save and load one megatron trainer rank's state: megatron-core's distributed checkpoint of the model and
-the RL optimizer (each rank writes its own slice of the distributed optimizer's buffers, no gather), plus a
-per-rank file with the LR scheduler and the RNG states.
+"""Save and load one megatron trainer rank's state: megatron-core's distributed checkpoint of the model
+and the RL optimizer (each rank writes its slice, no gather), plus a per-rank file with the LR
+scheduler and RNG states.
 
-Guaranteed: a load after a save restores parameters, Adam's moments and step counts, the scheduler's step
-and every RNG stream, so that the next step is the one the saving run would have taken. Tested on CPU with
-TP 2 (``test_tp_pp_dp_agree_and_export_round_trips``), EP 2 with the distributed optimizer
-(``test_expert_parallel_agrees_with_one_rank[qwen2_moe-ep2-distopt-resume]``) and an actor beside a critic
-(``test_ppo_resume_gives_actor_and_critic_their_own_state``). Not guaranteed: loading under a different
-model-parallel layout (``dp_reshardable`` reshards over data-parallel ranks only), and the SFT warm-up
-optimizer (not saved: the warm-up precedes RL).
+Guaranteed: a load after a save restores parameters, Adam's moments and step counts, the
+scheduler's step and every RNG stream, so the next step is the one the saving run would have taken
+(tested on CPU under TP, EP with the distributed optimizer, and actor beside critic). Not
+guaranteed: loading under another model-parallel layout (``dp_reshardable`` reshards over data
+parallel only), and the SFT warm-up optimizer (not saved: the warm-up precedes RL).
 """
 
 from __future__ import annotations
@@ -93,7 +91,7 @@ def restore_adam_steps(optimizer: Any) -> None:
     ``param_groups``. After a load (torch Adam, i.e. without Apex/TE) every parameter's ``state["step"]`` is
     one tensor shared by all parameters, holding the in-memory count rather than the checkpoint's, and
     torch's foreach Adam then increments it once per parameter: Adam's bias correction continues from a
-    wrong step and a resumed run diverges (measured on CPU: log-probs differ by ~0.06 after one step). Give
+    wrong step and a resumed run diverges. Give
     every parameter its own step tensor with the group's restored count (no-op when the group has none,
     e.g. Apex/TE FusedAdam, which keeps it there)."""
     for opt in getattr(optimizer, "chained_optimizers", [optimizer]):

@@ -1,69 +1,12 @@
-"""HF config → megatron-core model arguments, plus the parallel rules.
+"""HF config -> megatron-core model arguments, plus the parallel rules.
 
-Pure Python: importing this module imports neither torch nor megatron-core, so
-the CLI's ``render`` and the spec validator can use it. The one function that
-needs megatron-core (:func:`build_transformer_config`) imports it lazily. The
-model shape and megatron-core's rules live in ``slime.backends.megatron.model_check`` (the
-spec validator runs them too); this module turns a shape into arguments.
-
-Mapping (HF → megatron-core ``TransformerConfig`` / ``MLATransformerConfig`` / ``GPTModel``):
-
-==========================  ===========================================
-hidden_size                 hidden_size
-intermediate_size           ffn_hidden_size (dense layers)
-num_hidden_layers           num_layers
-num_attention_heads         num_attention_heads
-num_key_value_heads         num_query_groups (GQA; = heads when absent)
-head_dim (or hidden/heads)  kv_channels
-rms_norm_eps                layernorm_epsilon, normalization="RMSNorm"
-hidden_act == "silu"        gated_linear_unit=True, activation_func=silu (SwiGLU)
-rope theta                  GPTModel rotary_base (position_embedding_type="rope")
-rope_type "llama3"          GPTModel rope_scaling=True, rope_scaling_factor
-tie_word_embeddings         GPTModel share_embeddings_and_output_weights
-Qwen2 (always), Qwen2-MoE   add_qkv_bias=True; no other linear has a bias
-Qwen3, Qwen3-MoE            qk_layernorm=True (per-head q_norm / k_norm)
-num_experts (n_routed_...)  num_moe_experts; num_experts_per_tok → moe_router_topk
-moe_intermediate_size       moe_ffn_hidden_size
-dense/MoE layer choice      moe_layer_freq as a 0/1 list (mlp_only_layers, decoder_sparse_step,
-                            first_k_dense_replace)
-norm_topk_prob              moe_router_pre_softmax = not norm_topk_prob (softmax routers)
-Qwen2-MoE shared expert     moe_shared_expert_intermediate_size, moe_shared_expert_gate=True
-DeepSeek router             moe_router_score_function="sigmoid", moe_router_enable_expert_bias,
-                            moe_router_num_groups/group_topk (n_group/topk_group),
-                            moe_router_topk_scaling_factor (routed_scaling_factor),
-                            moe_shared_expert_intermediate_size = n_shared x moe_intermediate
-DeepSeek MLA                multi_latent_attention, q_lora_rank, kv_lora_rank,
-                            qk_head_dim=qk_nope_head_dim, qk_pos_emb_head_dim=qk_rope_head_dim,
-                            v_head_dim, qk_layernorm (q_a/kv_a norms), rope_type rope|yarn
-vocab_size                  padded up to a multiple of 128 x TP (rows are zeros;
-                            their logits are masked before any softmax)
-==========================  ===========================================
-
-MoE choices of ours (each overridable through ``train.megatron.args``): the router runs
-in fp32 (``moe_router_dtype``, as transformers' routers compute their softmax/sigmoid);
-no auxiliary load-balancing loss in the gradient (``moe_aux_loss_coeff`` 0, megatron's
-default; the backend still reports the load-balancing loss as a metric); DeepSeek's
-expert-score bias is not updated by training (``moe_router_bias_update_rate`` 0: the
-engines route with the exported bias, exactly as the trainer does); experts run one by
-one (``SequentialMLP``; grouped GEMM needs Transformer Engine); the all-to-all token
-dispatcher with pipeline or expert parallel (megatron refuses the all-gather one with variable
-sequence lengths), else all-gather.
-
-Attention backend (``train.megatron.args.attention-backend``): ``auto`` picks Transformer
-Engine's layer spec when ``transformer_engine`` is importable (dense families only),
-else ``sdpa`` — our core-attention module calling
-``torch.nn.functional.scaled_dot_product_attention`` (flash/efficient kernels, causal,
-GQA without materialising repeated K/V) in the local layer spec. megatron-core's own
-names are accepted too: ``flash`` = TE's flash attention when TE is installed, else SDPA
-(PyTorch dispatches to its FlashAttention kernel where it applies); ``fused`` = TE's
-cuDNN fused attention (needs TE); ``unfused`` = TE's unfused attention, else megatron's
-local one; ``local`` is megatron's unfused softmax(QK^T)V in the local spec, measured ~3x
-slower than SDPA on an H200 (team notes); it exists for comparisons only.
-
-Guaranteed: every rule violation is reported at once, each naming the numbers
-involved and the spec field to change. Not supported (rejected with a clear error
-rather than silently wrong): see ``slime.backends.megatron.model_check``; Transformer Engine
-layer specs for MoE and MLA models (their weight names are not mapped).
+Pure Python (neither torch nor megatron-core at import), so ``render`` and the spec validator can
+use it; :func:`build_transformer_config` imports megatron-core lazily. The model shape and its rules
+live in ``slime.backends.megatron.model_check``; this module turns a shape into arguments. MoE defaults (each
+overridable in ``train.megatron.args``): fp32 router, no aux loss in the gradient, frozen expert bias,
+sequential experts. Attention: ``auto`` = TE when importable (dense models), else SDPA.
+Guaranteed: every rule violation is reported at once, naming the numbers and the spec field.
+Not supported: see ``slime.backends.megatron.model_check``; TE specs for MoE and MLA. Table: docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -150,7 +93,7 @@ def rank_coords(rank: int, world_size: int, *, tp: int = 1, pp: int = 1, cp: int
 
 
 def choose_attention_backend(requested: str = "auto", shape: ModelShape | None = None) -> str:
-    """The layer spec a requested backend runs with: 'te', 'sdpa' or 'local' (see the module docstring)."""
+    """The layer spec a requested backend runs with: 'te', 'sdpa' or 'local' (see docs/design-notes.md)."""
     if requested not in ATTENTION_BACKENDS:
         raise MegatronConfigError(
             [f"train.megatron.args.attention-backend={requested!r}: valid values are {', '.join(ATTENTION_BACKENDS)}"]
@@ -196,6 +139,52 @@ def split_backend_args(backend_args: Mapping[str, Any]) -> tuple[dict[str, Any],
     return ours, overrides
 
 
+def _shape_kwargs(shape: ModelShape) -> dict[str, Any]:
+    """The ``TransformerConfig`` fields read off the model (a llama-style RMSNorm / SwiGLU block)."""
+    return dict(
+        num_layers=shape.num_layers,
+        hidden_size=shape.hidden_size,
+        ffn_hidden_size=shape.ffn_hidden_size,
+        num_attention_heads=shape.num_attention_heads,
+        num_query_groups=shape.num_query_groups,
+        kv_channels=shape.kv_channels,
+        normalization="RMSNorm",
+        layernorm_epsilon=shape.norm_eps,
+        gated_linear_unit=True,
+        activation_func="silu",
+        add_bias_linear=False,
+        add_qkv_bias=shape.qkv_bias,
+        qk_layernorm=shape.qk_layernorm,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+    )
+
+
+def _run_kwargs(*, tp, pp, cp, ep, etp, sequence_parallel, precision, te) -> dict[str, Any]:
+    """The parallel layout, dtypes and kernel fusions of a ``TransformerConfig``."""
+    dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(precision, "float32")
+    return dict(
+        tensor_model_parallel_size=tp,
+        pipeline_model_parallel_size=pp,
+        context_parallel_size=cp,
+        expert_model_parallel_size=ep,
+        expert_tensor_parallel_size=etp or tp,
+        sequence_parallel=sequence_parallel,
+        bf16=precision == "bf16",
+        fp16=precision == "fp16",
+        params_dtype=dtype,
+        pipeline_dtype=dtype,
+        # Pipeline stages exchange activations whose length varies per micro-batch.
+        variable_seq_lengths=pp > 1,
+        # Fusions that need Transformer Engine or apex kernels are off without TE.
+        apply_rope_fusion=te,
+        masked_softmax_fusion=te,
+        gradient_accumulation_fusion=False,
+        bias_activation_fusion=False,
+        persist_layer_norm=False,
+    )
+
+
 def transformer_config_kwargs(
     shape: ModelShape,
     *,
@@ -213,41 +202,12 @@ def transformer_config_kwargs(
     """Keyword arguments of ``TransformerConfig`` (``MLATransformerConfig`` when ``multi_latent_attention``);
     the activation is given as the name 'silu' and dtypes as names (``build_transformer_config`` resolves them)."""
     te = attention_backend == "te"
-    kwargs: dict[str, Any] = dict(
-        num_layers=shape.num_layers,
-        hidden_size=shape.hidden_size,
-        ffn_hidden_size=shape.ffn_hidden_size,
-        num_attention_heads=shape.num_attention_heads,
-        num_query_groups=shape.num_query_groups,
-        kv_channels=shape.kv_channels,
-        normalization="RMSNorm",
-        layernorm_epsilon=shape.norm_eps,
-        gated_linear_unit=True,
-        activation_func="silu",
-        add_bias_linear=False,
-        add_qkv_bias=shape.qkv_bias,
-        qk_layernorm=shape.qk_layernorm,
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
-        tensor_model_parallel_size=tp,
-        pipeline_model_parallel_size=pp,
-        context_parallel_size=cp,
-        expert_model_parallel_size=ep,
-        expert_tensor_parallel_size=etp or tp,
-        sequence_parallel=sequence_parallel,
-        bf16=precision == "bf16",
-        fp16=precision == "fp16",
-        params_dtype={"bf16": "bfloat16", "fp16": "float16"}.get(precision, "float32"),
-        pipeline_dtype={"bf16": "bfloat16", "fp16": "float16"}.get(precision, "float32"),
-        # Pipeline stages exchange activations whose length varies per micro-batch.
-        variable_seq_lengths=pp > 1,
-        # Fusions that need Transformer Engine or apex kernels are off without TE.
-        apply_rope_fusion=te,
-        masked_softmax_fusion=te,
-        gradient_accumulation_fusion=False,
-        bias_activation_fusion=False,
-        persist_layer_norm=False,
-    )
+    kwargs: dict[str, Any] = {
+        **_shape_kwargs(shape),
+        **_run_kwargs(
+            tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sequence_parallel=sequence_parallel, precision=precision, te=te
+        ),
+    }
     if te and mcore_attention != "auto":
         kwargs["attention_backend"] = mcore_attention
     if pp > 1 or ep > 1:
@@ -262,7 +222,7 @@ def transformer_config_kwargs(
 
 
 def moe_config_kwargs(shape: ModelShape) -> dict[str, Any]:
-    """The MoE fields of ``TransformerConfig`` ({} for a dense model); see the module docstring."""
+    """The MoE fields of ``TransformerConfig`` ({} for a dense model); see docs/design-notes.md."""
     e = shape.moe
     if e is None:
         return {}

@@ -1,36 +1,12 @@
 """Context parallel (CP) for the megatron backend: the sequence split, the K/V all-gather, CP attention.
 
-Sequence split (megatron-core's load-balanced layout, which its rotary embedding
-and Transformer Engine's CP attention also assume): a padded sequence of length
-``S`` (a multiple of ``2 * cp``) is cut into ``2 * cp`` equal chunks and CP rank
-``r`` holds chunks ``r`` and ``2 * cp - 1 - r``, in that order. Under a causal
-mask the early chunks are cheap and the late ones expensive; pairing them
-gives every rank the same attention work.
-
-Attention (:func:`cp_attention`, used by ``attention.SDPACoreAttention``): every
-rank all-gathers K and V of the whole sequence over the CP group, then runs SDPA
-once per local query chunk against the keys up to that chunk's end with a
-lower-right causal mask (query ``i`` of chunk ``j`` sees global keys
-``<= j * c + i``). This is **not ring attention**: each rank materialises the
-full-sequence K and V of every layer (``cp`` times its local share) and keeps
-them for the backward pass, so activation memory for K/V does not shrink with
-``cp`` — only queries, MLP activations and logits do. Ring attention (Transformer
-Engine's ``p2p`` CP, used automatically with ``attention-backend: te``) overlaps
-chunk exchange with compute and never holds the whole K/V. The all-gather's
-backward is a reduce-scatter (other ranks' queries attend to this rank's keys);
-on gloo, which lacks reduce-scatter, it is an all-reduce followed by a slice.
-
-Losses (:func:`gather_seq`): each rank computes per-token log-probs for its own
-positions (targets pre-shifted before the split, so no position needs a token
-held by another rank), then the pieces are all-gathered back into sequence order
-and every CP rank evaluates the same full loss. The gather's backward keeps only
-the rank's own positions' gradient — with a loss replicated on every CP rank, the
-sum over ranks of those partial gradients (megatron's gradient all-reduce over
-the data x context group) is exactly the full gradient.
-
-Guaranteed (CPU-tested with gloo): log-probs, losses and gradients equal cp = 1
-to fp32 rounding. Not supported: packed (THD) sequences, padding masks other than
-causal (right padding under a causal mask is fine).
+Split: megatron-core's load-balanced layout (rank ``r`` holds chunks ``r`` and ``2*cp-1-r``), so
+every rank gets equal causal work. :func:`cp_attention` all-gathers K/V over the CP group and runs
+SDPA per local query chunk; this is **not ring attention**: K/V memory does not shrink with ``cp``
+(TE's ``p2p`` CP, with ``attention-backend: te``, is). :func:`gather_seq` reassembles per-token
+log-probs so every rank computes the same loss; its backward keeps the rank's own positions.
+Guaranteed (CPU-tested with gloo): log-probs, losses and gradients equal cp = 1 to fp32 rounding.
+Not supported: packed (THD) sequences, masks other than causal. Details: docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,55 +1,12 @@
-"""HF ↔ megatron-core state dicts (Qwen2, Llama, Qwen3, Qwen3-MoE, Qwen2-MoE, DeepSeek-V3), with TP, PP and EP.
+"""HF <-> megatron-core state dicts (Qwen2, Llama, Qwen3, Qwen3-MoE, Qwen2-MoE, DeepSeek-V3), with TP, PP and EP.
 
-Layouts (megatron-core 0.16 ``GPTModel``, local layer specs; N = layer index local to a
-pipeline stage, e = expert index):
-
-* ``embedding.word_embeddings.weight`` ↔ ``model.embed_tokens.weight`` — rows
-  padded with zeros to the padded vocab (:func:`~.config.padded_vocab_size`);
-  padding is dropped on the way back.
-* ``decoder.layers.N.self_attention.linear_qkv.{weight,bias}`` ↔ ``q_proj``,
-  ``k_proj``, ``v_proj``: rows grouped per query group ``g`` as
-  ``[q heads of g ..., k_g, v_g]`` — the layout ``SelfAttention`` splits, so a
-  contiguous TP chunk holds whole groups. ``self_attention.{q,k}_layernorm`` ↔
-  ``self_attn.{q,k}_norm`` (Qwen3).
-* Multi-latent attention (DeepSeek): ``linear_q_down_proj`` ↔ ``q_a_proj``,
-  ``q_layernorm`` ↔ ``q_a_layernorm``, ``linear_q_up_proj`` ↔ ``q_b_proj`` (or
-  ``linear_q_proj`` ↔ ``q_proj`` without a q LoRA rank), ``linear_kv_down_proj`` ↔
-  ``kv_a_proj_with_mqa``, ``kv_layernorm`` ↔ ``kv_a_layernorm``, ``linear_kv_up_proj``
-  ↔ ``kv_b_proj`` — the same row layouts on both sides (per head [nope, rope] and
-  [nope, v]), so these are plain copies.
-* ``...self_attention.linear_proj.weight`` ↔ ``o_proj``.
-* ``...mlp.linear_fc1.weight`` ↔ ``cat(gate_proj, up_proj)``; under TP each
-  rank holds ``cat(gate_r, up_r)`` (not a plain chunk of the concatenation).
-  ``...mlp.linear_fc2.weight`` ↔ ``down_proj``.
-* MoE layers: ``mlp.router.weight`` ↔ ``mlp.gate.weight``; ``mlp.router.expert_bias``
-  ↔ ``mlp.gate.e_score_correction_bias``; ``mlp.experts.local_experts.e.linear_fc1/2``
-  ↔ ``mlp.experts.e.{gate,up}_proj`` / ``down_proj`` (e global in a full state dict,
-  local to an expert-parallel rank in a rank's); ``mlp.shared_experts.linear_fc1/2`` ↔
-  ``mlp.shared_expert.*`` (Qwen) or ``mlp.shared_experts.*`` (DeepSeek);
-  ``mlp.shared_experts.gate_weight`` ↔ ``mlp.shared_expert_gate.weight``. transformers 5
-  keeps experts fused in memory (``mlp.experts.gate_up_proj`` [E, 2I, H] = each expert's
-  fc1, ``down_proj`` [E, H, I]); both forms are read, checkpoints are written per expert
-  (what ``save_pretrained``, real checkpoints and SGLang use).
-* Norms: the local spec names them ``input_layernorm.weight`` /
-  ``pre_mlp_layernorm.weight``; the Transformer Engine spec fuses them into the
-  next linear as ``self_attention.linear_qkv.layer_norm_weight`` /
-  ``mlp.linear_fc1.layer_norm_weight`` (``naming="te"``, dense models). Reading accepts both.
-* ``decoder.final_layernorm.weight`` ↔ ``model.norm.weight``;
-  ``output_layer.weight`` ↔ ``lm_head.weight``, absent when embeddings are tied
-  (except on the last stage when PP > 1, which holds its own copy).
-
-TP: column-parallel tensors (embedding, output, qkv, fc1, the MLA up-projections and
-``linear_q_proj``) split along rows, row-parallel (proj, fc2) along columns, norms, routers,
-the MLA down-projections and the shared-expert gate replicated; expert weights split the same way over the
-*expert*-tensor-parallel group. EP: rank r of E-way expert parallelism holds experts
-``[r n, (r+1) n)``, n = experts / E, renumbered from 0 (:func:`shard_ep`). PP: stage ``p``
-holds layers ``[p L/pp, (p+1) L/pp)`` renumbered from 0, the embedding on the first stage
-and the final norm + output on the last.
-
-Guaranteed: HF → megatron → HF returns bit-identical tensors (only reshapes,
-concatenations and slices; no dtype change), for any TP/PP/EP that passes
-:func:`~.config.check_parallel`. Unknown or missing tensor names raise
-:class:`ConversionError` listing them. Needs torch, not megatron-core.
+Maps every HF tensor name to its megatron-core ``GPTModel`` name (local layer specs, or TE names
+with ``naming="te"`` for dense models) and shards by TP (column/row parallel), EP (contiguous
+expert ranges renumbered from 0, :func:`shard_ep`) and PP (contiguous layer ranges). Reads fused
+and per-expert HF MoE weights; writes per expert. Guaranteed: HF -> megatron -> HF is bit-identical
+(reshapes, concatenations and slices only) for any layout :func:`~.config.check_parallel` accepts;
+unknown or missing names raise :class:`ConversionError` listing them. Needs torch, not
+megatron-core. The name-by-name layout table is in docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """The PPO critic on megatron-core: a GPTModel whose output layer is a scalar value head.
 
-The critic starts from the policy checkpoint (``model.critic_path``); the value
-head, absent from HF checkpoints, starts at zero (initial values 0, so the first
-value loss is the returns' scale and nothing random leaks into early advantages).
-The head is replicated across tensor-parallel ranks (it is one ``hidden`` vector)
-and takes the final-norm hidden states where ``GPTModel`` would take logits; under
-sequence parallelism it first gathers the sequence. Its output is ``[b, s, 1]``,
-which ``slime.rl.losses.critic_values`` turns into ``[b, s]`` — never divided by
-the sampling temperature (slime's W22 fix).
-
-Imports megatron-core; used only by the megatron backend.
+Starts from ``model.critic_path``; the value head (absent from HF checkpoints) starts at zero, so
+nothing random leaks into early advantages. The head is replicated across TP ranks and reads the
+final-norm hidden states (gathering the sequence under sequence parallelism). Output ``[b, s, 1]``,
+never divided by the sampling temperature. Imports megatron-core; megatron backend only.
 """
 
 from __future__ import annotations

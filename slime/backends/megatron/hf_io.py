@@ -1,8 +1,7 @@
 """Read and write HF safetensors checkpoints tensor by tensor.
 
-A trainer rank reads only the tensors of its own pipeline stage (a 7B model is
-15 GB in bf16; eight ranks per node each holding the whole file would need
-120 GB of host memory). Export writes size-capped shards plus the standard
+A trainer rank reads only the tensors of its own pipeline stage (every rank of a
+node holding the whole file would multiply host memory by the ranks). Export writes size-capped shards plus the standard
 ``model.safetensors.index.json``, so ``from_pretrained``, SGLang and the built-in
 engine load the result. Only safetensors are read: torch pickles can run code.
 """

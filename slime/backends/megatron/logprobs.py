@@ -1,23 +1,10 @@
 """Log-probs and entropy from vocab-parallel logits (each TP rank holds ``V_padded / tp`` columns).
 
-With TP = 1 this defers to the shared ``slime.rl.losses.logprobs_from_logits`` /
-``entropy_from_logits`` on the unpadded columns. With TP > 1 it computes the
-same quantities without gathering the vocabulary: a max and two sums are
-all-reduced over the TP group. The sums go through an all-reduce whose
-backward is the identity — correct because every TP rank computes the same
-(replicated) loss from the reduced value, so each rank's gradient w.r.t. its own
-logit columns is the upstream gradient times the local derivative. Where a
-replicated value (the log-sum-exp) feeds per-rank terms again (entropy's
-``sum p z``), it passes through the conjugate op — identity forward, gradient
-summed over ranks — or each rank would see only its own share of that path.
-
-Padded vocabulary columns (ids >= the real vocab size) are masked to -inf, so
-they never take probability mass; the padded embedding rows are zeros, and a
-zero row would otherwise give logit 0 and a visible share of the softmax.
-
-Math in float32 whatever the logits' dtype; logits are divided by the sampling
-temperature first (policy only; never apply this to critic values).
-Needs torch.distributed only when ``group`` spans more than one rank; megatron-core is not imported.
+TP = 1 defers to ``slime.rl.losses``; TP > 1 all-reduces a max and two sums instead of gathering
+the vocabulary, with identity / conjugate backward ops chosen so each rank gets the full gradient
+of the replicated loss. Padded vocabulary columns are masked to -inf. Math in float32; logits are
+divided by the sampling temperature first (policy only, never critic values). Needs
+torch.distributed only when ``group`` spans several ranks; megatron-core is not imported.
 """
 
 from __future__ import annotations

@@ -1,36 +1,12 @@
 """What the megatron backend can build from an HF ``config.json``: the model shape, and megatron-core's rules.
 
-Pure Python (no torch, no megatron-core), so ``slime-submit validate``, ``render``
-and the backend itself run the same checks: a spec that validates with a readable
-``model.path/config.json`` does not fail these at launch.
-
-Families and how they map (checked against megatron-core 0.16.1 and transformers 5's
-own model classes; ``slime/backends/megatron/config.py`` turns a shape into
-``TransformerConfig`` keyword arguments):
-
-==============  ==============================================================
-qwen2, llama    dense GQA, SwiGLU, RMSNorm, RoPE (llama3 scaling); Qwen2: q/k/v bias
-qwen3           + per-head q/k RMSNorm (``qk_layernorm``); no biases
-qwen3_moe       + routed experts: softmax router, top-k; ``norm_topk_prob`` = top-k on
-                logits then softmax (megatron's default), else softmax then top-k
-                (``moe_router_pre_softmax``); dense layers from ``mlp_only_layers`` /
-                ``decoder_sparse_step`` (``moe_layer_freq`` as a list)
-qwen2_moe       qwen3_moe's router without q/k norm, with q/k/v bias and a gated
-                shared expert (``moe_shared_expert_gate``: sigmoid(x·g) x shared(x))
-deepseek_v3     multi-latent attention (q/kv LoRA ranks, nope/rope/v head dims,
-                q_a/kv_a RMSNorm, interleaved RoPE, optional YaRN) + MoE with a sigmoid
-                router, expert-score bias (``e_score_correction_bias``), group-limited
-                top-k, ``routed_scaling_factor``, shared experts (n_shared x
-                moe_intermediate_size, ungated); the first ``first_k_dense_replace``
-                layers are dense
-==============  ==============================================================
-
-Refused (a clear problem at ``model.path`` rather than a silently different model):
-other model types, non-SiLU activations, MLP/o_proj biases, sliding windows, rope
-scaling megatron-core cannot reproduce, routers whose maths megatron-core computes
-differently (e.g. DeepSeek group scores summed over other than the top 2 experts of
-a group, sigmoid routing without top-k normalisation), DeepSeek's multi-token-prediction
-layers are not built (neither trained nor exported), like transformers' own class.
+Pure Python (no torch, no megatron-core), so ``slime-submit validate``, ``render`` and the backend
+run the same checks: a spec that validates with a readable ``model.path/config.json`` does not fail
+them at launch. Families: qwen2, llama, qwen3, qwen3_moe, qwen2_moe, deepseek_v3 (checked against
+megatron-core 0.16.1 and transformers 5); ``config.py`` turns a shape into arguments.
+Refused with a clear problem rather than a silently different model: other model types, non-SiLU
+activations, MLP/o_proj biases, sliding windows, rope scaling or router maths megatron-core cannot
+reproduce. DeepSeek's multi-token-prediction layers are not built. Mapping: docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """The router load-balancing loss of a MoE model, as a training metric (``moe_load_balancing_loss``).
 
-megatron-core computes this loss only when it also trains on it (``moe_aux_loss_coeff`` > 0). We
-want it reported whatever the coefficient, so a forward hook on every ``TopKRouter`` recomputes
-the router logits of its input (one small ``hidden x experts`` matmul, no gradient) and evaluates
-megatron's own functions on them: ``compute_routing_scores_for_aux_loss`` and
-``switch_load_balancing_loss_func`` with coefficient 1 — ``E * sum_i f_i * P_i`` (1.0 when tokens
-spread evenly, up to E when they all go to the same top-k experts). Reported: the mean over MoE
-layers and training micro-batches of this step, averaged over every rank. Positions are those of
-the padded micro-batches (as megatron's own aux loss sees them without a padding mask), per rank's
-share of the sequence under sequence/context parallelism. Eval forwards (log-probs) are not counted.
+megatron-core computes it only when training on it; a forward hook on every ``TopKRouter``
+recomputes the router logits (no gradient) and applies megatron's own functions with coefficient 1
+(1.0 when tokens spread evenly, up to E when all go to the same experts). Reported: the mean over
+MoE layers and this step's training micro-batches, averaged over ranks, over padded positions as
+megatron's aux loss sees them. Eval forwards are not counted.
 """
 
 from __future__ import annotations

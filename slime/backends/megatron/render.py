@@ -1,16 +1,10 @@
 """``render_megatron_args(spec)``: the exact megatron-core arguments a spec's trainer ranks use.
 
-The backend builds megatron-core objects in-process (no Megatron-LM command
-line), so "the command" is the set of constructor arguments. They are printed
-from the same functions the backend calls (``config.transformer_config_kwargs``,
-``gpt_model_kwargs``, ``ddp_config_kwargs``, ``optimizer_config_kwargs``,
-``scheduler_kwargs``), so the rendering cannot drift from what runs.
-
-Model-shape fields come from ``<model.path>/config.json``; when that file is not
-readable where ``render`` runs (a login node without the model), they are listed
-as "from config.json at launch" and the rest is still exact. The attention
-backend ``auto`` depends on the trainer nodes (Transformer Engine installed or
-not); it is rendered for SDPA and says so. Imports neither torch nor megatron-core.
+The backend builds megatron-core objects in-process, so "the command" is the constructor
+arguments, printed by the same functions the backend calls: the rendering cannot drift from what
+runs. Shape fields come from ``<model.path>/config.json``; when it is not readable here they are
+listed as "from config.json at launch" and the rest stays exact. ``auto`` attention depends on the
+trainer nodes and is rendered for SDPA, saying so. Imports neither torch nor megatron-core.
 """
 
 from __future__ import annotations
@@ -100,34 +94,19 @@ def _describe_model(shape: mcfg.ModelShape) -> str:
     return text
 
 
-def render_megatron_args(spec: Spec, hf_config: Mapping[str, Any] | None = None) -> str:
-    """Text listing every megatron-core argument of the spec's trainer (raises MegatronConfigError on bad layouts)."""
-    from slime.spec.resolve import model_config
-
-    t, par = spec.train, spec.train.parallel
-    if t.backend != "megatron":
-        raise mcfg.MegatronConfigError(
-            [f"train.backend is {t.backend!r}; megatron arguments exist only for 'megatron'"]
-        )
-    cfg = hf_config if hf_config is not None else model_config(spec.model.path)
-    ours, overrides = mcfg.split_backend_args(t.megatron.args)
+def _attention(backend_args: Mapping[str, Any]) -> tuple[str, str, Mapping[str, Any]]:
+    """(requested attention, the one rendered, megatron overrides) from ``train.megatron.args``."""
+    ours, overrides = mcfg.split_backend_args(backend_args)
     requested = str(ours.get("attention_backend", "auto"))
     if requested not in mcfg.ATTENTION_BACKENDS:
         mcfg.choose_attention_backend(requested)  # raises the clear error
     # Transformer Engine is decided on the trainer nodes: render the layer spec used without it.
-    attention = _WITHOUT_TE.get(requested, requested)
-    world = (t.nodes or 1) * (t.gpus_per_node or 1)
-    shape = mcfg.ModelShape.from_hf_config(cfg) if cfg is not None else None
-    etp = par.expert_tensor or par.tensor
-    layout = dict(tp=par.tensor, pp=par.pipeline, cp=par.context, ep=par.expert, etp=etp)
-    if shape is not None:
-        mcfg.check_parallel(
-            shape,
-            **layout,
-            sequence_parallel=par.sequence_parallel,
-            world_size=world,
-            attention_backend=attention,
-        )
+    return requested, _WITHOUT_TE.get(requested, requested), overrides
+
+
+def _model_kwargs(spec: Spec, shape, layout: dict, requested: str, attention: str, overrides) -> tuple:
+    """TransformerConfig and GPTModel kwargs, plus the shape keys left to launch when ``shape`` is unknown."""
+    t, par = spec.train, spec.train.parallel
     tc = mcfg.transformer_config_kwargs(
         shape or _PLACEHOLDER,
         **layout,
@@ -144,7 +123,10 @@ def render_megatron_args(spec: Spec, hf_config: Mapping[str, Any] | None = None)
         tc = {k: v for k, v in tc.items() if k not in _SHAPE_KEYS}
         gpt = {k: v for k, v in gpt.items() if k not in _GPT_SHAPE_KEYS}
         pending_tc, pending_gpt = _SHAPE_KEYS, _GPT_SHAPE_KEYS[:4]
-    dp = world // (par.tensor * par.pipeline * par.context)
+    return tc, gpt, pending_tc, pending_gpt
+
+
+def _layer_spec_name(shape, attention: str) -> str:
     spec_name = {
         "sdpa": "local layer spec + SDPACoreAttention (torch scaled_dot_product_attention)",
         "te": "Transformer Engine layer spec",
@@ -152,14 +134,20 @@ def render_megatron_args(spec: Spec, hf_config: Mapping[str, Any] | None = None)
     }
     if shape is not None and (shape.moe or shape.mla):
         spec_name = {k: v.replace("layer spec", "decoder block spec") for k, v in spec_name.items()}
+    return spec_name[attention]
+
+
+def _header(spec: Spec, shape, world: int, etp: int, requested: str) -> list[str]:
+    """The comment lines above the calls: ranks and parallel layout, attention, model."""
+    t, par = spec.train, spec.train.parallel
+    dp = world // (par.tensor * par.pipeline * par.context)
     model_line = (
         f"# model: {spec.model.path}/config.json -> {_describe_model(shape)}"
         if shape
         else f"# model: {spec.model.path}/config.json is not readable here; shape fields are read from it at launch"
         " (MoE / multi-latent-attention fields too, when the model has them)"
     )
-    dyn = t.dynamic_batch
-    lines = [
+    return [
         f"# megatron-core arguments for {spec.name} (train.backend: megatron)",
         f"# trainer: {world} rank(s) = {t.nodes} node(s) x {t.gpus_per_node} GPU(s); tensor {par.tensor} x "
         f"pipeline {par.pipeline} x context {par.context} -> data parallel {dp}; experts: expert_tensor {etp} x "
@@ -167,19 +155,57 @@ def render_megatron_args(spec: Spec, hf_config: Mapping[str, Any] | None = None)
         f"{world // (etp * par.expert * par.pipeline)}",
         f"# attention: {requested}" + _TE_NOTE.get(requested, ""),
         model_line,
-        f"initialize_model_parallel(tensor_model_parallel_size={par.tensor}, "
-        f"pipeline_model_parallel_size={par.pipeline}, context_parallel_size={par.context}, "
-        f"expert_model_parallel_size={par.expert}, expert_tensor_parallel_size={etp})",
-        *_call("TransformerConfig", tc, pending_tc),
-        *_call("GPTModel", {"transformer_layer_spec": _Raw(f"<{spec_name[attention]}>"), **gpt}, pending_gpt),
-        *_call("DistributedDataParallelConfig", mcfg.ddp_config_kwargs(t)),
-        *_call("OptimizerConfig", mcfg.optimizer_config_kwargs(t)),
-        *_call("OptimizerParamScheduler", mcfg.scheduler_kwargs(t, spec.rollout.num_rollouts)),
+    ]
+
+
+def _footer(spec: Spec) -> list[str]:
+    """The comment lines below the calls: batches and losses."""
+    t, dyn = spec.train, spec.train.dynamic_batch
+    return [
         f"# batches: global_batch_size={t.global_batch_size} per optimizer step, {t.num_steps_per_rollout} "
         f"step(s) per rollout, micro_batch_size={t.micro_batch_size}"
         + (f", dynamic micro-batches up to {dyn.max_tokens_per_gpu} padded tokens per GPU" if dyn.enabled else ""),
         f"# losses: slime.rl.losses.total_loss(estimator={spec.algorithm.estimator!r}, "
         f"eps_clip={spec.algorithm.eps_clip}, eps_clip_high={spec.algorithm.eps_clip_high}, "
         f"agg={spec.algorithm.loss_agg!r}), logits / temperature {spec.rollout.temperature}",
+    ]
+
+
+def render_megatron_args(spec: Spec, hf_config: Mapping[str, Any] | None = None) -> str:
+    """Text listing every megatron-core argument of the spec's trainer (raises MegatronConfigError on bad layouts)."""
+    from slime.spec.resolve import model_config
+
+    t, par = spec.train, spec.train.parallel
+    if t.backend != "megatron":
+        raise mcfg.MegatronConfigError(
+            [f"train.backend is {t.backend!r}; megatron arguments exist only for 'megatron'"]
+        )
+    cfg = hf_config if hf_config is not None else model_config(spec.model.path)
+    requested, attention, overrides = _attention(t.megatron.args)
+    world = (t.nodes or 1) * (t.gpus_per_node or 1)
+    shape = mcfg.ModelShape.from_hf_config(cfg) if cfg is not None else None
+    etp = par.expert_tensor or par.tensor
+    layout = dict(tp=par.tensor, pp=par.pipeline, cp=par.context, ep=par.expert, etp=etp)
+    if shape is not None:
+        mcfg.check_parallel(
+            shape,
+            **layout,
+            sequence_parallel=par.sequence_parallel,
+            world_size=world,
+            attention_backend=attention,
+        )
+    tc, gpt, pending_tc, pending_gpt = _model_kwargs(spec, shape, layout, requested, attention, overrides)
+    layer_spec = _Raw(f"<{_layer_spec_name(shape, attention)}>")
+    lines = [
+        *_header(spec, shape, world, etp, requested),
+        f"initialize_model_parallel(tensor_model_parallel_size={par.tensor}, "
+        f"pipeline_model_parallel_size={par.pipeline}, context_parallel_size={par.context}, "
+        f"expert_model_parallel_size={par.expert}, expert_tensor_parallel_size={etp})",
+        *_call("TransformerConfig", tc, pending_tc),
+        *_call("GPTModel", {"transformer_layer_spec": layer_spec, **gpt}, pending_gpt),
+        *_call("DistributedDataParallelConfig", mcfg.ddp_config_kwargs(t)),
+        *_call("OptimizerConfig", mcfg.optimizer_config_kwargs(t)),
+        *_call("OptimizerParamScheduler", mcfg.scheduler_kwargs(t, spec.rollout.num_rollouts)),
+        *_footer(spec),
     ]
     return "\n".join(lines) + "\n"

@@ -1,27 +1,11 @@
 """The one HTTP client for rollout engines: real SGLang servers and the built-in engine.
 
-Both speak SGLang's native API, so every caller (rollout functions, weight sync,
-agent adapters, health checks) goes through :class:`EngineClient` and gets typed
-results (:class:`GenerateResult`) instead of re-parsing ``meta_info`` dicts.
-
-Guarantees:
-* only connection failures (nothing was sent, or the server vanished) are
-  retried, and only for idempotent calls (health, model info, cache flush,
-  weight loads from disk, abort); ``generate`` and raw ``post`` are never
-  resent unless the caller says the call is idempotent, because a resent
-  generation could run twice;
-* every failure raises :class:`EngineError` (or its subclass
-  :class:`EngineUnavailable`) naming the URL, the HTTP status and the server's
-  message, never a bare ``aiohttp`` exception;
-* RL control calls (pause/continue, memory release/resume) are never resent:
-  a release that reached the server but whose reply was lost must not run twice;
-* a client can be used from several event loops (e.g. ``asyncio.run`` calls in
-  turn): it keeps one ``aiohttp`` session per loop.
-
-aiohttp is used because the engine side already depends on it and it supports
-many concurrent requests on one connection pool (the pool is unbounded by
-default: a rollout fires hundreds of requests at once and the server batches
-them).
+Every caller goes through :class:`EngineClient` and gets typed results (:class:`GenerateResult`).
+Guaranteed: only connection failures of idempotent calls are retried (``generate``, raw ``post``
+and RL control calls never, unless marked idempotent: a resent generation or release could run
+twice); every failure raises :class:`EngineError` naming URL, status and message; one ``aiohttp``
+session per event loop, so several loops may use a client. aiohttp: the engine side already
+depends on it and its unbounded pool carries a rollout's many concurrent requests.
 """
 
 from __future__ import annotations

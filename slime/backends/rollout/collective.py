@@ -1,26 +1,11 @@
-"""Weight sync over a collective group, trainer rank 0 → every engine, through SGLang's HTTP API.
+"""Weight sync over a collective group, trainer rank 0 -> every engine, through SGLang's HTTP API.
 
-Shared by both rollout backends (SGLang, and the built-in engine whose ``rl_control`` endpoints
-serve the same API) and by the trainer's rank 0, which the runtime hands a :class:`EngineWeightSender`
-made by ``RolloutBackend.weight_sender()``; neither side imports the other's backend.
-
-* :func:`init_weight_update_group` mirrors SGLang's ``init_custom_process_group`` (same TCP
-  rendezvous, same ``PrefixStore(group_name)``), so both ends agree on the store keys. It uses
-  torch's private ``_new_process_group_helper`` exactly as SGLang does, because public torch APIs
-  cannot create a second, independent group between processes that are not all in the default
-  group. The trainer joins as rank 0; the built-in engine joins through the same function.
-* :class:`NcclWeightSync` (trainer rank 0, which holds gathered full tensors):
-  ``/init_weights_update_group`` once (each engine's GPUs take ranks ``1 + offset ..``), then per
-  update ``/pause_generation`` → ``/flush_cache`` → per bucket ``/update_weights_from_distributed``
-  ``{names, dtypes, shapes, group_name, flush_cache, weight_version}`` sent to every engine while
-  rank 0 broadcasts the bucket's tensors → ``/continue_generation``. Generation resumes even when
-  a bucket fails, and the error is re-raised.
-* :class:`EngineWeightSender`: the ``WeightSender`` of ``slime.backends.base``: the engines' URLs
-  and group ranks, picklable, connected once on trainer rank 0.
-
-Real NCCL needs GPUs: on CPU the same code runs with ``backend="gloo"`` (tested against fake SGLang
-engines and against the built-in engine, whose endpoints receive for real). Request bodies follow
-SGLang's ``io_struct`` as of the pinned version (``patches/pins.toml``).
+Shared by both rollout backends and trainer rank 0 (which gets an :class:`EngineWeightSender`
+from ``RolloutBackend.weight_sender()``). :func:`init_weight_update_group` mirrors SGLang's
+``init_custom_process_group`` (torch's private ``_new_process_group_helper``, as SGLang: public
+APIs cannot make a second independent group). :class:`NcclWeightSync` pauses, flushes, broadcasts
+bucket by bucket, and always resumes generation, re-raising a bucket's error. On CPU the same code
+runs with gloo. Request bodies follow SGLang's ``io_struct`` at the pinned version.
 """
 
 from __future__ import annotations

@@ -1,39 +1,12 @@
 """``rollout.backend: sglang``: the RolloutBackend that starts SGLang engines and syncs their weights.
 
-``start`` builds the commands (``launch.engine_commands``, swappable through
-``command_builder`` — tests pass one that starts the built-in engine) and
-starts them with bounded health-checked startup (``process.start_processes``),
-then the router when there are several engines. With the runtime's
-:class:`~slime.placement.Placement`, each node's processes are started by a
-small Ray actor (:class:`NodeProcesses`, no resources, in one of that node's
-engine bundles) that keeps their handles until :meth:`stop`; node ``n``'s address
-is its bundles' IP, ports come from the job's block (``launch.port_blocks``,
-checked free on every engine node), and each process sees only its slots'
-physical GPUs (``CUDA_VISIBLE_DEVICES``, ``--base-gpu-id 0``: Ray blanks the
-variable in a GPU-less actor, and a slot's GPU index is not the physical id
-when a node is partly used). The router runs on the first engine's node.
-``update_weights`` follows ``rollout.weight_sync``:
-
-* ``disk``: every engine loads the HF directory written by the trainer;
-* ``delta``: the first sync loads the full directory and keeps it as the base;
-  later syncs write a delta (changed tensors only, checksummed) next to it,
-  rebuild the full checkpoint in this node's ``<log_dir>/weights/v<version>``
-  from base + delta (verifying every checksum) and load that;
-* ``nccl``: needs the trainer's tensors, so trainer rank 0 drives it through
-  :meth:`weight_sender` (``slime.backends.rollout.collective``, one group rank
-  per engine GPU: :meth:`weight_sync_ranks`) and the runtime never calls
-  ``update_weights``; called anyway (outside the runtime), it loads from disk.
-
-Colocated runs (``rollout.colocate``): the runtime calls :meth:`release_memory`
-after each rollout (``/release_memory_occupation``, all tags; the commands pass
-``--enable-memory-saver``) and, before the next one, :meth:`resume_memory` with
-``weights``, the weight update, then ``kv_cache`` and ``cuda_graph`` — the order
-SGLang needs, since resumed weights hold garbage until reloaded.
-
-``placement`` may instead be a mapping (tests, single node, no Ray): ``{"hosts": [node
-addresses], "local_nodes": [indices of nodes this process starts], "log_dir": path}``, every
-key optional; the processes then run here, with the commands exactly as rendered.
-Logs: ``<log_dir>/<process>.log`` on each node (the runtime passes the task's own dir).
+``start`` builds the commands (``launch.engine_commands``; tests swap in the built-in engine),
+starts them with bounded health-checked startup, one small Ray actor per node (:class:`NodeProcesses`)
+holding the handles, then a router for several engines. ``update_weights`` follows
+``rollout.weight_sync``: ``disk``, ``delta`` (checksummed changed tensors rebuilt on the node) or
+``nccl`` (driven by trainer rank 0 through :meth:`weight_sender`). Colocated runs release and resume
+memory in the order SGLang needs. ``placement`` may be a plain mapping (tests, no Ray). Logs:
+``<log_dir>/<process>.log``. Placement, ports and GPU visibility: docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """Delta weight checkpoints: ship only the tensors that changed since the last sync, with checksums.
 
-Sender (:func:`write_delta`): compares a new HF safetensors checkpoint with the
-previous one tensor by tensor (bytes), and for each changed tensor writes one
-zstd-compressed payload — by default the XOR of the new bytes with the old ones
-(``encoding="xor"``: after a small RL step most bf16 elements are bit-identical,
-so the XOR is mostly zero bytes and compresses far below the raw size), or the
-raw new bytes (``"raw"``, also used for tensors the base lacks). ``index.json``
-lists, per changed tensor: dtype, shape, encoding, the payload file, the SHA-256
-of the payload file and the SHA-256 of the resulting tensor bytes, plus the names
-of every tensor of the new checkpoint.
-
-Receiver (:func:`apply_delta`): checks every payload's checksum *before*
-decoding, applies the payloads to the previous full checkpoint (which it must
-hold: the engine node's local copy), checks every resulting tensor's checksum,
-and writes a complete HF directory (same shard files as the base; unchanged
-shards are hard-linked, or copied across filesystems) that any engine loads
-with ``/update_weights_from_disk``. Any mismatch raises :class:`DeltaError`
-naming the tensor and the file, and leaves no output directory behind.
-
-zstandard (already a runtime dependency) was chosen for speed at good ratios;
-SHA-256 (hashlib) because it is in the standard library and collision-safe.
+:func:`write_delta` writes one zstd payload per changed tensor (XOR with the old bytes by default,
+mostly zeros after a small RL step; raw for new tensors) and an ``index.json`` with dtypes,
+shapes, encodings and SHA-256s. :func:`apply_delta` checks every payload before decoding and every
+rebuilt tensor after, and writes a complete HF directory (unchanged shards hard-linked) any engine
+loads from disk. Any mismatch raises :class:`DeltaError` naming tensor and file and leaves no
+output behind. zstandard (already a dependency) for speed at good ratios; SHA-256 (stdlib).
 """
 
 from __future__ import annotations
@@ -175,11 +161,64 @@ def _load_index(delta: Path) -> dict:
     return index
 
 
+def _rebuild_tensor(name: str, e: dict, delta: Path, base: Path, files: dict[str, str], decompressor):
+    """One changed tensor from its payload (and, xor-encoded, the base tensor); every step is checked."""
+    import zstandard
+    from safetensors import safe_open
+
+    blob = (delta / e["file"]).read_bytes()
+    if _sha(blob) != e["payload_sha256"]:
+        raise DeltaError(f"{name}: payload {delta / e['file']} fails its SHA-256 check (corrupt or truncated)")
+    try:
+        payload = decompressor.decompress(blob)
+    except zstandard.ZstdError as exc:
+        raise DeltaError(f"{name}: payload {delta / e['file']} does not decompress ({exc})") from None
+    if e["encoding"] == "xor":
+        if name not in files:
+            raise DeltaError(f"{name}: xor-encoded but the base {base} has no such tensor")
+        with safe_open(str(base / files[name]), framework="pt") as h:
+            old = _to_bytes(h.get_tensor(name))
+        if len(old) != len(payload):
+            raise DeltaError(f"{name}: base tensor has {len(old)} bytes, delta expects {len(payload)}: wrong base")
+        payload = _xor(payload, old)
+    if _sha(payload) != e["sha256"]:
+        raise DeltaError(f"{name}: rebuilt tensor fails its SHA-256 check (applied to the wrong base {base}?)")
+    return _from_bytes(payload, e["dtype"], e["shape"])
+
+
+def _write_checkpoint(tmp: Path, base: Path, files: dict[str, str], updated: dict, new_only: list[str]) -> None:
+    """Fill ``tmp`` with the rebuilt checkpoint: unchanged shards are hard-linked (copied across filesystems)."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    by_file: dict[str, list[str]] = {}
+    for name, fname in files.items():
+        by_file.setdefault(fname, []).append(name)
+    for fname, file_names in sorted(by_file.items()):
+        if any(n in updated for n in file_names):
+            with safe_open(str(base / fname), framework="pt") as h:
+                tensors = {n: updated[n] if n in updated else h.get_tensor(n) for n in file_names}
+            save_file(tensors, str(tmp / fname), metadata={"format": "pt"})
+        else:
+            try:
+                os.link(base / fname, tmp / fname)
+            except OSError:
+                shutil.copyfile(base / fname, tmp / fname)
+    if new_only:
+        save_file(
+            {n: updated[n] for n in new_only}, str(tmp / "model-delta-new.safetensors"), metadata={"format": "pt"}
+        )
+    if (base / _ST_INDEX).is_file() or new_only:
+        weight_map = {**files, **dict.fromkeys(new_only, "model-delta-new.safetensors")}
+        (tmp / _ST_INDEX).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}, indent=1) + "\n")
+    for side in _SIDE_FILES:
+        if (base / side).is_file():
+            shutil.copyfile(base / side, tmp / side)
+
+
 def apply_delta(base_dir: str | Path, delta_dir: str | Path, out_dir: str | Path) -> DeltaStats:
     """Rebuild the full checkpoint from ``base_dir`` + ``delta_dir`` into ``out_dir`` (must not exist)."""
     import zstandard
-    from safetensors import safe_open
-    from safetensors.torch import save_file
 
     base, delta, out = Path(base_dir), Path(delta_dir), Path(out_dir)
     index = _load_index(delta)
@@ -193,53 +232,14 @@ def apply_delta(base_dir: str | Path, delta_dir: str | Path, out_dir: str | Path
             f"dropped: {sorted(set(files) - names)[:5]})"
         )
     decompressor = zstandard.ZstdDecompressor()
-    updated: dict[str, torch.Tensor] = {}
-    for name, e in entries.items():
-        blob = (delta / e["file"]).read_bytes()
-        if _sha(blob) != e["payload_sha256"]:
-            raise DeltaError(f"{name}: payload {delta / e['file']} fails its SHA-256 check (corrupt or truncated)")
-        try:
-            payload = decompressor.decompress(blob)
-        except zstandard.ZstdError as exc:
-            raise DeltaError(f"{name}: payload {delta / e['file']} does not decompress ({exc})") from None
-        if e["encoding"] == "xor":
-            if name not in files:
-                raise DeltaError(f"{name}: xor-encoded but the base {base} has no such tensor")
-            with safe_open(str(base / files[name]), framework="pt") as h:
-                old = _to_bytes(h.get_tensor(name))
-            if len(old) != len(payload):
-                raise DeltaError(f"{name}: base tensor has {len(old)} bytes, delta expects {len(payload)}: wrong base")
-            payload = _xor(payload, old)
-        if _sha(payload) != e["sha256"]:
-            raise DeltaError(f"{name}: rebuilt tensor fails its SHA-256 check (applied to the wrong base {base}?)")
-        updated[name] = _from_bytes(payload, e["dtype"], e["shape"])
+    updated: dict[str, torch.Tensor] = {
+        name: _rebuild_tensor(name, e, delta, base, files, decompressor) for name, e in entries.items()
+    }
     new_only = sorted(n for n in updated if n not in files)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        by_file: dict[str, list[str]] = {}
-        for name, fname in files.items():
-            by_file.setdefault(fname, []).append(name)
-        for fname, file_names in sorted(by_file.items()):
-            if any(n in updated for n in file_names):
-                with safe_open(str(base / fname), framework="pt") as h:
-                    tensors = {n: updated[n] if n in updated else h.get_tensor(n) for n in file_names}
-                save_file(tensors, str(tmp / fname), metadata={"format": "pt"})
-            else:
-                try:
-                    os.link(base / fname, tmp / fname)
-                except OSError:
-                    shutil.copyfile(base / fname, tmp / fname)
-        if new_only:
-            save_file(
-                {n: updated[n] for n in new_only}, str(tmp / "model-delta-new.safetensors"), metadata={"format": "pt"}
-            )
-        if (base / _ST_INDEX).is_file() or new_only:
-            weight_map = {**files, **dict.fromkeys(new_only, "model-delta-new.safetensors")}
-            (tmp / _ST_INDEX).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}, indent=1) + "\n")
-        for side in _SIDE_FILES:
-            if (base / side).is_file():
-                shutil.copyfile(base / side, tmp / side)
+        _write_checkpoint(tmp, base, files, updated, new_only)
         os.rename(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

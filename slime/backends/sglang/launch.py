@@ -1,56 +1,12 @@
 """The exact ``sglang.launch_server`` / ``sglang_router`` commands a spec runs, one per engine process.
 
-Pure and deterministic (no I/O except reading ``config.json`` for
-``--trust-remote-code``; no SGLang import), so ``slime-submit render`` prints the
-same argv the runtime executes and golden tests pin it.
-
-Per engine ``i`` (GPU slots from ``slime.spec.layout.plan_layout``):
-
-* ``--model-path`` = ``model.path``; ``--tokenizer-path`` = ``model.tokenizer`` when it is another
-  directory (engines then decode with the tokenizer the rollout manager encodes with);
-  ``--tp-size`` = ``gpus_per_engine`` (divided by
-  ``pp-size`` when ``rollout.sglang.args`` sets one, which must divide it);
-* ``--base-gpu-id`` = the GPU id of the engine's first slot on its node;
-* ``--host`` = the node's address, ``--port`` = ``port_base + 10 j`` where ``j``
-  counts the engines whose first GPU is on the same node (so ports are
-  deterministic and never shared on a node), ``--nccl-port`` = port + 1;
-* an engine spanning ``n`` whole nodes runs one process per node with
-  ``--nnodes n --node-rank r --dist-init-addr <first node>:<port + 2>``; only
-  node rank 0 serves HTTP (``--host``/``--port`` only on it);
-* ``--trust-remote-code`` when the checkpoint's ``config.json`` has an
-  ``auto_map`` (custom modelling code), else only if ``rollout.sglang.args`` asks;
-* ``--enable-memory-saver`` when colocated (engines release and resume their GPU
-  memory around training steps);
-* ``--enable-deterministic-inference`` with ``rollout.deterministic``: SGLang 0.5.23
-  uses a request's ``sampling_seed`` only in that mode (``SamplingBatchInfo`` sets the
-  seeds to None otherwise), so without it a resumed or repeated run samples different
-  responses. Its cost: batch-invariant kernels, a PyTorch sampling backend and no
-  FlashInfer all-reduce fusion — slower decoding (not measured here: no GPU runs SGLang);
-* MoE engines: ``--ep-size`` (or its aliases ``--expert-parallel-size``, ``--ep``) is passed
-  through from ``rollout.sglang.args``; it must divide the engine's tensor-parallel size
-  (SGLang runs the MoE layers on ep x tp/ep ranks) and the model's routed experts
-  (checked by the spec rules when config.json is readable);
-* then ``rollout.sglang.args`` verbatim, in spec order: ``key: value`` →
-  ``--key value``; ``true`` → bare ``--key``; ``false`` / ``null`` → omitted.
-  Keys are used as written (write SGLang's dashed names); a key that names a
-  flag set above (e.g. ``tp-size`` or ``tp_size``) or one that would break the
-  placement (``dp-size``, ``attn-dp-size``, ``gpu-id-step``), an abbreviation
-  of such a flag (argparse expands ``base-gpu`` to ``--base-gpu-id``) or a key
-  containing ``=`` is rejected, not passed on.
-
-With more than one engine, a router on the first node fronts them:
-``python -m sglang_router.launch_router --host <node0> --port <router_port>
---worker-urls <engine urls...>`` plus ``rollout.sglang.router_args`` (same conversion).
-
-Node addresses are unknown until the job runs: commands take ``hosts`` (one
-per cluster node); rendering without them prints ``node0``, ``node1``, ...
-
-Ports: rendering shows the default base (router 30000, engines from 30010). The
-runtime instead takes a per-job block of ``slime.core.ports.BLOCK`` ports
-(:func:`port_blocks`: hashed from the job like the Ray port blocks, but in
-``$SLIME_ENGINE_PORT_RANGE``, default 10000-20000, outside Ray's range) with the
-router at its base and engine ``j`` of a node at ``base + 10 (j + 1)``, so two
-jobs on one node neither collide with each other nor with their Ray ports.
+Pure and deterministic (no I/O but reading ``config.json`` for ``--trust-remote-code``; no SGLang
+import), so ``slime-submit render`` prints the argv the runtime executes and golden tests pin it.
+Flags derive from the spec and layout (model, TP size, GPU ids, host and ports, multi-node
+rendezvous, memory saver, deterministic inference), then ``rollout.sglang.args`` verbatim; a key
+that would override a derived flag or break the placement is rejected. Several engines get a router
+on the first node. Without ``hosts`` commands render ``node0``...; ports render from the default
+base, while the runtime takes a per-job block. Flag-by-flag rules: docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -137,7 +93,7 @@ def _norm(key: str) -> str:
 
 
 def flags_from_args(args: Mapping[str, Any], *, field_name: str, reserved: Sequence[str] = ()) -> list[str]:
-    """``{key: value}`` → argv flags (the conversion documented in the module docstring)."""
+    """``{key: value}`` → argv flags (conversion rules: docs/design-notes.md, slime.backends.sglang.launch)."""
     out: list[str] = []
     for key, value in args.items():
         if not isinstance(key, str) or not key.strip().lstrip("-"):
@@ -196,6 +152,57 @@ def _tp_size(spec: Spec) -> int:
     return tp
 
 
+def _shared_argv(spec: Spec, python: str, extra: list[str]) -> tuple[list[str], list[str]]:
+    """(the launch_server argv every engine process starts with, the flags derived from the spec)."""
+    r = spec.rollout
+    common = [python, "-m", "sglang.launch_server", "--model-path", spec.model.path, "--tp-size", str(_tp_size(spec))]
+    if spec.model.tokenizer and spec.model.tokenizer != spec.model.path:
+        common += ["--tokenizer-path", spec.model.tokenizer]
+    derived: list[str] = []
+    if _needs_remote_code(spec.model.path) and "--trust-remote-code" not in extra:
+        derived.append("--trust-remote-code")
+    if r.colocate and "--enable-memory-saver" not in extra:
+        derived.append("--enable-memory-saver")
+    if r.deterministic:  # SGLang ignores a request's sampling_seed without it (0.5.23)
+        derived.append("--enable-deterministic-inference")
+    return common, derived
+
+
+def _engine_processes(engine: int, slots, port: int, hosts: list[str], head: list[str], tail: list[str]):
+    """One EngineCommand per node of one engine; node rank 0 serves HTTP, the others join it."""
+    nodes = sorted({s.node for s in slots})
+    first = nodes[0]
+    out: list[EngineCommand] = []
+    for rank, node in enumerate(nodes):
+        gpus = tuple(s.gpu for s in slots if s.node == node)
+        argv = list(head) + ["--base-gpu-id", str(gpus[0])]
+        if rank == 0:
+            argv += ["--host", hosts[node], "--port", str(port), "--nccl-port", str(port + 1)]
+        if len(nodes) > 1:
+            argv += [
+                "--nnodes",
+                str(len(nodes)),
+                "--node-rank",
+                str(rank),
+                "--dist-init-addr",
+                f"{hosts[first]}:{port + 2}",
+            ]
+        out.append(
+            EngineCommand(
+                engine=engine,
+                node_rank=rank,
+                nnodes=len(nodes),
+                node=node,
+                host=hosts[node],
+                gpus=gpus,
+                port=port if rank == 0 else None,
+                ports=(port, port + 1) if rank == 0 else (),
+                argv=tuple(argv + tail),
+            )
+        )
+    return out
+
+
 def engine_commands(
     spec: Spec,
     layout: Layout | None = None,
@@ -219,52 +226,15 @@ def engine_commands(
     if len(hosts) < layout.nodes:
         raise LaunchError(f"{len(hosts)} host address(es) given for {layout.nodes} node(s)")
     extra = flags_from_args(r.sglang.args, field_name="rollout.sglang.args", reserved=_ENGINE_RESERVED)
-    common = [python, "-m", "sglang.launch_server", "--model-path", spec.model.path, "--tp-size", str(_tp_size(spec))]
-    if spec.model.tokenizer and spec.model.tokenizer != spec.model.path:
-        common += ["--tokenizer-path", spec.model.tokenizer]
-    derived: list[str] = []
-    if _needs_remote_code(spec.model.path) and "--trust-remote-code" not in extra:
-        derived.append("--trust-remote-code")
-    if r.colocate and "--enable-memory-saver" not in extra:
-        derived.append("--enable-memory-saver")
-    if r.deterministic:  # SGLang ignores a request's sampling_seed without it (0.5.23)
-        derived.append("--enable-deterministic-inference")
-    per_node: dict[int, int] = {}
+    common, derived = _shared_argv(spec, python, extra)
+    per_node: dict[int, int] = {}  # engines already on each node: picks the port slot
     out: list[EngineCommand] = []
     for i, slots in enumerate(layout.engines):
         nodes = sorted({s.node for s in slots})
-        first = nodes[0]
-        j = per_node.get(first, 0)
+        j = per_node.get(nodes[0], 0)
         for n in nodes:
             per_node[n] = per_node.get(n, 0) + 1
-        port = port_base + PORT_STRIDE * j
-        for rank, node in enumerate(nodes):
-            gpus = tuple(s.gpu for s in slots if s.node == node)
-            argv = list(common) + ["--base-gpu-id", str(gpus[0])]
-            if rank == 0:
-                argv += ["--host", hosts[node], "--port", str(port), "--nccl-port", str(port + 1)]
-            if len(nodes) > 1:
-                argv += [
-                    "--nnodes",
-                    str(len(nodes)),
-                    "--node-rank",
-                    str(rank),
-                    "--dist-init-addr",
-                    f"{hosts[first]}:{port + 2}",
-                ]
-            out.append(
-                EngineCommand(
-                    engine=i,
-                    node_rank=rank,
-                    nnodes=len(nodes),
-                    node=node,
-                    host=hosts[node],
-                    gpus=gpus,
-                    port=port if rank == 0 else None,
-                    ports=(port, port + 1) if rank == 0 else (),
-                    argv=tuple(argv + derived + extra),
-                )
-            )
+        out += _engine_processes(i, slots, port_base + PORT_STRIDE * j, hosts, common, derived + extra)
     return out
 
 

@@ -1,22 +1,10 @@
 """Engine server processes: start with a log file, wait for ``/health`` (bounded), stop by process group.
 
-Works for any server command (SGLang, sglang-router, the built-in engine): the
-caller gives a :class:`ProcessSpec` (argv, URL to poll, ports it will bind), so the
-same code path is exercised by tests with the built-in engine.
-
-Guaranteed:
-* ports are checked free before anything starts; a busy port fails naming the
-  process and the port;
-* each process runs in its own session (process group) with stdout+stderr in
-  ``<log_dir>/<name>.log`` (the command is the log's first line);
-* startup is bounded: a process that exits early, or is not healthy within the
-  timeout, raises :class:`EngineStartError` naming the process, its URL, its
-  log file and the log's last lines — after stopping every process this call
-  started;
-* :meth:`ManagedProcess.stop` signals only the process group this object
-  started (SIGTERM, then SIGKILL after a grace period); never by name.
-
-Health polling uses ``urllib`` (stdlib) so this module imports nothing heavy.
+Works for any server command (SGLang, sglang-router, the built-in engine), given a
+:class:`ProcessSpec`. Guaranteed: ports are checked free first; each process runs in its own
+session with its output in ``<log_dir>/<name>.log``; startup is bounded and a failure raises
+:class:`EngineStartError` (process, URL, log tail) after stopping what this call started;
+:meth:`ManagedProcess.stop` signals only its own process group. Health polling uses ``urllib``.
 """
 
 from __future__ import annotations

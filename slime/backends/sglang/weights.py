@@ -1,17 +1,10 @@
 """Weight sync from the trainer to SGLang engines: from disk, as a delta over disk, or over NCCL.
 
-All engine calls go through ``slime.backends.rollout.client.EngineClient`` (the
-client shared with the built-in engine) and SGLang's HTTP API as of the pinned
-version (``patches/pins.toml``); request bodies follow its ``io_struct``.
-
-* **disk** — :func:`sync_from_disk`: ``POST /update_weights_from_disk``
-  ``{model_path, weight_version, flush_cache}`` on every engine at once.
-* **delta** — :func:`sync_delta`: on the engine's node, rebuild the full
-  checkpoint from the node-local previous one plus a delta
-  (``slime.backends.sglang.delta``, checksums verified), then load it from disk.
-* **nccl** — driven by trainer rank 0 through ``slime.backends.rollout.collective``
-  (:class:`NcclWeightSync`, re-exported here with its helpers), which the built-in
-  engine shares: the runtime gets it as ``SGLangRolloutBackend.weight_sender()``.
+All engine calls go through ``EngineClient`` and SGLang's HTTP API at the pinned version.
+**disk**: :func:`sync_from_disk` (``/update_weights_from_disk`` on every engine at once);
+**delta**: :func:`sync_delta` rebuilds the checkpoint on the engine's node, then loads it;
+**nccl**: driven by trainer rank 0 through ``slime.backends.rollout.collective``
+(:class:`NcclWeightSync`, re-exported here).
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """Generating one prompt group: a ``/generate`` request per group, continuation of partial responses, abort.
 
-:class:`GroupGenerator` fills a :class:`~.source.Group`'s samples. Samples still to generate are
-``pending`` (fresh) or ``aborted`` (cut by an earlier abort: their tokens so far are kept); they go
-in one batched request to engine ``position % engines`` with ``rid`` = ``<tag>-d<draw>-s<j>.`` (the
-trailing dot keeps one rid from prefixing another: SGLang and the built-in engine abort every rid a
-given in-flight rid prefixes). A continued sample sends prompt + its earlier tokens and asks for
-``max_new_tokens`` minus what it has (none left: ``truncated`` without a request); what comes back
-is appended — tokens, text, log-probs, loss mask 1, and the version of each new token
-(``Sample.token_versions``, filled in once a response has two parts). ``completed``/``truncated``
-samples are not sent again.
-
-:meth:`GroupGenerator.abort` aborts the requests of this generator still in flight, by their exact
-rids (SGLang only acts on a rid it knows), on every engine; the pending ``/generate`` calls then
-return what they had. With an ``agent`` section a group runs the ``agent.generate`` plug-in instead
-(``slime.agent.generate.fill_samples``: every root-to-leaf sample of every episode); agent episodes
-are not aborted, they finish.
-
-Guaranteed: a request's samples depend only on its sampling seed, the prompt and the weights, not on
-what the engine batches with it (measured bitwise on the built-in engine). An engine that returns no
-log-probs raises (the trainer needs them).
+:class:`GroupGenerator` sends a group's pending and aborted samples in one request (rids end with a
+dot so one never prefixes another); continued samples send their earlier tokens and append what
+comes back with each token's version. :meth:`GroupGenerator.abort` aborts its own rids on every
+engine. Agent specs run the ``agent.generate`` plug-in instead (episodes finish, never aborted).
+Guaranteed: a request's samples depend only on its seed, prompt and weights, not on the engine's
+batch; an engine returning no log-probs raises. Details: docs/design-notes.md.
 """
 
 from __future__ import annotations

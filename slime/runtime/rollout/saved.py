@@ -1,26 +1,11 @@
 """Saved rollouts: every trained sample of a rollout in one Parquet file, and reading them back.
 
-``debug.save_rollouts`` writes ``tasks/<i>/rollouts/rollout_<id:06d>.parquet`` (``TaskPaths.rollouts``)
-after each rollout; ``debug.mode: train_only`` with ``debug.load_rollouts`` reads them back
-(:func:`read_rollout`) and trains on exactly those samples, in that order.
-
-Why Parquet through pyarrow: a columnar file a user opens with ``pandas.read_parquet`` (or DuckDB,
-Polars, Spark) without our code; typed list columns hold token ids, masks and log-probs without a
-text encoding; float64 columns round-trip the engine's log-probs (fp32 values carried as Python
-floats) and the rewards exactly, which replay needs; it is compressed. One file per rollout keeps
-writes independent and a partial run readable.
-
-Columns, one row per sample: ``rollout_id``, ``group_index``, ``index``, ``prompt``,
-``prompt_tokens``, ``response``, ``response_tokens``, ``reward``, ``status``, ``loss_mask`` (after
-the off-policy mask of partial rollout: what the trainer used), ``rollout_log_probs``,
-``weight_version``, ``token_versions`` (each response token's version; empty when one version made
-them all), and JSON text for the values of any shape: ``label_json``, ``metadata_json`` (prompt
-metadata, agent episodes, the partial-rollout record) and ``extra_json``.
-
-Guaranteed: a file is complete or absent (written to a hidden temp file in the same directory, then
-renamed); ``read_rollout(write_rollout(samples))`` gives samples equal to the written ones (fields
-of ``Sample``; ``label``/``metadata`` as their JSON round trip). Not kept: the scores/advantages
-(recomputed from the rewards on replay), anything of the dropped groups.
+``debug.save_rollouts`` writes ``tasks/<i>/rollouts/rollout_<id:06d>.parquet`` after each rollout;
+``debug.mode: train_only`` reads them back and trains on exactly those samples, in order.
+Why Parquet via pyarrow: users open it with pandas and friends without our code; typed list columns
+hold tokens and masks; float64 round-trips log-probs and rewards exactly, as replay needs.
+Guaranteed: a file is complete or absent; reading gives samples equal to those written. Not kept:
+scores/advantages (recomputed), dropped groups. Columns: docs/design-notes.md.
 """
 
 from __future__ import annotations

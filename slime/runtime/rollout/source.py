@@ -1,18 +1,10 @@
 """Where a rollout's prompt groups come from: the partial-rollout buffer first, then the dataset.
 
-A :class:`Group` is one prompt and its ``n_samples_per_prompt`` samples while they are generated,
-scored and filtered; ``draw`` numbers the groups a run has drawn (a stable id) and
-``start_rollout`` is the rollout that first drew it. :class:`PromptSource` hands out groups:
-those put back by an earlier rollout (partial rollout: aborted requests with the tokens they had,
-or finished groups that were not needed), oldest first, then fresh prompts from the dataset's
-resumable cursor (``PromptDataset.next_batch``).
-
-Its :meth:`~PromptSource.state_dict` — the cursor, the buffer (samples as ``Sample.to_dict``
-dicts, JSON) and the draw counter — goes into every checkpoint's ``state.json`` through the rollout
-manager, so a resumed run continues the same prompts *and* the same buffered partial responses
-(slime does not checkpoint its buffer; a restart there loses the partial responses). Guaranteed:
-``load_state_dict(state_dict())`` restores exactly; a state without a buffer (older checkpoints)
-loads as an empty buffer.
+A :class:`Group` is one prompt and its samples while generated, scored and filtered (``draw`` is
+its stable id). :class:`PromptSource` hands out buffered groups oldest first, then fresh prompts
+from the dataset's resumable cursor. Its ``state_dict`` (cursor, buffer, draw counter) goes into
+every checkpoint, so a resumed run continues the same prompts *and* partial responses (slime loses
+them). Guaranteed: ``load_state_dict(state_dict())`` restores exactly; no buffer loads as empty.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """``rollout.backend: builtin``: one Ray actor per engine, each hosting the built-in HTTP server.
 
-``start`` places engine ``i`` on the first slot of ``layout.engines[i]`` (the
-placement group bundle the preflight checked), loads the model there and
-returns the servers' base URLs once every ``/health`` answers (bounded by
-``rollout.startup_timeout_s``). Servers listen on the node's Ray IP so the
-rollout manager can reach engines on other nodes. Generation and weight loads
-go over HTTP through ``EngineClient``, exactly as with SGLang — including the
-collective weight sync (``rollout.weight_sync: nccl``, gloo on CPU; the runtime
-drives it from trainer rank 0) and memory release/resume around colocated
-training steps.
-
-``rollout.builtin.args`` maps onto the engine's options (``-`` or ``_``):
-``max_running_requests``, ``context_length``, ``dtype``, ``num_threads``,
-``max_prefill_tokens``, ``max_cache_bytes``; anything else is rejected with the
-valid names. ``model.tokenizer``, when it is not the model's own directory, is the engines'
-tokenizer too (``tokenizer_path``). Devices: CUDA on a GPU slot (Ray narrows ``CUDA_VISIBLE_DEVICES`` to
-the bundle's GPU), CPU on a CPU slot or with ``cluster.fake_gpus``; a GPU slot without CUDA fails ``start``
-with an ``InfraError`` naming the host (``slime.placement.slot_device``), never a silent CPU engine.
+``start`` places engine ``i`` on the first slot of ``layout.engines[i]``, loads the model there and
+returns the base URLs once every ``/health`` answers (bounded by ``rollout.startup_timeout_s``).
+Everything else (generation, weight loads, collective weight sync, memory release/resume) goes over
+HTTP through ``EngineClient``, exactly as with SGLang. ``rollout.builtin.args`` maps onto the
+engine's options; other keys are rejected with the valid names. Devices: CUDA on a GPU slot, CPU on
+a CPU slot or with ``cluster.fake_gpus``; a GPU slot without CUDA fails ``start`` with an
+``InfraError`` naming the host, never a silent CPU engine.
 """
 
 from __future__ import annotations

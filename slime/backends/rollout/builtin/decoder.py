@@ -1,39 +1,12 @@
 """A lean decoder-only forward pass over a Hugging Face model's weights, with a static KV cache.
 
-Why not ``model.generate``: on CPU its per-step cost is dominated by framework
-overhead (a growing cache concatenated every step, mask construction, separate
-q/k/v and gate/up matmuls, logits processors), not by arithmetic. This module
-reads the weights of an already loaded HF model once, fuses q/k/v and gate/up
-into single matrices (run through oneDNN with pre-packed weights on CPU, see
-``linear.py``), and runs decode steps against a preallocated cache with
-one row ("slot") per running sequence. Each slot keeps its own length, so
-sequences of different lengths share a batch without padding tokens, and a slot
-freed by a finished sequence can be refilled while others keep decoding
-(continuous batching).
-
-Supported: the Llama family layout (``llama``, ``mistral``, ``qwen2``, ``qwen3``
-with per-head q/k RMSNorm), optional q/k/v/o biases, any static RoPE variant HF
-precomputes (the inverse frequencies and scaling are taken from the HF rotary
-module), grouped-query attention, tied or untied output embeddings.
-Not supported (a clear error at load): sliding-window attention, dynamic RoPE,
-MoE, biased MLPs, activations other than SiLU.
-
-Numerics: the arithmetic mirrors the HF modules (RMSNorm in fp32, RoPE via
-``cat(freqs, freqs)`` cos/sin, softmax attention with scale ``head_dim**-0.5``);
-in fp32 the norm weights and the attention scale are folded into the adjacent
-matrices, which changes only rounding. Logits agree with
-``model(input_ids).logits`` to ~1e-6 in fp32, which the engine's log-prob parity
-tests check for every supported architecture and both cache layouts.
-
-Where CPU decode time goes (tiny model, 256 rows, ~40 cached tokens, torch
-profiler): attention over the cache ~40% (MKL batched GEMMs of a few rows each,
-reading K/V from memory), the projections ~30% (oneDNN), the rest elementwise
-ops and sampling. A prefill runs
-the last layer's output projection and MLP on each prompt's last token only.
-
-Not guaranteed: bit-identical results across batch compositions (GEMM blocking
-and the oneDNN/MKL choice change with the number of rows), or any speed-up on
-GPU (the code runs there, but was written against CPU overheads).
+Why not ``model.generate``: on CPU its step cost is framework overhead, not arithmetic. This reads
+the weights once, fuses q/k/v and gate/up (oneDNN on CPU, ``linear.py``) and decodes against a
+preallocated cache with one slot per sequence, so sequences of any length share a batch and a freed
+slot is refilled while others decode (continuous batching). Supported: Llama-family layouts
+(llama, mistral, qwen2, qwen3), static RoPE, GQA, tied or untied embeddings; others fail at load.
+Logits match ``model(input_ids).logits`` to fp32 rounding (parity tests). Not guaranteed:
+bit-identical results across batch compositions, any speed-up on GPU. See docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -93,7 +66,7 @@ def _check_supported(config, max_len: int) -> None:
 
 def _softmax_last(s: torch.Tensor) -> torch.Tensor:
     """fp32 softmax over the last dim. torch's CPU kernel falls back to scalar code for rows
-    shorter than 16 (measured 3-7x slower than these four vectorised passes), which every
+    shorter than 16 (much slower than these four vectorised passes), which every
     decode step with a short context hits; longer rows keep the fused kernel."""
     if s.device.type != "cpu" or s.shape[-1] >= 16:
         return torch.softmax(s, dim=-1, dtype=torch.float32)
@@ -324,6 +297,26 @@ class LeanDecoder:
         return self._logits(x)  # [n, V]: _check_supported guarantees at least one layer
 
     @torch.inference_mode()
+    def _step_geometry(self, b: int, positions: torch.Tensor, kv_len: int, same_position: bool):
+        """(cos, sin, mask, cache rows to write, shared position) of one decode step; see ``decode``."""
+        mask = write_rows = pos = None
+        if same_position:  # one position: broadcast its cos/sin, write the cache through a slice
+            pos = kv_len - 1
+            cos = self.cos[pos : pos + 1][:, None, :]
+            sin = self.sin_signed[pos : pos + 1][:, None, :]
+            return cos, sin, mask, write_rows, pos
+        cos = self.cos[positions][:, None, :]
+        sin = self.sin_signed[positions][:, None, :]
+        mask = torch.zeros(b, kv_len, dtype=self.dtype, device=self.embed.device)
+        mask.masked_fill_(self._keys[:kv_len][None, :] > positions[:, None], float("-inf"))
+        if self.rowwise:
+            mask = mask[:, None, :]
+            write_rows = (self._kv_base[:b] + positions[:, None]).view(-1)  # [b * 2]
+        else:
+            mask = mask[:, None, None, :]
+            write_rows = (self._kv_base[:b] + positions[:, None, None]).view(-1)  # [b * 2 * Hkv]
+        return cos, sin, mask, write_rows, pos
+
     def decode(
         self, tokens: torch.Tensor, positions: torch.Tensor, kv_len: int, same_position: bool = False
     ) -> torch.Tensor:
@@ -338,22 +331,7 @@ class LeanDecoder:
         b = tokens.shape[0]
         nq, nkv, g, d = self.n_heads, self.n_kv, self.group, self.head_dim
         x = F.embedding(tokens, self.embed)
-        mask = write_rows = None
-        if same_position:  # one position: broadcast its cos/sin, write the cache through a slice
-            pos = kv_len - 1
-            cos = self.cos[pos : pos + 1][:, None, :]
-            sin = self.sin_signed[pos : pos + 1][:, None, :]
-        else:
-            cos = self.cos[positions][:, None, :]
-            sin = self.sin_signed[positions][:, None, :]
-            mask = torch.zeros(b, kv_len, dtype=self.dtype, device=x.device)
-            mask.masked_fill_(self._keys[:kv_len][None, :] > positions[:, None], float("-inf"))
-            if self.rowwise:
-                mask = mask[:, None, :]
-                write_rows = (self._kv_base[:b] + positions[:, None]).view(-1)  # [b * 2]
-            else:
-                mask = mask[:, None, None, :]
-                write_rows = (self._kv_base[:b] + positions[:, None, None]).view(-1)  # [b * 2 * Hkv]
+        cos, sin, mask, write_rows, pos = self._step_geometry(b, positions, kv_len, same_position)
         width = nkv * d if self.rowwise else d
         if self.rowwise:
             q_spread = self._q_spread[:b]

@@ -1,36 +1,12 @@
 """The built-in engine: continuous batched decoding with per-token log-probs.
 
-Requests are submitted from any thread (:meth:`Engine.submit` returns a
-``concurrent.futures.Future``) and run on one scheduler thread, which owns the
-model. Each scheduler iteration: apply aborts; apply a pending weight update once
-nothing is running; admit waiting requests into free cache slots (one prefill
-for the group, after a short collection window when the engine was idle: it
-closes once no request arrived for ``batch_window_s`` (2 ms: the HTTP batches of
-one rollout's groups arrive within it), after ``batch_window_max_s``, or at once
-on a request submitted with ``burst_end`` — the last of an in-process
-:meth:`Engine.generate` batch, which nothing else joins); then one decode step
-for every running request, each with its own sampling settings. A request that
-arrives while others decode joins at the next step.
-
-Guarantees:
-* log-probs are ``log_softmax(logits / T)`` of the chosen token in fp32 (raw
-  logits when greedy), matching a trainer forward on prompt + response with the
-  same temperature to float rounding;
-* ``output_ids`` hold every generated token, including a matched EOS / stop
-  token or the tokens of a matched stop string; ``text`` is trimmed at the
-  match the way SGLang trims it (unless ``no_stop_trim``);
-* ``finish_reason`` uses SGLang's shapes: ``{"type": "length", "length": n}``,
-  ``{"type": "stop", "matched": id | str}``, ``{"type": "abort", "message": ..., "status_code": None,
-  "err_type": None}``; an aborted request returns the tokens and log-probs it generated so far
-  (as SGLang's non-streaming ``/generate`` does), so a caller can continue it from there;
-* a weight update waits until running requests finish (new ones queue), like
-  SGLang's update lock; with ``abort_all_requests`` it aborts them first.
-* with ``sampling_seed`` a request's samples do not depend on what else is in
-  the batch (up to float differences between batch sizes in the matmuls); the
-  engine ``seed`` makes a whole run repeatable for the same arrival order.
-
-Not provided: prefix caching, streaming, n > 1, penalties (rejected, see
-``sampling.py``).
+Requests come from any thread (:meth:`Engine.submit` returns a ``Future``); one scheduler thread
+owns the model: it applies aborts and weight updates, admits waiting requests into free cache slots
+and runs one decode step per iteration. Guaranteed: log-probs are ``log_softmax(logits / T)`` in
+fp32 (trainer parity to rounding); ``output_ids`` keep a matched stop token, ``text`` is trimmed as
+SGLang does; SGLang's ``finish_reason`` shapes; an abort returns what was generated; weight updates
+wait for running requests; ``sampling_seed`` makes a request independent of its batch.
+Not provided: prefix caching, streaming, n > 1, penalties. Scheduling: docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -141,6 +117,11 @@ class Engine:
         self.batch_window_max_s = batch_window_max_s
         self.max_prefill_tokens = max_prefill_tokens
 
+        self._init_scheduler_state()
+        self._init_slot_tensors()
+
+    def _init_scheduler_state(self) -> None:
+        """Queues, free slots and counters shared between submitters and the scheduler thread."""
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._waiting: deque[_Request] = deque()
@@ -150,6 +131,17 @@ class Engine:
         self._running: dict[int, _Request] = {}
         self._free = list(range(self.max_slots))
         heapq.heapify(self._free)
+        self._stop_str_slots: set[int] = set()
+        self._hi = 0  # slots [0, hi) cover every running request
+        self._max_pos = 0  # largest position being fed
+        self._same_pos = True  # every running request is at that position (no mask needed)
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        # Scheduler counters (benchmarks, tests): prefill batches run and decode steps taken.
+        self.prefills = 0
+        self.decode_steps = 0
+
+    def _init_slot_tensors(self) -> None:
         # Per-slot decoding state lives in tensors so a step needs no per-row Python.
         S, dev = self.max_slots, self.device
         self._arange = torch.arange(S, device=dev)
@@ -161,15 +153,6 @@ class Engine:
         self._stop_tab = torch.full((S, 4), -1, dtype=torch.long, device=dev)
         self._hist_tok = torch.zeros(S, self.context_length, dtype=torch.long, device=dev)
         self._hist_lp = torch.zeros(S, self.context_length, dtype=torch.float32, device=dev)
-        self._stop_str_slots: set[int] = set()
-        self._hi = 0  # slots [0, hi) cover every running request
-        self._max_pos = 0  # largest position being fed
-        self._same_pos = True  # every running request is at that position (no mask needed)
-        self._thread: threading.Thread | None = None
-        self._stopping = False
-        # Scheduler counters (benchmarks, tests): prefill batches run and decode steps taken.
-        self.prefills = 0
-        self.decode_steps = 0
 
     # ------------------------------------------------------------- public API
     def submit(
@@ -413,7 +396,7 @@ class Engine:
         dev = self.device
         lengths = [len(r.input_ids) for r in ready]
         lp = max(lengths)
-        # Padded in Python and converted once: a tensor per row costs ~5 us each.
+        # Padded in Python and converted once: a tensor per row would cost more than the padding.
         tokens = torch.tensor([r.input_ids + [0] * (lp - n) for r, n in zip(ready, lengths)], dtype=torch.long)
         slots = torch.tensor([r.slot for r in ready], device=dev)
         lengths_t = torch.tensor(lengths, device=dev)
@@ -558,7 +541,7 @@ class Engine:
 
     def _detok(self, ids: list[int], skip_special_tokens: bool) -> str:
         """Decode like ``tokenizer.decode``; calls the Rust tokenizer directly when that is all
-        ``decode`` would do (no clean-up pass), skipping ~0.2 ms of Python per request."""
+        ``decode`` would do (no clean-up pass), skipping its Python overhead per request."""
         if self._rust_decode is not None:
             return self._rust_decode(ids, skip_special_tokens=skip_special_tokens)
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)

@@ -1,27 +1,12 @@
 """``x @ W (+ b) (+ residual)`` for the lean decoder, through oneDNN with pre-packed weights on CPU.
 
-Why oneDNN: torch's fp32 CPU matmul calls MKL, which on AMD CPUs runs an AVX2
-code path; oneDNN generates code for the CPU it runs on (AVX-512 where present).
-On the 2-core AMD EPYC (Zen 5) CI machine the tiny model's decode GEMMs
-(256 rows) took 2.0-2.2x less CPU time through oneDNN (``tests/bench/engine.py``
-shows the end-to-end effect). The op used, ``torch.ops.mkldnn._linear_pointwise``,
-is the one torch.compile's CPU weight-freezing pass emits; it is private, so
-:func:`onednn_available` probes it once with a numerical self-check, and every
-caller falls back to ``torch.matmul`` when it is missing or wrong.
-
-Below ``min_rows`` rows the MKL path is used: oneDNN's fixed per-call cost
-(~5-8 us) loses to MKL for small products. By default ``min_rows`` follows from
-the weight's shape (rows x in x out >= ``MIN_MACS``).
-
-Guaranteed: both paths compute the same fp32 product up to summation order
-(relative differences ~1e-7), the residual and bias are added in fp32.
-Not guaranteed: bitwise-equal results between the two paths, or between batch
-sizes on either side of ``min_rows``; any speed-up on Intel CPUs (where MKL is
-already fast) — the gain was measured on AMD. Memory: a packed projection keeps
-the plain weight (for the MKL path below ``min_rows``) beside its packed copy, so
-the engine holds its projection weights twice in CPU RAM: negligible for the
-small models the built-in engine serves on CPU, a reason to pass ``onednn=False``
-for large ones.
+Why oneDNN: torch's fp32 CPU matmul calls MKL, which takes an AVX2 path on AMD CPUs; oneDNN
+generates code for the CPU it runs on. The op is private (``mkldnn._linear_pointwise``, what
+torch.compile emits), so :func:`onednn_available` self-checks it once and callers fall back to
+``torch.matmul``. Below ``min_rows`` rows MKL is used (oneDNN's per-call cost loses there).
+Guaranteed: both paths give the same fp32 product up to summation order. Not guaranteed: bitwise
+equality between paths or across ``min_rows``, a gain on Intel CPUs. Packed weights are held twice
+in RAM: pass ``onednn=False`` for large models.
 """
 
 from __future__ import annotations
@@ -32,17 +17,15 @@ import torch
 
 __all__ = ["MIN_MACS", "Linear", "onednn_available"]
 
-# Crossover measured on the CI machine (1 thread, thread CPU time): oneDNN breaks even with
-# MKL at ~700k multiply-adds per call for [K, N] = [128, 128], [128, 256], [128, 261] and
-# [384, 128] (48, 22, 22 and 14 rows), and wins by 1.5-2x at 4x that; [128, 768] already at
-# 3 rows.
+# Multiply-adds per call below which MKL beats oneDNN's fixed per-call cost; set a little under the
+# break-even measured on the CI machine (see docs/design-notes.md, Numbers).
 MIN_MACS = 600_000
 
 
 @functools.cache
 def _ops():
-    """(plain, fused-binary) oneDNN linear overloads, resolved once (the packet lookup costs ~1 us
-    a call), or None when missing or numerically wrong here."""
+    """(plain, fused-binary) oneDNN linear overloads, resolved once (the packet lookup has a cost
+    per call), or None when missing or numerically wrong here."""
     if not torch.backends.mkldnn.is_available():
         return None
     try:

@@ -1,35 +1,12 @@
 """The built-in engine's RL control endpoints, as SGLang serves them: weight sync over a collective
 group, pause/continue generation, and releasing/resuming memory for colocated training.
 
-These let the code that drives real SGLang (``slime.backends.rollout.collective.NcclWeightSync``,
-``EngineClient.release_memory_occupation`` ...) run unchanged against this engine on CPU:
-
-* ``POST /init_weights_update_group`` ``{master_address, master_port, rank_offset, world_size,
-  group_name, backend}`` joins the trainer ↔ engines group with the same rendezvous as SGLang's
-  ``init_custom_process_group`` (this engine is one rank: ``rank_offset``). ``backend`` is
-  ``nccl`` on GPU; on CPU it must be ``gloo`` (torch's NCCL needs CUDA).
-* ``POST /update_weights_from_distributed`` ``{names, dtypes, shapes, group_name, flush_cache,
-  weight_version}`` receives one bucket broadcast from rank 0 (the trainer), then loads it into
-  the live model (a subset of parameters is fine) and replies once loaded.
-  ``POST /destroy_weights_update_group`` ``{group_name}`` leaves the group.
-* ``POST /pause_generation`` ``{mode: "abort"}`` aborts running requests and holds new
-  ``/generate`` calls until ``POST /continue_generation``. (SGLang's ``retract`` / ``in_place``
-  modes keep requests alive on the GPU; they are refused here.)
-* ``POST /release_memory_occupation`` / ``/resume_memory_occupation`` ``{tags}`` with tags from
-  ``weights``, ``kv_cache``, ``cuda_graph`` (None = all). Release needs an idle engine (nothing
-  running: pause or wait first). Released weights and KV cache become ``meta`` tensors, so
-  their memory is really returned; ``cuda_graph`` is accepted and does nothing (no graphs).
-  Resumed weights are zero-filled — like SGLang without a CPU weight backup, the contents are
-  gone and a weight update must follow. Unlike SGLang, which would silently generate from
-  whatever the memory holds, this engine refuses ``/generate`` with a clear error while any
-  tag is released and after a weight resume until new weights are loaded.
-  ``GET /get_server_info`` reports ``memory_occupation``: released tags and resident bytes.
-* ``POST /weights_checker`` ``{action: "checksum"}``: :func:`weights_checksum` of the live weights
-  (our format, not SGLang's), so tests can prove engine weights equal the trainer's.
-
-Not guaranteed: SGLang's exact error texts; release while requests are running (refused).
-The release touches the decoder's ``kv_cache`` list and rebuilds its fused weights through
-``refresh_weights()``: both are the only decoder state holding memory today.
+They let the code that drives real SGLang (``NcclWeightSync``, ``EngineClient`` memory calls) run
+unchanged against this engine on CPU (gloo instead of NCCL). Released weights and KV cache become
+``meta`` tensors (memory really returned); resumed weights are zero-filled, and unlike SGLang the
+engine refuses ``/generate`` until new weights are loaded. ``/weights_checker`` gives a checksum so
+tests can prove engine weights equal the trainer's. Not guaranteed: SGLang's exact error texts;
+release while requests run (refused). Endpoint bodies: docs/design-notes.md.
 """
 
 from __future__ import annotations

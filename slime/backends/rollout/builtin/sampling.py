@@ -1,16 +1,11 @@
 """Sampling parameters (SGLang's native names) and the batched token sampler.
 
-``SamplingParams.from_dict`` accepts the subset of SGLang's ``sampling_params``
-that this engine implements and rejects the rest with a message naming the key,
-so a client never silently gets different behaviour from the built-in engine
-than from SGLang. Keys SGLang knows but this engine does not implement are
-accepted only at their neutral value (e.g. ``frequency_penalty: 0``).
-
-Log-probabilities follow SGLang: ``log_softmax(logits / temperature)`` of the
-chosen token, computed in fp32 *before* top-p/top-k filtering; with
-``temperature == 0`` (greedy) the raw logits are used. Sampling draws one
-uniform number per row and inverts the row's CDF, which costs far less on CPU
-than ``torch.multinomial`` or Gumbel noise over the whole vocabulary.
+``SamplingParams.from_dict`` accepts the subset of SGLang's ``sampling_params`` this engine
+implements and rejects the rest naming the key, so a client never silently gets other behaviour
+than from SGLang; keys it knows but does not implement pass only at their neutral value.
+Log-probs follow SGLang: ``log_softmax(logits / temperature)`` in fp32 *before* top-p/top-k (raw
+logits when greedy). Sampling inverts each row's CDF with one uniform draw, far cheaper on CPU than
+``torch.multinomial`` or Gumbel noise over the vocabulary.
 """
 
 from __future__ import annotations
@@ -69,6 +64,70 @@ def _bool(d: dict, key: str, default: bool) -> bool:
     return value
 
 
+_KNOWN = {
+    "max_new_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "stop",
+    "stop_token_ids",
+    "ignore_eos",
+    "skip_special_tokens",
+    "no_stop_trim",
+    "sampling_seed",
+}
+
+
+def _check_keys(d: dict) -> None:
+    """Refuse unknown keys, and SGLang-only keys away from their neutral value."""
+    for key, value in d.items():
+        if key in _KNOWN or key in _IGNORED:
+            continue
+        if key in _NEUTRAL:
+            if value is not None and value != _NEUTRAL[key]:
+                raise ValueError(
+                    f"sampling_params.{key}={value!r} is not supported by the built-in engine "
+                    f"(only the neutral value {_NEUTRAL[key]!r}); use the SGLang backend for it"
+                )
+            continue
+        raise ValueError(f"unknown sampling_params key {key!r}; supported: {', '.join(sorted(_KNOWN))}")
+
+
+def _stop_strings(d: dict) -> tuple[str, ...]:
+    stop = d.get("stop") or ()
+    if isinstance(stop, str):
+        stop = (stop,)
+    if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) and s for s in stop):
+        raise ValueError(f"sampling_params.stop must be a non-empty string or a list of them, got {stop!r}")
+    for s in stop:  # a lone surrogate cannot be encoded to match against the output
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"sampling_params.stop {s!r} holds a lone surrogate, not valid Unicode text") from None
+    return tuple(stop)
+
+
+def _stop_token_ids(d: dict) -> tuple[int, ...]:
+    stop_ids = d.get("stop_token_ids") or ()
+    if isinstance(stop_ids, int) and not isinstance(stop_ids, bool):
+        stop_ids = (stop_ids,)
+    if not isinstance(stop_ids, (list, tuple)) or not all(
+        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in stop_ids
+    ):
+        raise ValueError(f"sampling_params.stop_token_ids must be a list of token ids, got {stop_ids!r}")
+    return tuple(stop_ids)
+
+
+def _seed(d: dict) -> int | None:
+    seed = d.get("sampling_seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not SEED_MIN <= seed <= SEED_MAX):
+        raise ValueError(
+            f"sampling_params.sampling_seed must be an integer in [-2**63, 2**64-1] "
+            f"({SEED_MIN} to {SEED_MAX}), got {seed!r}"
+        )
+    return seed
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """One request's decoding settings (SGLang names and defaults)."""
@@ -95,29 +154,7 @@ class SamplingParams:
             d = {}
         if not isinstance(d, dict):
             raise ValueError(f"sampling_params must be a JSON object, got {type(d).__name__}")
-        known = {
-            "max_new_tokens",
-            "temperature",
-            "top_p",
-            "top_k",
-            "stop",
-            "stop_token_ids",
-            "ignore_eos",
-            "skip_special_tokens",
-            "no_stop_trim",
-            "sampling_seed",
-        }
-        for key, value in d.items():
-            if key in known or key in _IGNORED:
-                continue
-            if key in _NEUTRAL:
-                if value is not None and value != _NEUTRAL[key]:
-                    raise ValueError(
-                        f"sampling_params.{key}={value!r} is not supported by the built-in engine "
-                        f"(only the neutral value {_NEUTRAL[key]!r}); use the SGLang backend for it"
-                    )
-                continue
-            raise ValueError(f"unknown sampling_params key {key!r}; supported: {', '.join(sorted(known))}")
+        _check_keys(d)
         max_new = _num(d, "max_new_tokens", 128, int)
         if max_new < 0:
             raise ValueError(f"sampling_params.max_new_tokens must be >= 0, got {max_new}")
@@ -130,38 +167,16 @@ class SamplingParams:
         top_k = _num(d, "top_k", -1, int)
         if top_k == 0 or top_k < -1:
             raise ValueError(f"sampling_params.top_k must be -1 (off) or >= 1, got {top_k}")
-        stop = d.get("stop") or ()
-        if isinstance(stop, str):
-            stop = (stop,)
-        if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) and s for s in stop):
-            raise ValueError(f"sampling_params.stop must be a non-empty string or a list of them, got {stop!r}")
-        for s in stop:  # a lone surrogate cannot be encoded to match against the output
-            try:
-                s.encode("utf-8")
-            except UnicodeEncodeError:
-                raise ValueError(f"sampling_params.stop {s!r} holds a lone surrogate, not valid Unicode text") from None
-        stop_ids = d.get("stop_token_ids") or ()
-        if isinstance(stop_ids, int) and not isinstance(stop_ids, bool):
-            stop_ids = (stop_ids,)
-        if not isinstance(stop_ids, (list, tuple)) or not all(
-            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in stop_ids
-        ):
-            raise ValueError(f"sampling_params.stop_token_ids must be a list of token ids, got {stop_ids!r}")
-        seed = d.get("sampling_seed")
-        if seed is not None and (
-            isinstance(seed, bool) or not isinstance(seed, int) or not SEED_MIN <= seed <= SEED_MAX
-        ):
-            raise ValueError(
-                f"sampling_params.sampling_seed must be an integer in [-2**63, 2**64-1] "
-                f"({SEED_MIN} to {SEED_MAX}), got {seed!r}"
-            )
+        stop = _stop_strings(d)
+        stop_ids = _stop_token_ids(d)
+        seed = _seed(d)
         return cls(
             max_new_tokens=max_new,
             temperature=temperature,
             top_p=top_p,
             top_k=top_k,
-            stop=tuple(stop),
-            stop_token_ids=tuple(stop_ids),
+            stop=stop,
+            stop_token_ids=stop_ids,
             ignore_eos=_bool(d, "ignore_eos", False),
             skip_special_tokens=_bool(d, "skip_special_tokens", True),
             no_stop_trim=_bool(d, "no_stop_trim", False),

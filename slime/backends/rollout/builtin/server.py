@@ -1,38 +1,12 @@
 """HTTP front end of the built-in engine, speaking a subset of SGLang's native API.
 
-The rollout client drives real SGLang and this server through the same code, so
-request and response shapes follow SGLang's ``http_server.py``:
-
-* ``POST /generate`` - ``input_ids`` (list, or list of lists for a batch) or
-  ``text``; ``sampling_params`` (object or one per item); ``rid`` (for a batch: a
-  list, or one string whose items become ``{rid}_{i}``, as in SGLang);
-  ``return_logprob``. Replies ``{"text", "output_ids", "meta_info": {"id",
-  "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens",
-  "weight_version", "e2e_latency", "output_token_logprobs": [[logprob, id,
-  null], ...]}}`` (a list of those for a batch).
-* ``GET /health`` (engine thread alive), ``GET /health_generate`` (one real
-  token), ``GET|POST /flush_cache`` (nothing to flush: no prefix cache),
-  ``POST /update_weights_from_disk``, ``GET /get_model_info``,
-  ``GET /get_weight_version``, ``POST /update_weight_version``,
-  ``GET /get_server_info``, ``POST /abort_request`` (``{"rid"}`` or
-  ``{"abort_all": true}``; as SGLang 0.5: a rid not in flight is a no-op, one in
-  flight aborts every request whose rid starts with it; the aborted ``/generate``
-  replies 200 with ``finish_reason`` type ``abort`` and the tokens and log-probs
-  generated so far. Stricter than SGLang: a missing rid without ``abort_all`` is
-  a 400, where SGLang ignores it).
-* RL control (``rl_control.py``): ``/init_weights_update_group``,
-  ``/update_weights_from_distributed``, ``/destroy_weights_update_group``,
-  ``/pause_generation``, ``/continue_generation``, ``/release_memory_occupation``,
-  ``/resume_memory_occupation``.
-
-Errors are HTTP 400 with SGLang's body ``{"error": {"message": ...}}``; an
-unexpected failure is a 500 with the same body; the server keeps running.
-Not implemented (400 if asked for): streaming, multimodal input, LoRA,
-top-logprobs, constrained decoding.
-
-aiohttp was chosen because it is already a runtime dependency (the rollout
-client uses it) and runs in a plain thread, so :func:`start_server` works inside
-a synchronous Ray actor as well as from tests.
+The rollout client drives real SGLang and this server through the same code, so shapes follow
+SGLang's ``http_server.py``: ``/generate`` (single or batch), health, cache flush, weight loads and
+versions, server info, ``/abort_request``, and the RL control endpoints of ``rl_control.py``.
+Errors are HTTP 400 (500 if unexpected) with SGLang's ``{"error": {"message": ...}}`` body; the
+server keeps running. Not implemented (400): streaming, multimodal input, LoRA, top-logprobs,
+constrained decoding. aiohttp: already a dependency, and it runs in a plain thread, so
+:func:`start_server` works in a synchronous Ray actor. Endpoint details: docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -244,7 +218,7 @@ class _Handlers:
         try:
             # No burst_end: a rollout sends its groups as concurrent batch requests, so a batch's last
             # item need not be the last arrival; the engine's short quiet window (batch_window_s) lets
-            # them all into one prefill (measured: 1.8 -> 1.0 prefills per quickstart rollout).
+            # them all into one prefill.
             for p, sp, rid in zip(prompts, params, rids):
                 futures.append(self.engine.submit(p, sp, rid))
                 submitted.append(rid)
