@@ -97,6 +97,20 @@ def test_lock_records_spec_hash_versions_script_and_options(spec_file, monkeypat
     )
     assert lock["hosts"] is None and lock["rerun_of"] is None
     assert isinstance(lock["patches"], list)
+    assert lock["spec"]["api_version"] == lock["spec"]["written_version"] == "slime/v2"
+    assert lock["container"] is None
+
+
+def test_a_v1_file_is_locked_as_upgraded_with_the_version_it_was_written_in(spec_file):
+    """A slime/v1 file: the lock says v2 (what ran) and v1 (what the file says); the container moved too."""
+    text = spec_file.read_text().replace("apiVersion: slime/v2", "apiVersion: slime/v1")
+    text = text.replace("  cpus_per_node: 1\n", "  cpus_per_node: 1\n  container: {image: 'img:1', workdir: /w}\n")
+    spec_file.write_text(text)
+    _, _, options, request = compiled(spec_file)
+    lock = provenance.build_lock(request, options)
+    assert (lock["spec"]["api_version"], lock["spec"]["written_version"]) == ("slime/v2", "slime/v1")
+    assert lock["spec"]["resolved"]["cluster"]["slurm"]["container"]["image"] == "img:1"
+    assert lock["container"]["image"] == "img:1" and lock["container"]["workdir"] == "/w"
 
 
 def test_no_secret_value_reaches_the_lock(spec_file, monkeypatch):
