@@ -174,6 +174,12 @@ def test_node_context_from_the_slurm_step_environment(monkeypatch):
     local = detect_node(0, _spec(cpus_per_node=3), local=True)  # --local ignores SLURM variables
     assert (local.rank, local.num_nodes, local.in_slurm, local.cpus) == (0, 1, False, 3)
     assert local.job_id == f"local{os.getpid()}"
+    # the spec's launcher owns the node environment: a local-launcher job inside an allocation is not a step
+    mine = detect_node(0, _spec(launcher="local", nodes=1, cpus_per_node=3))
+    assert (mine.rank, mine.num_nodes, mine.in_slurm, mine.cpus) == (0, 1, False, 3)
+    monkeypatch.delenv("SLURM_NODEID")  # a slurm spec outside a job step: the single local node
+    outside = detect_node(0, _spec(cpus_per_node=3))
+    assert (outside.rank, outside.num_nodes, outside.in_slurm, outside.cpus) == (0, 1, False, 3)
 
 
 def test_addresses_come_from_routes_and_interfaces_without_public_probes():
