@@ -20,7 +20,7 @@ __all__ = ["COLORS", "SECTIONS", "Series", "group_metrics", "line_chart", "timel
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 #: curve sections, in order: a metric goes to the first whose patterns it contains
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Reward and evaluation", ("reward", "accuracy", "eval/", "pass@")),
+    ("Reward and evaluation", ("rollout/reward", "rollout/accuracy", "reward", "accuracy", "pass@", "eval/")),
     ("KL, entropy, clipping, TIS and staleness", ("kl", "entropy", "clip", "tis", "ratio", "stale", "offpolicy")),
     ("Loss and optimizer", ("loss", "grad_norm", "train/lr", "adv", "logprob_diff", "value", "critic")),
     ("Response length", ("len", "truncated")),
@@ -57,11 +57,11 @@ def group_metrics(tables: Sequence[list[dict[str, Any]]]) -> list[tuple[str, lis
                 if k not in X_KEYS and _num(v):
                     seen[k] = seen.get(k, 0) + 1
     keys = sorted(k for k, n in seen.items() if n >= 2 and any(_curve_points(rows, k) >= 2 for rows in tables))
-    out: dict[str, list[str]] = {}
-    for k in keys:
-        title = next(t for t, pats in SECTIONS if any(p in k for p in pats))
-        out.setdefault(title, []).append(k)
-    return [(t, out[t]) for t, _ in SECTIONS if t in out]
+    out: dict[str, list[tuple[int, str]]] = {}
+    for k in keys:  # within a section: by the first pattern a key matches, then by name
+        title, pats = next((t, pats) for t, pats in SECTIONS if any(p in k for p in pats))
+        out.setdefault(title, []).append((next(i for i, p in enumerate(pats) if p in k), k))
+    return [(t, [k for _, k in sorted(out[t])]) for t, _ in SECTIONS if t in out]
 
 
 def _curve_points(rows: list[dict[str, Any]], key: str) -> int:
@@ -98,7 +98,8 @@ def line_chart(title: str, series: Sequence[Series], xlabel: str, *, size: tuple
     from matplotlib.figure import Figure
 
     with matplotlib.rc_context(_rc()):
-        fig = Figure(figsize=size, dpi=96, layout="constrained")
+        fig = Figure(figsize=size, dpi=96)  # fixed margins: constrained layout draws every figure twice
+        fig.subplots_adjust(left=0.17, right=0.97, top=0.89, bottom=0.17)
         ax = fig.add_subplot()
         for s in series:
             marker = "o" if len(s.x) <= 30 else None
