@@ -17,7 +17,7 @@ from pathlib import Path
 
 from slime.core.errors import ExitCode
 
-__all__ = ["ENTRIES", "configure", "register", "report_path", "write_report"]
+__all__ = ["ENTRIES", "configure", "print_finished", "register", "report_path", "smoke_report", "write_report"]
 
 REPORT_NAME = "report.html"  # default output: in the (first) run dir
 ENTRIES: dict[str, tuple[str, str]] = {
@@ -37,7 +37,12 @@ def register(table: dict[str, tuple[Callable, str]]) -> None:
 def configure(p: argparse.ArgumentParser) -> None:
     from slime.cli.report_viewer import DEFAULT_MAX_SAMPLES
 
-    p.add_argument("target", nargs="+", metavar="RUN", help="run dir(s), short id(s) or job id(s); 2+ are compared")
+    p.add_argument(
+        "target",
+        nargs="*",
+        metavar="RUN",
+        help="run dir(s), short id(s) or job id(s); 2+ are compared (default: newest)",
+    )
     p.add_argument("-o", "--output", type=Path, default=None, help=f"the HTML file (default: RUN/{REPORT_NAME})")
     p.add_argument("--open", action="store_true", help="open it in the default browser once written")
     p.add_argument("--dir", type=Path, default=None, metavar="D", help="where short ids and job ids are looked up")
@@ -85,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from slime.cli.jobs import UsageError, resolve_target
 
     try:
-        dirs = [resolve_target(t, args.dir)[0].root for t in args.target]
+        dirs = [resolve_target(t, args.dir)[0].root for t in args.target or [None]]
     except UsageError as exc:
         from slime.cli.commands import _error
 
@@ -101,3 +106,24 @@ def run(args: argparse.Namespace) -> int:
 
         webbrowser.open(out.resolve().as_uri())
     return ExitCode.OK
+
+
+def smoke_report(run_dir: Path | str | None) -> str | None:
+    """Write the report of a (kept) smoke run; its path, or None when it could not be made (never raises:
+    the smoke's verdict does not depend on it)."""
+    if run_dir is None:
+        return None
+    try:
+        return str(write_report([Path(run_dir)]))
+    except Exception:  # noqa: BLE001 - a report is an extra; the smoke says what failed
+        return None
+
+
+def print_finished(run_dir: Path | str, returncode: int) -> None:
+    """After a local run that ended well: write its report and print where (``submit`` calls this)."""
+    paths = Path(run_dir)
+    if returncode != 0 or not any(paths.glob("tasks/*/summary.json")):
+        return
+    out = smoke_report(paths)
+    if out:
+        print(f"report: {out}  (slime-submit report {paths.name} --open)")

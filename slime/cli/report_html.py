@@ -39,7 +39,9 @@ e = html.escape
 def _cell(v: Any) -> str:
     if isinstance(v, float):
         return f'<td class="num">{v:.6g}</td>'
-    if isinstance(v, (int, bool)) or v is None:
+    if v is None:
+        return '<td class="num muted">-</td>'
+    if isinstance(v, (int, bool)):
         return f'<td class="num">{e(json.dumps(v))}</td>'
     return f"<td>{e(v if isinstance(v, str) else json.dumps(v))}</td>"
 

@@ -96,6 +96,7 @@ def line_chart(title: str, series: Sequence[Series], xlabel: str, *, size: tuple
     """One metric's curves, one line per series, as SVG text."""
     import matplotlib
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     with matplotlib.rc_context(_rc()):
         fig = Figure(figsize=size, dpi=96)  # fixed margins: constrained layout draws every figure twice
@@ -106,6 +107,8 @@ def line_chart(title: str, series: Sequence[Series], xlabel: str, *, size: tuple
             ax.plot(s.x, s.y, color=s.color, marker=marker, markersize=2.5, linewidth=1.2, label=s.label)
         ax.set_title(title, fontsize=9)
         ax.set_xlabel(xlabel)
+        if xlabel == "rollout":
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(True, linewidth=0.3, alpha=0.6)
         return _svg(fig)
 

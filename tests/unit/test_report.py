@@ -234,3 +234,16 @@ def test_the_cli_parser_imports_neither_matplotlib_nor_pyarrow():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert "HEAVY []" in out.stdout, out
+
+
+def test_a_finished_local_run_and_a_kept_smoke_run_print_their_report(run: Path, capsys):
+    from slime.cli.report import print_finished, smoke_report
+
+    (run / "tasks/0/summary.json").unlink()
+    print_finished(run, 0)  # no summary.json: not finished
+    print_finished(run, 1)
+    assert capsys.readouterr().out == "" and not (run / "report.html").exists()
+    (run / "tasks/0/summary.json").write_text("{}")
+    print_finished(run, 0)
+    assert capsys.readouterr().out.startswith(f"report: {run / 'report.html'}")
+    assert smoke_report(run) == str(run / "report.html") and smoke_report(None) is None
