@@ -1,15 +1,13 @@
 """Benchmark: the rollout viewers on a run with many saved samples (synthesised; not run in CI).
 
-Run by hand (numbers depend on the machine and its load; nothing here asserts):
-
     python tests/bench/report_viewer.py [--rollouts 40] [--samples 256] [--response 128] [--keep DIR]
 
-Writes a run dir (the quickstart spec's run files, a real quickstart's metrics) whose ``tasks/0/rollouts``
-holds ``rollouts`` x ``samples`` samples through the runtime's own writer (slime/runtime/rollout/saved.py),
-then times: the terminal viewer (``slime-submit rollouts``: open = the last rollout's first page, another
-page, every rollout sorted by reward, one sample in full; each a fresh process), ``report`` with the
-default cap and with every sample embedded (time and HTML size), and each page in headless Chromium
-(load, then a page turn and a sort, measured in the page); Chromium is skipped when absent.
+Writes a run dir (the quickstart's run files and metrics) whose ``tasks/0/rollouts`` holds rollouts x samples
+through the runtime's own writer (slime/runtime/rollout/saved.py), then times the terminal viewer (a fresh
+process each: the last rollout's first page, another page, every rollout sorted by reward, one sample),
+``report`` with the default cap and with every sample embedded (time, HTML size), and each page in
+headless Chromium (load, a page turn, a sort, opening a sample; skipped without Chromium). Numbers depend
+on the machine and its load; nothing here asserts.
 """
 
 from __future__ import annotations

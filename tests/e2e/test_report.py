@@ -1,14 +1,12 @@
-"""``slime-submit report`` of real runs, opened in headless Chromium: the quickstart (sync and async, and the
-two compared), an agent run and a requeued SLURM run.
+"""``slime-submit report`` of real runs in headless Chromium: the quickstart (sync, async, the two compared), an
+agent run and a requeued SLURM run.
 
-Each page must load with no console error and no network request (the Chrome DevTools performance log
-records every request the page makes; the page's own file:// load is the only one allowed), show its
-curves and tables (DOM checks), and its rollout viewer must page and open a sample and its group. A
-screenshot of each page is saved in the test's tmp dir (its path is printed). The browser is Debian's
-``chromium`` driven through ``chromium-driver`` by selenium (ci/install.sh installs both); without them
-the tests skip, saying so. Runs are short copies of the specs with ``debug.save_rollouts``: the quickstart
-ones start from the session's warm-up (``quickstart_warmup``), the SLURM one is requeued once by
-``scontrol requeue`` as in tests/e2e/test_slurm_preemption.py (whose helpers it uses).
+Each page must load with no console error and no network request (the DevTools performance log records
+every request; only the page's own file:// load is allowed), show its curves and tables (DOM checks), and
+its rollout viewer must page and open a sample and its group; a screenshot of each is saved in the test's
+tmp dir. Browser: Debian's ``chromium`` through ``chromium-driver`` and selenium (ci/install.sh); without
+them the tests skip, saying so. Runs: short copies of the specs with ``debug.save_rollouts``; the quickstart
+ones start from the session's warm-up, the SLURM one is requeued as tests/e2e/test_slurm_preemption.py does.
 """
 
 from __future__ import annotations
