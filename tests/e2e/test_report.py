@@ -26,7 +26,9 @@ pytest.importorskip("torch")
 from tests.fixtures.agent_runs import check_agent_rollouts
 from tests.fixtures.quickstart import QUICKSTART, submit
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("learning"), pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+# the CPU-bound runs, one at a time (tests/conftest.py); the SLURM test goes with the other SLURM tests
+LEARNING = pytest.mark.xdist_group("learning")
 
 REPO = Path(__file__).resolve().parents[2]
 ROLLOUTS = 4
@@ -97,6 +99,7 @@ class Page:
     def screenshot(self, path: Path) -> Path:
         height = self.js("return document.documentElement.scrollHeight")
         self.driver.set_window_size(1400, min(int(height) + 100, 16000))
+        self.js("window.scrollTo(0, 0)")
         self.driver.save_screenshot(str(path))
         return path
 
@@ -170,6 +173,7 @@ QUICKSTART_CURVES = ("rollout/reward_mean", "eval/accuracy", "train/approx_kl", 
 QUICKSTART_CURVES += ("rollout/response_len_mean", "perf/train_tokens_per_s", "time/train_s", "time/rollout_s")
 
 
+@LEARNING
 def test_quickstart_report_in_chromium(quickstart_runs, tmp_path):
     run, _ = quickstart_runs
     html = report(run, out=tmp_path / "quickstart.html")
@@ -182,6 +186,7 @@ def test_quickstart_report_in_chromium(quickstart_runs, tmp_path):
         page.close()
 
 
+@LEARNING
 def test_async_report_and_the_sync_async_comparison(quickstart_runs, tmp_path):
     sync, asyn = quickstart_runs
     page = check_page(
@@ -209,6 +214,7 @@ def test_async_report_and_the_sync_async_comparison(quickstart_runs, tmp_path):
         page.close()
 
 
+@LEARNING
 def test_agent_report_shows_turns_and_tool_calls(tmp_path):
     _chromium()
     short = {
@@ -238,32 +244,76 @@ def test_agent_report_shows_turns_and_tool_calls(tmp_path):
         page.close()
 
 
+def slurm_copy(tmp_path: Path, num_rollouts: int) -> Path:
+    """specs/smoke-slurm.yaml shortened as tests/e2e/test_slurm_preemption.py shortens it (1 fake GPU per node,
+    a checkpoint every 2 rollouts, requeues allowed), W&B offline, rollouts saved."""
+    text = (REPO / "specs" / "smoke-slurm.yaml").read_text()
+    swaps = [
+        ("name: smoke-slurm", "name: report-requeue"),
+        ("  gpus_per_node: 2\n", "  gpus_per_node: 1\n"),
+        ("  cpus_per_node: 2 ", "  cpus_per_node: 1 "),
+        ("num_rollouts: 2", f"num_rollouts: {num_rollouts}"),
+        ("  seed: 1\n", "  seed: 1\n  checkpoint: {interval: 2, keep: 2, save_hf: false}\n"),
+        ("data/arith/train.jsonl", str(REPO / "specs" / "data" / "arith" / "train.jsonl")),
+        ("dir: ../runs", f"dir: {tmp_path / 'runs'}"),
+        ("mode: disabled", "mode: offline"),
+        ("  signal_grace_s: 60\n", "  signal_grace_s: 60\n  max_requeues: 2\n"),
+    ]
+    for old, new in swaps:
+        assert old in text, f"specs/smoke-slurm.yaml changed: {old!r} not found"
+        text = text.replace(old, new)
+    path = tmp_path / "report-requeue.yaml"
+    path.write_text(text + "\ndebug:\n  save_rollouts: true\n")
+    return path
+
+
+def wait_for(what: str, pred, log: Path, timeout: float = 240.0):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            tail = log.read_text()[-4000:] if log.exists() else "(no log)"
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; job log tail:\n{tail}")
+        time.sleep(0.2)
+
+
+def last_rollout(task: Path) -> int:
+    ids = []
+    for line in (task / "metrics.jsonl").read_text().splitlines() if (task / "metrics.jsonl").exists() else []:
+        try:
+            ids.append(json.loads(line)["rollout_id"])
+        except (ValueError, KeyError):
+            pass  # a line being written
+    return max(ids, default=-2)
+
+
 @pytest.mark.slurm
 @pytest.mark.timeout(600)
 def test_requeued_slurm_run_report_shows_its_restart(slurm_cluster, tmp_path):
-    from tests.e2e.test_slurm_preemption import restart_count, resumed_at, rollouts, smoke_copy, wait_for
-    from tests.e2e.test_slurm_preemption import submit as submit_slurm
-    from tests.fixtures.slurm_cluster import wait_job
+    """A job requeued once by ``scontrol requeue`` after rollout 2, resumed from its checkpoint, completed."""
+    from tests.fixtures.slurm_cluster import job_records, wait_job
 
     _chromium()
-    spec = smoke_copy(tmp_path, "report-requeue", num_rollouts=6, max_requeues=2)
-    assert "debug:" not in spec.read_text()
-    spec.write_text(spec.read_text() + "\ndebug:\n  save_rollouts: true\n")
-    run_dir, job = submit_slurm(spec)
-    task, log = run_dir / "tasks" / "0", run_dir / "logs" / f"slurm-{job}.out"
-    wait_for("rollout 2", lambda: max(rollouts(task), default=-2) >= 2, log)
-    subprocess.run(["scontrol", "requeue", job], check=True, timeout=30)
-    wait_for("the requeue's restart", lambda: restart_count(job) >= 1, log, 60)
-    wait_for("the second run to resume", lambda: resumed_at(log, 1) is not None, log)
-    (rec,) = wait_job(job, timeout=360)
-    assert rec["JobState"] == "COMPLETED", log.read_text()[-4000:]
-    page = check_page(
-        report(run_dir, out=tmp_path / "slurm.html"), tmp_path, metrics=("rollout/reward_mean",), group_size=2
+    proc = subprocess.run(
+        [sys.executable, "-m", "slime.cli.main", str(slurm_copy(tmp_path, 6)), "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout)
+    run_dir, job = Path(out["run_dir"]), out["job_ids"][0]
+    task, log = run_dir / "tasks" / "0", run_dir / "logs" / f"slurm-{job}.out"
+    wait_for("rollout 2", lambda: last_rollout(task) >= 2, log)
+    subprocess.run(["scontrol", "requeue", job], check=True, timeout=30)
+    wait_for("the requeue", lambda: any(r.get("Restarts", "0") != "0" for r in job_records(job)), log, 60)
+    (rec,) = wait_job(job, timeout=360)
+    assert rec["JobState"] == "COMPLETED" and rec["Restarts"] == "1", log.read_text()[-4000:]
+    html = report(run_dir, out=tmp_path / "slurm.html")
+    page = check_page(html, tmp_path, metrics=("rollout/reward_mean", "train/loss"), group_size=2)
     try:
-        causes = page.column("#restarts table.restarts tbody tr", 2)
-        assert causes == ["requeued"] and page.count("#restarts .timeline svg") == 1
+        assert page.column("#restarts table.restarts tbody tr", 2) == ["requeued"]
+        assert page.count("#restarts .timeline svg") == 1
         assert page.count("#preflight table.nodes tbody tr") == 2  # both nodes of the job
     finally:
         page.close()
-    print(f"report of a requeued SLURM run ({time.strftime('%H:%M:%S')}): {tmp_path / 'slurm.png'}")
