@@ -222,7 +222,7 @@ def restarts_section(runs: Sequence[RunView]) -> str:
                 r.get("job_id"),
                 r.get("rollout_id"),
                 r.get("checkpoint"),
-                ", ".join(map(str, r.get("nodes") or [])),
+                ", ".join(map(str, r["nodes"])) if isinstance(r.get("nodes"), list) else r.get("nodes"),
                 r.get("detail"),
             ]
             for r in t.restarts
