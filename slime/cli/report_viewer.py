@@ -23,7 +23,7 @@ __all__ = ["CHUNK", "DEFAULT_MAX_SAMPLES", "Embedded", "choose", "embed", "viewe
 
 CHUNK = 64  # samples per JSON chunk
 PREVIEW = 80  # characters of prompt/response in the index (the table's columns)
-DEFAULT_MAX_SAMPLES = 4096
+DEFAULT_MAX_SAMPLES = 2048
 INDEX_COLS = ("src", "rollout", "group", "index", "reward", "status", "version", "len", "chunk", "pos")
 INDEX_COLS += ("prompt", "response")
 
@@ -73,10 +73,10 @@ def _detail(s: dict[str, Any], vocab: dict[int, str] | None) -> dict[str, Any]:
         "label": _clean(s["label"]),
         "ids": s["tokens"],
         "tok": [vocab.get(t, f"<{t}>") if vocab else f"<{t}>" for t in s["tokens"]],
-        "lp": [_r(x, 5) for x in lp],
-        "tlp": [_r(x, 5) for x in tlp] if pairs is not None else None,
+        "lp": [_r(x, 4) for x in lp],
+        "tlp": [_r(x, 4) for x in tlp] if pairs is not None else None,
         "dlp": [_r(t - e, 3) for t, e in pairs] if pairs is not None else None,
-        "mask": s["loss_mask"],
+        "mask": [] if all(s["loss_mask"]) else s["loss_mask"],  # empty: every token trained
         "tv": s["token_versions"],
         "meta": _clean(s["metadata"]),
     }
