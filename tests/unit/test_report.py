@@ -247,3 +247,14 @@ def test_a_finished_local_run_and_a_kept_smoke_run_print_their_report(run: Path,
     print_finished(run, 0)
     assert capsys.readouterr().out.startswith(f"report: {run / 'report.html'}")
     assert smoke_report(run) == str(run / "report.html") and smoke_report(None) is None
+
+
+def test_a_sweep_run_draws_one_series_per_task(tmp_path: Path):
+    paths = make_run(tmp_path / "runs", "sweep-lr-seed-20261204-120000-5eeeee", spec="specs/sweep.yaml")
+    tasks = paths.task_indices()
+    assert len(tasks) >= 2
+    for i in tasks[:2]:
+        finished(paths, i)
+    page = write_report([paths.root], tmp_path / "r.html").read_text()
+    assert "sweep-lr-seed (5eeeee) task 0" in page and "sweep-lr-seed (5eeeee) task 1" in page
+    assert "task 1 sweep point" in page  # the sweep point's fields
