@@ -1,7 +1,7 @@
 """``slime-submit report RUN [RUN ...] [-o FILE] [--open]``: one self-contained HTML page of one or more runs.
 
 Figures are static SVG drawn by matplotlib: already a runtime dependency, no JavaScript library to inline
-(plotly's is ~3.5 MB per page), and the page renders the same anywhere, printed or offline.
+(plotly's would add megabytes to every page), and the page renders the same anywhere, printed or offline.
 RUN is what ``status`` takes (a run dir, a short id or a job id under ``--dir``). The page's sections:
 :mod:`slime.cli.report_html`; its rollout viewer: :mod:`slime.cli.report_viewer`. ``slime-submit rollouts``
 (:mod:`slime.cli.rollouts`) browses the saved rollouts in the terminal. Exit codes: 0 written, 2 no such
@@ -96,6 +96,12 @@ def run(args: argparse.Namespace) -> int:
 
         _error(args.json, "usage", str(exc))
         return ExitCode.SPEC
+    missing = missing_modules()
+    if missing:
+        from slime.cli.commands import _error
+
+        _error(args.json, "usage", f"report needs {' and '.join(missing)}: pip install 'slime-submit[runtime]'")
+        return ExitCode.SPEC
     out = write_report(dirs, args.output, max_samples=args.max_samples, rollouts=args.rollout)
     if args.json:
         print(json.dumps({"report": str(out)}))
@@ -106,6 +112,13 @@ def run(args: argparse.Namespace) -> int:
 
         webbrowser.open(out.resolve().as_uri())
     return ExitCode.OK
+
+
+def missing_modules(names: tuple[str, ...] = ("matplotlib", "pyarrow")) -> list[str]:
+    """The modules of ``names`` that are not installed (the runtime extra has them)."""
+    from importlib.util import find_spec
+
+    return [n for n in names if find_spec(n) is None]
 
 
 def smoke_report(run_dir: Path | str | None) -> str | None:

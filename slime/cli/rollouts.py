@@ -88,8 +88,11 @@ def _chosen(args: argparse.Namespace, rdir: Path, ids: list[int]) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     from slime.cli import rollout_store as store
+    from slime.cli.report import missing_modules
 
     try:
+        if missing_modules(("pyarrow",)):
+            raise _Usage("reading saved rollouts needs pyarrow: pip install 'slime-submit[runtime]'")
         task_dir, rdir, spec, label = _where(args)
         ids = store.saved_rollouts(rdir)
         chosen = _chosen(args, rdir, ids)

@@ -258,3 +258,13 @@ def test_a_sweep_run_draws_one_series_per_task(tmp_path: Path):
     page = write_report([paths.root], tmp_path / "r.html").read_text()
     assert "sweep-lr-seed (5eeeee) task 0" in page and "sweep-lr-seed (5eeeee) task 1" in page
     assert "task 1 sweep point" in page  # the sweep point's fields
+
+
+def test_without_the_runtime_extra_both_commands_say_what_to_install(run: Path, monkeypatch, capsys):
+    import slime.cli.report as report_cli
+
+    monkeypatch.setattr(report_cli, "missing_modules", lambda names=("matplotlib", "pyarrow"): list(names))
+    assert main(["report", str(run)]) == 2 and main(["rollouts", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "report needs matplotlib and pyarrow" in err and "saved rollouts needs pyarrow" in err
+    assert "slime-submit[runtime]" in err and not (run / "report.html").exists()
