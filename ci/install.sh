@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(slurmctld slurmd slurm-client munge bubblewrap libseccomp2 iproute2 procps tmux zsh fish)
+APT_PACKAGES=(slurmctld slurmd slurm-client munge bubblewrap libseccomp2 iproute2 procps tmux zsh fish chromium chromium-driver)
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()
   for p in "${APT_PACKAGES[@]}"; do

@@ -154,6 +154,10 @@ def submit(args: argparse.Namespace) -> int:
         if submission.job_ids:
             con.print(f"submitted job {', '.join(submission.job_ids)}")
         con.print(f"run dir: {submission.run_dir}")
+        if not submission.job_ids:  # a local run, finished: its report (slime.cli.report)
+            from slime.cli.report import print_finished
+
+            print_finished(submission.run_dir, submission.returncode)
     return submission.returncode
 
 

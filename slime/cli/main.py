@@ -111,9 +111,10 @@ def _known_commands(parser: argparse.ArgumentParser) -> set[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from slime.cli import complete, extra  # extra: job management, init, completion, patches
+    from slime.cli import complete, extra, report  # extra: job management, init, completion, patches
 
     extra.register(SUBCOMMANDS)
+    report.register(SUBCOMMANDS)  # report, rollouts
     parser = build_parser()
     complete.autocomplete(parser, _known_commands(parser))  # a shell's completion request: answered, then exits
     args_list = list(sys.argv[1:] if argv is None else argv)

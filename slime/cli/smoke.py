@@ -100,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     run_dir, returncode, log = _launch(scaled, root, verbose=args.verbose, json_output=args.json)
     stages = _judge(run_dir, plan, returncode)
+    from slime.cli.report import smoke_report
     from slime.cli.smoke_report import exit_code
 
     code = exit_code(stages, returncode)
@@ -117,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
         "stages": [s.to_json() for s in stages],
         "changes": [c.to_json() for c in plan.changes],
         "untested": list(plan.untested),
+        "report": smoke_report(run_dir) if kept else None,  # the kept run's page (slime.cli.report)
     }
     if args.json:
         print(json.dumps(report, indent=2))
@@ -251,3 +253,5 @@ def _print_stages(stages: list[Stage], report: dict[str, Any]) -> None:
         con.print(f"[red]smoke failed[/] (exit {report['exit_code']}); run dir kept: {escape(str(report['run_dir']))}")
         if report["log"]:
             con.print(f"its output: {escape(report['log'])}")
+    if report.get("report"):
+        con.print(f"report: {escape(report['report'])}")
