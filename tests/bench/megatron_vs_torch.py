@@ -151,7 +151,7 @@ def _megatron_worker(model_dir: str, attention: str, port: int, raw: str) -> Non
             "backend": "megatron",
             "micro_batch_size": args.batch,
             "precision": "bf16",
-            "backend_args": {"attention-backend": attention},
+            "megatron": {"args": {"attention-backend": attention}},
             "optimizer": {"lr": 1e-6, "distributed": True, "clip_grad": 1.0},
         },
     }

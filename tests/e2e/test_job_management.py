@@ -95,7 +95,7 @@ data: {{prompts: {prompts}, eval: []}}
 logging: {{dir: {logdir}, wandb: {{mode: disabled}}}}
 """
 # fake_gpus: the CI cluster's GRES GPUs have no CUDA (without it the preflight fails, as it must)
-SLURM_LINES = '  mem: 2G\n  time_limit: "00:10:00"\n  partition: batch\n  fake_gpus: true\n'
+SLURM_LINES = '  slurm: {mem: 2G, time_limit: "00:10:00", partition: batch}\n  fake_gpus: true\n'
 
 
 @pytest.fixture(scope="module")

@@ -257,7 +257,7 @@ def slurm_copy(tmp_path: Path, num_rollouts: int) -> Path:
         ("data/arith/train.jsonl", str(REPO / "specs" / "data" / "arith" / "train.jsonl")),
         ("dir: ../runs", f"dir: {tmp_path / 'runs'}"),
         ("mode: disabled", "mode: offline"),
-        ("  signal_grace_s: 60\n", "  signal_grace_s: 60\n  max_requeues: 2\n"),
+        ("    signal_grace_s: 60\n", "    signal_grace_s: 60\n    max_requeues: 2\n"),  # cluster.slurm
     ]
     for old, new in swaps:
         assert old in text, f"specs/smoke-slurm.yaml changed: {old!r} not found"

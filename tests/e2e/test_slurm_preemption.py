@@ -53,9 +53,9 @@ def smoke_copy(tmp_path: Path, name: str, *, num_rollouts: int = ROLLOUTS, **clu
         ("data/arith/train.jsonl", str(REPO / "specs" / "data" / "arith" / "train.jsonl")),
         ("dir: ../runs", f"dir: {tmp_path / 'runs'}"),
         ("mode: disabled", "mode: offline"),
-        (
-            "  signal_grace_s: 60\n",
-            "  signal_grace_s: 60\n" + "".join(f"  {k}: {json.dumps(v)}\n" for k, v in cluster.items()),
+        (  # the SLURM settings (cluster.slurm)
+            "    signal_grace_s: 60\n",
+            "    signal_grace_s: 60\n" + "".join(f"    {k}: {json.dumps(v)}\n" for k, v in cluster.items()),
         ),
     ]
     for old, new in swaps:

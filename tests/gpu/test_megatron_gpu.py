@@ -145,7 +145,7 @@ def _spec(args: dict, *, precision: str, attention: str = "auto", distributed: b
             "parallel": {"tensor": args["tp"], "sequence_parallel": args["tp"] > 1},
             "micro_batch_size": 4,
             "precision": precision,
-            "backend_args": {"attention-backend": attention},
+            "megatron": {"args": {"attention-backend": attention}},
             "optimizer": {"lr": lr, "lr_schedule": "linear", "distributed": distributed, "clip_grad": 1.0},
         },
     }
