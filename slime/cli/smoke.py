@@ -86,8 +86,9 @@ def run(args: argparse.Namespace) -> int:
         )
         return ExitCode.SPEC
     root = Path(args.dir).resolve() if args.dir else Path(tempfile.mkdtemp(prefix="slime-smoke-"))
+    spec = loaded.tasks[args.task].spec
     plan = scale_down(
-        loaded.tasks[args.task].spec, rollouts=args.rollouts, logging_dir=str(root), tasks=len(loaded.tasks)
+        spec, rollouts=args.rollouts, logging_dir=str(root), tasks=len(loaded.tasks), missing_secrets=_missing(spec)
     )
     try:
         scaled = _load_scaled(plan, Path(args.spec))
@@ -127,6 +128,16 @@ def run(args: argparse.Namespace) -> int:
     if not kept:
         shutil.rmtree(root, ignore_errors=True)
     return code
+
+
+def _missing(spec: Any) -> frozenset[str]:
+    """The spec's secrets whose reference does not resolve on this machine (unset variable, unreadable file)."""
+    out = set()
+    for name, ref in spec.cluster.secrets.items():
+        ok = (ref.env in os.environ) if ref.env else os.access(os.path.expanduser(ref.file or ""), os.R_OK)
+        if not ok:
+            out.add(name)
+    return frozenset(out)
 
 
 def _load_scaled(plan: SmokePlan, source: Path) -> LoadedSpec:

@@ -25,7 +25,8 @@ What changes (each one listed in ``SmokePlan.changes``, only where the value dif
 Kept as written: the data files and keys, the chat template switch, the reward, the algorithm
 (estimator, clipping, KL and its reference, entropy, loss aggregation, critic, normalisation), the
 optimizer and its schedule, dynamic batching, colocation, ``disk``/``nccl`` weight sync, the agent
-section (adapter, tools, sandbox, plug-ins), sampling settings and ``cluster.env``/``secrets``.
+section (adapter, tools, sandbox, plug-ins), sampling settings, ``cluster.env`` and the secrets that
+resolve here (the others are dropped and listed as not checked: W&B is off in a smoke anyway).
 
 Not guaranteed: that a spec which passes the smoke fits its GPUs, or that its SGLang/Megatron
 settings are accepted: :func:`untested` says what the changes leave out, for this spec.
@@ -213,6 +214,16 @@ def _rest(s: Spec, logging_dir: str) -> Iterator[Edit]:
     yield "logging.progress", False, "the smoke prints its own report"
 
 
+def _secrets(s: Spec, missing: frozenset[str]) -> Iterator[Edit]:
+    kept = {k: v for k, v in s.cluster.secrets.items() if k not in missing}
+    if missing & set(s.cluster.secrets):
+        yield (
+            "cluster.secrets",
+            kept,
+            f"not set here: {', '.join(sorted(missing))} (a smoke needs no production secret)",
+        )
+
+
 # ----------------------------------------------------------------------------- applying edits
 def _parts(path: str) -> list[str | int]:
     out: list[str | int] = []
@@ -245,9 +256,12 @@ def _put(obj: Any, parts: list[str | int], value: Any) -> Any:
     return replace(obj, **{name: _put(getattr(obj, name), rest, value) if rest else value})
 
 
-def scale_down(spec: Spec, *, rollouts: int = 2, logging_dir: str, tasks: int = 1) -> SmokePlan:
+def scale_down(
+    spec: Spec, *, rollouts: int = 2, logging_dir: str, tasks: int = 1, missing_secrets: frozenset[str] = frozenset()
+) -> SmokePlan:
     """The smoke's version of the resolved ``spec`` (see the module doc): ``rollouts`` >= 1; ``tasks``:
-    how many sweep tasks the spec had (this is one of them)."""
+    how many sweep tasks the spec had (this is one of them); ``missing_secrets``: the ``cluster.secrets``
+    whose reference does not resolve here (dropped: a smoke needs no production secret)."""
     if rollouts < 1:
         raise ValueError(f"a smoke run needs at least 1 rollout, got {rollouts}")
     r = spec.rollout
@@ -259,6 +273,7 @@ def scale_down(spec: Spec, *, rollouts: int = 2, logging_dir: str, tasks: int = 
         *_train(spec, prompts * n),
         *_rollout(spec, rollouts, prompts, n),
         *_rest(spec, logging_dir),
+        *_secrets(spec, missing_secrets),
     ]
     out = spec
     for path, value, _ in edits:
@@ -271,7 +286,10 @@ def scale_down(spec: Spec, *, rollouts: int = 2, logging_dir: str, tasks: int = 
         before, after = _get(spec, _parts(path)), _get(out, _parts(path))
         if before != after:
             changes.append(Change(path, before, after, reason))
-    return SmokePlan(spec=out, changes=tuple(changes), untested=untested(spec, tasks=tasks), rollouts=rollouts)
+    left_out = tuple(f"secret {n} (not set here; the smoke ran without it)" for n in sorted(missing_secrets))
+    return SmokePlan(
+        spec=out, changes=tuple(changes), untested=untested(spec, tasks=tasks) + left_out, rollouts=rollouts
+    )
 
 
 # ----------------------------------------------------------------------------- what it leaves out

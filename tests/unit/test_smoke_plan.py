@@ -172,3 +172,36 @@ def test_whatever_validates_on_a_gpu_cluster_scales_down_to_a_valid_cpu_spec(edi
     plan, again = _scaled(resolved, rollouts=1)
     assert again == plan.spec
     _kept(resolved, plan.spec)
+
+
+def test_secrets_that_do_not_resolve_here_are_dropped_and_listed_as_not_checked(monkeypatch, tmp_path):
+    """A smoke runs in CI, where production secrets do not belong: an unset one is left out, and said."""
+    from slime.cli.smoke import _missing
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("REWARD_TOKEN", "t")
+    (tmp_path / "hf").write_text("x\n")
+    resolved = load(
+        spec(
+            GPU_SPEC,
+            **{
+                "cluster.secrets": {
+                    "WANDB_API_KEY": {"env": "WANDB_API_KEY"},
+                    "REWARD_TOKEN": {"env": "REWARD_TOKEN"},
+                    "HF_TOKEN": {"file": str(tmp_path / "hf")},
+                    "DB": {"file": str(tmp_path / "absent")},
+                }
+            },
+        )
+    ).spec
+    missing = _missing(resolved)
+    assert missing == {"WANDB_API_KEY", "DB"}
+    plan = scale_down(resolved, logging_dir="/tmp/x", missing_secrets=missing)
+    assert set(plan.spec.cluster.secrets) == {"REWARD_TOKEN", "HF_TOKEN"}
+    assert [u for u in plan.untested if u.startswith("secret ")] == [
+        "secret DB (not set here; the smoke ran without it)",
+        "secret WANDB_API_KEY (not set here; the smoke ran without it)",
+    ]
+    change = next(c for c in plan.changes if c.path == "cluster.secrets")
+    assert "DB, WANDB_API_KEY" in change.reason
+    load_spec_text(plan.yaml)  # still a valid spec
