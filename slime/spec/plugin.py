@@ -39,6 +39,7 @@ __all__ = [
     "Rule",
     "V1Move",
     "default_profile",
+    "group_entry_points",
     "hook",
     "profile",
     "profiles",
@@ -77,10 +78,21 @@ class Profile:
     kind: str = ""
 
 
+@functools.cache
+def _installed() -> Any:
+    """Every installed entry point, read once per process (each scan reads every distribution)."""
+    return entry_points()
+
+
+def group_entry_points(group: str) -> list:
+    """The installed entry points of ``group``, by name."""
+    return sorted(_installed().select(group=group), key=lambda e: e.name)
+
+
 def _load(kind: str) -> dict[str, Profile]:
     group = KINDS[kind][0]
     out: dict[str, Profile] = {}
-    for ep in sorted(entry_points(group=group), key=lambda e: e.name):
+    for ep in group_entry_points(group):
         if ep.name in out:
             continue  # the same distribution seen twice on sys.path
         obj = ep.load()

@@ -9,13 +9,12 @@ sections. Composed once at import from the entry points (``slime.spec.plugin``),
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
 from typing import Annotated, Literal
 
 import msgspec
 
 from slime.spec import sections as _base
-from slime.spec.plugin import KINDS, profiles
+from slime.spec.plugin import KINDS, group_entry_points, profiles
 from slime.spec.sections import *  # noqa: F403  (the generic sections are the spec's types too)
 from slime.spec.sections import D, Section
 
@@ -44,7 +43,7 @@ def _compose(base: type, kind: str) -> type:
 
 def _rewards() -> type:
     """``Reward`` with ``type`` narrowed to the installed rewards (entry points ``slime_submit.rewards``)."""
-    names = tuple(sorted({ep.name for ep in entry_points(group="slime_submit.rewards")}))
+    names = tuple(sorted({ep.name for ep in group_entry_points("slime_submit.rewards")}))
     choice = Annotated[
         Literal[names], D(f"Reward function: {', '.join(names)} (remote: reward.url; custom: reward.custom).")
     ]

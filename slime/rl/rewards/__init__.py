@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Sequence
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint
 from typing import TYPE_CHECKING, cast
 
 from slime.core.registry import Registry
 from slime.rl.plugins import RewardFn
 from slime.rl.sample import Sample
+from slime.spec.plugin import group_entry_points
 
 if TYPE_CHECKING:
     from slime.rl.rewards.custom import SlimeArgs
@@ -37,7 +38,7 @@ ENTRY_POINT_GROUP = "slime_submit.rewards"
 # reward.type choices are composed from too (slime.spec.types).
 BUILTIN_REWARDS: dict[str, str] = {
     ep.name: ep.value
-    for ep in entry_points(group=ENTRY_POINT_GROUP)
+    for ep in group_entry_points(ENTRY_POINT_GROUP)
     if ep.dist is not None and ep.dist.name == "slime-submit"
 }
 _FACTORIES = frozenset({"remote", "custom"})  # built-ins that build a reward from reward.url / reward.custom
@@ -46,7 +47,7 @@ _FACTORIES = frozenset({"remote", "custom"})  # built-ins that build a reward fr
 def reward_registry(installed: Iterable[EntryPoint] | None = None) -> Registry:
     """:data:`BUILTIN_REWARDS` plus the ``installed`` entry points (default: those of :data:`ENTRY_POINT_GROUP`);
     a built-in name wins over an installed one of the same name."""
-    eps = entry_points(group=ENTRY_POINT_GROUP) if installed is None else installed
+    eps = group_entry_points(ENTRY_POINT_GROUP) if installed is None else installed
     return Registry("reward", {**{ep.name: ep.value for ep in eps}, **BUILTIN_REWARDS})
 
 
