@@ -88,7 +88,7 @@ def _table(report, role):
         t.add_row("KV tokens", f"{e.kv_tokens}")
         color = {"ok": "green", "tight": "yellow", "over": "red"}[role.verdict]
         t.add_row("full-length samples at once", f"{e.concurrent_fit} of {e.demand_tokens // e.request_tokens}")
-        t.add_row(f"[{color}]fit ({role.verdict})[/]", f"[{color}]{gib(role.headroom).split()[0]}[/]")
+        t.add_row(f"[{color}]KV pool / demand ({role.verdict})[/]", f"[{color}]{e.kv_tokens / e.demand_tokens:.1f}x[/]")
     t.caption = "; ".join(role.memory.notes) or None
     return t
 

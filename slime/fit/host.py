@@ -51,4 +51,4 @@ def host_memory(spec: Any, d: Dims, trainer: Breakdown | None, offloaded: int = 
         ("rollout data (object store)", data),
         ("processes", (ranks + engines_here + 1) * PROCESS),
     )
-    return Breakdown(terms=terms, notes=("per node",))
+    return Breakdown(terms=terms)
