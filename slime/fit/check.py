@@ -52,7 +52,12 @@ def gpu_known(s: Any) -> Iterator[Finding]:
 
 
 def _report(s: Any) -> FitReport | None:
-    return estimate(s) if enabled() else None
+    if not enabled():
+        return None
+    try:
+        return estimate(s)
+    except (ArithmeticError, TypeError, ValueError):
+        return None  # counts an earlier rule refuses (a zero, a missing size): nothing to estimate from
 
 
 def fit_errors(s: Any) -> Iterator[Finding]:

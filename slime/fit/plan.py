@@ -67,6 +67,11 @@ def _arg(args: dict, *names: str) -> Any:
     return None
 
 
+def _int_arg(args: dict, *names: str) -> int | None:
+    value = _arg(args, *names)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def trainer_layout(spec: Any) -> TrainerLayout:
     t, r = spec.train, spec.rollout
     p, args = t.parallel, (t.megatron.args if getattr(t, "megatron", None) else {})
@@ -106,9 +111,9 @@ def engine_layout(spec: Any, gpu: int, beside: int = 0) -> EngineLayout:
     return EngineLayout(
         tp=r.gpus_per_engine,
         gpu_bytes=gpu,
-        mem_fraction=float(frac) if isinstance(frac, int | float) else None,
-        chunked_prefill=_arg(args, "chunked-prefill-size"),
-        cuda_graph_max_bs=_arg(args, "cuda-graph-max-bs", "cuda-graph-max-bs-decode"),
+        mem_fraction=float(frac) if isinstance(frac, int | float) and 0 < frac < 1 else None,
+        chunked_prefill=_int_arg(args, "chunked-prefill-size"),
+        cuda_graph_max_bs=_int_arg(args, "cuda-graph-max-bs", "cuda-graph-max-bs-decode"),
         concurrent=math.ceil(samples / engines),
         request_tokens=r.max_prompt_len + r.max_response_len,
         beside=beside,
