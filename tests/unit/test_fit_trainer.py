@@ -132,3 +132,26 @@ def test_reference_and_critic_models_are_held_on_the_actor_gpus():
     assert both.get("critic") == plain.get("weights") + plain.get("gradients") + plain.get("optimizer")
     assert both.total - plain.total == both.get("reference") + both.get("critic")
     assert plain.total < 80 * GIB
+
+
+def _megatron_moe_weight_and_optimizer(cfg: dict, *, dp: int) -> float:
+    """The same function for a MoE model at tp = pp = 1: every expert counted on every rank (it has no
+    expert-parallel term), gated MLPs as 3/2 x 2h x ffn, one norm weight per RMSNorm."""
+    h, L, a, g = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    q = cfg["head_dim"] * a
+    attn = 2 * h * h * ((1 + g / a) * (q / h))
+    moe_layer = 2 * h * (cfg["moe_intermediate_size"] * cfg["num_experts"] * 3 / 2 + 1) + attn
+    vocab = math.ceil(cfg["vocab_size"] / 128) * 128
+    most_loaded = moe_layer * L + h + 2 * h * vocab
+    return most_loaded * (6 + 12 / dp)
+
+
+def test_moe_state_agrees_with_megatron_lm_without_expert_parallel_and_is_smaller_with_it():
+    d = dims_from_config(QWEN3_30B_A3B)
+    theirs = _megatron_moe_weight_and_optimizer(QWEN3_30B_A3B, dp=8)
+    one = trainer_memory(d, TrainerLayout(dp=8, distributed_optimizer=True))
+    state = one.get("weights") + one.get("gradients") + one.get("optimizer")
+    assert state == pytest.approx(theirs, rel=2e-3)  # Megatron leaves out the router and the q/k norms
+    ep8 = trainer_memory(d, TrainerLayout(dp=8, ep=8, distributed_optimizer=True))
+    # experts / 8 per rank (6 B each), their 12 B over the expert data-parallel group of 8 / 8 = 1
+    assert ep8.get("weights") < one.get("weights") / 5
