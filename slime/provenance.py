@@ -272,6 +272,7 @@ def build_lock(request: Any, options: Any, *, environ: Mapping[str, str] | None 
             "driver": extra.get("driver"),
             "driver_env": env.get("SLIME_DRIVER"),
             "python": extra.get("python"),
+            "fit_check": env.get("SLIME_NO_FIT_CHECK", "") in ("", "0"),
         },
         "script": _script_entry(request, secrets),
         "command": [redact(c, secrets) for c in request.command],

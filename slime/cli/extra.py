@@ -19,6 +19,7 @@ ENTRIES: dict[str, tuple[str, str]] = {
         "slime.cli.smoke:configure",
         "run a spec scaled down on CPU for a few rollouts and check every stage (before a GPU job waits in a queue)",
     ),
+    "fit": ("slime.cli.fit_cmd:configure", "memory per GPU of each role and RAM per node, with the headroom"),
     "patches": ("slime.cli.patches_cmd:configure", "check/apply our patches to the pinned SGLang and megatron-core"),
     "upgrade": ("slime.cli.upgrade_cmd:configure", "rewrite a spec in the current apiVersion, keeping its comments"),
     "init": ("slime.cli.init_cmd:configure", "write a commented starter spec from an example (-o FILE)"),

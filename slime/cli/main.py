@@ -65,11 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print what would be written and run; change nothing")
     p.add_argument("--preflight-only", action="store_true", help="bootstrap Ray + run the preflight, then stop")
     p.add_argument("--force", action="store_true", help="submit even if this spec's job is already pending/running")
+    p.add_argument("--no-fit-check", action="store_true", help="skip the memory fit check (recorded in lock.json)")
     p.set_defaults(func=_command("slime.cli.commands:submit"))
 
     p = sub.add_parser("validate", help="check spec(s): schema and cross-field rules, every problem at once")
     add_spec_args(p, many=True)
     p.add_argument("--check-paths", action="store_true", help="also require local data/model paths to exist")
+    p.add_argument("--no-fit-check", action="store_true", help="skip the memory fit check (slime-submit fit)")
     p.set_defaults(func=_command("slime.cli.commands:validate"))
 
     p = sub.add_parser("render", help="print the script/command the launcher would run (side-effect free)")
@@ -135,6 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return ExitCode.SPEC
+    if getattr(args, "no_fit_check", False):
+        import os
+
+        os.environ["SLIME_NO_FIT_CHECK"] = "1"  # slime.fit.check.DISABLE_ENV; the lock records it
     from slime.cli.commands import run_guarded
 
     return run_guarded(args.func, args)

@@ -454,6 +454,23 @@ def layout_fits(s: Spec) -> Iterator[Finding]:
 
 
 @rule
+def memory_fits(s: Spec) -> Iterator[Finding]:
+    """Each role fits its GPU and a node's RAM (``slime.fit``: with a readable config.json and a known GPU)."""
+    if s.cluster.gpu is not None:  # nothing to import (cold start) otherwise
+        from slime.fit.check import fit_errors
+
+        yield from fit_errors(s)
+
+
+@warning
+def memory_headroom(s: Spec) -> Iterator[Finding]:
+    if s.cluster.gpu is not None:
+        from slime.fit.check import fit_warnings
+
+        yield from fit_warnings(s)
+
+
+@rule
 def sampling(s: Spec) -> Iterator[Finding]:
     r = s.rollout
     if r.temperature <= 0:

@@ -58,12 +58,25 @@ class SecretRef(Section, kw_only=True):
     ] = None
 
 
+class Gpu(Section, kw_only=True):
+    """The nodes' GPU model: the fit check sizes every role against its memory (``slime-submit fit``)."""
+
+    name: Annotated[
+        Annotated[str, Meta(min_length=1)] | None,
+        D("GPU model, e.g. H100-80GB, H200-141GB, A100-40GB, L40S (a known name sets memory_gb)."),
+    ] = None
+    memory_gb: Annotated[
+        Annotated[float, Meta(gt=0)] | None, D("Memory of one GPU in GiB (default: the known size of name).")
+    ] = None
+
+
 class Cluster(Section, kw_only=True):
     """Where the job runs and with what resources (the launcher's own settings: ``cluster.<launcher>``)."""
 
     launcher: Annotated[str, D("The launcher that runs the job (an installed launcher plug-in).")]
     nodes: Annotated[int, D("Number of nodes to allocate.", ge=1)] = 1
     gpus_per_node: Annotated[int, D("GPUs per node (0 = CPU-only job).", ge=0)] = 0
+    gpu: Annotated[Gpu | None, D("The GPU model and its memory (enables the fit check at validate).")] = None
     fake_gpus: Annotated[
         bool,
         D(
