@@ -1,20 +1,11 @@
 """Read the ``train.py`` flags out of a slime launch script (or a bare flag list), without running bash.
 
-Handled: ``\\`` line continuations, comments, single/double quotes and backslash
-escapes, ``NAME=( ... )`` / ``NAME+=( ... )`` arrays and their ``${NAME[@]}``
-expansion, scalar assignments (``export X=...``) and ``$X``/``${X}``/``${X:-default}``
-expansion, integer ``$(( ... ))`` arithmetic, redirections, and
-``;``/``&&``/``||``/``|`` statement separators. Every word keeps the line it was
-written on (for array elements: the line inside the array), so the generated
-spec can say where each value came from.
-
-A statement right after the ``train*.py`` command that starts with a flag or an array expansion
-(the command ended early: a missing trailing backslash) is listed in ``Script.early_end``; bash runs
-it as a command of its own, so its flags are not the command's.
-
-Not handled, by design (reported in ``Script.notes`` instead): command
-substitution ``$(...)`` is never executed, ``source``d files are not read, and
-variables the script does not assign (environment) are left as written.
+Handled: continuations, comments, quoting and escapes, arrays and ``${NAME[@]}``, scalar
+assignments and ``$X``/``${X:-default}``, integer ``$(( ))``, redirections and statement
+separators. Each word keeps its line; flag-like statements right after the command (a missing
+trailing backslash) go to ``Script.early_end``.
+Not handled, reported in ``Script.notes``: ``$(...)`` is never run, sourced files are not read,
+unassigned (environment) variables are left as written.
 Guaranteed: never executes anything and never raises on any input text.
 """
 

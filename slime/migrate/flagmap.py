@@ -1,14 +1,10 @@
 """Map parsed slime flags onto slime/v1 spec paths (the logic behind ``slime.migrate.importer``).
 
-``parse_flags`` splits shell words into flags and their values; ``map_flag``
-maps one flag through the tables of ``slime.migrate.slime_flags`` (direct fields,
-pass-through to ``train.backend_args``/``rollout.engine_args``, router flags listed as unused,
-implied architecture flags, slime-only flags with reasons); ``finish`` maps the
-flags whose meaning depends on others (KL and the reference model, Adam betas,
-resume, eval sets, W&B, weight sync), fills slime's defaults where they differ
-from slime/v2's, sizes the cluster and adds placeholders for required values.
-Everything goes through a :class:`Builder` that records each value's comment
-and the mapped/unmapped account.
+``parse_flags`` splits shell words into flags and values; ``map_flag`` maps one flag through the
+tables of ``slime.migrate.slime_flags``; ``finish`` maps the flags that depend on others, fills
+slime's defaults where they differ, sizes the cluster and adds placeholders for required values.
+Everything goes through a :class:`Builder`, which records each value's comment and the
+mapped/unmapped account.
 """
 
 from __future__ import annotations

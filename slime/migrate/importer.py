@@ -1,19 +1,10 @@
 """``slime-submit import-slime-args``: turn a slime ``train.py`` launch script (or flag list) into a v2 spec.
 
-The migration path for slime users. ``convert_slime_args(text)`` reads the flags
-(``slime.migrate.bashargs``: continuations, arrays, quoting, variables), maps each
-one through the tables in ``slime.migrate.slime_flags`` and writes a commented
-slime/v2 YAML where every value says where it came from: ``--flag value (line
-N)``, a slime default that differs from slime/v2's, something derived (the
-cluster size), or a ``PLACEHOLDER`` for a required value the input lacked.
-
-Guaranteed: every flag ends up in ``mapped`` (with the spec path, ``train.
-megatron.args``/``rollout.sglang.args`` for Megatron/SGLang pass-through, or
-"implied by model.path config.json" for model-architecture flags) or in
-``unmapped`` with a reason; none is dropped silently. The YAML is validated
-with ``load_spec_text`` and any problems are returned (``problems``); for a
-complete launch script it validates. Not guaranteed: equivalence with slime
-for options slime/v2 has no field for (they are listed as unmapped).
+``convert_slime_args(text)`` reads the flags (``slime.migrate.bashargs``), maps them
+(``slime.migrate.flagmap``) and writes a commented slime/v2 YAML where each value says where it came
+from: a flag and line, a differing slime default, derived, or a ``PLACEHOLDER``.
+Guaranteed: every flag is in ``mapped`` or in ``unmapped`` with a reason, none dropped silently; the
+YAML is validated and problems returned. Not guaranteed: equivalence for options slime/v2 lacks.
 ruamel.yaml writes the YAML because it can attach a comment to each key.
 """
 
