@@ -1,17 +1,11 @@
 """The launcher interface: one object per launcher, modelled on torchx's ``Scheduler``.
 
-``dryrun`` (pure: torchx's ``submit_dryrun``) compiles a loaded, resolved spec into a
-:class:`DryRun` — the launcher's :class:`Request` (the run dir's files and the command that
-starts the job, with the specs it was made from) and the options it was compiled with;
-``DryRun.render()`` is what ``render`` / ``--dry-run`` print and ``DryRun.to_json()`` what they
-print with ``--json``. ``submit`` (torchx's ``schedule``) is the one side effect: it creates the
-run dir atomically and starts the job, returning a :class:`Submission`. The job commands go
-through the same object: ``status`` / ``statuses`` (torchx's ``describe`` / ``list``), ``cancel``,
-``log_files`` (what ``logs`` prints or follows) and ``find_run`` (a job id → its run dir).
-
-Guaranteed: ``dryrun`` reads no file and writes nothing (the run dir's name is derived from the
-spec and the time); a :class:`Request` holds the typed specs it was compiled from, so nothing
-downstream re-parses the files it renders.
+``dryrun`` (torchx's ``submit_dryrun``) compiles a resolved spec into a :class:`DryRun` (the
+:class:`Request` and its options; ``render()``/``to_json()`` are what ``--dry-run`` prints);
+``submit`` (torchx's ``schedule``) creates the run dir atomically and starts the job. Job commands:
+``status``/``statuses``, ``cancel``, ``log_files``, ``find_run``.
+Guaranteed: ``dryrun`` reads and writes no file (the run dir's name comes from the spec and the
+time); a :class:`Request` holds the typed specs it came from, so nothing re-parses what it renders.
 """
 
 from __future__ import annotations

@@ -1,27 +1,11 @@
 """THE quoting helper: every value that reaches a generated script goes through here.
 
-Two languages are quoted, because a batch script holds both:
-
-* bash (the script body): :func:`q` is ``shlex.quote`` (POSIX single quotes), which bash reads
-  back as the exact string whatever it holds: spaces, quotes, ``$(...)``, backticks, ``;``,
-  newlines. :func:`export_line` and :func:`assign_line` build ``export NAME=value`` lines.
-* ``#SBATCH`` directives (read by sbatch, never by bash): :func:`sbatch_line`. sbatch splits
-  the text after ``#SBATCH`` with its own tokenizer (Slurm's ``_get_argument`` in
-  ``src/sbatch/opt.c``): whitespace separates words, ``'`` or ``"`` group them, a backslash
-  escapes the next character *even inside quotes*, and an unquoted ``#`` starts a comment.
-  ``shlex.quote`` is therefore wrong there (it relies on backslashes being literal inside
-  single quotes); values that are not plainly safe are written as ``"..."`` with ``\\`` and
-  ``"`` backslash-escaped, which that tokenizer reads back exactly (checked against real
-  sbatch in tests/e2e/test_slurm_e2e.py).
-
-Decided, not guessed: a newline (or CR, NUL) cannot be represented in an ``#SBATCH`` line
-(sbatch stops the word at the end of the line), so :func:`sbatch_line` rejects it with a
-:class:`~slime.spec.SpecError` naming the spec field and the fix, instead of encoding it.
-Environment variable names are checked against ``[A-Za-z_][A-Za-z0-9_]*``; a bad name is a
-SpecError too (names are pasted unquoted, so they are validated instead).
-
-Guaranteed: pure functions; the output of every helper is a single line of text except
-:func:`q` of a value that itself holds newlines (bash single quotes may span lines).
+Two languages: bash (:func:`q` is ``shlex.quote``; :func:`export_line`, :func:`assign_line`) and
+``#SBATCH`` lines (:func:`sbatch_line`), which sbatch's own tokenizer reads: there ``shlex.quote`` is
+wrong, so unsafe values are double-quoted with ``\\`` and ``"`` escaped. A newline, CR or NUL cannot
+be written in an ``#SBATCH`` line and is rejected; so is a bad environment variable name (names go
+unquoted): both as a :class:`~slime.spec.SpecError` naming the field and the fix.
+Guaranteed: pure functions; every output is one line, except :func:`q` of a value with newlines.
 """
 
 from __future__ import annotations

@@ -1,29 +1,10 @@
 """What a run is doing, as every launcher reports it, and what a run dir says about itself.
 
-:class:`RunStatus` / :class:`TaskStatus` are the answer of ``Launcher.status`` (``status``,
-``list``, ``logs -f``, duplicate refusal); :class:`CancelResult` that of ``Launcher.cancel``.
-States are :class:`slime.core.states.RunState`; a run's state is :func:`aggregate` of its tasks'.
-
-The run-dir records read here are shared by both launchers (a local run has no scheduler, so its
-state *is* these records; SLURM falls back on them once slurmctld forgot a job). All optional,
-all written by others:
-
-* ``jobs.json`` — the launcher's record (job ids, task count, submit time; ``launcher`` names it);
-* ``tasks/<i>/state.json`` — the runtime's state (running/succeeded/failed/preempted, pid, host,
-  ``started``/``updated`` times, ``num_rollouts``);
-* ``tasks/<i>/metrics.jsonl`` — only its tail is read: the last step and headline metric, the newest
-  eval metric (``eval/*``: the tail's last 64 KiB, else up to 1 MiB), and the throughput:
-  the runtime's own ``perf/*`` tokens/s (or samples/s) when a line has one, else computed over the
-  last :data:`THROUGHPUT_WINDOW` lines as response tokens per second of step time
-  (``rollout/response_len_mean`` × the spec's ``rollout.batch_size × n_samples_per_prompt`` ÷
-  ``time/step_s``; agent episodes that split into several samples make that an estimate);
-* ``tasks/<i>/restarts.jsonl`` — one line per restart with its cause;
-* ``tasks/<i>/resolved.json`` — only for the computed throughput's batch size.
-
-Elapsed time (``TaskStatus.elapsed_s``): from the launcher's start/end record when it sets
-``TaskStatus.started``/``ended`` (local runs), else from ``state.json``'s ``started`` (this attempt:
-a requeued job starts again) to ``updated`` once ended, or to now while active.
-
+:class:`RunStatus`/:class:`TaskStatus` answer ``Launcher.status``; :class:`CancelResult` answers
+``cancel``; a run's state is :func:`aggregate` of its tasks' (:class:`slime.core.states.RunState`).
+The run-dir records read here (``jobs.json``, ``tasks/<i>/state.json``, the tail of
+``metrics.jsonl``, ``restarts.jsonl``, ``resolved.json``) are a local run's whole state and SLURM's
+fallback once slurmctld forgot a job; all optional, all written by others.
 Not guaranteed: anything about a record its writer left torn (a torn last line is skipped).
 """
 

@@ -1,23 +1,11 @@
 """Pinned upstream engines and our patches to them: check, apply, and record for provenance.
 
-Layout (repository root): ``patches/pins.toml`` pins each engine's version and
-the SHA-256 of every published artifact; ``patches/<engine>/<version>/*.patch``
-are unified diffs (``-p1``, paths relative to the installed package root, i.e.
-``site-packages``), applied in file-name order.
-
-* :func:`check` downloads the pinned artifact with ``pip download --no-deps``,
-  verifies its SHA-256 against the pin, extracts it (wheel: unzip; sdist: untar)
-  and dry-runs every patch (``git apply --check``; GNU ``patch --dry-run`` when
-  git is absent). With no patches it still fetches and verifies the pinned
-  artifact and reports "0 patches".
-* :func:`apply` refuses unless the installed version equals the pin, dry-runs
-  every patch first (all or nothing), applies them to the installed package
-  and writes ``.slime-patches-<engine>.json`` next to it.
-* :func:`applied_patches` reads those records (engine, version, patch, its
-  SHA-256, time) for a run's provenance.
-
-Network: only the package index pip is configured for. The patch directory is
-``$SLIME_PATCHES_DIR`` or ``patches/`` at the repository root.
+``patches/pins.toml`` pins each engine's version and artifact SHA-256s; ``patches/<engine>/<version>/*.patch``
+are ``-p1`` unified diffs against the installed package root, applied in file-name order.
+:func:`check` downloads and verifies the pinned artifact and dry-runs every patch; :func:`apply`
+patches the installed package (all or nothing, only at the pinned version) and records it;
+:func:`applied_patches` reads those records for provenance.
+Guaranteed: nothing is applied unless every patch applies. Network: only pip's configured index.
 """
 
 from __future__ import annotations

@@ -1,38 +1,11 @@
 """Provenance: the run dir's ``lock.json`` (what exactly was submitted), duplicate refusal, rerun.
 
-``lock.json`` is written by the launchers' ``submit`` right after the run dir is created
-(:func:`write_lock`, from the launcher's ``Request``: its files, the typed specs it was compiled
-from, the spec file's path, the task count) and holds:
-
-* ``spec_sha256`` — SHA-256 of ``resolved.json`` as written (the resolved base spec; it does not
-  contain the run dir, so submitting the same spec with the same overrides gives the same hash),
-  ``spec`` — the resolved spec itself (values of ``cluster.env`` entries with secret-like names
-  redacted), where the spec file was, and SHA-256 of every file the launcher wrote;
-* ``slime_submit`` version; ``packages`` — versions of torch, ray, transformers, megatron-core and
-  sglang read with ``importlib.metadata`` (never imported; ``null`` when not installed); Python;
-* ``git`` — when the spec file is in a git work tree: ``rev-parse HEAD`` and the SHA-256 of
-  ``git diff HEAD`` (tracked changes only; untracked files are counted, not hashed);
-* ``container`` image, ``patches`` applied to the engines (``slime.patches.applied_patches``),
-  the rendered ``script`` (or local ``command``) with secrets redacted, the submit ``options``
-  (driver, interpreter, preflight-only) that ``rerun`` needs, ``submitted_by`` (user, host, argv);
-* ``hosts`` — nodes and GPUs per task, merged in from ``tasks/<i>/preflight.json`` by
-  :func:`update_lock_from_preflight` (the preflight may call it; ``slime-submit status`` calls it
-  whenever a preflight report is newer than the lock's copy);
-* ``rerun_of`` — for ``slime-submit rerun``: the original run dir, its spec hash and lock hash.
-
-Secrets never enter the lock: spec secrets are references, and as a second line of defence every
-value of a ``cluster.secrets`` reference that can be read at submit time, and every environment
-value whose name looks secret-like (a ``_``-separated part ending in KEY, TOKEN, SECRET, PASSWORD,
-PASSWD or CREDENTIAL(S)), is replaced by ``<redacted>`` wherever it appears, as are ``NAME=value``
-assignments with such names. Values shorter than 6 characters are not scrubbed (they would
-mangle unrelated text); a secret that short is not a secret.
-
-Duplicate refusal (:func:`refuse_duplicate`): a submit whose ``spec_sha256`` equals that of a
-run under the same logging dir, by the same launcher, that is still pending/running (asked of the
-launcher's ``status``) is refused with :class:`DuplicateRun`, a :class:`SpecError` (exit code 2:
-the request conflicts with what runs, nothing failed) naming the run and its jobs, unless
-``--force``. Preflight-only runs neither refuse nor are refused. The hash, not the name, decides:
-the same spec with a different ``--set`` is a different job and may run side by side.
+:func:`write_lock` records, at submit, the resolved spec and its SHA-256, the written files' hashes,
+package versions (read from metadata, never imported), git state, container, patches, script and
+options; :func:`update_lock_from_preflight` merges in the hosts. :func:`refuse_duplicate` refuses
+a submit whose spec hash matches a pending/running run of the same launcher (``--force`` overrides).
+Guaranteed: secrets never enter the lock (references only, known values and secret-like names
+redacted). Not guaranteed: short values (under 6 characters) are not scrubbed.
 """
 
 from __future__ import annotations

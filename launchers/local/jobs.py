@@ -1,26 +1,12 @@
 """Job management for local runs: PID records, state inference, cancel by signal, log files.
 
-A local run has no scheduler, so its state is its run dir's records (``launchers.status``) plus
-the PID record the local launcher keeps in ``jobs.json``: ``local: {host, launcher_pid, tasks:
-{i: {pid, started_at, exit_code, ended_at}}}`` through :func:`record_start` / :func:`record_exit`,
-and ``cancelled: {at, tasks}`` added by :func:`cancel`.
-
-The PID record's ``started_at``/``ended_at`` are the task's start and end (``status`` shows the
-elapsed time from them).
-
-Local states: a task whose bootstrap PID is alive (and is still our process: its command line
-names the run dir) is running; tasks after it are pending (local sweeps run one after another);
-an exit code decides the rest. A PID is only checked on the host that recorded it; elsewhere
-the runtime's ``state.json`` is believed.
-
-Cancel signals the task's bootstrap process with SIGTERM, not its process group: the bootstrap
-runs in the terminal's process group (so Ctrl-C reaches it), and that group can hold the user's
-own shell pipeline. The bootstrap forwards the signal to the driver (which checkpoints) and
-stops this job's Ray itself; the launcher then stops the sweep. Only the running task can be
-cancelled locally.
-
-Not guaranteed: the state of a run whose launcher died without writing an exit code is
-inferred ("failed: process gone").
+A local run's state is its run dir's records (``launchers.status``) plus the PID record in
+``jobs.json`` (:func:`record_start`/:func:`record_exit`; ``cancelled`` added by :func:`cancel`). A task
+whose bootstrap PID is alive and still ours is running, later tasks pending, exit codes decide the
+rest; elsewhere than the recording host, ``state.json`` is believed. :func:`cancel` sends SIGTERM to
+the running task's bootstrap, not its process group.
+Not guaranteed: the state of a run whose launcher died without writing an exit code is inferred
+("failed: process gone").
 """
 
 from __future__ import annotations

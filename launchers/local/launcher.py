@@ -1,16 +1,9 @@
 """The local launcher: the SLURM path minus sbatch, on this machine as a single node.
 
-``dryrun`` returns the run files plus the bootstrap command (``python -m launchers.node.bootstrap
-RUN_DIR --task N --local``); ``submit`` creates the run dir atomically and runs that command in the
-foreground for each task in turn (sweeps run sequentially), streaming its output. The bootstrap
-starts a private Ray head (own ports, own temp dir), runs the preflight and then the driver,
-exactly as on a SLURM node. The bootstrap's (and driver's) output goes to our stderr, so that
-stdout holds only what the command prints as its result (``--json``). ``final_metrics`` is read
-from the last task's ``summary.json`` when the runtime wrote one.
-
-Each task's bootstrap PID and exit code go into ``jobs.json`` (``launchers.local.jobs``), which
-is how ``status``/``cancel``/``logs`` (this object's other methods) follow a local run.
-
+``dryrun`` returns the run files plus ``python -m launchers.node.bootstrap RUN_DIR --task N
+--local``; ``submit`` creates the run dir atomically and runs that command in the foreground for
+each task in turn, recording PIDs and exit codes in ``jobs.json`` (``launchers.local.jobs``). The
+bootstrap's output goes to stderr, so stdout holds only the result (``--json``).
 ``SubmitOptions.extra``: ``python`` (interpreter, default this one), ``driver`` (module run after
 the preflight; ``$SLIME_DRIVER`` works too).
 """

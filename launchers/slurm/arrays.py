@@ -1,13 +1,10 @@
 """Sweep tasks → SLURM job arrays, split where the cluster's MaxArraySize demands it.
 
-SLURM's ``MaxArraySize`` caps the array *index* (the largest index is MaxArraySize - 1), not
-the number of tasks, so a sweep of N tasks becomes ``ceil(N / MaxArraySize)`` arrays, each
-indexed from 0; each sub-array gets its first task number as ``SLIME_TASK_OFFSET`` in its
-environment and the batch script computes ``TASK = SLIME_TASK_OFFSET + SLURM_ARRAY_TASK_ID``.
-
-With ``sweep.max_parallel`` set, ``%max_parallel`` caps each array, and each further sub-array
-waits for the previous one (``--dependency=afterany:<id>``) so the cap holds across the split.
-
+``MaxArraySize`` caps the array *index*, so N tasks become ``ceil(N / MaxArraySize)`` arrays, each
+indexed from 0 with its first task number as ``SLIME_TASK_OFFSET`` (the script computes
+``TASK = SLIME_TASK_OFFSET + SLURM_ARRAY_TASK_ID``). With ``sweep.max_parallel``, ``%max_parallel``
+caps each array and each sub-array waits for the previous one (``--dependency=afterany:<id>``), so
+the cap holds across the split.
 Guaranteed: pure; every task index 0..N-1 is covered exactly once, in order.
 """
 

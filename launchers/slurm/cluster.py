@@ -1,17 +1,10 @@
 """Talking to SLURM: sbatch, scontrol, sacct. Every failure is an InfraError naming the fix.
 
-* :func:`check_fits` (submit time): can any set of ``cluster.nodes`` nodes of the partition
-  hold the request (GPUs from ``Gres``, CPUs, memory)? SLURM itself would either reject the job
-  with "Requested node configuration is not available" or leave it pending forever; we say
-  which constraint does not fit and what the nodes have.
-* :func:`max_array_size` reads ``MaxArraySize`` from ``scontrol show config``.
-* :func:`sbatch` submits; :func:`job_records` / :func:`wait_jobs` follow jobs (``scontrol show
-  job``, then the job completion log via ``sacct -c`` once slurmctld forgot the job).
-  submitit's job-state watcher is not used: it reads ``sacct`` accounting, which clusters
-  without slurmdbd (like the CI cluster) do not have.
-* :func:`requeue_excluding` requeues a running job and adds nodes to its ``ExcNodeList``
-  (in that order: SLURM refuses to change ExcNodeList of a running job, and accepts it once the
-  requeue made the job pending again; measured on Slurm 22.05).
+:func:`check_fits` says at submit which constraint (GPUs, CPUs, memory) no set of partition nodes
+meets; :func:`max_array_size` reads ``MaxArraySize``; :func:`sbatch` submits; :func:`job_records`
+and :func:`wait_jobs` follow jobs (``scontrol show job``, then ``sacct -c`` once slurmctld forgot
+them); :func:`requeue_excluding` requeues a running job and extends its ``ExcNodeList``, in that
+order. submitit's job-state watcher is not used: it needs slurmdbd, which some clusters lack.
 """
 
 from __future__ import annotations

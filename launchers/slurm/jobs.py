@@ -1,28 +1,12 @@
 """SLURM job management: per-task state of a run, cancel, log locations, job id → run dir.
 
-Where a task's state comes from, in order (the first that knows the task wins):
-
-1. ``scontrol show job -o <id>`` (``status``; ``squeue -t all`` for ``list``, one call for all runs):
-   slurmctld's memory, which holds finished jobs for ``MinJobAge`` seconds. Gives the pending
-   ``Reason=``, ``Restarts=``, nodes and exit code.
-2. ``sacct -c``: the job completion log (``JobCompType=jobcomp/filetxt``), which works without
-   slurmdbd (plain ``sacct`` then has no rows). It lists array tasks under their plain job ids
-   and ``sacct -c`` cannot print their array index, so the plain id of each task is read from
-   the run dir (the batch script's first line in the task's log: ``slime: job <id> task <i>``);
-   a task that never started is reported under the array's own id. A requeued job appears once
-   per run: extra rows are its restarts. Rows whose ``WorkDir`` is not the run dir (a job id
-   reused after the controller's state was wiped) are ignored.
-3. The run dir's own records (``launchers.status``): the script's closing line ``slime: task
-   <i> finished with exit code <rc>``, the runtime's ``state.json``, a failed ``preflight.json``.
-
-``STATE_MAP`` is the one table from SLURM states to ours (``slime.core.states.RunState``).
-Restarts are the larger of SLURM's count and ``tasks/<i>/restarts.jsonl`` (which has the causes).
-Logs: the batch log ``logs/slurm-<array>_<index>.out`` (sweeps) or ``logs/slurm-<job>.out``
-(stdout and stderr of every node, as the script sets them), and the bootstrap's per-node logs
-``tasks/<i>/logs/<node>.{out,err}``.
-
-Not guaranteed: states of jobs both purged from slurmctld and absent from a job completion log
-(then the run dir's records are all there is, and a job killed hard may show as "unknown").
+A task's state comes from the first source that knows it: ``scontrol show job`` (``squeue -t all``
+for ``list``), then the job completion log (``sacct -c``, which needs no slurmdbd), then the run
+dir's own records (``launchers.status``). ``STATE_MAP`` is the one table from SLURM states to
+``slime.core.states.RunState``; restarts are the larger of SLURM's count and ``restarts.jsonl``.
+Logs: the batch log under ``logs/`` and the bootstrap's per-node logs under ``tasks/<i>/logs/``.
+Not guaranteed: states of jobs purged from slurmctld and absent from a completion log (a job killed
+hard may show as "unknown").
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """The SLURM launcher: spec → run dir + batch script (compile, pure) → sbatch (submit).
 
-``dryrun`` renders ``job.sbatch`` (see ``launchers.slurm.script``) next to the run files;
-``submit``:
-
-1. refuses early when ``sbatch`` is missing, or when no node of the partition can hold the
-   request (``launchers.slurm.cluster.check_fits``: names the constraint, e.g. gres gpu:4);
-2. creates the run dir atomically (with its log dirs: SLURM does not create them);
-3. submits one array per ``MaxArraySize`` tasks (``launchers.slurm.arrays``), records the job
-   ids in ``jobs.json``;
-4. with ``--preflight-only`` waits for the job(s) and prints each task's preflight table
-   (a cluster doctor), returning 0 when every task passed and 3 otherwise.
-
-Job management (``status``/``statuses``/``cancel``/``log_files``/``find_run``) is
-``launchers.slurm.jobs``: scontrol, the job completion log, then the run dir's own records.
-
-Options read from ``SubmitOptions.extra``: ``python`` (interpreter on the nodes; default this
-one, or ``python3`` inside a container), ``driver`` (python module started after the preflight;
-default ``slime.train``; the bootstrap also honours ``SLIME_DRIVER`` from the environment, which
-sbatch passes on), ``wait_timeout_s`` (bound on the ``--preflight-only`` wait).
+``dryrun`` renders ``job.sbatch`` (``launchers.slurm.script``) next to the run files. ``submit``
+refuses early when sbatch is missing or no node fits (``launchers.slurm.cluster.check_fits``),
+creates the run dir atomically with its log dirs, submits one array per ``MaxArraySize`` tasks
+(``launchers.slurm.arrays``) recording ``jobs.json``, and with ``--preflight-only`` waits and prints
+each task's preflight (exit 0 or 3). Job management is ``launchers.slurm.jobs``.
+``SubmitOptions.extra``: ``python`` (node interpreter), ``driver`` (module after the preflight),
+``wait_timeout_s`` (the ``--preflight-only`` wait).
 """
 
 from __future__ import annotations

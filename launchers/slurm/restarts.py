@@ -1,44 +1,12 @@
 """Restarts of a SLURM task: why it stopped, whether it may run again, one record per restart.
 
-``python -m launchers.slurm.restarts start|after RUN_DIR --task N ...`` is called by the batch
-script (``launchers.slurm.script``) at the two points where a decision is needed (and ``step-rc``
-between them prints the step's exit code as the job's: the head's, see :func:`step_rc`):
-
-``start`` (before the step, every run of the job)
-    On a restart (``SLURM_RESTART_COUNT`` > 0) whose cause nobody recorded yet — SLURM requeued
-    the job itself: a preemption without grace time, ``scontrol requeue``, a node failure — the
-    cause is read from what slurmstepd wrote into the job's log for the previous run
-    (``*** JOB n ON host CANCELLED AT ... DUE TO PREEMPTION ***`` / ``JOB REQUEUE`` /
-    ``NODE FAILURE``) and recorded. Then the budgets are checked: more preemption/time-limit
-    restarts than ``cluster.slurm.max_requeues``, or more failure restarts than
-    ``cluster.slurm.max_failures``, and the task refuses to run (exit 3, ``state.json`` says why, the
-    job ends FAILED): a job SLURM keeps requeueing cannot loop for ever.
-``after`` (after the step, unless the batch shell got TERM: the job is being cancelled or
-requeued by SLURM then, and SIGKILL follows within KillWait)
-    exit 0: done. Nothing is done when slurmctld says the job is no longer RUNNING or already
-    counts a further restart (SLURM is requeueing or cancelling it). With
-    ``cluster.slurm.on_preflight_failure: requeue_excluding``, a step whose bootstrap or preflight failed
-    naming nodes (the head's report, ``preflight.json`` of this run: the node side only records the
-    failure and exits 3) is requeued with those nodes added to the job's ``ExcNodeList``, counted
-    against ``cluster.slurm.max_requeues`` (the job moves away from a bad node; it is not retried on
-    it). Exit 75 (the runtime saved a checkpoint after USR1): the cause is ``preempted`` when
-    slurmctld set the job's ``PreemptTime`` (a preemption with grace time: SLURM sends
-    ``--signal`` and, measured on 22.05, does *not* requeue a job that exits within its grace
-    time), ``time_limit`` when the time limit is within ``signal_grace_s`` (+ slack), else
-    ``requeued`` (someone sent USR1); the job requeues itself (``scontrol requeue``) while
-    ``cluster.slurm.max_requeues`` allows. Any other exit code (and a ``requeue_excluding`` the budget
-    or SLURM refused) is a failure: requeued while ``cluster.slurm.max_failures`` allows, as
-    ``node_failure`` naming the node(s) when the bootstrap recorded which failed, else ``failure``.
-
-``tasks/<i>/restarts.jsonl`` gets one JSON line per restart (written before the requeue, or at
-the next start when SLURM requeued on its own): ``time, job_id, restart`` (the restart count
-it leads to), ``cause``, ``budget`` (requeues|failures), ``step``/``rollout_id`` reached,
-``checkpoint`` to resume from, ``nodes`` it ran on, ``bad_nodes`` when a failure names them,
-``detail``; a ``requeue_excluding`` record also has ``stage`` (bootstrap|preflight) and ``excluded``.
-
-Not guaranteed: a cause when the batch host itself died (slurmstepd wrote nothing): that
-restart is recorded as ``unknown`` and counted as a failure; exact counts if two runs of the
-same task write at once (SLURM never runs one job id twice at a time).
+The batch script calls ``python -m launchers.slurm.restarts start|after RUN_DIR --task N``
+(``step-rc`` prints the head's step exit code). ``start`` records the cause of a restart SLURM made
+itself (read from slurmstepd's log lines) and refuses to run (exit 3) once ``cluster.slurm.
+max_requeues``/``max_failures`` are spent, so a job cannot loop for ever. ``after`` classifies the
+step's exit and requeues within budget. Each restart is one line of ``tasks/<i>/restarts.jsonl``.
+Not guaranteed: a cause when the batch host died (recorded ``unknown``, counted as a failure); exact
+counts if two runs of one task write at once (SLURM never runs one job id twice at a time).
 """
 
 from __future__ import annotations

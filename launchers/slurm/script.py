@@ -1,30 +1,12 @@
 """Render the batch script: readable, self-contained, every value quoted by ``launchers.quoting``.
 
-The script is ours (not submitit's generator) because it must be readable by the person who
-submits it, carry the requeue/signal settings the resilience work relies on, and contain
-nothing spec-derived beyond quoted ``#SBATCH`` values and ``export`` lines: each array task
-reads its resolved spec from ``$RUN_DIR/tasks/$TASK/resolved.json``.
-
-Structure (top to bottom): ``#SBATCH`` header → ``RUN_DIR``/``TASK`` → ``cluster.env`` exports
-→ secrets exported from their reference (``{env: VAR}``: the job's copy of the submitting
-shell's VAR, passed by sbatch's default ``--export=ALL``; ``{file: PATH}``: first line of the
-file read inside the job) → signal forwarding → ``srun`` of ``launchers.node.bootstrap`` on every
-node → wait → exit with the step's status.
-
-Signals and restarts: SLURM sends USR1 to the batch shell ``signal_grace_s`` before the time
-limit (``--signal=B:USR1@N``), and at preemption where the cluster grants grace time with
-``preempt_send_user_signal``; TERM on scancel, ``scontrol requeue`` and preemption without
-grace (to every process of the job at once). USR1 becomes a stop file in the task's rendezvous
-dir (``slime.core.rendezvous``), which the head's bootstrap turns into a USR1 to the driver only;
-``wait`` is re-entered until the step really exits, because a trapped signal makes ``wait``
-return early. ``python -m launchers.slurm.restarts`` runs before the step (records a restart
-SLURM made on its own, refuses to run once ``cluster.slurm.max_requeues``/``max_failures`` are spent)
-and after a non-zero exit (requeues the job itself after a checkpoint stop, exit 75, or a failure
-within ``cluster.slurm.max_failures``); see that module for the causes and ``restarts.jsonl``. In a
-container (``cluster.slurm.container``) that helper runs as a one-task container step.
-
-Not guaranteed here: that the cluster can satisfy the request (``launchers.slurm.cluster``
-checks that at submit time) or that pyxis is installed when ``cluster.slurm.container`` is set.
+Ours, not submitit's: it must be readable by its submitter, carry the requeue/signal settings
+resilience relies on, and hold nothing spec-derived beyond quoted ``#SBATCH`` values and ``export``
+lines (each task reads ``$RUN_DIR/tasks/$TASK/resolved.json``). Order: header, ``RUN_DIR``/``TASK``,
+env and secret exports, signal forwarding, ``srun`` of ``launchers.node.bootstrap`` on every node,
+wait, exit with the step's status; ``launchers.slurm.restarts`` runs before and after the step.
+Not guaranteed: that the cluster can satisfy the request (checked at submit by
+``launchers.slurm.cluster``) or that pyxis is installed when ``cluster.slurm.container`` is set.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """The two backend interfaces and their registries: everything the runtime calls on a backend.
 
-A *train backend* owns one trainer rank's model and optimizer (torch: plain
-data parallel; megatron: tensor/pipeline/context/data parallel). A *rollout
-backend* owns the inference engines' processes; generation itself always goes
-through ``slime.backends.rollout.client.EngineClient`` speaking SGLang's native
-HTTP API, so the built-in engine and real SGLang share one client code path.
-A *weight sender* is the trainer's end of a collective weight sync: the rollout
-backend makes it (it knows the engines' protocol and group ranks), trainer rank 0
-uses it, so the runtime never imports a backend's weight-sync code.
-
-The interfaces are deliberately small (after THUDM/slime's actor/rollout
-split) and take the typed, resolved ``Spec``, never dicts. The runtime uses
-backends only through them (import-linter enforces it; no attribute probing).
-Backends are found by name in ``TRAIN_BACKENDS`` / ``ROLLOUT_BACKENDS``,
-imported lazily.
+A train backend owns one trainer rank's model and optimizer; a rollout backend owns the engines'
+processes and makes the weight sender (the trainer's end of a collective weight sync). Generation
+always goes through ``slime.backends.rollout.client.EngineClient`` (SGLang's native HTTP API).
+The interfaces are small (after THUDM/slime's actor/rollout split) and take the typed, resolved
+``Spec``; the runtime uses backends only through them (import-linter enforces it). Backends are
+found by name in ``TRAIN_BACKENDS`` / ``ROLLOUT_BACKENDS``, imported lazily.
 """
 
 from __future__ import annotations

@@ -1,30 +1,11 @@
 """Shell completion for bash, zsh and fish: subcommands, flags, run ids, and spec field paths.
 
-**Why argcomplete** (and not shtab, the other well-kept choice): the issue asks for bash, zsh *and*
-fish, and for completions that depend on what is on disk (the runs under ``--dir``). shtab writes
-a static script from the parser (bash, zsh, tcsh; no fish), so dynamic values would need
-hand-written shell functions per shell. argcomplete's shell script calls ``slime-submit`` itself
-with the command line in the environment (``_ARGCOMPLETE=1``); ``main`` hands the parser to
-``argcomplete.autocomplete`` before anything else runs, and the completers below are plain
-Python, the same for every shell (zsh and fish also show their descriptions). The price is a
-Python start per TAB: the parser is built without importing the spec layer, rich or any engine
-(``slime.cli.main`` imports its commands lazily), and this module uses the standard library only.
-
-What completes (``slime-submit completion SHELL`` prints the script; the README says where it goes):
-
-* subcommands and flags (argcomplete, from the parser);
-* ``--set PATH`` and ``explain PATH``: spec field paths from the committed JSON Schema
-  (``slime/spec/schema/v1.json``, read as JSON: importing ``slime.spec`` would pull in msgspec and
-  the types on every TAB). A section completes to its fields (``train.parallel.`` → ``tensor``,
-  ``pipeline``, ...; a lone match descends by itself), list items as ``.0.``; ``--set`` leaves end
-  in ``=`` so the value follows without a space;
-* run targets (``status``/``logs``/``cancel``/``rerun``): the short ids of the runs under
-  ``--dir`` (``$SLIME_RUNS_DIR``, else ``./runs``), newest first (by the time in the dir's name,
-  so nothing is read), described by name and start time; a prefix that
-  matches no id completes run dir names; a path (``./``, ``/``, ``~``) completes as files.
-
-Not guaranteed: completions of a schema other than ``slime/v2``, or of fields an ``anyOf`` adds
-beyond its object branches.
+Why argcomplete (not shtab): fish is required, and completions depend on what is on disk; shtab
+writes static scripts (no fish), argcomplete calls ``slime-submit`` itself, so the completers are
+plain Python shared by every shell. Completes subcommands and flags, ``--set``/``explain`` field
+paths (from the committed JSON Schema) and run ids under ``--dir``. Standard library only, since
+every TAB starts Python. Not guaranteed: completions of a schema other than ``slime/v2``, or of
+fields an ``anyOf`` adds beyond its object branches.
 """
 
 from __future__ import annotations

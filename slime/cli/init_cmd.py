@@ -1,24 +1,12 @@
 """``slime-submit init [--template NAME] [-o FILE] [--force]``: a commented starter spec, and the
 placeholder check that tells what is still to fill in.
 
-A starter is one of the example specs in ``specs/`` (:data:`TEMPLATES`), rewritten with ruamel.yaml's
-round-trip mode (the example's comments, key order and quoting survive):
-
-* every value the user must supply becomes a placeholder ``<FILL: what goes here>`` and the header
-  names them all (``grpo-slurm``: the partition, the model, the data, the run dir);
-* relative paths of the example's data become absolute when the files exist (so ``quickstart`` and
-  ``agent`` run as written, on the example data, from any directory), else placeholders;
-  ``logging.dir`` becomes ``runs`` (next to the new spec; ``slime-submit list`` looks in ``./runs``);
-* each top-level section gets its one-line description from the schema as a comment;
-* ``name`` is taken from ``-o FILE``'s name when it is a valid job name.
-
-Placeholders are refused wherever a spec is read from the command line (``validate``, ``render``,
-``submit``: :func:`load_checked`): each is a problem at its ``file:line:col`` naming the field and
-what to put there, reported with every other problem of the spec (problems that are only the
-placeholder's own consequence, on the same field, are left out). A ``--set`` of that field fills it.
-
-``-o FILE`` is never overwritten unless ``--force``. Not guaranteed: ``init`` outside a checkout
-(the example specs are not installed with a wheel: it says so, exit 2).
+A starter is an example spec from ``specs/`` (:data:`TEMPLATES`) rewritten in ruamel.yaml's
+round-trip mode (comments, key order and quoting survive), with ``<FILL: ...>`` placeholders for
+what the user must supply. :func:`load_checked` refuses placeholders wherever a spec is read from
+the command line, each as a problem at its ``file:line:col``. ``-o FILE`` is never overwritten
+without ``--force``. Not guaranteed: ``init`` outside a checkout (exit 2: the examples are not
+installed with a wheel).
 """
 
 from __future__ import annotations

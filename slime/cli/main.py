@@ -1,15 +1,11 @@
 # PYTHON_ARGCOMPLETE_OK  (argcomplete's global completion looks for this marker)
 """``slime-submit``: the front door. Thin: parse arguments, call the spec/launcher layers, map errors.
 
-Exit codes: 0 ok · 2 spec or usage error · 3 infrastructure error (SLURM, Ray,
-preflight, a node) · 1 a bug. Humans get rich output; ``--json`` prints one
-JSON document on stdout for scripts. The CLI is the composition root: it is
-the one place under ``slime`` that reaches into ``launchers`` (lazily, by name).
-
-Cold start matters (shell completion builds this parser on every TAB): building it imports
-the standard library, ``slime.core`` and the small ``slime.cli`` modules that register
-arguments; each command's module (the spec layer, rich, the launchers) is imported when the
-command runs (``"module:function"`` references, resolved by :func:`_command`).
+Exit codes: 0 ok · 2 spec or usage error · 3 infrastructure error · 1 a bug. ``--json`` prints one
+JSON document on stdout. The CLI is the composition root: the one place under ``slime`` that reaches
+into ``launchers`` (lazily, by name). Building the parser imports only the standard library,
+``slime.core`` and small ``slime.cli`` modules; each command's module loads when it runs
+(:func:`_command`), because shell completion builds the parser on every TAB.
 """
 
 from __future__ import annotations

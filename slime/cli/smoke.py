@@ -1,22 +1,12 @@
 """``slime-submit smoke SPEC [--rollouts N] [--set ...] [--task N] [--dir D] [-v] [--json]``.
 
-The end-to-end test of a spec before it waits in a GPU queue: the spec (and its ``--set``s) is
-validated as for a submit, scaled down to the embedded CPU default by :mod:`slime.spec.smoke` (what
-changed and why, and what that leaves untested, is printed), validated again with its data files
-required here, and run through the local launcher for ``N`` rollouts (default 2): a private Ray,
-the preflight, then ``slime.train`` stopped after rollout N-2 with a checkpoint and resumed from it
-in a second process (:mod:`slime.cli.smoke_driver`). :mod:`slime.cli.smoke_report` judges each stage
-from the files the run left, and the table says which passed.
-
-Exit codes (``ExitCode``): 0 every stage passed · 2 the spec, its scaled-down version, its data or a
-plug-in is wrong (the run's own exit 2 included) · 3 infrastructure (Ray, the preflight, a missing
-secret) · 1 a stage failed otherwise (the runtime hit a bug, or left a stage without its evidence) ·
-130 interrupted. The run's output goes to ``<dir>/<run>.log`` (``-v``: to the terminal). Runs go to
-``--dir`` (kept), else a temporary directory that is removed when every stage passed and kept (and
-named) otherwise.
-
-Not guaranteed: anything the printed "not tested" list names — a smoke that passes runs the spec's
-data, reward, algorithm, plug-ins and agent on the tiny model, not its GPU engines or its scale.
+The end-to-end test of a spec before it waits in a GPU queue: validated as for a submit, scaled down
+by :mod:`slime.spec.smoke` (changes and what they leave untested are printed), then run locally for
+``N`` rollouts with a checkpoint stop and resume (:mod:`slime.cli.smoke_driver`);
+:mod:`slime.cli.smoke_report` judges each stage from the files the run left.
+Exit codes: 0 all passed · 2 spec, data or plug-in wrong · 3 infrastructure · 1 a stage failed
+otherwise · 130 interrupted. Not guaranteed: anything on the printed "not tested" list (GPU engines,
+scale): a passing smoke runs the spec's data, reward, algorithm, plug-ins and agent on the tiny model.
 """
 
 from __future__ import annotations

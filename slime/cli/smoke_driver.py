@@ -1,17 +1,11 @@
 """The driver a smoke run's bootstrap starts instead of ``slime.train``: the run, preempted and resumed once.
 
-``python -m slime.cli.smoke_driver RUN_DIR --task N`` (the bootstrap's ``--driver``) runs
-``python -m slime.train RUN_DIR --task N`` with ``SLIME_STOP_AFTER_ROLLOUT`` set to the
-second-to-last rollout (a one-rollout run runs once, unstopped): the runtime stops there exactly
-as on SLURM's time-limit warning (checkpoint, exit 75). It then runs ``slime.train`` again on the
-same run dir, in the same Ray cluster — what a requeue does, without a second Ray start — and that run resumes from the
-checkpoint. In between it keeps what the first run left for ``slime-submit smoke`` to judge, under
-``tasks/<N>/smoke/``: ``phase1-metrics.jsonl``, ``phase1-state.json`` and ``phases.json`` (each
-run's exit code).
-
-Exit code: the second run's; the first run's when it did not stop as asked (0 included: the judge
-then finds nothing resumed). TERM/INT/USR1 are passed on to the running ``slime.train``, and no
-second run starts after one. Standard library and ``slime.core`` only (it runs on the node, under the bootstrap).
+``python -m slime.cli.smoke_driver RUN_DIR --task N`` runs ``slime.train`` stopped after the
+second-to-last rollout (``SLIME_STOP_AFTER_ROLLOUT``: checkpoint, exit 75, as on a time-limit
+warning), then again on the same run dir and Ray cluster, resuming, as a requeue would. It keeps
+the first run's metrics, state and both exit codes under ``tasks/<N>/smoke/`` for the judge.
+Exit code: the second run's, or the first's when it did not stop as asked. TERM/INT/USR1 go to
+the running ``slime.train`` and stop any second run. Standard library and ``slime.core`` only.
 """
 
 from __future__ import annotations

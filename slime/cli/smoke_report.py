@@ -1,30 +1,9 @@
 """Judge a smoke run from what it left in its run dir: one :class:`Stage` per step of the RL loop.
 
-Every verdict comes from a file the run wrote (``metrics.jsonl``, the checkpoints' ``state.json``,
-the task's ``state.json``, ``preflight.json``, and the smoke driver's ``tasks/<i>/smoke/`` records),
-never from the run's exit code alone: a stage whose evidence is missing fails, even when the run
-said it succeeded. Stages, in the order the loop reaches them:
-
-=====================  ==========================================================================
-start                  the preflight passed; trainer rank(s) and engine(s) came up
-data read              the checkpoint's data cursor: rows loaded, prompts drawn
-reward called          every rollout line (and eval) carries a reward computed from the samples
-rollout                a line per rollout; samples from the engines' served version, none stale;
-                       engine log-probs match the trainer's before the first update
-train step             finite loss and grad norm each rollout; the step count advances by the
-                       optimizer steps per rollout; critic metrics under PPO
-weight sync            the weight version advances by one per rollout, the next rollout is
-                       sampled with it, and its log-probs match the trainer's again
-SFT warm-up            (when configured) the warm-up's losses on the first line
-checkpoint + resume    the first run stopped after rollout N-2 with a checkpoint (exit 75); the
-                       second resumed from it, its lines before that are the first run's, its
-                       counters continue from the checkpoint's, and it ended succeeded
-eval                   (when configured) every eval set's metrics for the starting policy and
-                       at the end
-final outputs          state.json succeeded, the last checkpoint, summary.json, and final_model/
-                       exactly when train.checkpoint.save_hf
-=====================  ==========================================================================
-
+Stages, in loop order: start, data read, reward called, rollout, train step, weight sync, SFT
+warm-up, checkpoint + resume, eval, final outputs. Every verdict comes from a file the run wrote
+(``metrics.jsonl``, checkpoint and task ``state.json``, ``preflight.json``, ``tasks/<i>/smoke/``),
+never from the exit code alone: a stage whose evidence is missing fails even if the run succeeded.
 Only the standard library; nothing here runs anything.
 """
 
@@ -41,7 +20,7 @@ from slime.core.paths import TaskPaths
 
 __all__ = ["LOGPROB_TOLERANCE", "Expect", "Stage", "exit_code", "judge"]
 
-# Mean |trainer - engine| log-prob of the sampled tokens, fp32 on CPU (measured ~2e-7; the README's bound).
+# Bound on the mean |trainer - engine| log-prob of the sampled tokens, fp32 on CPU (the README's bound).
 LOGPROB_TOLERANCE = 1e-3
 
 PASSED, FAILED, SKIPPED, NOT_REACHED = "passed", "failed", "skipped", "not reached"

@@ -1,25 +1,11 @@
 """Tables that read in an 80-column terminal: one line per row, the least important columns dropped.
 
-``rich`` draws the table; what it does not decide is *which* columns to give up when the terminal is
-narrow (it would squeeze every column alike, or wrap cells over several lines). :class:`FitTable`
-does that before rich renders, at the width rich offers (so a resized terminal under ``status
---watch`` refits every refresh):
-
-0. every column at its natural width (the widest cell); columns with no content are left out;
-1. too wide: columns with a short form (cells given as ``(full, short)``, which keep the value:
-   ``reward=0.75`` for ``rollout/reward_mean=0.75``) switch to it, least important (largest
-   ``priority``) first, until the table fits;
-2. still too wide: ``flex`` columns (names, reasons) are cut to their ``cap`` with an ellipsis;
-3. still too wide: the least important column left gives way, a flex one first shortened down to
-   ``min_width``, then dropped whole (``priority`` 0 never goes), so a less important column goes
-   before a more important one is shortened;
-4. room left over goes back: full forms first (most important column first), then cut columns;
-5. past that (a terminal narrower than the never-dropped columns), rich cuts with an ellipsis.
-
-Every column is ``no_wrap``: a row is one line, always. ``wide=True`` (``-o wide``) keeps every
-column at full width and form, for terminals that are wide enough or output that is piped on.
-Not guaranteed: a row fits a terminal narrower than its never-dropped columns' minimum widths
-(it is cut, still on one line).
+``rich`` draws the table; :class:`FitTable` decides beforehand, at the width rich offers (so
+``status --watch`` refits on resize), which columns give way: short forms first, then cut flex
+columns, then the least important columns dropped, with leftover room given back. Every column is
+``no_wrap``; ``wide=True`` (``-o wide``) keeps every column whole.
+Not guaranteed: a row fits a terminal narrower than its never-dropped columns' minimum widths (it
+is cut, still on one line).
 """
 
 from __future__ import annotations

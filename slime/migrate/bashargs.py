@@ -1,20 +1,11 @@
 """Read the ``train.py`` flags out of a slime launch script (or a bare flag list), without running bash.
 
-Handled: ``\\`` line continuations, comments, single/double quotes and backslash
-escapes, ``NAME=( ... )`` / ``NAME+=( ... )`` arrays and their ``${NAME[@]}``
-expansion, scalar assignments (``export X=...``) and ``$X``/``${X}``/``${X:-default}``
-expansion, integer ``$(( ... ))`` arithmetic, redirections, and
-``;``/``&&``/``||``/``|`` statement separators. Every word keeps the line it was
-written on (for array elements: the line inside the array), so the generated
-spec can say where each value came from.
-
-A statement right after the ``train*.py`` command that starts with a flag or an array expansion
-(the command ended early: a missing trailing backslash) is listed in ``Script.early_end``; bash runs
-it as a command of its own, so its flags are not the command's.
-
-Not handled, by design (reported in ``Script.notes`` instead): command
-substitution ``$(...)`` is never executed, ``source``d files are not read, and
-variables the script does not assign (environment) are left as written.
+Handled: continuations, comments, quoting and escapes, arrays and ``${NAME[@]}``, scalar
+assignments and ``$X``/``${X:-default}``, integer ``$(( ))``, redirections and statement
+separators. Each word keeps its line; flag-like statements right after the command (a missing
+trailing backslash) go to ``Script.early_end``.
+Not handled, reported in ``Script.notes``: ``$(...)`` is never run, sourced files are not read,
+unassigned (environment) variables are left as written.
 Guaranteed: never executes anything and never raises on any input text.
 """
 
@@ -148,28 +139,7 @@ def _word(text: str, i: int, line: int) -> tuple[list[tuple[str, bool]], int, in
             line += text.count("\n", i, j)
             i = j + 1
         elif c == '"':
-            i += 1
-            buf: list[str] = []
-            while i < n and text[i] != '"':
-                if text[i] == "\\" and i + 1 < n and text[i + 1] in '"\\$`\n':
-                    if text[i + 1] == "\n":
-                        line += 1
-                    else:
-                        segs.append(("".join(buf), True))
-                        segs.append((text[i + 1], False))
-                        buf = []
-                    i += 2
-                elif text[i] == "$" and i + 1 < n and text[i + 1] in "({":
-                    j = _balanced(text, i + 1)
-                    buf.append(text[i:j])
-                    line += text.count("\n", i, j)
-                    i = j
-                else:
-                    line += text[i] == "\n"
-                    buf.append(text[i])
-                    i += 1
-            segs.append(("".join(buf), True))
-            i += 1
+            i, line = _double_quoted(text, i, line, segs)
         elif c == "$" and i + 1 < n and text[i + 1] in "({":
             j = _balanced(text, i + 1)
             unquoted(text[i:j])
@@ -182,6 +152,33 @@ def _word(text: str, i: int, line: int) -> tuple[list[tuple[str, bool]], int, in
             continue
         run = False
     return segs, i, line
+
+
+def _double_quoted(text: str, i: int, line: int, segs: list[tuple[str, bool]]) -> tuple[int, int]:
+    """Append the pieces of the "double-quoted" text opening at text[i] to segs; the index past it and the line."""
+    n = len(text)
+    i += 1
+    buf: list[str] = []
+    while i < n and text[i] != '"':
+        if text[i] == "\\" and i + 1 < n and text[i + 1] in '"\\$`\n':
+            if text[i + 1] == "\n":
+                line += 1
+            else:
+                segs.append(("".join(buf), True))
+                segs.append((text[i + 1], False))
+                buf = []
+            i += 2
+        elif text[i] == "$" and i + 1 < n and text[i + 1] in "({":
+            j = _balanced(text, i + 1)
+            buf.append(text[i:j])
+            line += text.count("\n", i, j)
+            i = j
+        else:
+            line += text[i] == "\n"
+            buf.append(text[i])
+            i += 1
+    segs.append(("".join(buf), True))
+    return i + 1, line
 
 
 # ----------------------------------------------------------------------------- expansion
@@ -316,6 +313,67 @@ def _shown(cmd: list[Word], limit: int = 80) -> str:
     return f"{kept} ... ({len(cmd) - len(kept.split())} more words)"
 
 
+def _undeclared(stmt: list[tuple]) -> list[tuple]:
+    """The statement's tokens without a leading ``export``/``declare``/... and its options."""
+    words = list(stmt)
+    while words and words[0][0] == "word" and "".join(s for s, _ in words[0][1]) in _DECLARE:
+        words = words[1:]
+        while words and words[0][0] == "word" and "".join(s for s, _ in words[0][1]).startswith("-"):
+            words = words[1:]  # declare -a / export -n
+    return words
+
+
+def _array_assignment(words: list[tuple], env: _Env) -> list[Word] | None:
+    """For ``NAME=( ... )``/``NAME+=( ... )``: record the array in ``env``, return the items; else None."""
+    if not (len(words) >= 2 and words[0][0] == "word" and words[1][:2] == ("op", "(")):
+        return None
+    m = _ASSIGN.match("".join(s for s, _ in words[0][1]))
+    if not m:
+        return None
+    items: list[Word] = []
+    for tok in words[2:]:
+        if tok[0] != "word":
+            continue
+        expanded = env.expand(tok[1], tok[2])
+        items.extend(expanded if expanded is not None else [Word("".join(s for s, _ in tok[1]), tok[2])])
+    env.arrays[m.group(1)] = (env.arrays.get(m.group(1), []) if m.group(2) else []) + items
+    return items
+
+
+def _command(words: list[tuple], env: _Env) -> list[Word]:
+    """The expanded words of a command; leading ``NAME=value`` assignments go into ``env`` instead."""
+    cmd: list[Word] = []
+    for tok in words:
+        if tok[0] != "word":
+            continue
+        if not cmd:
+            expanded = env.expand(tok[1], tok[2]) or []
+            m = _ASSIGN.match(expanded[0].text) if len(expanded) == 1 else None
+            if m and not expanded[0].text.startswith("-"):
+                value = m.group(3)
+                env.vars[m.group(1)] = (env.vars.get(m.group(1), "") if m.group(2) else "") + value
+                continue
+        expanded = env.expand(tok[1], tok[2])
+        if expanded is None:
+            unknown = Word("".join(s for s, _ in tok[1]), tok[2])
+            cmd.append(Word(text="\0" + unknown.text, line=unknown.line))  # marked: undefined array
+        else:
+            cmd.extend(expanded)
+    return cmd
+
+
+def _settle(script: Script, loose: list[Word], env: _Env) -> None:
+    """Fill in the flag words, the unknown arrays and the notes that concern them."""
+    if script.entry is None:
+        script.words = loose
+    script.unknown_arrays = [Word(w.text[1:], w.line) for w in script.words if w.text.startswith("\0")]
+    script.words = [w for w in script.words if not w.text.startswith("\0")]
+    used = [w.text for w in script.words] + [w.text for w in script.unknown_arrays]
+    script.notes = [
+        (what, why) for what, why in env.notes if what.startswith("source ") or any(what in text for text in used)
+    ]
+
+
 def read_script(text: str) -> Script:
     """The flags of the last ``train*.py`` command in ``text`` (or, without one, every flag in it)."""
     env = _Env()
@@ -327,40 +385,12 @@ def read_script(text: str) -> Script:
     except RecursionError:
         statements = []
     for stmt in statements:
-        words = list(stmt)
-        while words and words[0][0] == "word" and "".join(s for s, _ in words[0][1]) in _DECLARE:
-            words = words[1:]
-            while words and words[0][0] == "word" and "".join(s for s, _ in words[0][1]).startswith("-"):
-                words = words[1:]  # declare -a / export -n
-        if len(words) >= 2 and words[0][0] == "word" and words[1][:2] == ("op", "("):
-            m = _ASSIGN.match("".join(s for s, _ in words[0][1]))
-            if m:
-                items: list[Word] = []
-                for tok in words[2:]:
-                    if tok[0] != "word":
-                        continue
-                    expanded = env.expand(tok[1], tok[2])
-                    items.extend(expanded if expanded is not None else [Word("".join(s for s, _ in tok[1]), tok[2])])
-                env.arrays[m.group(1)] = (env.arrays.get(m.group(1), []) if m.group(2) else []) + items
-                loose.extend(items)
-                continue
-        cmd: list[Word] = []
-        for tok in words:
-            if tok[0] != "word":
-                continue
-            if not cmd:
-                expanded = env.expand(tok[1], tok[2]) or []
-                m = _ASSIGN.match(expanded[0].text) if len(expanded) == 1 else None
-                if m and not expanded[0].text.startswith("-"):
-                    value = m.group(3)
-                    env.vars[m.group(1)] = (env.vars.get(m.group(1), "") if m.group(2) else "") + value
-                    continue
-            expanded = env.expand(tok[1], tok[2])
-            if expanded is None:
-                unknown = Word("".join(s for s, _ in tok[1]), tok[2])
-                cmd.append(Word(text="\0" + unknown.text, line=unknown.line))  # marked: undefined array
-            else:
-                cmd.extend(expanded)
+        words = _undeclared(stmt)
+        items = _array_assignment(words, env)
+        if items is not None:
+            loose.extend(items)
+            continue
+        cmd = _command(words, env)
         if not cmd:
             continue
         if cmd[0].text in ("source", ".") and len(cmd) > 1:
@@ -382,12 +412,5 @@ def read_script(text: str) -> Script:
             entry_end = None  # another command: what follows it is not the train.py command's
         if cmd[0].text.startswith("--"):
             loose.extend(cmd)
-    if script.entry is None:
-        script.words = loose
-    script.unknown_arrays = [Word(w.text[1:], w.line) for w in script.words if w.text.startswith("\0")]
-    script.words = [w for w in script.words if not w.text.startswith("\0")]
-    used = [w.text for w in script.words] + [w.text for w in script.unknown_arrays]
-    script.notes = [
-        (what, why) for what, why in env.notes if what.startswith("source ") or any(what in text for text in used)
-    ]
+    _settle(script, loose, env)
     return script

@@ -1,14 +1,10 @@
 """Map parsed slime flags onto slime/v1 spec paths (the logic behind ``slime.migrate.importer``).
 
-``parse_flags`` splits shell words into flags and their values; ``map_flag``
-maps one flag through the tables of ``slime.migrate.slime_flags`` (direct fields,
-pass-through to ``train.backend_args``/``rollout.engine_args``, router flags listed as unused,
-implied architecture flags, slime-only flags with reasons); ``finish`` maps the
-flags whose meaning depends on others (KL and the reference model, Adam betas,
-resume, eval sets, W&B, weight sync), fills slime's defaults where they differ
-from slime/v2's, sizes the cluster and adds placeholders for required values.
-Everything goes through a :class:`Builder` that records each value's comment
-and the mapped/unmapped account.
+``parse_flags`` splits shell words into flags and values; ``map_flag`` maps one flag through the
+tables of ``slime.migrate.slime_flags``; ``finish`` maps the flags that depend on others, fills
+slime's defaults where they differ, sizes the cluster and adds placeholders for required values.
+Everything goes through a :class:`Builder`, which records each value's comment and the
+mapped/unmapped account.
 """
 
 from __future__ import annotations
@@ -290,20 +286,26 @@ def _special(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
     elif name == "--save-hf":
         b.from_flag(f, "train.checkpoint.save_hf", True, " -- the HF copy is written into the run dir")
     elif name == "--train-env-vars":
-        try:
-            env = json.loads(" ".join(vals))
-            if not isinstance(env, dict):
-                raise ValueError
-        except ValueError:
-            b.unmapped.append((name, "not a JSON object of environment variables"))
-            return
-        for k, v in env.items():
-            if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
-                b.from_flag(f, ("cluster", "env", k), str(v))
-            else:
-                b.unmapped.append((name, f"{k!r} is not an environment variable name"))
+        _train_env_vars(f, b)
     # The rest (--use-kl-loss, --kl-loss-coef, betas, --load, --ref-load, eval, wandb, weight
     # updates) depend on other flags: ``finish`` maps them once every flag is known.
+
+
+def _train_env_vars(f: Flag, b: Builder) -> None:
+    """``--train-env-vars '{"K": "V"}'``: each variable into ``cluster.env``."""
+    name = f.name
+    try:
+        env = json.loads(" ".join(f.values))
+        if not isinstance(env, dict):
+            raise ValueError
+    except ValueError:
+        b.unmapped.append((name, "not a JSON object of environment variables"))
+        return
+    for k, v in env.items():
+        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+            b.from_flag(f, ("cluster", "env", k), str(v))
+        else:
+            b.unmapped.append((name, f"{k!r} is not an environment variable name"))
 
 
 def _rm_type(f: Flag, kind: str, b: Builder) -> None:
@@ -401,7 +403,26 @@ def _num(f: Flag | None, kind: str, b: Builder) -> Any:
 
 
 def finish(b: Builder, seen: dict[str, Flag], name: str | None) -> None:
-    # KL: slime applies --kl-loss-coef only with --use-kl-loss.
+    """Map the flags whose meaning depends on others, fill slime's defaults, size the cluster, name the job."""
+    _kl(b, seen)
+    _betas(b, seen)
+    _resume(b, seen)
+    _reward_key(b, seen.get("--reward-key"))
+    _weight_sync(b, seen)
+    _eval_sets(b, seen)
+    _wandb(b, seen)
+    _length_limits(b)
+    for path, (value, why) in SLIME_DEFAULTS.items():
+        if not b.has(path):
+            b.set(path, value, f"{why} (flag absent)")
+    _cluster(b, seen)
+    _required(b)
+    b.set("name", name or _job_name(b), "from --name" if name else "derived from the model directory")
+
+
+def _kl(b: Builder, seen: dict[str, Flag]) -> None:
+    """The KL loss and its coefficient, the KL estimator's difference, and the reference model."""
+    # slime applies --kl-loss-coef only with --use-kl-loss.
     use_kl, coef = seen.get("--use-kl-loss"), seen.get("--kl-loss-coef")
     coef_value = _num(coef, "float", b)
     if use_kl:
@@ -436,6 +457,9 @@ def finish(b: Builder, seen: dict[str, Flag], name: str | None) -> None:
     elif kl_used:
         b.placeholder("model.ref_path", "initial", "KL needs a reference model and the input has no --ref-load")
 
+
+def _betas(b: Builder, seen: dict[str, Flag]) -> None:
+    """Adam's betas: the flags given, Megatron's default for a missing one."""
     betas = [seen.get("--adam-beta1"), seen.get("--adam-beta2")]
     pair = [_num(f, "float", b) for f in betas]
     if any(v is not None for v in pair):
@@ -447,6 +471,9 @@ def finish(b: Builder, seen: dict[str, Flag], name: str | None) -> None:
     else:
         b.set("train.optimizer.betas", [0.9, 0.999], "Megatron's --adam-beta1/--adam-beta2 defaults")
 
+
+def _resume(b: Builder, seen: dict[str, Flag]) -> None:
+    """``--load``: resuming in the save directory, or a checkpoint to start from."""
     load, save = seen.get("--load"), seen.get("--save")
     if load is not None and len(load.values) != 1:
         b.unmapped.append(("--load", "needs one value: the checkpoint directory"))
@@ -455,18 +482,6 @@ def finish(b: Builder, seen: dict[str, Flag], name: str | None) -> None:
             b.mapped.append(("--load", "train.checkpoint.dir (resumes from the newest checkpoint there)"))
         else:
             b.from_flag(load, "train.checkpoint.load", load.values[0])
-
-    _reward_key(b, seen.get("--reward-key"))
-    _weight_sync(b, seen)
-    _eval_sets(b, seen)
-    _wandb(b, seen)
-    _length_limits(b)
-    for path, (value, why) in SLIME_DEFAULTS.items():
-        if not b.has(path):
-            b.set(path, value, f"{why} (flag absent)")
-    _cluster(b, seen)
-    _required(b)
-    b.set("name", name or _job_name(b), "from --name" if name else "derived from the model directory")
 
 
 def _length_limits(b: Builder) -> None:

@@ -1,19 +1,10 @@
 """``slime-submit import-slime-args``: turn a slime ``train.py`` launch script (or flag list) into a v2 spec.
 
-The migration path for slime users. ``convert_slime_args(text)`` reads the flags
-(``slime.migrate.bashargs``: continuations, arrays, quoting, variables), maps each
-one through the tables in ``slime.migrate.slime_flags`` and writes a commented
-slime/v2 YAML where every value says where it came from: ``--flag value (line
-N)``, a slime default that differs from slime/v2's, something derived (the
-cluster size), or a ``PLACEHOLDER`` for a required value the input lacked.
-
-Guaranteed: every flag ends up in ``mapped`` (with the spec path, ``train.
-megatron.args``/``rollout.sglang.args`` for Megatron/SGLang pass-through, or
-"implied by model.path config.json" for model-architecture flags) or in
-``unmapped`` with a reason; none is dropped silently. The YAML is validated
-with ``load_spec_text`` and any problems are returned (``problems``); for a
-complete launch script it validates. Not guaranteed: equivalence with slime
-for options slime/v2 has no field for (they are listed as unmapped).
+``convert_slime_args(text)`` reads the flags (``slime.migrate.bashargs``), maps them
+(``slime.migrate.flagmap``) and writes a commented slime/v2 YAML where each value says where it came
+from: a flag and line, a differing slime default, derived, or a ``PLACEHOLDER``.
+Guaranteed: every flag is in ``mapped`` or in ``unmapped`` with a reason, none dropped silently; the
+YAML is validated and problems returned. Not guaranteed: equivalence for options slime/v2 lacks.
 ruamel.yaml writes the YAML because it can attach a comment to each key.
 """
 
@@ -23,7 +14,7 @@ import io
 from dataclasses import dataclass, field
 from typing import Any
 
-from slime.migrate.bashargs import read_script
+from slime.migrate.bashargs import Script, read_script
 from slime.migrate.flagmap import IMPLIED, Builder, Key, dedupe, finish, map_flag, parse_flags
 from slime.spec.errors import Problem
 from slime.spec.versions import CURRENT, Move, move_path, upgrade
@@ -165,6 +156,40 @@ def convert_slime_args(text: str, name: str | None = None) -> ConversionResult:
     flags, strays = parse_flags(script.words)
     for w in strays:
         b.unmapped.append((w.text, f"a value with no flag before it (line {w.line})"))
+    _unread_flags(script, b)
+    if script.entry and "async" in script.entry:  # train_async.py: the next rollout overlaps training
+        b.set("train.async", True, f"{script.entry} (line {script.entry_line})")
+    flags = dedupe(flags, b)
+    seen = {f.name: f for f in flags}
+    for f in flags:
+        map_flag(f, b, seen)
+    finish(b, seen, name)
+    accounted = {f for f, _ in b.mapped} | {f for f, _ in b.unmapped}
+    for f in flags:  # the guarantee: nothing dropped silently, whatever a handler above missed
+        if f.name not in accounted:
+            b.unmapped.append((f.name, f"could not be mapped with value(s) {f.values!r}"))
+    b.set("apiVersion", "slime/v1", "")
+    b.set("kind", "RLJob", "")
+    b.set("description", "Imported from a slime launch script by slime-submit import-slime-args.", "")
+
+    text_out, moves = _emit(b, _header(script, b), _footer(b))
+
+    def moved(path: str) -> str:  # the v1 path the flag table gave, where the written v2 spec has it
+        return ".".join(move_path(tuple(path.split(".")), moves))
+
+    return ConversionResult(
+        yaml=text_out,
+        mapped=[(flag, moved(path)) for flag, path in b.mapped],
+        unmapped=b.unmapped,
+        placeholders=[(moved(path), why) for path, why in b.placeholders],
+        notes=b.notes,
+        problems=_validate(text_out),
+        differences=b.differences,
+    )
+
+
+def _unread_flags(script: Script, b: Builder) -> None:
+    """List as unmapped the flags bash would not pass (an early end) or this file cannot see (unknown arrays)."""
     for line, end, text in script.early_end:
         b.unmapped.append(
             (
@@ -183,28 +208,21 @@ def convert_slime_args(text: str, name: str | None = None) -> ConversionResult:
                 "config.json, add any others by hand",
             )
         )
-    if script.entry and "async" in script.entry:  # train_async.py: the next rollout overlaps training
-        b.set("train.async", True, f"{script.entry} (line {script.entry_line})")
-    flags = dedupe(flags, b)
-    seen = {f.name: f for f in flags}
-    for f in flags:
-        map_flag(f, b, seen)
-    finish(b, seen, name)
-    accounted = {f for f, _ in b.mapped} | {f for f, _ in b.unmapped}
-    for f in flags:  # the guarantee: nothing dropped silently, whatever a handler above missed
-        if f.name not in accounted:
-            b.unmapped.append((f.name, f"could not be mapped with value(s) {f.values!r}"))
-    b.set("apiVersion", "slime/v1", "")
-    b.set("kind", "RLJob", "")
-    b.set("description", "Imported from a slime launch script by slime-submit import-slime-args.", "")
 
-    header = [
+
+def _header(script: Script, b: Builder) -> list[str]:
+    """The comment lines above the generated spec: its source and how to read its values."""
+    return [
         "Generated by `slime-submit import-slime-args`"
         + (f" from the flags of {script.entry} (line {script.entry_line})." if script.entry else "."),
         "Each value says where it came from: '--flag value (line N)', a slime default that differs",
         "from slime/v2's, 'derived', or PLACEHOLDER (required, not in the input: fill it in).",
         f"{len(b.mapped)} flag(s) mapped, {len(b.unmapped)} not mapped (listed at the end).",
     ]
+
+
+def _footer(b: Builder) -> list[str]:
+    """The comment lines below the generated spec: differences, unmapped flags and shell notes."""
     footer: list[str] = []
     if b.differences:
         footer += ["Differs from slime (mapped, but slime/v2 computes this differently):"]
@@ -214,20 +232,7 @@ def convert_slime_args(text: str, name: str | None = None) -> ConversionResult:
         footer += [f"  {flag}: {why}" for flag, why in b.unmapped]
     if b.notes:
         footer += ["Shell text left as written:"] + [f"  {what}: {why}" for what, why in b.notes]
-    text_out, moves = _emit(b, header, footer)
-
-    def moved(path: str) -> str:  # the v1 path the flag table gave, where the written v2 spec has it
-        return ".".join(move_path(tuple(path.split(".")), moves))
-
-    return ConversionResult(
-        yaml=text_out,
-        mapped=[(flag, moved(path)) for flag, path in b.mapped],
-        unmapped=b.unmapped,
-        placeholders=[(moved(path), why) for path, why in b.placeholders],
-        notes=b.notes,
-        problems=_validate(text_out),
-        differences=b.differences,
-    )
+    return footer
 
 
 def read_source(path: str) -> str:

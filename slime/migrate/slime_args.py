@@ -1,14 +1,11 @@
 """A spec's values under THUDM/slime's argument names, for plug-ins written for slime.
 
-slime calls its plug-ins with its argparse namespace first (``async def reward(args, sample)``) and
-they read settings from it (``args.n_samples_per_prompt``, ``args.rm_url``, ...). :func:`slime_args`
-gives the same names for a (resolved) slime/v1 spec: every flag of ``slime_flags.DIRECT`` read back
-from its spec path, plus the flags whose meaning depends on other values (``use_kl_loss``,
-``rm_type``, ``custom_rm_path``, ``calculate_per_token_loss``, ...).
-
-Guaranteed: each name holds what the spec runs with (tuples become lists, as argparse gives them).
-Not given: slime options with no slime/v1 field (the namespace the runtime builds says so when a
-plug-in asks for one), and run-time values slime adds (router address, rollout ids).
+slime passes its argparse namespace to plug-ins (``async def reward(args, sample)``), which read
+settings such as ``args.n_samples_per_prompt``. :func:`slime_args` gives those names for a resolved
+slime/v1 spec: every ``slime_flags.DIRECT`` flag read back from its path, plus flags derived from
+several values (``use_kl_loss``, ``rm_type``, ``custom_rm_path``, ...).
+Guaranteed: each name holds what the spec runs with (tuples become lists, as argparse gives).
+Not given: slime options with no slime/v1 field, and run-time values (router address, rollout ids).
 """
 
 from __future__ import annotations

@@ -1,33 +1,11 @@
 """Advantage estimators on padded ``[B, T]`` response tensors.
 
-Inputs: ``rewards`` (one scalar per sequence, ``[B]``), ``mask`` (``[B, T]``, 1
-for trained response tokens, 0 for padding and environment/tool tokens),
-optionally a per-token ``kl`` (``[B, T]``, e.g. ``slime.rl.kl.compute_kl``
-between rollout policy and reference) and critic ``values`` (``[B, T]``).
-Group estimators assume rows are grouped contiguously: rows ``g*n .. g*n+n-1``
-are the ``n`` samples of prompt ``g``.
-
-Estimators (``compute_advantages`` dispatches by name):
-
-- ``grpo`` / ``gspo`` / ``cispo``: ``(r - group mean) / (group std + 1e-6)``
-  broadcast to every trained token. The std step is skipped when
-  ``normalize_std`` is False or the group size is 1 (one sample has no spread;
-  its advantage is then 0 by construction). The std is the unbiased sample std.
-  No KL in the reward (use the KL loss instead); ``kl_coef != 0`` is rejected.
-- ``reinforce_plus_plus``: token rewards ``-kl_coef * kl_t`` plus the sequence
-  reward on the last trained token; discounted returns (``gamma``); advantages
-  are the returns whitened across the whole batch.
-- ``reinforce_plus_plus_baseline``: ``(r - group mean) - kl_coef * kl_t`` per
-  token, whitened across the batch.
-- ``ppo``: GAE(``gamma``, ``lambd``) over the same token rewards as REINFORCE++;
-  returns = advantages + values (before whitening); advantages whitened.
-
-"Last trained token" is the last position where ``mask`` is 1. Positions after
-it are treated as past the end of the episode (value 0); masked positions before
-it (tool output inside a multi-turn response) carry no KL penalty but stay in the
-recursion, so credit still flows across them. Outputs are 0 wherever ``mask`` is 0.
-Whitening uses batch-local statistics; a data-parallel backend that wants global
-statistics uses ``slime.rl.masked.masked_moments`` + ``whiten(mean=, var=)``.
+Inputs: per-sequence ``rewards`` ``[B]``, ``mask`` ``[B, T]`` (1 = trained token), optional per-token
+``kl`` and critic ``values``; group estimators expect each prompt's ``n`` samples in contiguous rows.
+``compute_advantages`` dispatches by name: ``grpo``/``gspo``/``cispo`` (group-normalised reward),
+``reinforce_plus_plus[_baseline]`` and ``ppo`` (GAE). Outputs are 0 wherever ``mask`` is 0.
+Whitening uses batch-local statistics; for global ones use ``slime.rl.masked.masked_moments`` and
+``whiten(mean=, var=)``.
 """
 
 from __future__ import annotations

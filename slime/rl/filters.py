@@ -1,26 +1,12 @@
 """Dynamic-sampling group filters (``rollout.dynamic_sampling.filter``): keep or drop one prompt group.
 
-A filter sees the scored samples of one prompt group and answers whether the group is trained on.
-Built-ins live in the ``FILTERS`` registry (``slime.spec.types.BUILTIN_FILTERS`` names the same; a
-test keeps them equal):
-
-- ``nonzero_std``: keep a group whose rewards are not all equal (unbiased std > 1e-6, as slime's
-  ``check_reward_nonzero_std``); a dropped group's reason is ``zero_std_<reward rounded to 0.1>``,
-  so metrics tell groups all-wrong from all-right;
-- ``nonzero_std_with_fallback``: the same, but a flat group is kept when the groups left could no
-  longer fill the batch without it (slime's ``..._with_fallback``).
-
-A user filter is ``"package.module:function"``: ``f(samples)`` (slime-submit's convention) or slime's
-``f(args, samples)`` (``args``: the spec's values under slime's argument names, as for custom
-rewards); a plain function. It returns a ``bool``, ``(keep, reason)`` (e.g. a ``FilterResult``), or an
-object with ``keep``/``reason`` (and optionally ``keep_when_insufficient``) attributes, as slime's
-``DynamicFilterOutput``: with ``keep_when_insufficient`` a rejected group is still kept when no
-more groups could be drawn to replace it.
-
-Guaranteed: :func:`load_filter` refuses an unknown name, a path that does not import, an async or
-wrongly-shaped function, with the name in the message; a filter that raises or returns something
-else raises :class:`FilterError` (a ``ValueError``: the user's code, exit 2) naming it. Not
-guaranteed: that a filter is deterministic (the runtime's repeatability assumes it is).
+Built-ins live in ``FILTERS`` (``nonzero_std``, ``nonzero_std_with_fallback``; a test keeps them
+equal to ``slime.spec.types.BUILTIN_FILTERS``). A user filter is ``"package.module:function"``
+taking ``(samples)`` or slime's ``(args, samples)`` and returning a bool, ``(keep, reason)`` or an
+object with ``keep``/``reason`` (and optionally ``keep_when_insufficient``).
+Guaranteed: :func:`load_filter` refuses bad names, imports and shapes, naming the filter; a filter
+that raises or returns something else raises :class:`FilterError` (exit 2). Not guaranteed: that a
+filter is deterministic (the runtime's repeatability assumes it).
 """
 
 from __future__ import annotations

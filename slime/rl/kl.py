@@ -1,17 +1,10 @@
 """Per-token KL estimators between the policy and a reference policy.
 
-All estimators take log-probabilities of the *sampled* tokens, ``logp`` (policy)
-and ``logp_ref`` (reference), of the same shape, and return a tensor of that
-shape. With ``log r = logp - logp_ref`` (samples drawn from the policy):
-
-- ``k1 = log r``                        unbiased for KL(policy || ref), high variance, can be < 0
-- ``k2 = (log r)^2 / 2``                biased, low variance, >= 0
-- ``k3 = e^{-log r} - 1 + log r``       unbiased for KL(policy || ref), >= 0
-- ``low_var_kl = clamp(k3, -10, 10)``   k3 with bounded values (and gradients)
-
-Masking and aggregation are left to the caller (see ``slime.rl.losses``).
-Computation happens in float32 even for bf16 inputs, because ``exp`` of a
-bf16 log-ratio loses most of the precision that the estimate depends on.
+Each takes the sampled tokens' log-probs ``logp`` and ``logp_ref`` (same shape) and returns that
+shape; with ``log r = logp - logp_ref``: ``k1 = log r``, ``k2 = (log r)^2 / 2``,
+``k3 = e^{-log r} - 1 + log r`` and ``low_var_kl = clamp(k3, -10, 10)``. Masking and aggregation
+are the caller's (``slime.rl.losses``). Computed in float32 even for bf16 inputs, because ``exp``
+of a bf16 log-ratio loses the precision the estimate depends on.
 """
 
 from __future__ import annotations

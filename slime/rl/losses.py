@@ -1,34 +1,12 @@
 """Policy, value, entropy, KL and SFT losses on padded ``[B, T]`` tensors.
 
-Every loss takes per-token tensors plus a response ``mask`` (1 = trained token)
-and reduces them with ``slime.rl.masked.aggregate`` (``token_mean`` or
-``seq_mean_token_mean``; ``num_tokens`` overrides the token count so that
-micro-batches and data-parallel ranks can be summed into a global token mean).
-Log-probabilities and losses are computed in float32 whatever the input dtype.
-
-Policy losses, with ``r = exp(logp - old_logp)`` and advantages ``A``:
-
-- ``ppo`` / ``grpo`` / ``reinforce_plus_plus[_baseline]``: per token
-  ``max(-r A, -clip(r, 1 - eps, 1 + eps_high) A)``; with dual clip (``c > 1``) the
-  loss for ``A < 0`` is further capped at ``-c A``.
-- ``gspo``: the same clipped surrogate, but ``r`` is one ratio per sequence,
-  ``exp(mean over trained tokens of (logp - old_logp))``, broadcast to its tokens.
-- ``cispo``: ``-stopgrad(clip(r, 1 - eps, 1 + eps_high)) * A * logp`` — the
-  clipped ratio is a constant weight, so gradients flow only through ``logp``.
-
-Truncated importance sampling (TIS, slime's ``--use-tis``): the engine that sampled a response and
-the trainer disagree a little on its log-probs (different kernels), and in async training a lot (the
-engine ran older weights). With ``w = clamp(exp(old_logp - rollout_logp), clip_low, clip)``
-(:func:`importance_ratio`, :func:`truncated_importance_weights`; a constant, no gradient) each token's policy loss
-above, dual clip included, is multiplied by ``w`` before aggregation (``tis_weights=`` of
-:func:`policy_loss`).
-
-Temperature (a design rule, after slime's W22 fix): only *policy logits* are
-divided by the sampling temperature, so that training log-probs match what the
-engine sampled from (:func:`scale_logits`, :func:`logprobs_from_logits`,
-:func:`entropy_from_logits`). Critic outputs are never temperature-scaled: use
-:func:`critic_values`, which deliberately has no temperature parameter. The
-runtime's critic path is tested by the runtime, not here.
+Every loss takes per-token tensors and a response ``mask`` and reduces them with
+``slime.rl.masked.aggregate`` (``num_tokens`` allows a global token mean across micro-batches and
+ranks); computation is in float32. Policy losses: the clipped surrogate (``ppo``/``grpo``/
+``reinforce_plus_plus*``, optional dual clip), its sequence-ratio form ``gspo``, and ``cispo``;
+optional truncated importance-sampling weights (``tis_weights=``). Only policy logits are divided
+by the sampling temperature (:func:`scale_logits`); :func:`critic_values` deliberately has no
+temperature parameter (slime's W22 fix).
 """
 
 from __future__ import annotations

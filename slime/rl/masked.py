@@ -1,16 +1,10 @@
 """Masked reductions over padded ``[B, T]`` tensors.
 
-``mask`` is 1 for tokens that count (trained response tokens) and 0 for padding
-or environment text; it may be bool, int or float and is read as a boolean
-(non-zero counts), not as a weight. Masked-out entries are ignored by selection,
-so padding may hold inf or NaN without reaching results or gradients. Every
-function checks that the shapes agree and raises ``ValueError`` naming both
-shapes if not.
-
-Data parallelism: a mean over "all tokens of the batch" needs global counts.
-:func:`aggregate` takes ``num_tokens`` (the global trained-token count) and
-:func:`whiten` takes precomputed ``mean``/``var`` so a distributed backend can
-all-reduce :func:`masked_moments` first and still use these functions.
+``mask`` (bool, int or float) is read as a boolean, not a weight: non-zero entries count. Masked-out
+entries are excluded by selection, so padding may hold inf or NaN without reaching results or
+gradients; mismatched shapes raise ``ValueError`` naming both. For data parallelism,
+:func:`aggregate` takes a global ``num_tokens`` and :func:`whiten` precomputed ``mean``/``var``, so
+a distributed backend all-reduces :func:`masked_moments` first and still uses these functions.
 """
 
 from __future__ import annotations

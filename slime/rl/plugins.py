@@ -1,23 +1,11 @@
 """Typed contracts for the user plug-ins of the RL loop.
 
-slime loads these as dotted paths with no declared signature; here each one is a
-:class:`typing.Protocol` so type checkers see the contract, and
-:func:`check_plugin` turns a wrong plug-in (not callable, sync where async is
-required, wrong arity) into one clear error at load time instead of a
-traceback deep inside a rollout.
-
-Contracts (``ctx`` is the rollout context, see :class:`RolloutContext`):
-
-- ``RewardFn``        ``async (sample) -> float``
-- ``GroupRewardFn``   ``async (samples) -> list[float]`` (one reward per sample, in order)
-- ``GenerateFn``      ``async (ctx, sample, sampling_params) -> Sample | list[Sample]``
-- ``RolloutFn``       ``(ctx, rollout_id, data_source, *, evaluation) -> list[list[Sample]]``
-                      (one inner list per prompt group; may be sync or async)
-- ``DynamicFilter``   ``(samples) -> (keep, reason)`` for one prompt group (``slime.rl.filters``)
-
-What :func:`check_plugin` does not guarantee: it inspects signatures only; the
-return type is checked where the value is used (e.g. rewards are converted with
-``float`` and rejected if that fails).
+Each plug-in kind (``RewardFn``, ``GroupRewardFn``, ``GenerateFn``, ``RolloutFn``,
+``DynamicFilter``) is a :class:`typing.Protocol`, so type checkers see the contract, and
+:func:`check_plugin` turns a wrong plug-in (not callable, sync where async is required, wrong
+arity) into one clear error at load time instead of a traceback deep inside a rollout.
+Not guaranteed: :func:`check_plugin` inspects signatures only; return types are checked where the
+value is used (e.g. rewards go through ``float``).
 """
 
 from __future__ import annotations

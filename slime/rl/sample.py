@@ -1,27 +1,12 @@
 """The runtime record of one generated response: :class:`Sample`.
 
-A ``Sample`` is mutable on purpose: the rollout fills it in step by step
-(generate → reward → filter) and it is not part of the frozen spec. It is plain
-Python (no torch) so that plug-ins, reward servers and the control plane can use
-it without pulling in heavy libraries.
-
-Guaranteed:
-- ``Sample.from_dict(s.to_dict()) == s`` for every sample whose ``label`` and
-  ``metadata`` hold JSON-like values.
-- Keys that ``from_dict`` does not know are kept in ``extra`` and written back
-  at the top level by ``to_dict``, so records made by a newer writer survive a
-  round trip through an older reader.
-- ``from_dict`` rejects wrong types for the known fields with a ``ValueError``
-  naming the field; it does not check cross-field lengths (call
-  :meth:`Sample.check_lengths` for that, once a sample is complete).
-
-Conventions: ``tokens`` is prompt + response; the last ``response_length``
-tokens are the response. ``loss_mask``, ``rollout_log_probs`` and
-``token_versions`` cover response tokens only (mask 1 = trained, 0 =
-environment/tool text or padding). ``weight_version`` is the version of the
-policy that generated the oldest response token; ``token_versions`` (empty
-unless a response was generated in several parts, as a continued partial
-rollout is) gives each token's version.
+Mutable on purpose (the rollout fills it in: generate → reward → filter) and plain Python, no
+torch, so plug-ins, reward servers and the control plane can use it cheaply.
+Guaranteed: ``from_dict(s.to_dict()) == s`` for JSON-like ``label``/``metadata``; unknown keys
+survive a round trip in ``extra``; ``from_dict`` rejects wrong types naming the field. Not checked
+there: cross-field lengths (:meth:`Sample.check_lengths`, once a sample is complete).
+Conventions: ``tokens`` is prompt + response; ``loss_mask``, ``rollout_log_probs`` and
+``token_versions`` cover the last ``response_length`` tokens only.
 """
 
 from __future__ import annotations

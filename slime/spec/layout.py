@@ -1,27 +1,10 @@
 """The one function that turns a resolved spec into roles and device slots.
 
-Used by the validator (do the counts fit?), the preflight (placement-group
-bundles mapped to (node, GPU)) and the runtime (which actor goes where), so the
-three can never disagree.
-
-Model (after THUDM/slime's placement): A = train.nodes x train.gpus_per_node
-actor GPUs, R = rollout.gpus engine GPUs. Colocated: max(A, R) slots, engines
-start at slot 0 and share the actor's GPUs. Disaggregated: A + R slots, engines
-start at slot A. Slots are ordered by node, then GPU id; ``all_slots()`` is
-exactly the slots some role uses (with train.gpus_per_node < cluster.gpus_per_node
-they are not a flat prefix). The PPO critic reuses the actor's slots. An engine
-must sit inside one node unless it covers every GPU of each node it spans. On a
-CPU-only cluster (``cluster.gpus_per_node == 0``) every node has one CPU "slot":
-one trainer rank per train node, engines placed round-robin; trainer and engines
-share the node's cores, taking turns. With ``train.async`` (disaggregated), each
-node has two CPU slots instead, part 0 for its trainer rank and part 1 for its
-engines, and the node's cores are divided between them (``cpu_split``; the
-thread counts are ``slime.placement.torch_threads``'), so both can run at once.
-
-Guaranteed: pure and deterministic (no I/O, no imports beyond the spec types). Computed once
-per spec object: specs are frozen, so :func:`plan_layout` keeps the layouts of the last few
-specs it saw, and the validator's rule, the dry run's engine previews, the preflight's placement
-and the runtime's reuse one computation in a process instead of repeating it.
+The validator, the preflight and the runtime all use :func:`plan_layout`, so they cannot disagree.
+GPU clusters: colocated engines share the actor's slots, disaggregated ones follow them; CPU-only
+clusters have one slot per node (two with ``train.async``). The PPO critic reuses the actor's slots.
+Guaranteed: pure and deterministic (no I/O, no imports beyond the spec types); the layouts of the
+last few (frozen) specs are cached, so one process computes each once.
 """
 
 from __future__ import annotations

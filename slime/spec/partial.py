@@ -1,17 +1,10 @@
 """Cross-field rules for a spec that also has schema problems: every problem in one pass, none invented.
 
-Rules need typed values, and a spec with a schema problem has none for that
-field. So: cut every field with a schema problem out of the data (falling back
-to its default), convert what is left, and run each rule while recording which
-fields it reads (a read-through proxy). A rule's findings are kept only if it
-read nothing that was cut out — directly, or through a value ``resolve`` derives
-from it (``resolve.DERIVED_FROM``). A spec with 3 schema mistakes and 2
-unrelated rule mistakes thus reports 5 problems, while a rule that would only
-fire because of a substituted default stays silent.
-
-Not guaranteed: when the cut-down spec cannot be converted at all (a required
-field is missing or wrong, or a list item is malformed) no rule runs; the schema
-problems are reported alone and the rules run once they are fixed.
+Fields with a schema problem are cut out (their defaults stand in), the rest is converted, and
+each rule runs while a read-through proxy records the fields it reads; its findings are kept only
+if it read nothing that was cut out, directly or through ``resolve.DERIVED_FROM``.
+Not guaranteed: when the cut-down spec cannot be converted at all (a required field missing or
+wrong, a malformed list item) no rule runs; the schema problems are reported alone.
 """
 
 from __future__ import annotations

@@ -1,35 +1,12 @@
 """The spec ``slime-submit smoke`` runs: the user's resolved spec, scaled down to the embedded CPU default.
 
-:func:`scale_down` is pure (but for ``cluster.cpus_per_node``, which ``resolve`` derives from this
-machine): from a resolved, validated :class:`~slime.spec.types.Spec` it builds a
-new one with ``msgspec.structs.replace`` and returns it in a :class:`SmokePlan` with every
-:class:`Change` it made (field, value before, value after, why) and what those changes leave
-untested. The caller validates the result like any spec (``SmokePlan.yaml`` is its text) and runs
-it through the local launcher.
-
-What changes (each one listed in ``SmokePlan.changes``, only where the value differs):
-
-* where it runs: the default launcher, one node, no GPU; the other launchers' sections dropped;
-* the model: the built-in tiny model (its tokenizer, its 256-token context); a reference
-  checkpoint becomes ``initial`` (the tiny model's starting policy);
-* the trainer: the default (CPU) train backend, data parallel on one CPU rank, fp32, other backends'
-  sections dropped; the checkpoint dir is the run dir's (``train.checkpoint.load`` dropped);
-* the engines: one default (CPU) engine; other engines' sections dropped, and their own edits
-  (``smoke_edits`` hooks: e.g. ``delta`` weight sync becomes ``disk``; ``nccl`` stays, over gloo);
-* the size: ``--rollouts`` rollouts, at most :data:`MAX_PROMPTS` prompts x :data:`MAX_SAMPLES`
-  samples per rollout (optimizer steps per rollout and over-sampling kept in proportion), prompt and
-  response lengths cut to fit the tiny context, at most :data:`MAX_SFT_STEPS` SFT warm-up steps, eval
-  sets cut to :data:`MAX_EVAL_PROMPTS` prompts x :data:`MAX_EVAL_SAMPLES` samples;
-* logging: into the smoke's own directory, no W&B, no progress bar.
-
-Kept as written: the data files and keys, the chat template switch, the reward, the algorithm
-(estimator, clipping, KL and its reference, entropy, loss aggregation, critic, normalisation), the
-optimizer and its schedule, dynamic batching, colocation, ``disk``/``nccl`` weight sync, the agent
-section (adapter, tools, sandbox, plug-ins), sampling settings, ``cluster.env`` and the secrets that
-resolve here (the others are dropped and listed as not checked: W&B is off in a smoke anyway).
-
-Not guaranteed: that a spec which passes the smoke fits its GPUs, or that its SGLang/Megatron
-settings are accepted: :func:`untested` says what the changes leave out, for this spec.
+:func:`scale_down` builds a new :class:`~slime.spec.types.Spec` from a resolved, validated one and
+returns it in a :class:`SmokePlan` with every :class:`Change` (field, before, after, why) and what
+the changes leave untested. Pure, but for ``cluster.cpus_per_node`` (derived from this machine).
+Changed: placement, model, trainer, engines, size and logging; kept: data, reward, algorithm,
+optimizer, agent and sampling settings; secrets that do not resolve here are dropped and listed.
+Not guaranteed: that a spec passing the smoke fits its GPUs or that its engines accept their
+settings (:func:`untested` lists what is left out).
 """
 
 from __future__ import annotations

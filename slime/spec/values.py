@@ -1,16 +1,11 @@
 """Turn parsed YAML (file or ``--set``) into plain JSON-like data, reporting what cannot be.
 
-YAML can express values JSON Schema cannot judge and the typed objects cannot
-hold: timestamps (``name: 2024-01-01``), ``!!binary``, ``!!set``, custom tags,
-``.nan``/``.inf``, strings with NUL bytes (which later crash path handling).
-``normalise`` walks the data once: timestamps and ``!!str``-tagged scalars
-become the strings the user wrote, keys become strings, and everything else
-unusual is reported as a :class:`Problem` at its path (with its file:line:col or
-``--set`` origin) and replaced by :data:`INVALID`, so the schema stage can run on
-the rest without reporting the same value twice (see ``load._without_reported``).
-
-Guaranteed: the returned data contains only dict/list/str/int/float/bool/None
-and :data:`INVALID`; the input is not modified.
+``normalise`` walks the data once: timestamps and ``!!str`` scalars become the strings written,
+keys become strings, and anything else JSON Schema cannot judge (``!!binary``, ``!!set``, custom
+tags, ``.nan``/``.inf``, strings with NUL) is a :class:`Problem` at its path and origin, replaced
+by :data:`INVALID` so the schema stage does not report it again.
+Guaranteed: the result holds only dict/list/str/int/float/bool/None and :data:`INVALID`; the input
+is not modified.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """The PPO critic: a causal LM's backbone (:func:`slime.models.lean_lm.load_causal_lm`) plus a scalar value head.
 
-``ValueModel(input_ids, attention_mask) -> [B, T]`` float32 values, one per
-position (the value of the state after reading tokens ``0..t``). The output
-goes through ``slime.rl.losses.critic_values``, which has no temperature
-argument: the sampling temperature shapes the policy only, never the critic
-(THUDM/slime's W22 fix; ``tests/unit/test_torch_backend.py`` fails if values
-are ever divided by it).
-
-Saved as a torch state dict with the backend's checkpoints; initialised from an
-HF checkpoint (``model.critic_path``: the policy by default) with a zero value
-head, so the first values are exactly 0 and the first GAE advantages equal the
+``ValueModel(input_ids, attention_mask) -> [B, T]`` float32 values, the value after reading tokens
+``0..t``. Values go through ``slime.rl.losses.critic_values``, never divided by the sampling
+temperature (slime's W22 fix; ``tests/unit/test_torch_backend.py`` checks it). Saved as a torch
+state dict with the backend's checkpoints; initialised from ``model.critic_path`` (the policy by
+default) with a zero value head, so the first values are 0 and the first GAE advantages equal the
 discounted returns.
 """
 

@@ -1,13 +1,10 @@
 """AdamW with the spec's learning-rate schedule (linear warm-up, then constant / linear / cosine decay).
 
-The schedule is a pure function of the optimizer-step count (``lr_at``), so a
-resumed run that restores the step count continues on exactly the same curve.
-On CPU the update is :class:`AdamW` below: torch's own single-tensor AdamW arithmetic (what
-``torch.optim.AdamW`` runs for CPU tensors) and state-dict layout, without ``torch.optim.Optimizer``, whose
-constructor imports ``torch._dynamo`` (its methods are wrapped in ``torch._disable_dynamo``): 2.35 core-s of
-every trainer process start on a 2-core machine, more than the tiny model's whole training. On CUDA,
-``torch.optim.AdamW`` is used as is (its foreach kernels). Either state dict round-trips through
-``torch.save`` bit for bit, which exact resume needs, and each loads the other's.
+The schedule is a pure function of the optimizer-step count (``lr_at``), so a resumed run continues
+on the same curve. On CPU the update is :class:`AdamW` below (torch's single-tensor AdamW arithmetic
+and state-dict layout, without ``torch.optim.Optimizer``, whose constructor imports
+``torch._dynamo``); on CUDA, ``torch.optim.AdamW`` (foreach kernels). Either state dict round-trips
+through ``torch.save`` bit for bit, as exact resume needs, and each loads the other's.
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """The ``custom`` reward: a user function named ``"package.module:function"``.
 
-Two calling conventions, told apart by the function's signature:
-
-- slime-submit's ``f(sample)``: one :class:`~slime.rl.sample.Sample`;
-- THUDM/slime's ``f(args, sample)`` (a function that cannot take one positional argument but can take
-  two): ``args`` is a :class:`SlimeArgs` namespace holding the spec's values under slime's argument
-  names (``args.n_samples_per_prompt``, ``args.rm_url``, ... see ``slime.migrate.slime_args``); reading
-  a slime option with no slime/v2 field raises an ``AttributeError`` that says so.
-
-The function returns a number (``bool`` counts as 1.0/0.0), or a dict when ``reward.key`` names the
-entry holding the reward (slime's ``--reward-key``). It may be ``async def`` (awaited on the event
-loop) or a plain function, which runs in a worker thread (``asyncio.to_thread``) so that a scorer
-doing blocking I/O does not stall concurrent generation. A plain function must therefore be
-thread-safe.
-
-Guaranteed: a bad path, a non-callable, a function that takes neither ``(sample)`` nor ``(args,
-sample)``, or a non-numeric/non-finite return value raises a clear error naming the path; an
-exception the function raises becomes a :class:`RewardFunctionError` (a user error, exit 2) naming
-the path, the exception and the innermost frame of the user's code. A module that imports THUDM/slime's
-own packages (``slime.utils...``) is refused with what to import instead. Not guaranteed: CPU-bound
-sync scorers run in parallel (threads share the GIL); slime's batch form (``--group-rm``) is not
-supported.
+Called as slime-submit's ``f(sample)`` or, when the signature needs two arguments, THUDM/slime's
+``f(args, sample)`` with a :class:`SlimeArgs` namespace. It returns a number (bool counts) or a dict
+read at ``reward.key``; a plain function runs in a worker thread (so must be thread-safe), an
+``async def`` on the event loop. Guaranteed: bad paths, signatures and return values raise clear
+errors naming the path; an exception inside becomes :class:`RewardFunctionError` (exit 2); imports
+of THUDM/slime's own packages are refused. Not guaranteed: CPU-bound sync scorers run in parallel
+(the GIL); slime's ``--group-rm`` batch form is not supported.
 """
 
 from __future__ import annotations

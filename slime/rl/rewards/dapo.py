@@ -1,17 +1,11 @@
 """The ``dapo`` reward: +1.0 when the last ``Answer: ...`` line matches the integer label, else -1.0.
 
-Scores as THUDM/slime's ``--rm-type dapo`` does (``rm_hub/math_dapo_utils.py``, read at 624b824, with
-``--reward-key score``), so imported DAPO recipes train on the same signal:
-
-1. only the last 300 characters of the response are read;
-2. the answer is the text after the *last* ``Answer:`` (case-insensitive, spaces allowed around the
-   colon) up to the end of that line; without one the prediction is ``[INVALID]`` (never correct);
-3. prediction and label are normalised the Minerva way (:func:`normalize_final_answer`, the rules
-   listed in Lewkowycz et al. 2022, appendix D);
-4. the label must be a number and is compared as an integer (``"7.0"`` -> ``"7"``): DAPO's answers are
-   integers. A label that is not a number raises ``ValueError`` naming it (slime crashes there too).
-
-The score is **-1.0**, not 0.0, for a wrong or missing answer. A list label means "any of these".
+Scores as THUDM/slime's ``--rm-type dapo`` (``rm_hub/math_dapo_utils.py`` at 624b824, with
+``--reward-key score``), so imported DAPO recipes train on the same signal: only the response's
+tail is read; the answer follows the last ``Answer:``; both sides are normalised the Minerva way
+(:func:`normalize_final_answer`) and compared as integers. The score is **-1.0**, not 0.0, for a
+wrong or missing answer; a list label means "any of these". A non-numeric label raises
+``ValueError`` naming it (slime crashes there too).
 """
 
 from __future__ import annotations

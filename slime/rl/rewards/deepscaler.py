@@ -1,19 +1,11 @@
 """The ``deepscaler`` reward: 1.0 for a correct ``\\boxed{}`` answer *after the thinking*, else 0.0.
 
-The format rules are THUDM/slime's ``--rm-type deepscaler`` (``rm_hub/deepscaler.py``, read at 624b824):
-
-1. the solution is the text after the last ``</think>``; without one, the text between the first and
-   the second ``###Response``; with neither the score is 0 (an answer given while still thinking, or
-   a response cut off before ``</think>``, earns nothing);
-2. the answer is the content of the last ``\\boxed{...}`` of the solution (nested braces allowed);
-   no box, an unclosed one, ``\\boxed 5`` without braces or only ``\\fbox`` -> 0. There is no
-   fall-back to the last number (unlike ``math``);
-3. an empty label scores 0; a label holding ``\\boxed{...}`` is compared by that box's content.
-   A list label means "any of these".
-
-Grading (not slime's): the answer and label are compared with :func:`slime.rl.rewards.math_answer.
-math_equal` (normalised strings, exact fractions). slime also accepts answers that are equal only under
-sympy simplification (``2\\sqrt{2}`` vs ``\\sqrt{8}``) or after its unit stripping; those score 0 here.
+Format rules as THUDM/slime's ``--rm-type deepscaler`` (``rm_hub/deepscaler.py`` at 624b824): the
+solution follows the last ``</think>`` (or sits between the first two ``###Response``), the answer
+is its last ``\\boxed{...}``, with no fall-back to the last number; an empty label scores 0 and a
+list label means "any of these". Grading is not slime's: :func:`slime.rl.rewards.math_answer.
+math_equal` (normalised strings, exact fractions), so answers slime accepts only via sympy or unit
+stripping (``2\\sqrt{2}`` vs ``\\sqrt{8}``) score 0 here.
 """
 
 from __future__ import annotations

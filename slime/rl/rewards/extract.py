@@ -1,14 +1,9 @@
 """Pulling the final answer out of a model response (pure string code, no deps).
 
-- :func:`extract_boxed`: content of the *last* ``\\boxed{...}`` / ``\\fbox{...}``,
-  with nested braces (``\\boxed{\\frac{1}{2}}`` -> ``\\frac{1}{2}``); ``None``
-  when there is none or its braces never close (a truncated response).
-- :func:`extract_last_number`: the last number in the text (``-1,234.5``,
-  ``3/4``), commas and sign kept for the normaliser.
-- :func:`final_answer`: boxed content, else the text after the last ``####``
-  (GSM8K style), else after the last ``answer is`` / ``answer:``, else the whole
-  response, stripped.
-- :func:`read_group`: one TeX argument (``{...}`` or a single character).
+:func:`extract_boxed` (the last ``\\boxed{...}``/``\\fbox{...}``, nested braces; ``None`` when absent
+or unclosed), :func:`extract_last_number` (sign and commas kept for the normaliser),
+:func:`final_answer` (boxed, else after the last ``####``, else after ``answer is``/``answer:``,
+else the whole response, stripped) and :func:`read_group` (one TeX argument).
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """The ``math`` reward: 1.0 when the final answer matches the label, else 0.0.
 
-The answer is the last ``\\boxed{...}`` (nested braces allowed), or, if there is
-none, the last number in the response. Both sides are normalised, then compared
-as strings and, when both parse as rationals, as exact :class:`fractions.Fraction`
-values (so ``0.5 == \\frac{1}{2} == 1/2`` and ``2.0 == 2``; no float tolerance).
-
-Normalisation (deliberately small and predictable, not a CAS): drop ``$``,
-spaces, ``\\left``/``\\right``, TeX spacing, ``\\text{}``-style wrappers, degree
-and percent signs, a trailing period and a leading ``x =``; ``\\dfrac``/``\\tfrac``
--> ``\\frac``; ``\\frac{a}{b}`` and ``\\frac ab`` -> ``a/b``; thousands commas
-(``1,000``, ``1{,}000``) removed; ``2.0`` -> ``2``; ``.5`` -> ``0.5``. Not handled: symbolic
-equivalence (``2\\sqrt{2}`` vs ``\\sqrt{8}``), intervals or sets in another
-order, units beyond ``\\text{...}``. Use a ``custom`` reward for those.
+The answer is the last ``\\boxed{...}`` (nested braces), else the last number. Both sides are
+normalised (small and predictable, not a CAS), then compared as strings and, when both parse, as
+exact :class:`fractions.Fraction` values (``0.5 == \\frac{1}{2} == 1/2``; no float tolerance).
+Not handled: symbolic equivalence (``2\\sqrt{2}`` vs ``\\sqrt{8}``), reordered intervals or sets,
+units beyond ``\\text{...}``; use a ``custom`` reward for those.
 """
 
 from __future__ import annotations

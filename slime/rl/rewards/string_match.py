@@ -1,14 +1,9 @@
 """The ``exact`` and ``f1`` rewards, both on the response's final answer.
 
-The final answer is found by ``slime.rl.rewards.extract.final_answer`` (boxed,
-else after ``####``, else after ``answer is``/``answer:``, else the whole
-response). A list/tuple label means "any of these"; the best score wins.
-
-- ``exact``: 1.0 when the normalised strings are equal. Normalisation: strip,
-  lowercase, collapse whitespace, drop ``$`` and a trailing period.
-- ``f1``: SQuAD token F1: lowercase, drop punctuation and the articles
-  a/an/the, split on whitespace, F1 of the token multisets. Two empty answers
-  score 1.0; one empty answer scores 0.0.
+The answer is ``slime.rl.rewards.extract.final_answer``; a list/tuple label means "any of these"
+(best score wins). ``exact``: 1.0 when equal after strip, lowercase, collapsed whitespace, no ``$``
+and no trailing period. ``f1``: SQuAD token F1 (lowercase, no punctuation or articles, whitespace
+split, multiset F1); two empty answers score 1.0, one empty answer 0.0.
 """
 
 from __future__ import annotations
