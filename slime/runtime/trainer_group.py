@@ -401,7 +401,8 @@ class TrainerGroup:
         args = []
         for i, (sh, sc) in enumerate(zip(shards, scores)):
             dp = self.coords[i][0]
-            first = next(j for j, c in enumerate(self.coords) if c[0] == dp) == i  # replicas hold the same
+            # the replica's lowest rank (megatron: its tp/cp/pp 0); every rank of a replica has the same
+            first = next(j for j, c in enumerate(self.coords) if c[0] == dp) == i
             sidecar = (str(sidecars[0]), sidecars[1], dp) if sidecars is not None and first else None
             args.append((sh, sc, values[i] if values else None, sidecar))
         refs = self.submit("prepare", args, num_returns=2)
