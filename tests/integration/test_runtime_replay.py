@@ -1,10 +1,9 @@
 """Saved rollouts and the debug modes, end to end through ``python -m slime.train`` on a private Ray:
 
-* run A trains with dynamic sampling (a variable number of samples per rollout) and saves its rollouts,
-  with its trainer's log-probs of every trained sample beside them (the sidecars: what the report shows);
+* run A trains with dynamic sampling (a variable number of samples per rollout) and saves its rollouts and
+  the trainer's log-probs of them (sidecars; DP2: two trainer ranks, one sidecar each);
 * run B (``debug.mode: train_only``, ``debug.load_rollouts`` = A's) starts no engines and reproduces A's
-  training metrics step for step: every ``train/*`` value equal, exactly (fp32 on CPU is deterministic
-  for the same computation);
+  training metrics step for step, exactly (fp32 on CPU is deterministic for the same computation);
 * run C (``debug.mode: rollout_only``) starts no trainer ranks and never updates the weights; its first
   rollout is A's first rollout, sample for sample (log-probs to float rounding; later rollouts differ:
   A's policy has moved).
@@ -134,6 +133,22 @@ def test_a_saved_its_trainers_log_probs_beside_each_rollout_and_the_report_shows
     shown = [d for k, v in blocks.items() if k.startswith("rv-chunk-") for d in json.loads(v)]
     assert len(shown) == sum(r["rollout/samples"] for r in metrics(run_a)[1:])
     assert all(d["tlp"] is not None and len(d["dlp"]) == len(d["lp"]) == len(d["ids"]) for d in shown)
+
+
+def test_two_data_parallel_ranks_each_save_their_own_samples(tmp_path):
+    import pyarrow.parquet as pq
+
+    from slime.runtime.rollout.saved import read_rollout, trainer_log_probs
+
+    two_ranks = ("cluster.gpus_per_node=2", "cluster.fake_gpus=true", "rollout.colocate=true")
+    d = run(tmp_path, "dp2", "debug.save_rollouts=true", "rollout.num_rollouts=1", *two_ranks)
+    saved = d / "tasks/0/rollouts"
+    names = sorted(p.name for p in saved.glob("trainer_*"))
+    assert names == ["trainer_000000.r0.parquet", "trainer_000000.r1.parquet"]  # one per data-parallel rank
+    samples = read_rollout(saved, 0)
+    assert all(t is not None for t in trainer_log_probs(saved, 0, samples))
+    rows = [pq.read_table(saved / name, columns=["row"]).column("row").to_pylist() for name in names]
+    assert rows[0] and rows[1] and sorted(rows[0] + rows[1]) == list(range(len(samples)))  # each its own
 
 
 def test_rollout_only_generates_what_a_generated_first_without_training(run_a, tmp_path):
