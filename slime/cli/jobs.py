@@ -452,7 +452,21 @@ def configure_list(p: argparse.ArgumentParser) -> None:
     _common(p, target=False, task=False)
     _output(p)
     p.add_argument("--limit", type=int, default=20, metavar="N", help="at most N runs, newest first (default 20)")
+    p.add_argument(
+        "--report",
+        action="store_true",
+        help="a REPORT column: each run's report.html as a file:// link ('-': none yet; 'slime-submit report ID' "
+        "writes one); --json rows always carry 'report'",
+    )
     p.set_defaults(func=_guard(list_runs))
+
+
+def _report(root: Path) -> str | None:
+    """The run's report page (``slime-submit report``'s default output), when it has been written."""
+    from slime.cli.report import report_path
+
+    page = report_path(root)
+    return str(page) if page.is_file() else None
 
 
 def _run_states(runs: list) -> dict[Path, Any]:
@@ -487,6 +501,7 @@ def _list_row(p, st) -> tuple[dict, str | None]:
             "tasks": 0,
             "preflight_only": False,
             "problem": f"{p.root}: unknown launcher {launcher!r}; known: {_known()}",
+            "report": _report(p.root),
         }
         return row, "unknown launcher"
     bad = p.jobs_problem()  # a damaged jobs.json reads as absent: the state shown is flagged
@@ -501,6 +516,7 @@ def _list_row(p, st) -> tuple[dict, str | None]:
         "tasks": len(st.tasks),
         "preflight_only": st.preflight_only,
         "problem": f"{p.jobs} {bad}; ignored" if bad else None,
+        "report": _report(p.root),
     }
     return row, "jobs.json unreadable" if bad else None
 
@@ -525,9 +541,13 @@ def list_runs(args: argparse.Namespace) -> int:
     from slime.cli.jobs_view import ListView
 
     wide = args.output == "wide"
-    view = ListView(str(Path(parent).resolve()), rows, {str(k): v for k, v in notes.items()}, wide=wide)
+    view = ListView(
+        str(Path(parent).resolve()), rows, {str(k): v for k, v in notes.items()}, wide=wide, report=args.report
+    )
     _print_view(view, wide)
     con = _console()
+    if args.report and any(r["report"] is None for r in rows):
+        con.print("[dim]REPORT -: not written yet; `slime-submit report ID --open` writes and opens it[/]")
     for r in rows:
         if r["problem"]:
             con.print(

@@ -104,9 +104,19 @@ LIST_COLUMNS = (
     Col("LAUNCHER", priority=5),
     Col("RUN DIR", priority=6, flex=True, min_width=12),
 )
+REPORT_COLUMN = Col("REPORT")  # list --report: never dropped; its short form when the terminal is narrow
 
 
-def list_rows(rows: Sequence[dict[str, Any]], notes: dict[str, str]) -> list[list[Any]]:
+def _report_cell(page: str | None) -> str | tuple[str, str]:
+    """A link to the report page: its ``file://`` URI in full, ``report.html`` when narrow; ``-`` when none."""
+    if not page:
+        return "-"
+    uri = Path(page).resolve().as_uri()
+    return f"[link={uri}]{escape(uri)}[/link]", f"[link={uri}]{escape(Path(page).name)}[/link]"
+
+
+def list_rows(rows: Sequence[dict[str, Any]], notes: dict[str, str], *, report: bool = False) -> list[list[Any]]:
+    """The table's cells of each run (``report``: with the REPORT column last)."""
     out = []
     for r in rows:
         note = notes.get(r["run_dir"])
@@ -124,6 +134,8 @@ def list_rows(rows: Sequence[dict[str, Any]], notes: dict[str, str]) -> list[lis
                 escape(Path(r["run_dir"]).name),
             ]
         )
+        if report:
+            out[-1].append(_report_cell(r.get("report")))
     return out
 
 
@@ -135,9 +147,11 @@ class ListView:
     rows: Sequence[dict[str, Any]]
     notes: dict[str, str] = field(default_factory=dict)
     wide: bool = False
+    report: bool = False  # list --report: the REPORT column
 
     def table(self) -> FitTable:
-        return FitTable(LIST_COLUMNS, list_rows(self.rows, self.notes), wide=self.wide)
+        cols = (*LIST_COLUMNS, REPORT_COLUMN) if self.report else LIST_COLUMNS
+        return FitTable(cols, list_rows(self.rows, self.notes, report=self.report), wide=self.wide)
 
     def natural_width(self) -> int:
         return max(self.table().natural_width(), len(self.parent) + 24)

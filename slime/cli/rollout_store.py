@@ -4,8 +4,8 @@ The files are those ``debug.save_rollouts`` writes (``slime/runtime/rollout/save
 their meaning). Counting reads only each file's footer; the index that filters and sorts reads only the
 small columns (ids, reward, status, version, response length); a page reads its rows' whole records from
 the files they are in. pyarrow is imported when a file is read (the CLI's parser never pays for it).
-The trainer's log-probs are shown where a writer saved them (a ``trainer_log_probs`` column or key of
-``extra_json``); the runtime's writer does not. Token text comes from the run's ``tokenizer.json``.
+The trainer's log-probs come from the rollout's sidecars (``saved.read_trainer``, matched by row and ids),
+else a ``trainer_log_probs`` column or ``extra_json`` key of another writer. Token text: ``tokenizer.json``.
 """
 
 from __future__ import annotations
@@ -118,9 +118,19 @@ def _loads(text: str | None) -> Any:
         return text
 
 
-def _sample(rec: dict[str, Any], rollout_id: int) -> dict[str, Any]:
+def _trainer(directory: Path, rollout_id: int) -> dict[int, Any]:
+    """The rollout's sidecar entries by row (``slime/runtime/rollout/saved.py``: what they hold)."""
+    from slime.runtime.rollout.saved import read_trainer
+
+    return read_trainer(directory, rollout_id)
+
+
+def _sample(rec: dict[str, Any], rollout_id: int, entry: Any = None) -> dict[str, Any]:
+    """One record as the viewers show it; ``entry``: its row's sidecar entry, if any."""
     extra = _loads(rec.get("extra_json")) or {}
     trainer = next((rec.get(k) for k in TRAINER_KEYS if rec.get(k) is not None), None)
+    if trainer is None and entry is not None:
+        trainer = entry.of(rec.get("group_index"), rec.get("index"), len(rec.get("response_tokens") or []))
     if trainer is None and isinstance(extra, dict):
         trainer = next((extra[k] for k in TRAINER_KEYS if extra.get(k) is not None), None)
     metadata = _loads(rec.get("metadata_json")) or {}
@@ -155,8 +165,9 @@ def read_samples(directory: Path, refs: Iterable[tuple[int, int]]) -> list[dict[
     got: dict[tuple[int, int], dict[str, Any]] = {}
     for rid, rows in by_file.items():
         table = pq.read_table(rollout_file(directory, rid)).take(sorted(set(rows)))
+        trainer = _trainer(directory, rid)
         for row, rec in zip(sorted(set(rows)), table.to_pylist()):
-            got[(rid, row)] = _sample(rec, rid)
+            got[(rid, row)] = _sample(rec, rid, trainer.get(row))
     return [got[ref] for ref in refs]
 
 
@@ -208,8 +219,9 @@ def iter_samples(directory: Path, rollout_ids: Iterable[int], limit: int | None 
 
     n = 0
     for rid in rollout_ids:
+        trainer = _trainer(directory, rid)
         for row, rec in enumerate(pq.read_table(rollout_file(directory, rid)).to_pylist()):
             if limit is not None and n >= limit:
                 return
-            yield {**_sample(rec, rid), "row": row}
+            yield {**_sample(rec, rid, trainer.get(row)), "row": row}
             n += 1

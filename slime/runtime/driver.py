@@ -206,7 +206,8 @@ class Driver:
         self.feed.prefetch(r + 1, st.weight_version)  # async: r+1 generates with these weights while r trains
         self.weights.release()  # colocated: the engines' memory goes to the trainer
         t1 = time.monotonic()
-        steps, prep_m, train_m, critic_m = self.train_on(taken.samples)
+        sidecars = (self.tp.rollouts, r) if self.spec.debug.save_rollouts else None  # the trainer's log-probs
+        steps, prep_m, train_m, critic_m = self.train_on(taken.samples, sidecars)
         t2 = time.monotonic()
         self.feed.settle()  # async: rollout r+1 is complete before the weights change
         policy_version = st.weight_version  # the weights the trainer started this step from
@@ -238,11 +239,14 @@ class Driver:
         record.update(step_perf(self.perf, taken.samples, times))
         return record
 
-    def train_on(self, samples: list) -> tuple[int, dict[str, float], list[dict], list[dict]]:
+    def train_on(
+        self, samples: list, sidecars: tuple[Path, int] | None = None
+    ) -> tuple[int, dict[str, float], list[dict], list[dict]]:
         """Scores → step plan → (critic values) → prepare (old/ref log-probs, advantages) → optimizer steps.
 
-        Returns ``(steps, prepare metrics, actor metrics per step, critic metrics per step)``; no step
-        without trainer ranks or with fewer samples than data-parallel ranks."""
+        ``sidecars``: ``(rollouts dir, rollout id)`` where the ranks save their old log-probs. Returns ``(steps,
+        prepare metrics, actor metrics per step, critic metrics per step)``; no step without trainer ranks or
+        with fewer samples than data-parallel ranks."""
         import ray
 
         from slime.rl.sample import episode_id
@@ -268,7 +272,7 @@ class Driver:
         scores = [ShardScores(**rollout, indices=tuple(ix)) for ix in job.actor.shards(range(len(inputs)), plan)]
         shards = job.actor.shards(inputs, plan)
         values = job.critic.values(shards) if job.critic is not None else None  # refs → the actor ranks (GAE)
-        prep, returns = job.actor.prepare(shards, scores, values)  # old/ref log-probs, advantages
+        prep, returns = job.actor.prepare(shards, scores, values, sidecars)  # old/ref log-probs, advantages
         train = job.actor.train(plan, self.state.step)
         critic = job.critic.train_critic(returns, plan, self.state.step) if job.critic is not None else []
         critic_m = ray.get(critic)[0] if critic else []

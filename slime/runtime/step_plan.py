@@ -90,13 +90,17 @@ def _by_tokens(chunk: list[int], lengths: Sequence[int], dp_size: int) -> tuple[
 
 
 def train_inputs(samples: Sequence[Any]) -> list[dict[str, Any]]:
-    """What a trainer rank needs of each ``Sample`` (what ``train_data.collate`` reads), as plain dicts."""
+    """What a trainer rank needs of each ``Sample`` (what ``train_data.collate`` reads), as plain dicts; with
+    its identity (``row``: its position in ``samples``, the rollout's saved order) for the trainer's sidecar."""
     return [
         {
             "tokens": s.tokens,
             "response_length": s.response_length,
             "loss_mask": s.loss_mask,
             "rollout_log_probs": s.rollout_log_probs,
+            "row": row,
+            "group_index": s.group_index,
+            "index": s.index,
         }
-        for s in samples
+        for row, s in enumerate(samples)
     ]

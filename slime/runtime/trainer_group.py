@@ -52,6 +52,19 @@ def _device_name(device: str) -> str:
     return platform.processor() or "cpu"
 
 
+def _save_log_probs(samples: list[dict], log_probs, directory: str, rollout_id: int, dp_rank: int) -> None:
+    """Each sample's row of ``log_probs`` ``[B, T-1]`` over its response tokens, as this rank's sidecar."""
+    from slime.runtime.rollout.saved import write_trainer
+
+    rows = []
+    for i, s in enumerate(samples):
+        end = len(s["tokens"]) - 1  # position t scores token t+1
+        lps = log_probs[i, end - int(s["response_length"]) : end].double().tolist()
+        rows.append({"row": s.get("row"), "group_index": s.get("group_index"), "index": s.get("index")})
+        rows[-1]["trainer_log_probs"] = lps
+    write_trainer(directory, rollout_id, dp_rank, rows)
+
+
 class TrainerRank:
     """Ray actor body: one rank of the actor or critic group."""
 
@@ -127,12 +140,13 @@ class TrainerRank:
         return batch.old_values
 
     def prepare(
-        self, samples: list[dict], scores: ShardScores | list[float], values=None
+        self, samples: list[dict], scores: ShardScores | list[float], values=None, sidecar: tuple | None = None
     ) -> tuple[dict[str, float], Any]:
         """Old/ref log-probs, KL, importance weights and advantages for this rank's samples; keeps the batch
         for ``train``. ``scores``: the samples' sequence scores, or what this rank computes them from (the
-        driver sends a ``ShardScores``). Returns ``(metrics, returns)``: PPO returns for the critic, else
-        None (two Ray returns)."""
+        driver sends a ``ShardScores``). ``sidecar``: ``(directory, rollout id, dp rank)`` to save the old
+        log-probs in (``saved.write_trainer``). Returns ``(metrics, returns)``: PPO returns for the critic,
+        else None (two Ray returns)."""
         import torch
 
         from slime.rl.kl import compute_kl
@@ -147,6 +161,8 @@ class TrainerRank:
         batch = collate(samples)
         mask = batch.response_mask
         batch.old_log_probs = self.backend.log_probs(batch, temperature=temperature)
+        if sidecar is not None:
+            _save_log_probs(samples, batch.old_log_probs, *sidecar)
         metrics = self._rollout_mismatch(batch)  # before old_log_probs may become the rollout's
         kl = None
         sums = torch.zeros(4, dtype=torch.float64)  # token count, ref-KL sum, reward-KL sum, |adv| sum
@@ -373,9 +389,22 @@ class TrainerGroup:
         """Critic: refs to each rank's values (they stay in the object store for the actor ranks)."""
         return self.submit("values", [(sh,) for sh in shards])
 
-    def prepare(self, shards: list[list[dict]], scores: list[ShardScores], values: list[Any] | None):
-        """Actor: ``(metrics refs, returns refs)``, one each per rank; ``values``: the critic's refs."""
-        args = [(sh, sc, values[i] if values else None) for i, (sh, sc) in enumerate(zip(shards, scores))]
+    def prepare(
+        self,
+        shards: list[list[dict]],
+        scores: list[ShardScores],
+        values: list[Any] | None,
+        sidecars: tuple[Path, int] | None = None,
+    ):
+        """Actor: ``(metrics refs, returns refs)``, one each per rank; ``values``: the critic's refs.
+        ``sidecars``: ``(directory, rollout id)``: the first rank of each replica saves its old log-probs."""
+        args = []
+        for i, (sh, sc) in enumerate(zip(shards, scores)):
+            dp = self.coords[i][0]
+            # the replica's lowest rank (megatron: its tp/cp/pp 0); every rank of a replica has the same
+            first = next(j for j, c in enumerate(self.coords) if c[0] == dp) == i
+            sidecar = (str(sidecars[0]), sidecars[1], dp) if sidecars is not None and first else None
+            args.append((sh, sc, values[i] if values else None, sidecar))
         refs = self.submit("prepare", args, num_returns=2)
         return [m for m, _ in refs], [r for _, r in refs]
 

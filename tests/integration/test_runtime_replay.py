@@ -1,9 +1,9 @@
 """Saved rollouts and the debug modes, end to end through ``python -m slime.train`` on a private Ray:
 
-* run A trains with dynamic sampling (a variable number of samples per rollout) and saves its rollouts;
+* run A trains with dynamic sampling (a variable number of samples per rollout) and saves its rollouts and
+  the trainer's log-probs of them (sidecars; DP2: two trainer ranks, one sidecar each);
 * run B (``debug.mode: train_only``, ``debug.load_rollouts`` = A's) starts no engines and reproduces A's
-  training metrics step for step: every ``train/*`` value equal, exactly (fp32 on CPU is deterministic
-  for the same computation);
+  training metrics step for step, exactly (fp32 on CPU is deterministic for the same computation);
 * run C (``debug.mode: rollout_only``) starts no trainer ranks and never updates the weights; its first
   rollout is A's first rollout, sample for sample (log-probs to float rounding; later rollouts differ:
   A's policy has moved).
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -83,7 +84,7 @@ def run_a(tmp_path_factory):
 
 def test_a_train_only_replay_reproduces_the_training_metrics_exactly(run_a, tmp_path):
     saved = run_a / "tasks/0/rollouts"
-    assert sorted(p.name for p in saved.iterdir()) == [f"rollout_{r:06d}.parquet" for r in range(ROLLOUTS)]
+    assert sorted(p.name for p in saved.glob("rollout_*")) == [f"rollout_{r:06d}.parquet" for r in range(ROLLOUTS)]
     b = run(tmp_path, "b", "debug.mode=train_only", f"debug.load_rollouts={saved}")
     rows_a, rows_b = metrics(run_a)[1:], metrics(b)[1:]
     assert [r["rollout_id"] for r in rows_b] == list(range(ROLLOUTS))
@@ -99,6 +100,55 @@ def test_a_train_only_replay_reproduces_the_training_metrics_exactly(run_a, tmp_
     assert compared > 20
     assert not (b / "tasks/0/logs/engines").exists() or not list((b / "tasks/0/logs/engines").iterdir())
     assert (b / "tasks/0/final_model/model.safetensors").is_file()
+
+
+def test_a_saved_its_trainers_log_probs_beside_each_rollout_and_the_report_shows_them(run_a, tmp_path):
+    pytest.importorskip("matplotlib")  # the report's figures
+    from slime.cli.report import write_report
+    from slime.runtime.rollout.saved import read_rollout, trainer_log_probs
+
+    task = run_a / "tasks/0"
+    saved = task / "rollouts"
+    # one data-parallel rank here: one sidecar per rollout, every trained sample in it
+    assert sorted(p.name for p in saved.glob("trainer_*")) == [f"trainer_{r:06d}.r0.parquet" for r in range(ROLLOUTS)]
+    for row in metrics(run_a)[1:]:
+        samples = read_rollout(saved, row["rollout_id"])
+        trainer = trainer_log_probs(saved, row["rollout_id"], samples)
+        assert all(t is not None for t in trainer) and len(samples) == row["rollout/samples"]
+        # the values the run compared with the engine's (train/logprob_diff[_max], before this rollout's
+        # update): the same mean and max |trainer - engine| over the trained tokens; relative tolerance (fp32
+        # rounding), as an absolute one as large as these differences would pass a sidecar equal to the engine
+        diffs = [
+            abs(t - e)
+            for s, lps in zip(samples, trainer)
+            for t, e, m in zip(lps, s.rollout_log_probs, s.loss_mask)
+            if m
+        ]
+        assert sum(diffs) / len(diffs) == pytest.approx(row["train/logprob_diff"], rel=1e-4, abs=1e-12)
+        assert max(diffs) == pytest.approx(row["train/logprob_diff_max"], rel=1e-4, abs=1e-12)
+    # the report's rollout viewer: engine vs trainer per token, for every embedded sample
+    page = write_report([run_a], tmp_path / "report.html").read_text()
+    blocks = dict(re.findall(r'<script type="application/json" id="([^"]+)">(.*?)</script>', page, re.S))
+    assert json.loads(blocks["rv-meta"])["sources"][0]["trainer_lp"] is True
+    shown = [d for k, v in blocks.items() if k.startswith("rv-chunk-") for d in json.loads(v)]
+    assert len(shown) == sum(r["rollout/samples"] for r in metrics(run_a)[1:])
+    assert all(d["tlp"] is not None and len(d["dlp"]) == len(d["lp"]) == len(d["ids"]) for d in shown)
+
+
+def test_two_data_parallel_ranks_each_save_their_own_samples(tmp_path):
+    import pyarrow.parquet as pq
+
+    from slime.runtime.rollout.saved import read_rollout, trainer_log_probs
+
+    two_ranks = ("cluster.gpus_per_node=2", "cluster.fake_gpus=true", "rollout.colocate=true")
+    d = run(tmp_path, "dp2", "debug.save_rollouts=true", "rollout.num_rollouts=1", *two_ranks)
+    saved = d / "tasks/0/rollouts"
+    names = sorted(p.name for p in saved.glob("trainer_*"))
+    assert names == ["trainer_000000.r0.parquet", "trainer_000000.r1.parquet"]  # one per data-parallel rank
+    samples = read_rollout(saved, 0)
+    assert all(t is not None for t in trainer_log_probs(saved, 0, samples))
+    rows = [pq.read_table(saved / name, columns=["row"]).column("row").to_pylist() for name in names]
+    assert rows[0] and rows[1] and sorted(rows[0] + rows[1]) == list(range(len(samples)))  # each its own
 
 
 def test_rollout_only_generates_what_a_generated_first_without_training(run_a, tmp_path):

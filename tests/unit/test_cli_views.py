@@ -148,8 +148,29 @@ def test_list_json_is_unchanged_by_the_table(runs, capsys, monkeypatch):
         "tasks",
         "preflight_only",
         "problem",
+        "report",
     }
     assert [r["tasks"] for r in doc["runs"]] == [3, 1, 1]
+    assert [r["report"] for r in doc["runs"]] == [None] * 3  # no report.html written yet
+
+
+def test_list_report_links_each_runs_report_page(runs, capsys, monkeypatch):
+    d, a, b, c = runs
+    (a.root / "report.html").write_text("<html></html>")  # what `slime-submit report` writes by default
+    rc, out = cli(capsys, monkeypatch, "list", "--dir", str(d), "--report")
+    lines = out.rstrip("\n").split("\n")
+    assert rc == 0 and all(len(line) <= 80 for line in lines), out
+    title, header, *rows, hint = lines
+    assert header.split()[:3] == ["ID", "NAME", "STATE"] and header.split()[-1] == "REPORT"
+    assert [r.split()[0] for r in rows] == ["c0ffee", "a1ffee", "a1b2c3"]
+    assert [r.split()[-1] for r in rows] == ["-", "-", "report.html"]  # narrow: the short form
+    assert "slime-submit report ID --open" in hint
+    rc, out = cli(capsys, monkeypatch, "list", "--dir", str(d), "--report", "-o", "wide")
+    assert (a.root / "report.html").resolve().as_uri() in out.split("\n")[-3]  # wide: the whole file:// URI
+    doc = json.loads(cli(capsys, monkeypatch, "list", "--dir", str(d), "--json")[1])
+    assert [r["report"] for r in doc["runs"]] == [None, None, str(a.root / "report.html")]
+    rc, out = cli(capsys, monkeypatch, "list", "--dir", str(d))
+    assert "REPORT" not in out  # without --report the table is as before
 
 
 # ----------------------------------------------------------------------------- status

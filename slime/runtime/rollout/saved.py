@@ -1,11 +1,12 @@
 """Saved rollouts: every trained sample of a rollout in one Parquet file, and reading them back.
 
 ``debug.save_rollouts`` writes ``tasks/<i>/rollouts/rollout_<id:06d>.parquet`` after each rollout;
-``debug.mode: train_only`` reads them back and trains on exactly those samples, in order.
-Why Parquet via pyarrow: users open it with pandas and friends without our code; typed list columns
-hold tokens and masks; float64 round-trips log-probs and rewards exactly, as replay needs.
-Guaranteed: a file is complete or absent; reading gives samples equal to those written. Not kept:
-scores/advantages (recomputed), dropped groups. Columns: docs/design-notes.md.
+``debug.mode: train_only`` reads them back (never the sidecars) and trains on those samples, in order.
+Sidecar ``trainer_<id:06d>.r<dp>.parquet``: data-parallel rank ``dp``'s samples (``row`` in the
+file, ``group_index``, ``index``) with ``trainer_log_probs``, the trainer's per response token before it
+updates on them; :func:`trainer_log_probs` joins by that identity (no match: engine-only). Parquet: pandas
+and friends read it; float64 round-trips log-probs and rewards exactly. Guaranteed: each file is complete
+or absent; samples read equal those written. Not kept: scores/advantages, dropped groups (docs/design-notes.md).
 """
 
 from __future__ import annotations
@@ -14,11 +15,21 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from slime.rl.sample import Sample, SampleStatus
 
-__all__ = ["read_rollout", "rollout_path", "saved_ids", "write_rollout"]
+__all__ = [
+    "TrainerRow",
+    "read_rollout",
+    "read_trainer",
+    "rollout_path",
+    "saved_ids",
+    "trainer_log_probs",
+    "trainer_path",
+    "write_rollout",
+    "write_trainer",
+]
 
 
 def rollout_path(directory: Path | str, rollout_id: int) -> Path:
@@ -84,16 +95,23 @@ def _row(rollout_id: int, s: Sample) -> dict[str, Any]:
 
 
 def write_rollout(directory: Path | str, rollout_id: int, samples: Sequence[Sample]) -> Path:
-    """Write ``samples`` as rollout ``rollout_id`` (atomically); returns the file."""
+    """Write ``samples`` as rollout ``rollout_id`` (atomically; its old sidecars go); returns the file."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     rows = [_row(rollout_id, s) for s in samples]
     table = pa.Table.from_pylist(rows, schema=_schema())
-    dest = rollout_path(directory, rollout_id)
-    tmp = directory / f".{dest.name}.tmp"
+    for stale in _trainer_files(directory, rollout_id):  # an earlier attempt's: not of these samples
+        stale.unlink(missing_ok=True)
+    return _write(table, rollout_path(directory, rollout_id))
+
+
+def _write(table: Any, dest: Path) -> Path:
+    """``table`` to ``dest`` through a hidden temp file in the same directory (complete or absent)."""
+    import pyarrow.parquet as pq
+
+    tmp = dest.with_name(f".{dest.name}.tmp")
     try:
         pq.write_table(table, tmp, compression="zstd")
         os.replace(tmp, dest)
@@ -138,4 +156,82 @@ def read_rollout(directory: Path | str, rollout_id: int) -> list[Sample]:
                 extra=json.loads(row["extra_json"]),
             )
         )
+    return out
+
+
+# ----------------------------------------------------------------------------- the trainer's sidecars
+class TrainerRow(NamedTuple):
+    """One sample's entry in a sidecar: who it is, and the trainer's log-prob of each response token."""
+
+    group_index: int | None
+    index: int | None
+    log_probs: list[float]
+
+    def of(self, group_index: int | None, index: int | None, response_length: int) -> list[float] | None:
+        """The log-probs when this entry is of that sample (same ids, one per response token), else None."""
+        same = (self.group_index, self.index) == (group_index, index)
+        return list(self.log_probs) if same and len(self.log_probs) == response_length else None
+
+
+def trainer_path(directory: Path | str, rollout_id: int, dp_rank: int) -> Path:
+    """Not ``rollout_*.parquet``: a glob of the rollouts (pandas, DuckDB) must not mix in the sidecars."""
+    return Path(directory) / f"trainer_{rollout_id:06d}.r{dp_rank}.parquet"
+
+
+def _trainer_files(directory: Path, rollout_id: int) -> list[Path]:
+    """Rollout ``rollout_id``'s sidecars, by data-parallel rank."""
+    found = []
+    for p in Path(directory).glob(f"trainer_{rollout_id:06d}.r*.parquet"):
+        rank = p.name.removesuffix(".parquet").rsplit(".r", 1)[-1]
+        if rank.isdigit():
+            found.append((int(rank), p))
+    return [p for _, p in sorted(found)]
+
+
+def write_trainer(directory: Path | str, rollout_id: int, dp_rank: int, rows: Sequence[dict[str, Any]]) -> Path:
+    """Write data-parallel rank ``dp_rank``'s sidecar of rollout ``rollout_id`` (atomically). ``rows``: dicts
+    with ``row``, ``group_index``, ``index`` and ``trainer_log_probs`` (one per response token)."""
+    import pyarrow as pa
+
+    schema = pa.schema(
+        [
+            ("rollout_id", pa.int64()),
+            ("row", pa.int64()),
+            ("group_index", pa.int64()),
+            ("index", pa.int64()),
+            ("trainer_log_probs", pa.list_(pa.float64())),
+        ]
+    )
+    keys = ("row", "group_index", "index")
+    doc = [
+        {"rollout_id": rollout_id, **{k: r.get(k) for k in keys}, "trainer_log_probs": list(r["trainer_log_probs"])}
+        for r in rows
+    ]
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    return _write(pa.Table.from_pylist(doc, schema=schema), trainer_path(directory, rollout_id, dp_rank))
+
+
+def read_trainer(directory: Path | str, rollout_id: int) -> dict[int, TrainerRow]:
+    """Every sidecar entry of rollout ``rollout_id`` by its row in the rollout's file ({} without
+    sidecars); a row in several sidecars keeps the lowest data-parallel rank's entry."""
+    import pyarrow.parquet as pq
+
+    out: dict[int, TrainerRow] = {}
+    for path in _trainer_files(Path(directory), rollout_id):
+        cols = ("row", "group_index", "index", "trainer_log_probs")
+        for row, g, i, lps in zip(*(c.to_pylist() for c in pq.read_table(path, columns=list(cols)).columns)):
+            if row is not None and lps is not None:
+                out.setdefault(row, TrainerRow(g, i, lps))
+    return out
+
+
+def trainer_log_probs(directory: Path | str, rollout_id: int, samples: Sequence[Sample]) -> list[list[float] | None]:
+    """The trainer's log-probs of each of ``samples`` (those :func:`read_rollout` gives, in their order):
+    the sidecar entry of the same row whose ids and length match the sample, else None (engine-only)."""
+    entries = read_trainer(directory, rollout_id)
+    out: list[list[float] | None] = []
+    for row, s in enumerate(samples):
+        entry = entries.get(row)
+        out.append(entry.of(s.group_index, s.index, s.response_length) if entry is not None else None)
     return out
