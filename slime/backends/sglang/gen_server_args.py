@@ -92,6 +92,17 @@ def _manual_flags(tree: ast.Module) -> list[str]:
     ]
 
 
+def _assignments(source: str) -> dict:
+    """The literal ``name = ... = value`` assignments of a generated file (sglang/_version.py)."""
+    return {
+        t.id: ast.literal_eval(n.value)
+        for n in ast.parse(source).body
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+
+
 def server_args(wheel: Path) -> dict:
     """{"sglang": version, "source": {...}, "flags": sorted names without dashes} parsed from ``wheel``."""
     data = wheel.read_bytes()
@@ -100,8 +111,7 @@ def server_args(wheel: Path) -> dict:
     if pin["sha256"].get(wheel.name) != digest:
         raise SystemExit(f"{wheel.name}: not a wheel pinned in {PINS} (sha256 {digest})")
     with zipfile.ZipFile(wheel) as z:
-        version = {}
-        exec(z.read("sglang/_version.py").decode(), version)  # a generated file of assignments
+        version = _assignments(z.read("sglang/_version.py").decode())
         tree = ast.parse(z.read(SERVER_ARGS).decode())
         flags = _manual_flags(tree)
         for cls, module in _namespaces(tree).items():
