@@ -361,6 +361,10 @@ def test_individual_mappings(flags, path, value):
         ("--seq-length", None),
         ("--log-passrate", "pass@k for eval sets"),
         ("--eval-top-k 5", "no --eval-prompt-data to apply it to"),
+        # not options of the pinned engines: the spec would not validate (slime-submit validate names the tables)
+        ("--sglang-mem-fraction-statc 0.7", "not a server flag of SGLang 0.5.23; did you mean 'mem-fraction-static'"),
+        ("--recompute-granularty full", "not a megatron-core 0.16.1 option"),
+        ("--accumulate-allreduce-grads-in-fp32", "always reduces gradients in fp32"),
     ],
 )
 def test_unmappable_flags_are_listed_with_a_reason(flag, words):
