@@ -37,6 +37,20 @@ def sglang_reserved(key: str) -> str | None:
     return hook(profile("rollout_backend", "sglang"), "sglang_reserved")(key)
 
 
+def unknown_flag(key: str) -> tuple[str, str] | None:
+    """(message, hint) when ``key`` is not a flag of the pinned SGLang (the sglang plug-in's table), or None."""
+    from slime.spec.plugin import hook, profile
+
+    return hook(profile("rollout_backend", "sglang"), "unknown_flag")(key)
+
+
+def unknown_megatron_option(key: str) -> tuple[str, str] | None:
+    """(message, hint) when ``key`` is not an option train.megatron.args takes (the megatron plug-in's table)."""
+    from slime.spec.plugin import hook, profile
+
+    return hook(profile("train_backend", "megatron"), "unknown_option")(key)
+
+
 __all__ = ["IMPLIED", "Builder", "Flag", "Key", "dedupe", "finish", "map_flag", "parse_flags"]
 
 IMPLIED = "implied by model.path config.json"
@@ -164,6 +178,20 @@ def _pass_through(f: Flag, b: Builder, section: str, key: str, what: str, shown:
         b.from_flag(f, _key(section) + (key,), _scalar(f.values[0]) if f.values else True)
 
 
+# Flags of slime's SGLang that the pinned one renamed: 0.5.23 split the CUDA-graph batch sizes into
+# -decode and -prefill (the old ones were decode batch sizes), so the old name is now an ambiguous prefix.
+_SGLANG_RENAMED = {"cuda-graph-max-bs": "cuda-graph-max-bs-decode", "cuda-graph-bs": "cuda-graph-bs-decode"}
+
+
+def _sglang_pass_through(f: Flag, b: Builder, key: str) -> None:
+    """``--sglang-<key>``: SGLang's ``--<key>`` when the pinned SGLang has it (validate refuses the others)."""
+    key = _SGLANG_RENAMED.get(key, key)
+    if (problem := unknown_flag(key)) is not None:
+        b.unmapped.append((f.name, problem[0]))
+        return
+    _pass_through(f, b, "rollout.engine_args", key, "SGLang", "rollout.sglang.args")
+
+
 def _plugin_path(dotted: str) -> str:
     """slime's 'pkg.mod.fn' as slime/v2's 'pkg.mod:fn'."""
     if ":" in dotted:
@@ -202,7 +230,7 @@ def map_flag(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
             )
         )
     elif name.startswith("--sglang-"):
-        _pass_through(f, b, "rollout.engine_args", name[len("--sglang-") :], "SGLang", "rollout.sglang.args")
+        _sglang_pass_through(f, b, name[len("--sglang-") :])
     elif name.startswith("--router-"):
         b.unmapped.append(
             (
@@ -221,7 +249,9 @@ def map_flag(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
                 "model.path's config.json; check it supports this model",
             )
         )
-    else:  # a Megatron flag slime passes through
+    elif (problem := unknown_megatron_option(name[2:])) is not None:  # a Megatron-LM flag, not megatron-core's
+        b.unmapped.append((name, problem[0]))
+    else:  # a megatron-core option slime passes through
         _pass_through(f, b, "train.backend_args", name[2:], "Megatron", "train.megatron.args")
 
 

@@ -220,6 +220,9 @@ SLIME_SGLANG_OWN = {
 }
 
 _REASONS = {
+    # a Megatron-LM flag (no megatron-core TransformerConfig field): the backend's DDP config always sets it
+    "--accumulate-allreduce-grads-in-fp32": "the megatron backend always reduces gradients in fp32 "
+    "(DistributedDataParallelConfig grad_reduce_in_fp32)",
     # Megatron performance switches that need Transformer Engine layer specs, which the megatron backend
     # does not map for MoE models: its experts run as SequentialMLP (not an accepted-and-ignored setting)
     "--moe-grouped-gemm": "grouped expert GEMM needs Transformer Engine layer specs; the megatron backend runs "

@@ -66,6 +66,25 @@ def test_bad_input_exits_2_without_a_traceback(tmp_path, case, make, words):
         assert w in proc.stderr + proc.stdout
 
 
+def test_engine_option_typos_exit_2_at_validate_with_a_suggestion(tmp_path):
+    """train.megatron.args / rollout.sglang.args are checked against the pinned engines' tables (options.json,
+    server_args.json) at validate, not when megatron-core or SGLang start on the allocated nodes."""
+    edits = {
+        "train.megatron.args": {"recompute-granularty": "full"},
+        "rollout.sglang.args": {"mem-fraction-statc": 0.7},
+    }
+    proc = cli("validate", str(write(tmp_path, spec(GPU_SPEC, **edits))))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "error: train.megatron.args.recompute-granularty: 'recompute-granularty' is not a megatron-core " in (
+        proc.stderr
+    )
+    assert "did you mean 'recompute-granularity'" in proc.stderr
+    assert "error: rollout.sglang.args.mem-fraction-statc: 'mem-fraction-statc' is not a server flag of SGLang " in (
+        proc.stderr
+    )
+    assert "did you mean 'mem-fraction-static'" in proc.stderr and "2 problems; nothing was submitted" in proc.stderr
+
+
 @pytest.mark.parametrize("args", [["render"], ["submit", "--dry-run"], ["submit"]])
 def test_render_and_submit_reject_bad_specs_before_anything_runs(tmp_path, args):
     target = write(tmp_path, spec(GPU_SPEC, **{"rollout.temprature": 1}))

@@ -144,8 +144,10 @@ def test_pp_size_divides_gpus_per_engine_and_reserved_keys_are_rejected_from_spe
     spec = _spec("rollout.sglang.args.pp-size=2")
     argv = list(engine_commands(spec)[0].argv)
     assert argv[argv.index("--tp-size") + 1] == "1" and argv[argv.index("--pp-size") + 1] == "2"
+    with pytest.raises(SpecError, match="pipeline-parallel size must be a positive integer dividing"):
+        _spec("rollout.sglang.args.pp-size=3")  # validate refuses it first (the sglang_pipeline rule)
     with pytest.raises(LaunchError, match="pp-size=3 must be a positive integer dividing"):
-        engine_commands(_spec("rollout.sglang.args.pp-size=3"))
+        engine_commands(_with_sglang_args({"pp-size": 3}))
     with pytest.raises(LaunchError, match="rollout.sglang.args.tp-size: slime sets --tp-size itself"):
         engine_commands(_with_sglang_args({"tp-size": 4}))
 

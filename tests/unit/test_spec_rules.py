@@ -188,6 +188,12 @@ def test_tensor_parallel_must_divide_attention_and_kv_heads(tmp_path: Path):
     assert not errors_at(problems(ok), "train.parallel.tensor") and not errors_at(
         problems(ok), "rollout.gpus_per_engine"
     )
+    # an engine of 8 GPUs with pp-size 2 runs TP 4: launch passes --tp-size 4, so validate checks 4
+    piped = {"train.parallel.tensor": 4, "rollout.gpus_per_engine": 8, "rollout.sglang.args": {"pp-size": 2}}
+    assert not errors_at(problems(spec(G, **{"model.path": model, **piped})), "rollout.gpus_per_engine")
+    piped["rollout.gpus_per_engine"] = 16
+    (e,) = errors_at(problems(spec(G, **{"model.path": model, **piped})), "rollout.gpus_per_engine")
+    assert "tensor parallelism of 8 (gpus_per_engine 16 / pp-size 2)" in e.message
     # TP 2 engines on a 1-KV-head model: SGLang replicates the KV head (TP divisible by the KV heads)
     model = _model_dir(tmp_path, num_key_value_heads=1)
     assert not errors_at(

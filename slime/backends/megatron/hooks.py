@@ -1,13 +1,18 @@
 """The megatron backend's rules, derived values, smoke notes and preview (torch-free).
 
-What megatron-core would refuse at launch is refused at validate when ``model.path/config.json`` is
-readable: the model family and shape, the parallel sizes against heads, layers and experts, the
-attention backend, and options the spec decides itself.
+What megatron-core would refuse at launch is refused at validate: an option it does not have (the pinned
+version's table, options.json, written by ``gen_options``), options the spec decides itself, and when
+``model.path/config.json`` is readable the model family and shape, the parallel sizes against heads,
+layers and experts, and the attention backend.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
 
 from msgspec.structs import fields, replace
 
@@ -84,6 +89,34 @@ def spec_owned_args(s) -> Iterator[Finding]:
             )
 
 
+@cache
+def megatron_options() -> tuple[str, frozenset[str]]:
+    """(the pinned megatron-core version, the option names train.megatron.args takes) from options.json."""
+    table = json.loads(Path(__file__).with_name("options.json").read_text())
+    return table["megatron_core"], frozenset(table["options"])
+
+
+def unknown_option(key: str) -> tuple[str, str] | None:
+    """(message, hint) when ``key`` ('-' or '_') is not an option train.megatron.args takes, else None."""
+    version, options = megatron_options()
+    name = key.strip().replace("-", "_")
+    if name in options:
+        return None
+    close = [c.replace("_", "-") if "-" in key else c for c in difflib.get_close_matches(name, sorted(options))]
+    mean = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return (
+        f"'{key}' is not a megatron-core {version} option (TransformerConfig) nor one the megatron backend reads{mean}",
+        f"write '{close[0]}'" if close else "remove it",
+    )
+
+
+def megatron_options_known(s) -> Iterator[Finding]:
+    """Each key a TransformerConfig / MLATransformerConfig field or a key the backend reads ('-' or '_')."""
+    for key in s.train.megatron.args:
+        if (problem := unknown_option(key)) is not None:
+            yield (f"train.megatron.args.{key}", *problem)
+
+
 _TE_ONLY_MOE = dict.fromkeys(("moe_grouped_gemm", "moe_permute_fusion", "moe_router_fusion"), True)
 
 
@@ -146,7 +179,7 @@ def megatron_model(s) -> Iterator[Finding]:
         )
 
 
-RULES = (megatron_model, spec_owned_args)
+RULES = (megatron_options_known, megatron_model, spec_owned_args)
 
 
 def resolve(spec):

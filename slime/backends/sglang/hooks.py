@@ -1,7 +1,8 @@
 """The SGLang backend's rules, derived values, smoke edits and preview (torch-free; SGLang is not imported).
 
-What an SGLang server would refuse at start is refused at validate: flags slime-submit sets itself,
-an engine's tensor parallelism against the model's heads, the expert-parallel size, a context the
+What an SGLang server would refuse at start is refused at validate: flags it does not have (the pinned
+version's table, server_args.json) and flags slime-submit sets itself, an engine's tensor parallelism
+(gpus_per_engine / pp-size) against the model's heads, the expert-parallel size, a context the
 requests do not fit, and router settings nothing reads.
 """
 
@@ -11,7 +12,15 @@ from collections.abc import Iterator
 
 from msgspec.structs import replace
 
-from slime.backends.sglang.flags import EP_FLAGS, normalize_flag, reserved_hint, sglang_reserved
+from slime.backends.sglang.flags import (
+    EP_FLAGS,
+    engine_pp,
+    engine_tp,
+    normalize_flag,
+    reserved_hint,
+    sglang_reserved,
+    unknown_flag,
+)
 from slime.spec.plugin import Finding
 from slime.spec.resolve import model_config
 from slime.spec.rules import attention_heads, over_context
@@ -49,15 +58,41 @@ def reserved_args(s) -> Iterator[Finding]:
             )
 
 
+def sglang_flags_known(s) -> Iterator[Finding]:
+    """Each key a launch_server flag of the pinned SGLang (server_args.json), written in full."""
+    for key in s.rollout.sglang.args:
+        if sglang_reserved(key) is None and (problem := unknown_flag(key)) is not None:
+            yield (f"rollout.sglang.args.{key}", *problem)
+
+
+def sglang_pipeline(s) -> Iterator[Finding]:
+    """SGLang runs an engine on tp x pp GPUs: launch passes --tp-size gpus_per_engine / pp-size."""
+    r = s.rollout
+    if (hit := engine_pp(r.sglang.args)) is not None and engine_tp(r.gpus_per_engine, r.sglang.args) is None:
+        key, pp = hit
+        yield (
+            f"rollout.sglang.args.{key}",
+            f"SGLang's pipeline-parallel size must be a positive integer dividing rollout.gpus_per_engine "
+            f"{r.gpus_per_engine} (an engine runs on tp x pp GPUs), got {pp!r}",
+            f"choose a {key} that divides {r.gpus_per_engine}",
+        )
+
+
+def _tp_of(r) -> str:
+    pp = engine_pp(r.sglang.args)
+    return f"gpus_per_engine {r.gpus_per_engine}" + (f" / {pp[0]} {pp[1]}" if pp else "")
+
+
 def engine_heads(s) -> Iterator[Finding]:
     r = s.rollout
-    if s.cluster.gpus_per_node == 0 or r.gpus_per_engine <= 1:
+    tp = engine_tp(r.gpus_per_engine, r.sglang.args)
+    if s.cluster.gpus_per_node == 0 or tp is None or tp <= 1:
         return
     heads, groups = attention_heads(model_config(s.model.path))
-    if heads and (heads % r.gpus_per_engine or (groups % r.gpus_per_engine and r.gpus_per_engine % groups)):
+    if heads and (heads % tp or (groups % tp and tp % groups)):
         yield (
             "rollout.gpus_per_engine",
-            f"an engine's tensor parallelism of {r.gpus_per_engine} (gpus_per_engine) "
+            f"an engine's tensor parallelism of {tp} ({_tp_of(r)}) "
             f"does not fit the model's {heads} attention heads / {groups} key/value heads: SGLang needs the "
             "heads divisible by it, and the key/value heads divisible by it or it by them",
             "choose gpus_per_engine accordingly",
@@ -68,8 +103,7 @@ def sglang_expert_parallel(s) -> Iterator[Finding]:
     """SGLang runs an engine's MoE layers on ep x (tp / ep) ranks and gives each EP rank experts / ep experts
     (it asserts both divide); a wrong --ep-size fails only when the engine starts, after the queue wait."""
     r = s.rollout
-    pp = next((v for k, v in r.sglang.args.items() if normalize_flag(k) in ("pp-size", "pipeline-parallel-size")), 1)
-    tp = r.gpus_per_engine // pp if isinstance(pp, int) and pp >= 1 and r.gpus_per_engine % pp == 0 else None
+    tp = engine_tp(r.gpus_per_engine, r.sglang.args)
     cfg = model_config(s.model.path) or {}
     experts = next((cfg[k] for k in ("num_experts", "num_local_experts", "n_routed_experts") if k in cfg), None)
     for key, ep in r.sglang.args.items():
@@ -82,7 +116,7 @@ def sglang_expert_parallel(s) -> Iterator[Finding]:
             yield (
                 path,
                 f"SGLang's expert-parallel size {ep} does not divide the engine's tensor-parallel size {tp} "
-                "(rollout.gpus_per_engine / pp-size): its MoE layers run on ep x tp/ep ranks",
+                f"({_tp_of(r)}): its MoE layers run on ep x tp/ep ranks",
                 f"choose an ep-size that divides {tp}",
             )
         elif isinstance(experts, int) and experts % ep:
@@ -104,7 +138,16 @@ def context_fits(s) -> Iterator[Finding]:
         )
 
 
-RULES = (checkpoint_model, no_router, reserved_args, engine_heads, sglang_expert_parallel, context_fits)
+RULES = (
+    checkpoint_model,
+    no_router,
+    reserved_args,
+    sglang_flags_known,
+    sglang_pipeline,
+    engine_heads,
+    sglang_expert_parallel,
+    context_fits,
+)
 
 
 def resolve(spec):
@@ -125,7 +168,7 @@ def smoke_edits(spec) -> Iterator[tuple[str, object, str]]:
 def untested(spec) -> Iterator[str]:
     r = spec.rollout
     yield (
-        f"SGLang engines: gpus_per_engine {r.gpus_per_engine} (engine tensor parallelism)"
+        f"SGLang engines: gpus_per_engine {r.gpus_per_engine} (engine tensor x pipeline parallelism)"
         + (f", sglang.args {', '.join(r.sglang.args)}" if r.sglang and r.sglang.args else "")
         + ", CUDA graphs and memory fractions"
     )

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from slime.backends.sglang.flags import EP_FLAGS, SGLANG_RESERVED, reserved_hint
+from slime.backends.sglang.flags import EP_FLAGS, SGLANG_RESERVED, engine_pp, engine_tp, reserved_hint
 
 if TYPE_CHECKING:
     from slime.spec.layout import Layout
@@ -129,17 +129,13 @@ def _needs_remote_code(model_path: str | None) -> bool:
 
 
 def _tp_size(spec: Spec) -> int:
-    gpe = spec.rollout.gpus_per_engine
-    pp = 1
-    for key, value in spec.rollout.sglang.args.items():
-        if _norm(key) in ("pp-size", "pipeline-parallel-size"):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1 or gpe % value:
-                raise LaunchError(
-                    f"rollout.sglang.args.{key}={value!r} must be a positive integer dividing "
-                    f"rollout.gpus_per_engine={gpe}"
-                )
-            pp = value
-    tp = gpe // pp
+    gpe, args = spec.rollout.gpus_per_engine, spec.rollout.sglang.args
+    tp = engine_tp(gpe, args)
+    if tp is None:
+        key, value = engine_pp(args)
+        raise LaunchError(
+            f"rollout.sglang.args.{key}={value!r} must be a positive integer dividing rollout.gpus_per_engine={gpe}"
+        )
     for key, value in spec.rollout.sglang.args.items():
         if _norm(key) in EP_FLAGS and (
             not isinstance(value, int) or isinstance(value, bool) or value < 1 or tp % value
