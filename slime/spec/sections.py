@@ -249,7 +249,7 @@ class Rollout(Section, kw_only=True):
         D("GPUs for rollout engines (required unless colocated or CPU-only; derived when colocated)."),
     ] = None
     gpus_per_engine: Annotated[
-        int, D("GPUs per engine (its tensor-parallel size; tensor x pipeline with SGLang's pp-size).", ge=1)
+        int, D("GPUs per engine (tensor x pipeline parallel, where the engine has pipeline stages).", ge=1)
     ] = 1
     num_engines: Annotated[
         Annotated[int, Meta(ge=1)] | None, D("Engines (derived: gpus / gpus_per_engine; on CPU, default 1).")
