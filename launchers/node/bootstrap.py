@@ -15,7 +15,9 @@ Isolation between jobs on the same nodes: ports from a per-job block (``slime.co
 a per-job, per-node ``--temp-dir`` (``/tmp/slime-ray/<job>-<task>-<rank>``), an explicit
 ``--node-ip-address`` (``launchers.node.context``), and teardown that stops only the processes this
 job started (``launchers.node.rayproc``). Each node gives Ray the GPUs/CPUs SLURM allocated on it
-and a custom resource ``slime_node_<rank>`` so placement can pin bundles to nodes.
+and a custom resource ``slime_node_<rank>`` so placement can pin bundles to nodes. Between users:
+the head makes a new secret per instance (``slime.core.auth``) and every node's Ray, the preflight and
+the driver use it (``RAY_AUTH_MODE=token``); ``SLIME_JOB_AUTH=off`` turns that off.
 
 Exit codes (``slime.core.errors.ExitCode``): 0 ok · 2 unreadable task spec · 3 infrastructure (a
 node failed to join in time, Ray failed to start, the preflight failed, a node's Ray died — the
@@ -57,6 +59,7 @@ from launchers.node.context import NodeContext, detect_node, head_ip, worker_ip
 from launchers.node.driverproc import run_driver_process
 from launchers.node.preflight_checks import needs_collective
 from launchers.node.rayproc import RayNode, RayStartError, prune_stale, temp_dir_for, temp_root
+from slime.core.auth import auth_enabled, new_secret, ray_auth_env, secret_path
 from slime.core.errors import ExitCode, InfraError
 from slime.core.paths import RunPaths
 from slime.core.ports import Claim, PortBlock, PortsExhausted, claim_block
@@ -305,12 +308,37 @@ class Bootstrap:
             self.claim.release()
             self.claim = None
 
+    # ------------------------------------------------------------------ auth
+    def use_secret(self, path: Path) -> None:
+        """Token auth for this node's Ray and every process the job starts here (``slime.core.auth``)."""
+        os.environ.pop("RAY_AUTH_TOKEN", None)  # would win over the file
+        os.environ.update(ray_auth_env(path))
+
+    def _wait_secret(self, deadline: float) -> Path:
+        """The head writes the secret before it publishes its address; a shared filesystem may lag."""
+        path = secret_path(self.tp.auth, self.ctx.instance)
+        end = min(deadline, time.monotonic() + 30.0)
+        while not path.is_file():
+            self._check_stop()
+            if self.rdv.done():
+                raise HeadDone()
+            if time.monotonic() > end:
+                raise NodeFailure(
+                    [self.ctx.hostname],
+                    f"the job's secret {path} is not visible on {self.ctx.hostname}. Fix: the run dir "
+                    "must be on a filesystem every node of the job sees (logging.dir)",
+                )
+            self.stop.wait(0.1)
+        return path
+
     # ------------------------------------------------------------------ head
     def run_head(self) -> int:
         ctx, spec = self.ctx, self.spec
         deadline = self.t0 + spec.cluster.bootstrap_timeout_s
         self.rdv.clean_stale()
         ip = head_ip(ctx, spec)
+        if auth_enabled():  # a new secret per instance: a requeued job's old one is refused
+            self.use_secret(new_secret(self.tp.auth, ctx.instance))
         try:
             block = self._start_ray(head=True, ip=ip, deadline=deadline)
         except RayStartError as exc:
@@ -479,6 +507,8 @@ class Bootstrap:
                 f"{spec.cluster.bootstrap_timeout_s:g} s; see its log "
                 f"{self.tp.node_log(ctx.head_host)}",
             )
+        if auth_enabled():
+            self.use_secret(self._wait_secret(deadline))
         ip = worker_ip(ctx, spec, head["ip"])
         attempt = 0
         while True:

@@ -9,8 +9,8 @@ dashboard and runtime-env agents can outlive their raylet by minutes and ignore 
 sweep is needed. Never ``ray stop`` (node-wide: it would kill other jobs' clusters), never kill by process name.
 
 Environment given to Ray: ``RAY_USAGE_STATS_ENABLED=0``; ``RAY_AUTH_MODE=disabled`` unless the
-job set it explicitly (a stray ``~/.ray/auth_token`` would otherwise switch token auth on for
-this cluster only, and the nodes would refuse each other); ``RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=0``
+job set it (the bootstrap sets ``token`` with the job's own secret file, ``slime.core.auth``; a stray
+``~/.ray/auth_token`` must never decide it: the nodes would refuse each other); ``RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=0``
 (Ray otherwise drains for up to 30 s on SIGTERM); ``RAY_worker_niceness=0`` unless the job set
 it (Ray runs its workers at nice 15 by default, so on a busy node the trainer and engine actors
 lost the CPU to everything else, the job's own drivers included); ``RAY_ADDRESS`` removed (it must not point
@@ -217,7 +217,7 @@ class RayNode:
             # or a second job's head on the same node fails to bind and `ray start --block` kills its cluster.
             cmd.append(f"--dashboard-port={ports.dashboard}")
             if dashboard:
-                cmd += ["--include-dashboard=true", "--dashboard-host=0.0.0.0"]
+                cmd += ["--include-dashboard=true", "--dashboard-host=127.0.0.1"]  # reach it through a tunnel
             else:
                 cmd.append("--include-dashboard=false")
             if _ray_client_available():  # `ray start` has no way to turn it off: pin its port then
