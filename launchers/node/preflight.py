@@ -4,6 +4,8 @@ Checks, each naming the node and the fix when it fails (the decisions themselves
 ``launchers.node.preflight_checks``):
 
 * ``ray_nodes`` — Ray sees every node of the job.
+* ``auth`` — the head's GCS (and Ray client port) refuse a call without the job's secret
+  (``launchers.node.authcheck``).
 * ``gpu_count`` / ``cuda_visible_devices`` — the GPUs a node really has for this job match
   ``cluster.gpus_per_node`` (``nvidia-smi``/torch; a node without CUDA fails, unless
   ``cluster.fake_gpus`` says the GPUs are placeholders: then SLURM's GRES count, as in CI), and
@@ -40,6 +42,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from launchers.node.authcheck import auth_checks
 from launchers.node.context import NodeContext
 from launchers.node.preflight_checks import (
     SOLO_SKIP,
@@ -164,6 +167,7 @@ def run_preflight(
             node=next((hosts[r] for r in range(world) if r not in nodes), None),
         )
     ]
+    checks += auth_checks((node_meta.get(0) or {}).get("ip") or ctx.hostname, ports, hosts[0])
     coll_timeout = min(timeout_s, 60.0)
     solo = not needs_collective(world, spec.cluster.gpus_per_node)
     if not solo:
