@@ -15,6 +15,7 @@ Guarantees:
   message, never a bare ``aiohttp`` exception;
 * RL control calls (pause/continue, memory release/resume) are never resent:
   a release that reached the server but whose reply was lost must not run twice;
+* every request carries the job's secret (``slime.core.auth``) when there is one;
 * a client can be used from several event loops (e.g. ``asyncio.run`` calls in
   turn): it keeps one ``aiohttp`` session per loop.
 
@@ -33,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+
+from slime.core.auth import auth_headers
 
 __all__ = ["EngineClient", "EngineError", "EngineUnavailable", "GenerateResult"]
 
@@ -133,6 +136,7 @@ class EngineClient:
         retries: int = 3,
         backoff_s: float = 0.5,
         max_connections: int = 0,
+        secret: str | None = None,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"engine URL {base_url!r} must start with http:// or https://")
@@ -141,6 +145,7 @@ class EngineClient:
         self.retries = int(retries)
         self.backoff_s = float(backoff_s)
         self.max_connections = int(max_connections)
+        self.headers = auth_headers(secret)  # the job's secret by default ($SLIME_JOB_SECRET_FILE)
         self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
 
     # --------------------------------------------------------------- plumbing
@@ -153,6 +158,7 @@ class EngineClient:
             sess = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self.max_connections),
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+                headers=self.headers,
             )
             self._sessions[loop] = sess
         return sess
