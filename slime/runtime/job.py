@@ -17,6 +17,7 @@ run got to (also after a failed start):
    ``cluster.fake_gpus`` the log says ``fake GPUs: running on CPU`` first; without it a GPU slot
    lacking CUDA fails the start (``slime.placement.slot_device``: exit 3), never falls back to CPU;
 3. :meth:`~Job.teardown` — engines, ranks, manager, placement group, then Ray.
+Once up, the first engine must refuse a request without the job's secret (``check_engine_auth``).
 
 Guaranteed: data and reward errors of the manager surface from ``start`` typed (not as a dead
 actor); a critic whose data-parallel layout differs from the actor's is refused (their ranks
@@ -157,6 +158,7 @@ class Job:
         self._init_trainers(model)
         self.urls = started.result() if started is not None else []
         self.say(f"{len(self.urls)} engine(s) up: {', '.join(self.urls)}" if started else "no engines (train_only)")
+        check_engine_auth(self.urls)
         ray.get(manager_ready)  # data and reward errors surface here, typed
         ray.get(self.manager.set_engines.remote(self.urls))
         where = ray.get([r.where.remote() for g in self.trainers for r in g.ranks])
@@ -207,3 +209,19 @@ class Job:
                     pass
         if ray.is_initialized():
             ray.shutdown()
+
+
+def check_engine_auth(urls: list[str]) -> None:
+    """The first engine must refuse a request without the job's secret (401/403), else exit 3 naming it."""
+    from slime.core.auth import http_refused, job_secret
+
+    if not urls or job_secret() is None:
+        return
+    problem = http_refused(urls[0])
+    if problem is not None:
+        from slime.core.errors import InfraError
+
+        raise InfraError(
+            f"engine 0 is open to anyone on the network: {problem}. Fix: the engine must get the job's "
+            "secret (slime.core.auth; SGLang: --config with api-key), or set SLIME_JOB_AUTH=off knowingly"
+        )
