@@ -6,12 +6,14 @@ user's shell) tries the job's Ray (raw gRPC to the GCS and a real ``ray.init``) 
 HTTP API. With auth (the default) every attempt is refused and the job still completes; with
 ``SLIME_JOB_AUTH=off`` (the old behaviour) the same attempts get in. The secret never appears on
 any command line (``ps``), in the run dir's files (lock.json, metrics.jsonl, logs...) or Ray's logs.
+A requeued instance (SLURM_RESTART_COUNT + 1) gets a new secret, and the old one no longer opens Ray.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -164,3 +166,74 @@ def test_with_auth_off_the_outsider_gets_in(tmp_path):
             proc.wait(timeout=60)
     assert proc.returncode == 0, log.read_text()[-3000:]
     assert not list((tmp_path / "runs").glob("*/tasks/0/auth/secret-*"))
+
+
+def _bootstrap(run_dir: Path, restart: int) -> subprocess.Popen:
+    """One instance of a 1-node SLURM job (SLURM's variables, no SLURM): what a requeue starts again."""
+    host = socket.gethostname().split(".")[0]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "SLURM_JOB_ID": "4242",
+        "SLURM_NODEID": "0",
+        "SLURM_JOB_NUM_NODES": "1",
+        "SLURM_NTASKS": "1",
+        "SLURM_JOB_NODELIST": host,
+        "SLURM_RESTART_COUNT": str(restart),
+        "SLIME_DRIVER": "launchers.node.tinydriver",
+        "SLIME_TINYDRIVER_SLEEP": "8",
+    }
+    env.pop("SLIME_JOB_SECRET_FILE", None)
+    cmd = [sys.executable, "-m", "launchers.node.bootstrap", str(run_dir), "--task", "0"]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _gcs_with(tmp_path: Path, gcs: str, token: str | None) -> str:
+    env = clean_env(str(tmp_path / "outsider-home"))
+    env.update({"PYTHONPATH": str(REPO), **({"OUTSIDER_TOKEN": token} if token else {})})
+    cmd = [sys.executable, "-m", "tests.fixtures.outsider", "--gcs", gcs, "--no-init"]
+    out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])["gcs"]
+
+
+def test_a_requeued_job_gets_a_new_secret_and_the_old_one_is_refused(tmp_path):
+    import msgspec
+
+    from slime.core.paths import TaskPaths
+    from slime.spec import load_spec_text
+
+    doc = {
+        "apiVersion": "slime/v2",
+        "kind": "RLJob",
+        "name": "requeue",
+        "cluster": {"launcher": "slurm", "nodes": 1, "gpus_per_node": 0, "network_interface": "lo"},
+        "model": {"builtin": "tiny"},
+        "rollout": {"num_rollouts": 1, "max_prompt_len": 8, "max_response_len": 4, "batch_size": 2},
+        "data": {"prompts": "/p.jsonl"},
+    }
+    spec = load_spec_text(json.dumps(doc), base_dir=Path("/")).spec
+    tp = TaskPaths(tmp_path, 0)
+    tp.dir.mkdir(parents=True)
+    tp.resolved.write_text(json.dumps({"task": 0, "spec": msgspec.to_builtins(spec)}))
+    seen = {}
+    for restart in (0, 1):
+        proc = _bootstrap(tmp_path, restart)
+        try:
+            path, head = tp.auth / f"secret-4242.{restart}", tp.rendezvous / f"head-4242.{restart}.json"
+            _wait_for("the secret and the head", lambda p=path, h=head: p.is_file() and h.is_file(), proc)
+            secret, info = path.read_text(), json.loads(head.read_text())
+            gcs = f"{info['ip']}:{info['port']}"
+            _wait_for("the GCS", lambda g=gcs, s=secret: _gcs_with(tmp_path, g, s) == "answered", proc, 60)
+            seen[restart] = {"secret": secret, "none": _gcs_with(tmp_path, gcs, None)}
+            if restart:
+                seen[1]["old"] = _gcs_with(tmp_path, gcs, seen[0]["secret"])
+            assert proc.wait(timeout=120) == 0
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=60)
+    print("requeue:", {r: {k: v for k, v in s.items() if k != "secret"} for r, s in seen.items()})
+    assert seen[0]["secret"] != seen[1]["secret"]
+    assert sorted(p.name for p in tp.auth.iterdir()) == ["secret-4242.1"]  # the old instance's is gone
+    assert seen[0]["none"] == seen[1]["none"] == "UNAUTHENTICATED"
+    assert seen[1]["old"] == "UNAUTHENTICATED"  # instance 0's secret does not open instance 1
