@@ -314,8 +314,11 @@ class Bootstrap:
         os.environ.pop("RAY_AUTH_TOKEN", None)  # would win over the file
         os.environ.update(ray_auth_env(path))
 
-    def _wait_secret(self, deadline: float) -> Path:
-        """The head writes the secret before it publishes its address; a shared filesystem may lag."""
+    def _take_secret(self, deadline: float) -> None:
+        """A worker uses the head's secret. The head writes it before it publishes its address, but a
+        shared filesystem may show it later."""
+        if not auth_enabled():
+            return
         path = secret_path(self.tp.auth, self.ctx.instance)
         end = min(deadline, time.monotonic() + 30.0)
         while not path.is_file():
@@ -329,7 +332,7 @@ class Bootstrap:
                     "must be on a filesystem every node of the job sees (logging.dir)",
                 )
             self.stop.wait(0.1)
-        return path
+        self.use_secret(path)
 
     # ------------------------------------------------------------------ head
     def run_head(self) -> int:
@@ -507,10 +510,8 @@ class Bootstrap:
                 f"{spec.cluster.bootstrap_timeout_s:g} s; see its log "
                 f"{self.tp.node_log(ctx.head_host)}",
             )
-        if auth_enabled():
-            self.use_secret(self._wait_secret(deadline))
-        ip = worker_ip(ctx, spec, head["ip"])
-        attempt = 0
+        self._take_secret(deadline)
+        ip, attempt = worker_ip(ctx, spec, head["ip"]), 0
         while True:
             head = self.rdv.head() or head  # the head republishes if it had to move to another port block
             address = f"{head['ip']}:{head['port']}"
