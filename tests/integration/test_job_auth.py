@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -32,7 +33,7 @@ name: auth-job
 cluster: {{launcher: local, nodes: 1, gpus_per_node: 0, cpus_per_node: 2, bootstrap_timeout_s: 120}}
 model: {{builtin: tiny}}
 train: {{backend: torch, global_batch_size: 32, micro_batch_size: 32, seed: 1}}
-rollout: {{backend: builtin, batch_size: 8, n_samples_per_prompt: 4, num_rollouts: 20, max_prompt_len: 8,
+rollout: {{backend: builtin, batch_size: 8, n_samples_per_prompt: 4, num_rollouts: 40, max_prompt_len: 8,
   max_response_len: 4}}
 data: {{prompts: {REPO}/specs/data/arith/train.jsonl, input_key: prompt, label_key: label}}
 reward: {{type: exact}}
@@ -237,3 +238,26 @@ def test_a_requeued_job_gets_a_new_secret_and_the_old_one_is_refused(tmp_path):
     assert sorted(p.name for p in tp.auth.iterdir()) == ["secret-4242.1"]  # the old instance's is gone
     assert seen[0]["none"] == seen[1]["none"] == "UNAUTHENTICATED"
     assert seen[1]["old"] == "UNAUTHENTICATED"  # instance 0's secret does not open instance 1
+
+
+def test_the_preflight_fails_naming_the_port_when_ray_ignores_the_secret(tmp_path):
+    """A Ray that runs open although the job has a secret (here: a ``ray`` wrapper that turns token auth
+    off) fails the preflight with exit 3, naming the GCS address that answered."""
+    wrapper = tmp_path / "open-ray"
+    wrapper.write_text(f'#!/bin/sh\nRAY_AUTH_MODE=disabled exec {Path(sys.executable).parent / "ray"} "$@"\n')
+    wrapper.chmod(0o755)
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SLIME_RAY": str(wrapper), "SLIME_JOB_AUTH": "on"}
+    cmd = [sys.executable, "-m", "slime.cli.main", str(tmp_path / "spec.yaml"), "--preflight-only", "--json"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 3, proc.stdout + proc.stderr[-3000:]
+    (pre_file,) = (tmp_path / "runs").glob("*/tasks/0/preflight.json")
+    pre = json.loads(pre_file.read_text())
+    (check,) = [c for c in pre["checks"] if c["name"] == "auth"]
+    head = json.loads(next(pre_file.parent.glob("rendezvous/head-*.json")).read_text())
+    assert not check["ok"] and f"{head['ip']}:{head['port']} answered" in check["message"], check
+    assert "preflight failed: auth" in proc.stderr
+    from launchers.node.rayproc import temp_root
+
+    for d in temp_root().glob(f"{pre['job_id']}-*"):  # a failed job keeps its Ray dir: not for this one
+        shutil.rmtree(d, ignore_errors=True)
