@@ -8,15 +8,14 @@ Ray starts: raylet, agents, workers) or names the temp dir on its command line. 
 dashboard and runtime-env agents can outlive their raylet by minutes and ignore SIGTERM, so this
 sweep is needed. Never ``ray stop`` (node-wide: it would kill other jobs' clusters), never kill by process name.
 
-Environment given to Ray: ``RAY_USAGE_STATS_ENABLED=0``; ``RAY_AUTH_MODE=disabled`` unless the
-job set it (the bootstrap sets ``token`` with the job's own secret file, ``slime.core.auth``; a stray
-``~/.ray/auth_token`` must never decide it: the nodes would refuse each other); ``RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=0``
-(Ray otherwise drains for up to 30 s on SIGTERM); ``RAY_worker_niceness=0`` unless the job set
-it (Ray runs its workers at nice 15 by default, so on a busy node the trainer and engine actors
-lost the CPU to everything else, the job's own drivers included); ``RAY_ADDRESS`` removed (it must not point
-``ray start`` at another cluster). The Ray CLI is ``$SLIME_RAY`` when set (a wrapper, e.g. a
-container entry point; the tests use one to make Ray fail on a chosen node), else the ``ray``
-next to this interpreter.
+Environment given to Ray: ``RAY_USAGE_STATS_ENABLED=0``; ``RAY_AUTH_MODE=disabled`` unless the job set it (the
+bootstrap sets ``token`` with the job's own secret file, ``slime.core.auth``; a stray ``~/.ray/auth_token``
+must never decide it: the nodes would refuse each other); ``RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=0`` (Ray
+otherwise drains for up to 30 s on SIGTERM); ``RAY_worker_niceness=0`` unless the job set it (Ray runs its
+workers at nice 15 by default, so on a busy node the trainer and engine actors lost the CPU to everything
+else, the job's own drivers included); ``RAY_ADDRESS`` removed (it must not point ``ray start`` at another
+cluster). The Ray CLI is ``$SLIME_RAY`` when set (a wrapper, e.g. a container entry point; the tests use one
+to make Ray fail on a chosen node), else the ``ray`` next to this interpreter.
 """
 
 from __future__ import annotations
