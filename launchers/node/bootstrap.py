@@ -1,12 +1,12 @@
 """Per-node, per-job Ray bootstrap: ``python -m launchers.node.bootstrap RUN_DIR --task N``.
 
-Once per node: rank 0 starts a Ray head, the others join (meeting through ``slime.core.rendezvous``);
-the head waits for every node (bounded, no fixed sleeps), runs the preflight, then the driver
-(``--driver`` / ``$SLIME_DRIVER`` choose another module). Jobs sharing nodes are isolated by port
-blocks, per-job temp dirs, explicit node IPs and a teardown that stops only this job's processes.
-Exit codes: 0, 2 unreadable spec, 3 infrastructure (naming node and fix), 128+N on signal N, else
-the driver's. Failures are recorded, not acted on (the submit side decides). TERM/INT stop all; a
-stop request reaches the driver as one USR1. Environment and details: docs/design-notes.md.
+Once per node: rank 0 starts a Ray head, the others join (meeting through ``slime.core.rendezvous``); the head waits
+for every node (bounded, no fixed sleeps), runs the preflight, then the driver (``--driver`` / ``$SLIME_DRIVER``
+choose another module). Jobs sharing nodes are isolated by port blocks, per-job temp dirs, explicit node IPs and a
+teardown that stops only this job's processes. Exit codes: 0, 2 unreadable spec, 3 infrastructure (naming node and
+fix), 128+N on signal N, else the driver's. Failures are recorded, not acted on (the submit side decides). TERM/INT
+stop all; a stop request reaches the driver as one USR1. Each instance gets a new secret that every node's Ray, the
+preflight and the driver use (``slime.core.auth``).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from launchers.node.context import NodeContext, detect_node, head_ip, worker_ip
 from launchers.node.driverproc import run_driver_process
 from launchers.node.preflight_checks import needs_collective
 from launchers.node.rayproc import RayNode, RayStartError, prune_stale, temp_dir_for, temp_root
+from slime.core.auth import auth_enabled, new_secret, ray_auth_env, secret_path
 from slime.core.errors import ExitCode, InfraError
 from slime.core.paths import RunPaths
 from slime.core.ports import Claim, PortBlock, PortsExhausted, claim_block
@@ -273,12 +274,40 @@ class Bootstrap:
             self.claim.release()
             self.claim = None
 
+    # ------------------------------------------------------------------ auth
+    def use_secret(self, path: Path) -> None:
+        """Token auth for this node's Ray and every process the job starts here (``slime.core.auth``)."""
+        os.environ.pop("RAY_AUTH_TOKEN", None)  # would win over the file
+        os.environ.update(ray_auth_env(path))
+
+    def _take_secret(self, deadline: float) -> None:
+        """A worker uses the head's secret. The head writes it before it publishes its address, but a
+        shared filesystem may show it later."""
+        if not auth_enabled():
+            return
+        path = secret_path(self.tp.auth, self.ctx.instance)
+        end = min(deadline, time.monotonic() + 30.0)
+        while not path.is_file():
+            self._check_stop()
+            if self.rdv.done():
+                raise HeadDone()
+            if time.monotonic() > end:
+                raise NodeFailure(
+                    [self.ctx.hostname],
+                    f"the job's secret {path} is not visible on {self.ctx.hostname}. Fix: the run dir "
+                    "must be on a filesystem every node of the job sees (logging.dir)",
+                )
+            self.stop.wait(0.1)
+        self.use_secret(path)
+
     # ------------------------------------------------------------------ head
     def run_head(self) -> int:
         ctx, spec = self.ctx, self.spec
         deadline = self.t0 + spec.cluster.bootstrap_timeout_s
         self.rdv.clean_stale()
         ip = head_ip(ctx, spec)
+        if auth_enabled():  # a new secret per instance: a requeued job's old one is refused
+            self.use_secret(new_secret(self.tp.auth, ctx.instance))
         try:
             block = self._start_ray(head=True, ip=ip, deadline=deadline)
         except RayStartError as exc:
@@ -447,8 +476,8 @@ class Bootstrap:
                 f"{spec.cluster.bootstrap_timeout_s:g} s; see its log "
                 f"{self.tp.node_log(ctx.head_host)}",
             )
-        ip = worker_ip(ctx, spec, head["ip"])
-        attempt = 0
+        self._take_secret(deadline)
+        ip, attempt = worker_ip(ctx, spec, head["ip"]), 0
         while True:
             head = self.rdv.head() or head  # the head republishes if it had to move to another port block
             address = f"{head['ip']}:{head['port']}"

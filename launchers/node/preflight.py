@@ -1,12 +1,12 @@
 """The gating preflight: run on the Ray head after every node joined, before any training.
 
-Checks, each naming the node and the fix (decisions in ``preflight_checks``): ``ray_nodes``,
-``gpu_count`` / ``cuda_visible_devices``, ``cuda`` (a probe in every GPU bundle), ``ray_resources``,
-``bundles`` / ``placement`` / ``roles`` (the placement group the runtime will use), ``collective``
-(gloo across nodes) and ``collective_nccl``. The collective's go-ahead comes first, so it runs while
-the placement group is made and probed; a single CPU-only node skips it. ``cluster.fake_gpus``
-skips the CUDA probe, saying so. ``ray`` is imported lazily; :func:`write_report` writes
-preflight.json and preflight.txt. Check by check: docs/design-notes.md.
+Checks, each naming the node and the fix (decisions in ``preflight_checks``): ``ray_nodes``, ``auth`` (the head
+refuses a call without the job's secret), ``gpu_count`` / ``cuda_visible_devices``, ``cuda`` (a probe in every GPU
+bundle), ``ray_resources``, ``bundles`` / ``placement`` / ``roles`` (the placement group the runtime will use),
+``collective`` (gloo across nodes) and ``collective_nccl``. The collective's go-ahead comes first, so it runs while
+the placement group is made and probed; a single CPU-only node skips it. ``cluster.fake_gpus`` skips the CUDA probe,
+saying so. ``ray`` is imported lazily; :func:`write_report` writes preflight.json and preflight.txt. Check by check:
+docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from launchers.node.authcheck import auth_checks
 from launchers.node.context import NodeContext
 from launchers.node.preflight_checks import (
     SOLO_SKIP,
@@ -184,6 +185,7 @@ def run_preflight(
             node=next((hosts[r] for r in range(world) if r not in nodes), None),
         )
     ]
+    checks += auth_checks((node_meta.get(0) or {}).get("ip") or ctx.hostname, ports, hosts[0])
     coll_timeout = min(timeout_s, 60.0)
     solo = not needs_collective(world, spec.cluster.gpus_per_node)
     if not solo:

@@ -4,7 +4,8 @@
 then TERMs (later KILLs) every process carrying this node's ``SLIME_RAY_NODE=<temp dir>`` marker or
 naming the temp dir, since Ray's agents can outlive their raylet and ignore SIGTERM. Never ``ray
 stop`` (node-wide) and never kill by name. Ray gets a fixed environment (no usage stats, auth off
-unless set, no drain wait, workers at normal niceness, no inherited ``RAY_ADDRESS``). The CLI is
+unless the job set it: the bootstrap sets token auth with the job's secret file, no drain wait,
+workers at normal niceness, no inherited ``RAY_ADDRESS``). The CLI is
 ``$SLIME_RAY`` when set, else the ``ray`` next to this interpreter. See docs/design-notes.md.
 """
 
@@ -203,7 +204,7 @@ class RayNode:
             # or a second job's head on the same node fails to bind and `ray start --block` kills its cluster.
             cmd.append(f"--dashboard-port={ports.dashboard}")
             if dashboard:
-                cmd += ["--include-dashboard=true", "--dashboard-host=0.0.0.0"]
+                cmd += ["--include-dashboard=true", "--dashboard-host=127.0.0.1"]  # reach it through a tunnel
             else:
                 cmd.append("--include-dashboard=false")
             if _ray_client_available():  # `ray start` has no way to turn it off: pin its port then

@@ -154,6 +154,11 @@ class TaskPaths:
         return self.dir / "rendezvous"
 
     @property
+    def auth(self) -> Path:
+        """The job's secret, one file per instance (``slime.core.auth``): dir 0700, file 0600."""
+        return self.dir / "auth"
+
+    @property
     def driver_probe(self) -> Path:
         """What the bootstrap's test driver (tests.fixtures.tinydriver) saw of the Ray cluster."""
         return self.dir / "driver-probe.json"
@@ -274,7 +279,7 @@ class RunPaths:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(content.encode() if isinstance(content, str) else content)
                 os.chmod(target, mode)
-            os.chmod(tmp, 0o755)
+            os.chmod(tmp, 0o700)  # the job's secret lives in it (slime.core.auth)
             os.rename(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -5,8 +5,8 @@ what a run got to: :meth:`~Job.connect` (the job's Ray, or a private local one s
 :meth:`~Job.start` (placement group, trainer ranks, rollout manager, engines; engines load while
 the ranks and the manager do) and teardown in reverse. Guaranteed: the manager's data and reward
 errors surface from ``start`` typed; a critic whose data-parallel layout differs from the actor's
-is refused; a GPU slot without CUDA fails the start. Not guaranteed: after a lost node, only local
-things are stopped. Debug modes and devices: docs/design-notes.md.
+is refused; a GPU slot without CUDA fails the start; the first engine must refuse a request
+without the job's secret. Not guaranteed: after a lost node, only local things are stopped.
 """
 
 from __future__ import annotations
@@ -136,6 +136,7 @@ class Job:
         self._init_trainers(model)
         self.urls = started.result() if started is not None else []
         self.say(f"{len(self.urls)} engine(s) up: {', '.join(self.urls)}" if started else "no engines (train_only)")
+        check_engine_auth(self.urls)
         ray.get(manager_ready)  # data and reward errors surface here, typed
         ray.get(self.manager.set_engines.remote(self.urls))
         where = ray.get([r.where.remote() for g in self.trainers for r in g.ranks])
@@ -186,3 +187,19 @@ class Job:
                     pass
         if ray.is_initialized():
             ray.shutdown()
+
+
+def check_engine_auth(urls: list[str]) -> None:
+    """The first engine must refuse a request without the job's secret (401/403), else exit 3 naming it."""
+    from slime.core.auth import http_refused, job_secret
+
+    if not urls or job_secret() is None:
+        return
+    problem = http_refused(urls[0])
+    if problem is not None:
+        from slime.core.errors import InfraError
+
+        raise InfraError(
+            f"engine 0 is open to anyone on the network: {problem}. Fix: the engine must get the job's "
+            "secret (slime.core.auth; SGLang: --config with api-key), or set SLIME_JOB_AUTH=off knowingly"
+        )

@@ -31,6 +31,7 @@ from launchers.node.context import (
     worker_ip,
 )
 from launchers.node.rayproc import MARKER_ENV, RayNode, pids_using, prune_stale, ray_env, temp_dir_for
+from slime.core.auth import new_secret
 from slime.core.errors import ExitCode, InfraError
 from slime.core.paths import TaskPaths
 from slime.core.ports import (
@@ -423,6 +424,7 @@ def test_a_worker_that_failed_exits_0_when_the_head_finished_meanwhile(tmp_path,
     monkeypatch.setattr(boot_mod, "WORKER_MARGIN_S", 0.0)
     monkeypatch.setattr(boot_mod.Bootstrap, "start_collective", lambda self: None)  # no torch import here
     rdv = Rendezvous(tp.rendezvous, "77.0")
+    new_secret(tp.auth, "77.0")  # as the head does before it publishes its address
     rdv.publish_head(ip="127.0.0.1", port=1, host="headnode")
     recorded = boot_mod.Bootstrap.node_failure
 

@@ -1,11 +1,12 @@
 """The one HTTP client for rollout engines: real SGLang servers and the built-in engine.
 
 Every caller goes through :class:`EngineClient` and gets typed results (:class:`GenerateResult`).
-Guaranteed: only connection failures of idempotent calls are retried (``generate``, raw ``post``
-and RL control calls never, unless marked idempotent: a resent generation or release could run
-twice); every failure raises :class:`EngineError` naming URL, status and message; one ``aiohttp``
-session per event loop, so several loops may use a client. aiohttp: the engine side already
-depends on it and its unbounded pool carries a rollout's many concurrent requests.
+Guaranteed: only connection failures of idempotent calls are retried (``generate``, raw ``post`` and
+RL control calls never, unless marked idempotent: a resent generation or release could run twice);
+every failure raises :class:`EngineError` naming URL, status and message; one ``aiohttp`` session
+per event loop, so several loops may use a client; the job's secret is sent when set. aiohttp: the
+engine side already depends on it and its unbounded pool carries a rollout's many concurrent
+requests.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+
+from slime.core.auth import auth_headers
 
 __all__ = ["EngineClient", "EngineError", "EngineUnavailable", "GenerateResult"]
 
@@ -117,6 +120,7 @@ class EngineClient:
         retries: int = 3,
         backoff_s: float = 0.5,
         max_connections: int = 0,
+        secret: str | None = None,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"engine URL {base_url!r} must start with http:// or https://")
@@ -125,6 +129,7 @@ class EngineClient:
         self.retries = int(retries)
         self.backoff_s = float(backoff_s)
         self.max_connections = int(max_connections)
+        self.headers = auth_headers(secret)  # the job's secret by default ($SLIME_JOB_SECRET_FILE)
         self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
 
     # --------------------------------------------------------------- plumbing
@@ -137,6 +142,7 @@ class EngineClient:
             sess = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self.max_connections),
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+                headers=self.headers,
             )
             self._sessions[loop] = sess
         return sess

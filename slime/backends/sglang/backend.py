@@ -1,18 +1,20 @@
 """``rollout.backend: sglang``: the RolloutBackend that starts SGLang engines and syncs their weights.
 
-``start`` builds the commands (``launch.engine_commands``; tests swap in the built-in engine),
-starts them with bounded health-checked startup, one small Ray actor per node (:class:`NodeProcesses`)
-holding the handles, then a router for several engines. ``update_weights`` follows
-``rollout.weight_sync``: ``disk``, ``delta`` (checksummed changed tensors rebuilt on the node) or
-``nccl`` (driven by trainer rank 0 through :meth:`weight_sender`). Colocated runs release and resume
-memory in the order SGLang needs. ``placement`` may be a plain mapping (tests, no Ray). Logs:
-``<log_dir>/<process>.log``. Placement, ports and GPU visibility: docs/design-notes.md.
+``start`` builds the commands (``launch.engine_commands``; tests swap in the built-in engine), starts them with
+bounded health-checked startup, one small Ray actor per node (:class:`NodeProcesses`) holding the handles, then a
+router for several engines. ``update_weights`` follows ``rollout.weight_sync``: ``disk``, ``delta`` (checksummed
+changed tensors rebuilt on the node) or ``nccl`` (driven by trainer rank 0 through :meth:`weight_sender`). Colocated
+runs release and resume memory in the order SGLang needs. ``placement`` may be a mapping (tests). Logs:
+``<log_dir>/<process>.log``. The job's secret reaches each server as ``--api-key`` in a 0600 ``--config`` file,
+never argv. Placement, ports, GPU visibility: docs/design-notes.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
+import os
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,6 +23,7 @@ from typing import Any
 from slime.backends.base import RolloutBackend, WeightSender
 from slime.backends.sglang import launch, process
 from slime.backends.sglang.weights import sync_delta, sync_from_disk
+from slime.core.auth import SECRET_ENV, job_secret, write_private
 
 __all__ = ["NodeProcesses", "SGLangRolloutBackend", "process_specs"]
 
@@ -36,6 +39,25 @@ def process_specs(commands: Sequence[launch.EngineCommand], local_nodes: set[int
         name = f"engine{c.engine}" + (f"-node{c.node_rank}" if c.nnodes > 1 else "")
         out.append(process.ProcessSpec(name=name, argv=c.argv, url=c.url, ports=c.ports, env=c.env))
     return out
+
+
+def api_key_config() -> Path | None:
+    """The job's secret as SGLang's ``api-key`` in a YAML file for ``--config`` (0600, beside the secret,
+    removed with it on the next instance): SGLang has no environment variable for it, and argv is public."""
+    secret, where = job_secret(), os.environ.get(SECRET_ENV)
+    if not secret or not where:
+        return None
+    config = Path(where).with_name(Path(where).name + ".sglang.yaml")
+    if not config.exists():
+        write_private(config, f"api-key: {json.dumps(secret)}\n")  # JSON strings are YAML
+    return config
+
+
+def with_api_key(cmd: launch.EngineCommand, config: Path | None) -> launch.EngineCommand:
+    """``cmd`` reading its API key from ``config`` (only SGLang servers: stand-ins read the secret's file)."""
+    if config is None or "sglang.launch_server" not in cmd.argv:
+        return cmd
+    return dataclasses.replace(cmd, argv=(*cmd.argv, "--config", str(config)))
 
 
 def _pin_gpus(cmd: launch.EngineCommand, gpu_ids: Sequence[str]) -> launch.EngineCommand:
@@ -85,7 +107,8 @@ class SGLangRolloutBackend(RolloutBackend):
         self.log_dir = Path(log_dir or placement.get("log_dir") or Path(spec.logging.dir) / "engines")
         hosts = placement.get("hosts")
         local = placement.get("local_nodes")
-        commands = self.command_builder(spec, layout, hosts=hosts)
+        config = api_key_config()
+        commands = [with_api_key(c, config) for c in self.command_builder(spec, layout, hosts=hosts)]
         specs = process_specs(commands, set(local) if local is not None else None)
         self.processes = process.start_processes(specs, self.log_dir, timeout_s=spec.rollout.startup_timeout_s)
         self.urls = [c.url for c in commands if c.url]
@@ -113,7 +136,9 @@ class SGLangRolloutBackend(RolloutBackend):
         }
         try:
             base = self._port_block(engine_nodes)
+            config = api_key_config()
             commands = self.command_builder(spec, layout, hosts=hosts, port_base=base + launch.PORT_STRIDE)
+            commands = [with_api_key(c, config) for c in commands]
             top = max((p for c in commands for p in c.ports), default=base)
             if top - base >= _block():
                 raise launch.LaunchError(

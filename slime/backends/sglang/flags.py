@@ -47,10 +47,17 @@ SGLANG_RESERVED = (
     "gpu-id-step",
     "tokenizer-path",  # model.tokenizer: the rollout manager tokenizes with the same one
     "enable-deterministic-inference",  # rollout.deterministic
+    "api-key",  # the job's secret (slime.core.auth), given through --config
+    "config",
 )
 
 # The spec field that decides a reserved flag, where one does (the hint of a refusal names it).
-_FIELD_OF = {"enable-deterministic-inference": "rollout.deterministic: true", "tokenizer-path": "model.tokenizer"}
+_FIELD_OF = {
+    "enable-deterministic-inference": "rollout.deterministic: true",
+    "tokenizer-path": "model.tokenizer",
+    "api-key": "SLIME_JOB_AUTH (the job's own secret; docs/security.md)",
+    "config": "rollout.sglang.args (one key per flag)",
+}
 
 
 def reserved_hint(flag: str) -> str:

@@ -6,8 +6,7 @@ its SHA-256 is checked against patches/pins.toml). Nothing is imported from the 
 ``A[T, Arg(...)]`` of the namespace classes in ``_INPUT_NAMESPACES`` (``arg_groups/fields/*.py``) as
 ``--name`` with ``_`` -> ``-`` or ``Arg(cli_name=...)``, plus ``Arg(aliases=[...])``, skipping
 ``Arg(no_cli=True)`` and ``Derived(...)`` (arg_groups/arg_utils.py ``add_cli_args_from_dataclass``); (2) the
-``parser.add_argument("--flag", ...)`` calls in ``add_cli_args`` itself. An annotation this parser cannot
-read fails the run rather than dropping a flag.
+``parser.add_argument("--flag", ...)`` calls in ``add_cli_args`` itself. An unreadable annotation fails the run.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Everything else (generation, weight loads, collective weight sync, memory releas
 HTTP through ``EngineClient``, exactly as with SGLang. ``rollout.builtin.args`` maps onto the
 engine's options; other keys are rejected with the valid names. Devices: CUDA on a GPU slot, CPU on
 a CPU slot or with ``cluster.fake_gpus``; a GPU slot without CUDA fails ``start`` with an
-``InfraError`` naming the host, never a silent CPU engine.
+``InfraError`` naming the host, never a silent CPU engine. Servers require the job's secret.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ class EngineHost:
         host: str | None = None,
         fake_gpus: bool = False,
         name: str = "engine",
+        weights_root: str | None = None,
     ) -> None:
         from slime.placement import normal_priority
 
@@ -64,10 +65,12 @@ class EngineHost:
         self.model_dir, self.seed, self.gpu_slot = model_dir, seed, gpu_slot
         self.fake_gpus, self.name = fake_gpus, name
         self.kwargs, self.weight_version, self.host = dict(kwargs), weight_version, host
+        self.weights_root = weights_root
         self.server = None
 
     def start(self) -> str:
         from slime.backends.rollout.builtin.server import start_server
+        from slime.core.auth import job_secret
         from slime.placement import slot_device
 
         host = self.host
@@ -76,7 +79,16 @@ class EngineHost:
 
             host = ray.util.get_node_ip_address()
         device = slot_device(self.gpu_slot, fake_gpus=self.fake_gpus, what=self.name)
-        self.server = start_server(self.model_dir, host=host, port=0, seed=self.seed, device=device, **self.kwargs)
+        self.server = start_server(
+            self.model_dir,
+            host=host,
+            port=0,
+            seed=self.seed,
+            device=device,
+            secret=job_secret(),  # the raylet's environment names the job's secret file
+            weights_root=self.weights_root,
+            **self.kwargs,
+        )
         self.server.engine.weight_version = self.weight_version
         return self.server.url
 
@@ -122,6 +134,7 @@ class BuiltinRolloutBackend(RolloutBackend):
                     kwargs=kw,
                     fake_gpus=spec.cluster.fake_gpus,
                     name=f"engine {i} (slot {slot})",
+                    weights_root=os.environ.get("SLIME_RUN_DIR"),  # set by the bootstrap for the driver
                 )
             )
         timeout = spec.rollout.startup_timeout_s

@@ -5,8 +5,8 @@ SGLang's ``http_server.py``: ``/generate`` (single or batch), health, cache flus
 versions, server info, ``/abort_request``, and the RL control endpoints of ``rl_control.py``.
 Errors are HTTP 400 (500 if unexpected) with SGLang's ``{"error": {"message": ...}}`` body; the
 server keeps running. Not implemented (400): streaming, multimodal input, LoRA, top-logprobs,
-constrained decoding. aiohttp: already a dependency, and it runs in a plain thread, so
-:func:`start_server` works in a synchronous Ray actor. Endpoint details: docs/design-notes.md.
+constrained decoding. With the job's secret every path but ``/health`` needs it (401/403), weights
+load only from the run dir. aiohttp: a dependency already; it runs in a plain thread (Ray actors).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ if __name__ == "__main__":
 
 from aiohttp import web
 
+from slime.core.auth import bearer_middleware, job_secret
 from slime.core.http_server import BackgroundHTTPServer
 
 from .generator import Completion, Engine
@@ -128,9 +129,10 @@ def _per_item(value: Any, n: int, name: str, batched: bool, default: Any) -> lis
 
 
 class _Handlers:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, weights_root: str | Path | None = None) -> None:
         self.engine = engine
         self.control = RLControl(engine)
+        self.weights_root = None if weights_root is None else Path(weights_root).resolve()
 
     # ---------------------------------------------------------------- generate
     def _parse_generate(self, body: dict) -> tuple[bool, list[list[int]], list[SamplingParams], list, list[bool]]:
@@ -263,6 +265,8 @@ class _Handlers:
         path = body.get("model_path")
         if not isinstance(path, str) or not path:
             raise BadRequest("model_path (a checkpoint directory) is required")
+        if self.weights_root is not None and not Path(path).resolve().is_relative_to(self.weights_root):
+            return _error(f"model_path must be inside this job's run dir {self.weights_root}", status=403)
         version = body.get("weight_version")
         if version is not None and not isinstance(version, (str, int)):
             raise BadRequest("weight_version must be a string")
@@ -363,9 +367,12 @@ async def _errors(request: web.Request, handler):
         return _error(f"internal error: {exc!r}", status=500)
 
 
-def build_app(engine: Engine) -> web.Application:
-    h = _Handlers(engine)
-    app = web.Application(middlewares=[_errors], client_max_size=256 * 1024 * 1024)
+def build_app(engine: Engine, *, secret: str | None = None, weights_root: str | Path | None = None) -> web.Application:
+    """``secret``: every request but ``/health`` needs ``Authorization: Bearer <secret>`` (401/403);
+    ``weights_root``: ``/update_weights_from_disk`` loads only from inside it (403)."""
+    h = _Handlers(engine, weights_root)
+    middlewares = [bearer_middleware(secret)] if secret else []
+    app = web.Application(middlewares=[*middlewares, _errors], client_max_size=256 * 1024 * 1024)
     app.router.add_route("POST", "/generate", h.generate)
     app.router.add_route("PUT", "/generate", h.generate)
     app.router.add_get("/health", h.health)
@@ -397,12 +404,21 @@ class EngineServer(BackgroundHTTPServer):
 
     what = "built-in engine"
 
-    def __init__(self, engine: Engine, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        secret: str | None = None,
+        weights_root: str | Path | None = None,
+    ) -> None:
         self.engine = engine
+        self.secret, self.weights_root = secret, weights_root
         super().__init__(host, port, thread_name="builtin-http")
 
     def build_app(self) -> web.Application:
-        return build_app(self.engine)
+        return build_app(self.engine, secret=self.secret, weights_root=self.weights_root)
 
     def start(self, timeout: float = 30.0) -> EngineServer:
         self.engine.start()
@@ -415,15 +431,23 @@ class EngineServer(BackgroundHTTPServer):
 
 
 def start_server(
-    model_path: str | Path, *, host: str = "127.0.0.1", port: int = 0, seed: int | None = None, **engine_kwargs: Any
+    model_path: str | Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    seed: int | None = None,
+    secret: str | None = None,
+    weights_root: str | Path | None = None,
+    **engine_kwargs: Any,
 ) -> EngineServer:
     """Load the model and serve it from background threads; returns once listening.
 
     ``port=0`` picks a free port (read it from ``.port`` / ``.url``). Call
-    ``.stop()`` to shut down. Extra keyword arguments go to :class:`Engine`.
+    ``.stop()`` to shut down. ``secret``/``weights_root``: see :func:`build_app`.
+    Extra keyword arguments go to :class:`Engine`.
     """
     engine = Engine(model_path, seed=seed, **engine_kwargs)
-    return EngineServer(engine, host, port).start()
+    return EngineServer(engine, host, port, secret=secret, weights_root=weights_root).start()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -463,6 +487,7 @@ def main(argv: list[str] | None = None) -> int:
             max_running_requests=args.max_running_requests,
             context_length=args.context_length,
             num_threads=args.num_threads,
+            secret=job_secret(),  # $SLIME_JOB_SECRET_FILE names it (slime.core.auth); unset: no auth
         )
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
