@@ -116,7 +116,9 @@ class Driver:
         if self.state.prefetched is not None:  # an async run's next rollout, replayed (rollout_feed)
             self.feed.restore(point.path, self.state.prefetched)
         self.checkpoint_dir = str(point.path)
-        self.status.update(resumed_from=self.checkpoint_dir)  # evidence for `slime-submit smoke`
+        # resumed_from: evidence for `slime-submit smoke`; checkpoint: what a restart before the next save
+        # resumes from (the restart record names it)
+        self.status.update(resumed_from=self.checkpoint_dir, checkpoint=self.checkpoint_dir)
         self.init_ref(fresh=False)
         self.weights.sync(self.state.weight_version)  # the engines get the checkpoint's weights under its version
         st = self.state

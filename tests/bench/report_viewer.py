@@ -84,7 +84,7 @@ def in_chromium(html: Path, profile: Path) -> dict[str, float] | None:
     """Load, page-turn and sort times measured in headless Chromium (ms), or None without it."""
     if not (shutil.which("chromium") and shutil.which("chromedriver")):
         return None
-    from tests.e2e.test_report import Page
+    from tests.e2e.test_report_pages import Page
 
     page = Page(html, profile)
     try:

@@ -181,7 +181,7 @@ def _bootstrap(run_dir: Path, restart: int) -> subprocess.Popen:
         "SLURM_NTASKS": "1",
         "SLURM_JOB_NODELIST": host,
         "SLURM_RESTART_COUNT": str(restart),
-        "SLIME_DRIVER": "launchers.node.tinydriver",
+        "SLIME_DRIVER": "tests.fixtures.tinydriver",
         "SLIME_TINYDRIVER_SLEEP": "8",
     }
     env.pop("SLIME_JOB_SECRET_FILE", None)

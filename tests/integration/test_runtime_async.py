@@ -108,8 +108,12 @@ def test_rollouts_are_one_step_stale_and_tis_reweights_them(uninterrupted):
         # generated with the weights of the step before the previous one, while the trainer trained
         assert r["rollout/staleness_mean"] == r["rollout/staleness_max"] == 1, r["rollout_id"]
         assert r["rollout/weight_version"] == r["weight_version"] - 2 and r["check/stale_samples"] == 0
-    stale_ratio = [max(r["train/is_ratio_max"] - 1, 1 - r["train/is_ratio_min"]) for r in later]
-    assert min(stale_ratio) > 1e-3, stale_ratio  # stale samples: trainer and engine disagree
+    # stale samples: trainer and engine disagree wherever the step in between moved the weights (a rollout
+    # whose groups all scored alike trains with zero advantages and leaves them as they were)
+    moved = [r for prev, r in zip(rows[1:], later) if prev["train/grad_norm"] > 0]
+    assert len(moved) >= len(later) - 1, [r["train/grad_norm"] for r in rows[1:]]
+    stale_ratio = [max(r["train/is_ratio_max"] - 1, 1 - r["train/is_ratio_min"]) for r in moved]
+    assert min(stale_ratio) > 1e-3, stale_ratio
     assert max(r["train/tis_clipfrac"] for r in later) > 0  # and clip 1.05 / 0.95 truncates some
     for r in rows[1:]:
         for key in (
