@@ -141,22 +141,24 @@ def plugin_sections(s: Spec) -> Iterator[Finding]:
                 )
 
 
-def _cpu_names(kind: str) -> str:
-    return " or ".join(n for n, p in profiles(kind).items() if p.cpu)
+def _gpu_only(s: Spec) -> Iterator[tuple[str, str, str]]:
+    """(field, 'the <name> <kind>', the CPU-capable names) for each selected backend that needs GPUs."""
+    for kind in ("train_backend", "rollout_backend"):
+        p, (_, section, attr) = selected(s, kind), KINDS[kind]
+        if not p.cpu:
+            cpu = " or ".join(n for n, q in profiles(kind).items() if q.cpu)
+            yield f"{section}.{attr}", f"{p.name} {kind.replace('_', ' ')}", cpu
 
 
 @rule
 def devices(s: Spec) -> Iterator[Finding]:
     if not _gpu(s):
-        for kind in ("train_backend", "rollout_backend"):
-            p = selected(s, kind)
-            _, section, attr = KINDS[kind]
-            if not p.cpu:
-                yield (
-                    f"{section}.{attr}",
-                    f"the {p.name} {kind.replace('_', ' ')} needs GPUs but cluster.gpus_per_node is 0",
-                    f"set cluster.gpus_per_node, or {section}.{attr}: {_cpu_names(kind)}",
-                )
+        for field, what, cpu_names in _gpu_only(s):
+            yield (
+                field,
+                f"the {what} needs GPUs but cluster.gpus_per_node is 0",
+                f"set cluster.gpus_per_node, or {field}: {cpu_names}",
+            )
         if s.train.gpus_per_node:
             yield (
                 "train.gpus_per_node",
@@ -197,15 +199,12 @@ def fake_gpus(s: Spec) -> Iterator[Finding]:
             "remove cluster.fake_gpus (a CPU-only job needs no opt-in)",
         )
         return
-    for kind in ("train_backend", "rollout_backend"):
-        p = selected(s, kind)
-        _, section, attr = KINDS[kind]
-        if not p.cpu:
-            yield (
-                f"{section}.{attr}",
-                f"the {p.name} {kind.replace('_', ' ')} needs CUDA; cluster.fake_gpus runs GPU slots on CPU",
-                f"use {section}.{attr}: {_cpu_names(kind)} on fake GPUs, or remove cluster.fake_gpus on real GPU nodes",
-            )
+    for field, what, cpu_names in _gpu_only(s):
+        yield (
+            field,
+            f"the {what} needs CUDA; cluster.fake_gpus runs GPU slots on CPU",
+            f"use {field}: {cpu_names} on fake GPUs, or remove cluster.fake_gpus on real GPU nodes",
+        )
     if s.train.precision != "fp32":
         yield (
             "train.precision",
