@@ -24,7 +24,7 @@ from typing import Any
 
 from launchers.status import metrics_tail, runtime_state
 from slime.core.errors import ExitCode
-from slime.core.paths import RunPaths, TaskPaths, atomic_write
+from slime.core.paths import RunPaths, TaskPaths, atomic_write, read_jsonl
 from slime.core.rendezvous import Rendezvous
 from slime.core.states import RunState
 
@@ -104,19 +104,7 @@ def kind_of(cause: str) -> str:
 
 # ----------------------------------------------------------------------------- the record
 def read(tp: TaskPaths) -> list[dict[str, Any]]:
-    try:
-        text = tp.restarts.read_text()
-    except OSError:
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue  # a torn line of a run killed while appending: skipped, never fatal
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
+    return read_jsonl(tp.restarts)  # a torn line of a run killed while appending: skipped, never fatal
 
 
 def append(tp: TaskPaths, record: dict[str, Any]) -> dict[str, Any]:

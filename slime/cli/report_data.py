@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from slime.cli.runids import short_id
-from slime.core.paths import RunPaths, TaskPaths
+from slime.core.paths import RunPaths, TaskPaths, read_jsonl
 
 __all__ = ["RunView", "TaskView", "diagnosis", "flatten", "load_run", "lock_summary", "spec_diff"]
 
@@ -71,23 +71,6 @@ def read_json(path: Path) -> Any:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The object lines of a JSON-lines file (a line being written, or damaged, is skipped)."""
-    try:
-        text = path.read_text()
-    except OSError:
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
 
 
 def _dict(v: Any) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["RunPaths", "TaskPaths", "atomic_write", "new_run_name"]
+__all__ = ["RunPaths", "TaskPaths", "atomic_write", "new_run_name", "read_jsonl"]
 
 
 def new_run_name(name: str, spec_text: str, now: float | None = None) -> str:
@@ -42,6 +42,23 @@ def atomic_write(path: Path, data: str | bytes, mode: int = 0o644) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The object lines of a JSON-lines file; a torn line (a writer killed while appending) is skipped."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
 
 
 def _json_kind(v: object) -> str:

@@ -132,5 +132,6 @@ def trainer_memory(d: Dims, lay: TrainerLayout, *, reference: bool = False, crit
         b = Breakdown(terms=tuple(terms), notes=(f"pipeline stage {stage} of {lay.pp}",))
         if best is None or b.total > best.total:
             best = b
-    assert best is not None
+    if best is None:  # unreachable: a layout has at least one pipeline stage
+        raise ValueError(f"no pipeline stage in a layout of pp={lay.pp}")
     return best
