@@ -167,7 +167,10 @@ def test_mount_is_refused_and_the_host_mount_table_is_unchanged():
     res, during_before, during_after = run(go(seccomp=True))
     assert res.stdout.split() == ["-1", str(errno.EPERM)]
     assert during_after == during_before and not any(m.endswith("/mnt") for m in during_after)
-    assert _host_mounts() == before
+    # the host got no tmpfs from "none" (the refused mount): other workers' tests (SLURM node namespaces,
+    # other sandboxes) may mount elsewhere meanwhile, so only what this mount would have added is checked
+    added = _host_mounts() - before
+    assert not [m for m in added if m.split(" - ")[-1].split()[:2] == ["tmpfs", "none"]], added
 
 
 def test_unshare_and_setns_are_refused():
