@@ -17,4 +17,6 @@ NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$site_
 # smokes) time out. tests/conftest.py keeps the SLURM tests on one worker (one cluster per machine), the
 # learning runs on one, and a module's tests together when they share a module-scoped fixture.
 # SLIME_TEST_WORKERS=0 runs everything in this one process.
-exec .venv/bin/python -m pytest -n "${SLIME_TEST_WORKERS:-2}" --dist loadgroup "$@"
+# `extended` marks the further cases of a heavy e2e family (one representative case stays in CI);
+# `bash ci/test.sh -m extended` runs them.
+exec .venv/bin/python -m pytest -n "${SLIME_TEST_WORKERS:-2}" --dist loadgroup -m "not extended" "$@"
