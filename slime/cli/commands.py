@@ -244,8 +244,9 @@ def import_slime_args(args: argparse.Namespace) -> int:
     from slime.migrate.importer import convert_slime_args, read_source
 
     text = read_source(args.file)
-    result = convert_slime_args(text, name=args.name)
-    if args.output:
+    result = convert_slime_args(text, name=args.name, model=getattr(args, "model", None))
+    accepted = result.accepted(drop_unmapped=getattr(args, "drop_unmapped", False))
+    if accepted and args.output:
         from slime.core.paths import atomic_write
 
         try:
@@ -258,17 +259,36 @@ def import_slime_args(args: argparse.Namespace) -> int:
                 "give a file path in an existing, writable directory",
             )
             return ExitCode.SPEC
-    elif not args.json:
+    elif accepted and not args.json:
         sys.stdout.write(result.yaml)
     if args.json:
-        print(json.dumps(result.report(), indent=2))
+        print(json.dumps(result.report() | {"accepted": accepted}, indent=2))
     else:
-        con = _console(stderr=True)
-        for flag, why in result.unmapped:
-            con.print(f"[yellow]not mapped[/]: {flag} ({why})")
-        for flag, why in result.differences:
-            con.print(f"[yellow]differs from slime[/]: {flag} ({why})")
-        if result.problems:
-            print_problems(list(result.problems))
-        con.print(f"mapped {len(result.mapped)} flag(s); {len(result.unmapped)} not mapped (listed above)")
-    return ExitCode.OK
+        _print_import(result, accepted)
+    return ExitCode.OK if accepted else ExitCode.SPEC
+
+
+def _print_import(result, accepted: bool) -> None:
+    """The account on stderr: refused flags and contradictions first, then the notes."""
+    from rich.markup import escape
+
+    con = _console(stderr=True)
+    refused = {f for f, _ in result.refused} | {f for f, _ in result.conflicts}
+    for flag, why in result.conflicts:
+        con.print(f"[red]contradiction[/]: {escape(flag)} ({escape(why)})")
+    for flag, why in result.refused:
+        con.print(f"[red]refused[/]: {escape(flag)} ({escape(why)})")
+    for flag, why in result.unmapped:
+        if flag not in refused:
+            con.print(f"[yellow]dropped[/]: {escape(flag)} ({escape(why)})")
+    for flag, why in result.differences:
+        con.print(f"[yellow]differs from slime[/]: {escape(flag)} ({escape(why)})")
+    if result.problems:
+        print_problems(list(result.problems))
+    con.print(
+        f"mapped {len(result.mapped)} flag(s); {len(result.unmapped)} not mapped, of which "
+        f"{len(result.refused)} change what is trained and {len(result.conflicts)} contradict (listed above)"
+    )
+    if not accepted:
+        fix = " (or pass --drop-unmapped to drop the refused flags)" if result.refused and not result.conflicts else ""
+        con.print(f"[red]no spec written[/]: fix the flags above{fix}")

@@ -90,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="write the spec here instead of stdout")
     p.add_argument("--name", default=None, help="job name for the spec")
     p.add_argument("--json", action="store_true", help="print the mapping report as JSON")
+    p.add_argument(
+        "--drop-unmapped",
+        action="store_true",
+        help="write the spec even if flags that change what is trained cannot be mapped (they are listed)",
+    )
+    p.add_argument("--model", default=None, help="checkpoint dir to use instead of the script's --hf-checkpoint")
     p.set_defaults(func=_command("slime.cli.commands:import_slime_args"))
 
     for name, (configure, help_text) in SUBCOMMANDS.items():

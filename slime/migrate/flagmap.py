@@ -13,18 +13,25 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from slime.migrate.bashargs import Word
+from slime.migrate.flag_table import REMOVED, removed_reason
 from slime.migrate.slime_flags import (
+    ARCH_CONFIG,
     ARCHITECTURE,
     BOXED_RM_TYPES,
     DATA_PATH_FLAGS,
     DIRECT,
+    DROPPABLE,
+    MEGATRON_DROPPABLE,
+    PP_SIZE_FLAGS,
     RM_TYPES,
+    SFT_FLAGS,
+    SFT_REASON,
     SLIME_DEFAULTS,
     SLIME_ONLY,
-    SLIME_SGLANG_OWN,
     SPECIAL,
     slime_only_reason,
 )
@@ -83,6 +90,24 @@ class Builder:
         self.placeholders: list[tuple[str, str]] = []
         self.notes: list[tuple[str, str]] = []
         self.differences: list[tuple[str, str]] = []  # (flag as written, what slime computes that the spec does not)
+        self.refused: list[tuple[str, str]] = []  # unmapped and changing what is trained: exit 2 unless dropped
+        self.conflicts: list[tuple[str, str]] = []  # contradictions (flag vs flag or config.json): always exit 2
+        self.implied: list[Flag] = []  # architecture flags, compared with config.json by ``finish``
+        self.sft = False  # a supervised fine-tuning script: its SFT flags are refused as one (kind SFTJob)
+
+    def refuse(self, flag: str, why: str) -> None:
+        """Not mapped, and the job would train something else without it."""
+        self.unmapped.append((flag, why))
+        self.refused.append((flag, why))
+
+    def drop(self, flag: str, why: str) -> None:
+        """Not mapped, and dropping it changes only speed, memory or logging (or slime ignores it too)."""
+        self.unmapped.append((flag, why))
+
+    def conflict(self, flag: str, why: str) -> None:
+        """Two settings that cannot both hold: never resolved by picking one."""
+        self.unmapped.append((flag, why))
+        self.conflicts.append((flag, why))
 
     def set(self, path: str | Key, value: Any, comment: str) -> None:
         self.values[_key(path)] = (value, comment)
@@ -122,8 +147,8 @@ def dedupe(flags: list[Flag], b: Builder) -> list[Flag]:
     out = []
     for i, f in enumerate(flags):
         if last[f.name] != i and f.name not in _REPEATABLE:
-            b.unmapped.append(
-                (f.name, f"given again on line {flags[last[f.name]].line}; the last one wins (as in slime's argparse)")
+            b.drop(
+                f.name, f"given again on line {flags[last[f.name]].line}; the last one wins (as in slime's argparse)"
             )
         else:
             out.append(f)
@@ -163,20 +188,25 @@ def _scalar(v: str) -> Any:
 
 
 def _pass_through(f: Flag, b: Builder, section: str, key: str, what: str, shown: str) -> None:
-    """``section``: the slime/v1 path the flag table speaks; ``shown``: where the written spec has it."""
+    """``section``: the slime/v1 path the flag table speaks; ``shown``: where the written spec has it.
+    A value that cannot be passed on refuses the flag, unless the flag only tunes speed or memory."""
+    speed_only = section == "rollout.engine_args" and key.startswith(SGLANG_SPEED_ONLY)
     if len(f.values) > 1:
-        b.unmapped.append(
-            (
-                f.name,
-                f"takes several values ({' '.join(f.values)}); {shown} holds one value per "
-                f"{what} flag: add it by hand if the engine accepts a quoted list",
-            )
+        (b.drop if speed_only else b.refuse)(
+            f.name,
+            f"takes several values ({' '.join(f.values)}); {shown} holds one value per "
+            f"{what} flag: add it by hand if the engine accepts a quoted list",
         )
     elif f.values and _UNRESOLVED.search(f.values[0]):
-        b.unmapped.append((f.name, f"value {f.values[0]!r} could not be resolved without running the script"))
+        (b.drop if speed_only else b.refuse)(
+            f.name, f"value {f.values[0]!r} could not be resolved without running the script"
+        )
     else:
         b.from_flag(f, _key(section) + (key,), _scalar(f.values[0]) if f.values else True)
 
+
+# SGLang flags that tune only speed or memory (prefixes): dropped with a note when they cannot be passed on.
+SGLANG_SPEED_ONLY = ("cuda-graph-", "mem-fraction-static", "chunked-prefill-size", "max-running-requests", "log-")
 
 # Flags of slime's SGLang that the pinned one renamed: 0.5.23 split the CUDA-graph batch sizes into
 # -decode and -prefill (the old ones were decode batch sizes), so the old name is now an ambiguous prefix.
@@ -187,7 +217,7 @@ def _sglang_pass_through(f: Flag, b: Builder, key: str) -> None:
     """``--sglang-<key>``: SGLang's ``--<key>`` when the pinned SGLang has it (validate refuses the others)."""
     key = _SGLANG_RENAMED.get(key, key)
     if (problem := unknown_flag(key)) is not None:
-        b.unmapped.append((f.name, problem[0]))
+        b.refuse(f.name, problem[0])
         return
     _pass_through(f, b, "rollout.engine_args", key, "SGLang", "rollout.sglang.args")
 
@@ -200,13 +230,35 @@ def _plugin_path(dotted: str) -> str:
     return f"{module}:{fn}" if module else dotted
 
 
+def is_sft(seen: dict[str, Flag]) -> bool:
+    """slime's SFT recipe: the SFT loss, the SFT rollout function, or no advantages computed."""
+    loss, fn = seen.get("--loss-type"), seen.get("--rollout-function-path")
+    return (
+        (loss is not None and loss.values == ["sft_loss"])
+        or (fn is not None and any("sft_rollout" in v for v in fn.values))
+        or "--disable-compute-advantages-and-returns" in seen
+    )
+
+
+def _refused_reason(f: Flag) -> str:
+    """Why one of slime's own flags is refused, naming the mode its value selects."""
+    if f.name == "--rollout-function-path" and any("sft_rollout" in v for v in f.values):
+        return SFT_REASON
+    if f.name in ("--rollout-function-path", "--data-source-path") and any("fully_async" in v for v in f.values):
+        return "fully-async mode (a rollout loop that never waits for training): not in slime/v2 yet; train.async "
+        "overlaps one rollout with training"
+    return slime_only_reason(f.name)
+
+
 def map_flag(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
     name = f.name
-    if name in DIRECT:
+    if b.sft and name in SFT_FLAGS:
+        b.refuse(name, SFT_REASON)
+    elif name in DIRECT:
         path, kind = DIRECT[name]
         value, error = _convert(f, kind)
         if value is None:
-            b.unmapped.append((name, error or "no value"))
+            b.refuse(name, error or "no value")
             return
         note = ""
         if kind == "str" and _UNRESOLVED.search(value):
@@ -214,45 +266,73 @@ def map_flag(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
             b.notes.append((value, f"{name}: shell expansion not resolved in the script"))
         b.from_flag(f, path, value, note)
         if error:
-            b.unmapped.append((" ".join(f.values), f"{error} (ignored)"))
+            b.refuse(" ".join(f.values), f"{error} (ignored)")
     elif name in SPECIAL:
         _special(f, b, seen)
     elif name in ARCHITECTURE:
         b.mapped.append((name, IMPLIED))
-    elif name in SLIME_SGLANG_OWN:
-        b.unmapped.append((name, SLIME_SGLANG_OWN[name]))
+        b.implied.append(f)
+    elif name in REMOVED:
+        b.refuse(name, removed_reason(name))
+    elif name in PP_SIZE_FLAGS:
+        _pp_size(f, b, seen)
+    elif name in SLIME_ONLY:
+        (b.drop if name in DROPPABLE else b.refuse)(name, _refused_reason(f))
     elif name.startswith("--sglang-") and (hit := sglang_reserved(name[len("--sglang-") :])) is not None:
-        b.unmapped.append(
-            (
-                name,
-                f"slime-submit sets --{hit} itself from the spec and the layout (one engine per "
-                "rollout.gpus_per_engine GPUs); its engines cannot take it from rollout.sglang.args",
-            )
+        b.drop(
+            name,
+            f"slime-submit sets --{hit} itself from the spec and the layout (one engine per "
+            "rollout.gpus_per_engine GPUs); its engines cannot take it from rollout.sglang.args",
         )
     elif name.startswith("--sglang-"):
         _sglang_pass_through(f, b, name[len("--sglang-") :])
     elif name.startswith("--router-"):
-        b.unmapped.append(
-            (
-                name,
-                "slime-submit's rollout manager sends requests straight to the engines and spreads them itself "
-                "(no sglang-router in the request path), so router settings have nothing to act on",
-            )
+        b.drop(
+            name,
+            "slime-submit's rollout manager sends requests straight to the engines and spreads them itself "
+            "(no sglang-router in the request path), so router settings have nothing to act on",
         )
-    elif name in SLIME_ONLY:
-        b.unmapped.append((name, slime_only_reason(name)))
-    elif name == "--spec":
-        b.unmapped.append(
-            (
-                name,
-                "a custom Megatron layer spec: the megatron backend builds the model from "
-                "model.path's config.json; check it supports this model",
-            )
-        )
+    elif name == "--spec":  # slime's model-family layer spec: the megatron backend picks it from model_type
+        b.mapped.append((name, IMPLIED + " (model_type; validate checks the backend supports it)"))
+    else:
+        _megatron_flag(f, b)
+
+
+def _megatron_flag(f: Flag, b: Builder) -> None:
+    """A Megatron flag slime passes through: a megatron-core option, its ``--no-`` form, or refused."""
+    name = f.name
+    negated = name.startswith("--no-") and not f.values and unknown_megatron_option(name[5:]) is None
+    if negated:  # Megatron-LM's --no-<x> switches store False into <x>
+        b.from_flag(f, ("train", "backend_args", name[5:]), False, " -- Megatron's --no- form of this option")
+    elif name in MEGATRON_DROPPABLE:
+        b.drop(name, MEGATRON_DROPPABLE[name])
     elif (problem := unknown_megatron_option(name[2:])) is not None:  # a Megatron-LM flag, not megatron-core's
-        b.unmapped.append((name, problem[0]))
+        b.refuse(name, problem[0])
     else:  # a megatron-core option slime passes through
         _pass_through(f, b, "train.backend_args", name[2:], "Megatron", "train.megatron.args")
+
+
+def _pp_size(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
+    """SGLang's pipeline-parallel size (and its long alias) -> rollout.sglang.args.pp-size: an engine of
+    rollout.gpus_per_engine GPUs then runs tensor parallel gpus_per_engine / pp-size, as slime does."""
+    other = seen.get(PP_SIZE_FLAGS[1] if f.name == PP_SIZE_FLAGS[0] else PP_SIZE_FLAGS[0])
+    if f.name == PP_SIZE_FLAGS[1] and other is not None and other.values != f.values:
+        b.conflict(
+            f.name,
+            f"{f.shown()} (line {f.line}) and {other.shown()} (line {other.line}) name one setting with two "
+            "values: keep one",
+        )
+        return
+    if f.name == PP_SIZE_FLAGS[1] and other is not None:
+        b.mapped.append((f.name, "rollout.engine_args.pp-size (the same value as --sglang-pp-size)"))
+        return
+    value, error = _convert(f, "int")
+    if value is None:
+        b.refuse(f.name, error or "needs one value")
+        return
+    b.from_flag(
+        f, ("rollout", "engine_args", "pp-size"), value, " -- SGLang pipeline stages: tp = gpus_per_engine / pp"
+    )
 
 
 _SWITCHES = {
@@ -269,13 +349,13 @@ def _special(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
     name, vals = f.name, f.values
     one = vals[0] if len(vals) == 1 else None
     if name in _SWITCHES and vals:
-        b.unmapped.append((" ".join(vals), f"value(s) after the switch {name} (line {f.line}), ignored"))
+        b.refuse(" ".join(vals), f"value(s) after the switch {name} (line {f.line}), ignored")
     if name == "--rm-type" and one is None:
-        b.unmapped.append((name, "needs one value"))
+        b.refuse(name, "needs one value")
     elif name == "--rm-type":
         _rm_type(f, one or "", b)
     elif name == "--custom-rm-path" and one is None:
-        b.unmapped.append((name, "needs one value: the reward function's dotted path"))
+        b.refuse(name, "needs one value: the reward function's dotted path")
     elif name == "--custom-rm-path":
         b.from_flag(f, "reward.custom", _plugin_path(one))
         b.set("reward.type", "custom", f"implied by {name} (line {f.line})")
@@ -285,31 +365,29 @@ def _special(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
         if one == "megatron":
             b.from_flag(f, "train.backend", "megatron")
         else:
-            b.unmapped.append((name, f"train backend {one!r} has no slime/v2 equivalent (torch or megatron)"))
+            b.refuse(name, f"train backend {one!r} has no slime/v2 equivalent (torch or megatron)")
     elif name in ("--bf16", "--fp16"):
         b.from_flag(f, "train.precision", name[2:])
     elif name == "--optimizer":
         if one == "adam":
             b.from_flag(f, "train.optimizer.name", "adam")
         else:
-            b.unmapped.append((name, f"optimizer {one!r}: slime/v2 trains with Adam(W) only"))
+            b.refuse(name, f"optimizer {one!r}: slime/v2 trains with Adam(W) only")
     elif name == "--lr-decay-style":
         if one in ("constant", "cosine", "linear"):
             b.from_flag(f, "train.optimizer.lr_schedule", one)
         else:
-            b.unmapped.append((name, f"lr decay style {one!r}: slime/v2 has constant, cosine and linear"))
+            b.refuse(name, f"lr decay style {one!r}: slime/v2 has constant, cosine and linear")
     elif name == "--disable-grpo-std-normalization":
         b.from_flag(f, "algorithm.normalize_std", False)
     elif name == "--loss-type" and one == "policy_loss":
         b.mapped.append((name, "algorithm.estimator (slime's default RL policy loss)"))
     elif name == "--loss-type":
-        b.unmapped.append(
-            (
-                name,
-                f"slime's {' '.join(vals) or 'empty'} loss (sft_loss: a supervised fine-tuning job; value_loss: a "
-                "critic; custom_loss: a plug-in) has no slime/v2 equivalent: the imported spec trains the RL "
-                "policy loss of algorithm.estimator, a different job",
-            )
+        b.refuse(
+            name,
+            f"slime's {' '.join(vals) or 'empty'} loss (sft_loss: a supervised fine-tuning job; value_loss: a "
+            "critic; custom_loss: a plug-in) has no slime/v2 equivalent: the imported spec trains the RL "
+            "policy loss of algorithm.estimator, a different job",
         )
     elif name == "--calculate-per-token-loss":
         b.from_flag(f, "algorithm.loss_agg", "token_mean", " -- slime's mean over every trained token of the step")
@@ -329,29 +407,27 @@ def _train_env_vars(f: Flag, b: Builder) -> None:
         if not isinstance(env, dict):
             raise ValueError
     except ValueError:
-        b.unmapped.append((name, "not a JSON object of environment variables"))
+        b.refuse(name, "not a JSON object of environment variables")
         return
     for k, v in env.items():
         if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
             b.from_flag(f, ("cluster", "env", k), str(v))
         else:
-            b.unmapped.append((name, f"{k!r} is not an environment variable name"))
+            b.refuse(name, f"{k!r} is not an environment variable name")
 
 
 def _rm_type(f: Flag, kind: str, b: Builder) -> None:
     boxed = kind.startswith("boxed_")
     entry = (BOXED_RM_TYPES if boxed else RM_TYPES).get(kind.removeprefix("boxed_"))
     if entry is None and boxed:
-        b.unmapped.append(
-            (
-                f.name,
-                f"slime's {kind!r} grades only the \\boxed{{}} content of the response (boxed_math and "
-                "boxed_deepscaler then almost never score); slime/v2 has no such variant: port it as "
-                "reward.type: custom",
-            )
+        b.refuse(
+            f.name,
+            f"slime's {kind!r} grades only the \\boxed{{}} content of the response (boxed_math and "
+            "boxed_deepscaler then almost never score); slime/v2 has no such variant: port it as "
+            "reward.type: custom",
         )
     elif entry is None:
-        b.unmapped.append((f.name, f"no built-in {kind!r} reward in slime/v2: port it as reward.type: custom"))
+        b.refuse(f.name, f"no built-in {kind!r} reward in slime/v2: port it as reward.type: custom")
     else:
         reward_type, differs = entry
         b.from_flag(
@@ -391,7 +467,7 @@ _SLIME_FILTERS = {
 
 def _dynamic_filter(f: Flag, one: str | None, b: Builder) -> None:
     if one is None:
-        b.unmapped.append((f.name, "needs one value: the filter function's dotted path"))
+        b.refuse(f.name, "needs one value: the filter function's dotted path")
         return
     builtin = _SLIME_FILTERS.get(one)
     b.from_flag(
@@ -409,7 +485,7 @@ def _dynamic_filter(f: Flag, one: str | None, b: Builder) -> None:
 
 def _load_rollouts(f: Flag, one: str | None, b: Builder) -> None:
     if one is None:
-        b.unmapped.append((f.name, "needs one value: the saved rollouts' path (template)"))
+        b.refuse(f.name, "needs one value: the saved rollouts' path (template)")
         return
     where = one.rsplit("/", 1)[0] if ("{" in one or one.endswith(".pt")) and "/" in one else one
     b.set("debug.mode", "train_only", f"implied by {f.name} (line {f.line}), as in slime")
@@ -428,12 +504,13 @@ def _num(f: Flag | None, kind: str, b: Builder) -> Any:
         return None
     value, error = _convert(f, kind)
     if value is None:
-        b.unmapped.append((f.name, error or "no value"))
+        b.refuse(f.name, error or "no value")
     return value
 
 
 def finish(b: Builder, seen: dict[str, Flag], name: str | None) -> None:
     """Map the flags whose meaning depends on others, fill slime's defaults, size the cluster, name the job."""
+    _architecture(b)
     _kl(b, seen)
     _betas(b, seen)
     _resume(b, seen)
@@ -450,6 +527,39 @@ def finish(b: Builder, seen: dict[str, Flag], name: str | None) -> None:
     b.set("name", name or _job_name(b), "from --name" if name else "derived from the model directory")
 
 
+def _hf_config(path: Any) -> dict[str, Any] | None:
+    try:
+        config = json.loads((Path(str(path)) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def _architecture(b: Builder) -> None:
+    """Each architecture flag against model.path's config.json where readable: a contradiction names both."""
+    path = b.get("model.path")
+    config = _hf_config(path) if b.implied and path else None
+    if b.implied and config is None:
+        b.notes.append(
+            ("architecture flags", f"not compared with config.json: {path}/config.json is not readable here")
+        )
+    for f in b.implied if config is not None else []:
+        key = next((k for k in ARCH_CONFIG.get(f.name, ()) if k in config), None)
+        want = config.get(key) if key else None
+        if len(f.values) != 1 or isinstance(want, bool) or not isinstance(want, (int, float)):
+            continue  # a switch, a structural flag, or a value config.json does not hold
+        try:
+            given = float(f.values[0])
+        except ValueError:
+            continue  # an unexpanded shell variable: nothing to compare
+        if not math.isclose(given, float(want), rel_tol=1e-9):
+            b.conflict(
+                f.name,
+                f"{f.shown()} (line {f.line}) contradicts {path}/config.json {key} = {want}: the model is built "
+                "from config.json; fix the flag or point --hf-checkpoint at the checkpoint it describes",
+            )
+
+
 def _kl(b: Builder, seen: dict[str, Flag]) -> None:
     """The KL loss and its coefficient, the KL estimator's difference, and the reference model."""
     # slime applies --kl-loss-coef only with --use-kl-loss.
@@ -461,7 +571,7 @@ def _kl(b: Builder, seen: dict[str, Flag]) -> None:
         if use_kl or coef_value == 0:
             b.from_flag(coef, "algorithm.kl_loss_coef", coef_value)
         else:
-            b.unmapped.append(("--kl-loss-coef", "slime ignores it without --use-kl-loss"))
+            b.drop("--kl-loss-coef", "slime ignores it without --use-kl-loss")
     kl_type = b.get("algorithm.kl_loss_type", "k1")  # slime's default when absent
     if (b.get("algorithm.kl_coef", 0) or 0) > 0 and kl_type != "k1":
         b.differences.append(
@@ -506,7 +616,7 @@ def _resume(b: Builder, seen: dict[str, Flag]) -> None:
     """``--load``: resuming in the save directory, or a checkpoint to start from."""
     load, save = seen.get("--load"), seen.get("--save")
     if load is not None and len(load.values) != 1:
-        b.unmapped.append(("--load", "needs one value: the checkpoint directory"))
+        b.refuse("--load", "needs one value: the checkpoint directory")
     elif load is not None:
         if save is not None and save.values and load.values[0].rstrip("/") == save.values[0].rstrip("/"):
             b.mapped.append(("--load", "train.checkpoint.dir (resumes from the newest checkpoint there)"))
@@ -558,41 +668,56 @@ def _reward_key(b: Builder, key: Flag | None) -> None:
         elif value == "score":
             b.mapped.append((key.name, "reward.type dapo (its +1/-1 score)"))
         else:
-            b.unmapped.append(
-                (
-                    key.name,
-                    f"slime would reward dapo's {' '.join(key.values)!r}; slime/v2's dapo reward is its score (+1/-1)",
-                )
+            b.refuse(
+                key.name,
+                f"slime would reward dapo's {' '.join(key.values)!r}; slime/v2's dapo reward is its score (+1/-1)",
             )
     elif key is not None and value and b.get("reward.type") in ("custom", "remote"):
         b.from_flag(key, "reward.key", value)
     elif key is not None:
-        b.unmapped.append(
-            (
-                key.name,
-                "slime picks this key out of a reward returned as a dict; slime/v2's built-in rewards return "
-                "numbers (reward.key is for custom and remote rewards)",
-            )
+        b.refuse(
+            key.name,
+            "slime picks this key out of a reward returned as a dict; slime/v2's built-in rewards return "
+            "numbers (reward.key is for custom and remote rewards)",
         )
 
 
 def _weight_sync(b: Builder, seen: dict[str, Flag]) -> None:
+    """``--update-weight-mode``/``--update-weight-transport``, refused where slime refuses them (no setting
+    turns into another): delta needs the disk transport and separate engines."""
     mode, transport = seen.get("--update-weight-mode"), seen.get("--update-weight-transport")
+    delta = mode is not None and mode.values == ["delta"]
+    if delta and transport is not None and transport.values != ["disk"]:
+        b.conflict(
+            transport.name,
+            f"{mode.shown()} (line {mode.line}) needs --update-weight-transport disk, but the script gives "
+            f"{transport.shown()} (line {transport.line}); slime refuses the pair too: give disk or drop delta",
+        )
+        return
+    if delta and b.get("rollout.colocate"):
+        b.conflict(
+            mode.name,
+            f"{mode.shown()} (line {mode.line}) with --colocate: colocated engines are updated in memory and "
+            "slime refuses delta updates there too; drop --update-weight-mode delta or --colocate",
+        )
+        return
     for f in (mode, transport):
         if f is None:
             continue
         if b.get("rollout.colocate"):
-            b.unmapped.append((f.name, "colocated engines are updated in memory; no transport to choose"))
+            b.drop(f.name, "colocated engines are updated in memory; no transport to choose")
         elif f is mode:
-            if f.values == ["delta"]:
+            if delta:
                 b.from_flag(f, "rollout.weight_sync", "delta")
-            else:
+            elif f.values == ["full"]:
                 b.mapped.append((f.name, "rollout.weight_sync (full updates are the default)"))
-        elif not (mode and mode.values == ["delta"]):
+            else:
+                b.refuse(f.name, f"mode {' '.join(f.values)!r}: slime has full and delta")
+        elif not delta:
             if f.values and f.values[0] in ("nccl", "disk"):
                 b.from_flag(f, "rollout.weight_sync", f.values[0])
             else:
-                b.unmapped.append((f.name, f"transport {' '.join(f.values)!r}: slime/v2 has nccl, disk and delta"))
+                b.refuse(f.name, f"transport {' '.join(f.values)!r}: slime/v2 has nccl, disk and delta")
         else:
             b.mapped.append((f.name, "rollout.weight_sync (delta updates travel over disk)"))
 
@@ -613,13 +738,13 @@ def _eval_sets(b: Builder, seen: dict[str, Flag]) -> None:
     extras = {n: seen.get(n) for n in _EVAL_EXTRAS}
     passrate = seen.get("--log-passrate")
     if passrate is not None and (data is None or not data.values):
-        b.unmapped.append((passrate.name, "slime/v2 logs pass@k for eval sets (data.eval[*].pass_at_k); none given"))
+        b.drop(passrate.name, "slime/v2 logs pass@k for eval sets (data.eval[*].pass_at_k); none given")
     if data is not None and not data.values:
-        b.unmapped.append((data.name, "needs values: NAME PATH [NAME PATH ...] or a PATH"))
+        b.refuse(data.name, "needs values: NAME PATH [NAME PATH ...] or a PATH")
     if data is None or not data.values:
         for n, f in extras.items():
             if f is not None:
-                b.unmapped.append((n, "no --eval-prompt-data to apply it to"))
+                b.drop(n, "no --eval-prompt-data to apply it to (slime ignores it too)")
         return
     vals = data.values
     pairs = (
@@ -654,7 +779,7 @@ def _eval_sets(b: Builder, seen: dict[str, Flag]) -> None:
 
 def _passrate(b: Builder, f: Flag, applied: bool) -> None:
     if not applied:
-        b.unmapped.append((f.name, "pass@k needs more than one sample per eval prompt (--n-samples-per-eval-prompt)"))
+        b.drop(f.name, "pass@k needs more than one sample per eval prompt (--n-samples-per-eval-prompt)")
         return
     b.mapped.append((f.name, "data.eval[*].pass_at_k"))
     b.differences.append(
@@ -671,7 +796,7 @@ def _wandb(b: Builder, seen: dict[str, Flag]) -> None:
     if mode is not None and mode.values and mode.values[0] in ("online", "offline", "disabled"):
         b.from_flag(mode, "logging.wandb.mode", mode.values[0])
     elif mode is not None:
-        b.unmapped.append((mode.name, f"W&B mode {' '.join(mode.values)!r}: slime/v2 has online, offline, disabled"))
+        b.drop(mode.name, f"W&B mode {' '.join(mode.values)!r}: slime/v2 has online, offline, disabled")
     if use is not None:
         b.mapped.append((use.name, "logging.wandb.mode"))
         if not b.has("logging.wandb.mode"):

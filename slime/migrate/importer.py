@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slime.migrate.bashargs import Script, read_script
-from slime.migrate.flagmap import IMPLIED, Builder, Key, dedupe, finish, map_flag, parse_flags
+from slime.migrate.flagmap import IMPLIED, Builder, Key, dedupe, finish, is_sft, map_flag, parse_flags
 from slime.spec.errors import Problem
 from slime.spec.versions import CURRENT, Move, move_path, upgrade
 
@@ -48,16 +48,24 @@ class ConversionResult:
     notes: list[tuple[str, str]] = field(default_factory=list)  # (shell text, why it was left as written)
     problems: list[Problem] = field(default_factory=list)  # validation of the generated spec
     differences: list[tuple[str, str]] = field(default_factory=list)  # (flag, what slime computes that v1 does not)
+    refused: list[tuple[str, str]] = field(default_factory=list)  # unmapped flags that change what is trained
+    conflicts: list[tuple[str, str]] = field(default_factory=list)  # contradictions between flags or config.json
 
     @property
     def valid(self) -> bool:
         return not any(p.severity == "error" for p in self.problems)
+
+    def accepted(self, drop_unmapped: bool = False) -> bool:
+        """The import succeeds: a valid spec, no contradiction, and no refused flag unless dropping them."""
+        return self.valid and not self.conflicts and (drop_unmapped or not self.refused)
 
     def report(self) -> dict[str, Any]:
         return {
             "valid": self.valid,
             "mapped": [{"flag": f, "path": p} for f, p in self.mapped],
             "unmapped": [{"flag": f, "reason": r} for f, r in self.unmapped],
+            "refused": [{"flag": f, "reason": r} for f, r in self.refused],
+            "conflicts": [{"flag": f, "reason": r} for f, r in self.conflicts],
             "placeholders": [{"path": p, "why": w} for p, w in self.placeholders],
             "notes": [{"text": t, "why": w} for t, w in self.notes],
             "differences": [{"flag": f, "slime": w} for f, w in self.differences],
@@ -148,26 +156,33 @@ def _sort_key(path: Key, order: dict[str, list[str]]) -> list[int]:
 
 
 # ----------------------------------------------------------------------------- entry point
-def convert_slime_args(text: str, name: str | None = None) -> ConversionResult:
-    """Convert a slime launch script or flag list into a commented slime/v2 spec (see the module docstring)."""
+def convert_slime_args(text: str, name: str | None = None, model: str | None = None) -> ConversionResult:
+    """Convert a slime launch script or flag list into a commented slime/v2 spec (see the module docstring).
+
+    ``model``: a checkpoint directory to use instead of the script's ``--hf-checkpoint`` (its config.json
+    is then compared with the script's architecture flags)."""
     script = read_script(text)
     b = Builder()
     b.notes.extend(script.notes)
     flags, strays = parse_flags(script.words)
     for w in strays:
-        b.unmapped.append((w.text, f"a value with no flag before it (line {w.line})"))
+        b.refuse(w.text, f"a value with no flag before it (line {w.line})")
     _unread_flags(script, b)
     if script.entry and "async" in script.entry:  # train_async.py: the next rollout overlaps training
         b.set("train.async", True, f"{script.entry} (line {script.entry_line})")
     flags = dedupe(flags, b)
     seen = {f.name: f for f in flags}
+    b.sft = is_sft(seen)
     for f in flags:
         map_flag(f, b, seen)
+    if model is not None:
+        given = seen.get("--hf-checkpoint")
+        b.set("model.path", model, "import-slime-args --model" + (f" (the script gives {given.shown()})" * bool(given)))
     finish(b, seen, name)
     accounted = {f for f, _ in b.mapped} | {f for f, _ in b.unmapped}
     for f in flags:  # the guarantee: nothing dropped silently, whatever a handler above missed
         if f.name not in accounted:
-            b.unmapped.append((f.name, f"could not be mapped with value(s) {f.values!r}"))
+            b.refuse(f.name, f"could not be mapped with value(s) {f.values!r}")
     b.set("apiVersion", "slime/v1", "")
     b.set("kind", "RLJob", "")
     b.set("description", "Imported from a slime launch script by slime-submit import-slime-args.", "")
@@ -185,28 +200,26 @@ def convert_slime_args(text: str, name: str | None = None) -> ConversionResult:
         notes=b.notes,
         problems=_validate(text_out),
         differences=b.differences,
+        refused=b.refused,
+        conflicts=b.conflicts,
     )
 
 
 def _unread_flags(script: Script, b: Builder) -> None:
     """List as unmapped the flags bash would not pass (an early end) or this file cannot see (unknown arrays)."""
     for line, end, text in script.early_end:
-        b.unmapped.append(
-            (
-                f"line {line}: {text}",
-                f"not part of the {script.entry} command, which ends on line {end} (no trailing '\\'): bash runs "
-                "this line as a command of its own and slime never sees these flags; if they are meant for "
-                f"{script.entry}, end line {end} with '\\'",
-            )
+        b.drop(
+            f"line {line}: {text}",
+            f"not part of the {script.entry} command, which ends on line {end} (no trailing '\\'): bash runs "
+            "this line as a command of its own and slime never sees these flags; if they are meant for "
+            f"{script.entry}, end line {end} with '\\'",
         )
     for w in script.unknown_arrays:
-        b.unmapped.append(
-            (
-                w.text,
-                f"array not defined in this file (line {w.line}; a sourced file?): its flags "
-                "were not imported; model-architecture flags are implied by model.path's "
-                "config.json, add any others by hand",
-            )
+        b.refuse(
+            w.text,
+            f"array not defined in this file (line {w.line}; a sourced file?): its flags "
+            "were not imported; model-architecture flags are implied by model.path's "
+            "config.json, add any others by hand",
         )
 
 

@@ -12,13 +12,19 @@ from __future__ import annotations
 
 __all__ = [
     "ARCHITECTURE",
+    "ARCH_CONFIG",
     "BOXED_RM_TYPES",
     "DATA_PATH_FLAGS",
     "DIRECT",
+    "DROPPABLE",
+    "MEGATRON_DROPPABLE",
+    "PP_SIZE_FLAGS",
+    "REFUSED",
     "RM_TYPES",
+    "SFT_FLAGS",
+    "SFT_REASON",
     "SLIME_DEFAULTS",
     "SLIME_ONLY",
-    "SLIME_SGLANG_OWN",
     "SPECIAL",
     "slime_only_reason",
 ]
@@ -211,178 +217,226 @@ ARCHITECTURE = frozenset(
     }
 )
 
-# slime's own --sglang-* flags (not SGLang server flags).
-SLIME_SGLANG_OWN = {
-    "--sglang-router-ip": "slime-submit starts the router itself",
-    "--sglang-router-port": "slime-submit starts the router itself",
-    "--sglang-router-request-timeout-secs": "router request timeout is not in slime/v2",
-    "--sglang-server-concurrency": "slime's client-side request concurrency is not in slime/v2",
-}
-
-_REASONS = {
-    # a Megatron-LM flag (no megatron-core TransformerConfig field): the backend's DDP config always sets it
+# slime's own flags that change nothing the job learns: speed, memory, logging, evaluation or plumbing
+# slime-submit does itself. The import drops each with this note (exit 0).
+DROPPABLE: dict[str, str] = {
+    "--sglang-router-ip": "slime-submit's rollout manager reaches the engines itself (no router address to give)",
+    "--sglang-router-port": "slime-submit's rollout manager reaches the engines itself (no router address to give)",
+    "--sglang-router-request-timeout-secs": "a request timeout of slime's router client (speed/robustness only)",
+    "--sglang-server-concurrency": "slime's client-side request concurrency (speed only)",
+    "--distributed-backend": "the megatron backend uses NCCL on GPUs (slime's default too)",
+    "--distributed-timeout-minutes": "a collective timeout (robustness only)",
     "--accumulate-allreduce-grads-in-fp32": "the megatron backend always reduces gradients in fp32 "
     "(DistributedDataParallelConfig grad_reduce_in_fp32)",
-    # Megatron performance switches that need Transformer Engine layer specs, which the megatron backend
-    # does not map for MoE models: its experts run as SequentialMLP (not an accepted-and-ignored setting)
-    "--moe-grouped-gemm": "grouped expert GEMM needs Transformer Engine layer specs; the megatron backend runs "
-    "MoE experts one by one (SequentialMLP)",
-    "--moe-permute-fusion": "a Transformer Engine kernel; the megatron backend's MoE runs without it",
-    "--moe-router-fusion": "a Transformer Engine kernel; the megatron backend's MoE runs without it",
-    "--balance-data": "token-balanced data-parallel partitioning is not configurable in slime/v2",
-    "--balance-by-flops": "FLOP-balanced partitioning is not configurable in slime/v2",
-    "--offload": "offloading is decided by the runtime (colocated runs offload in turn)",
-    "--offload-train": "offloading is decided by the runtime (colocated runs offload in turn)",
-    "--offload-rollout": "offloading is decided by the runtime (colocated runs offload in turn)",
+    "--moe-grouped-gemm": "a speed switch needing Transformer Engine layer specs; the megatron backend runs MoE "
+    "experts one by one (SequentialMLP), the same maths",
+    "--moe-permute-fusion": "a Transformer Engine kernel (speed only); the megatron backend's MoE runs without it",
+    "--moe-router-fusion": "a Transformer Engine kernel (speed only); the megatron backend's MoE runs without it",
+    "--balance-data": "token-balanced data-parallel partitioning (speed only) is chosen by the runtime",
+    "--balance-by-flops": "FLOP-balanced partitioning (speed only) is chosen by the runtime",
+    "--offload": "offloading (memory only) is decided by the runtime (colocated runs offload in turn)",
+    "--offload-train": "offloading (memory only) is decided by the runtime (colocated runs offload in turn)",
+    "--offload-rollout": "offloading (memory only) is decided by the runtime (colocated runs offload in turn)",
+    "--release-train": "releasing the trainer during rollout (memory only) is decided by the runtime",
+    "--update-weight-buffer-size": "weight-update buffering (speed/memory only) is chosen by the runtime",
+    "--update-weight-disk-dir": "disk weight updates are staged in the run dir",
+    "--update-weight-disk-keep-files": "disk weight updates are staged in the run dir and removed after loading",
+    "--update-weight-delta-encoding": "the on-disk delta encoding (speed only) is chosen by the runtime",
+    "--update-weight-delta-checksum": "a self-check of delta updates (robustness only)",
+    "--update-weight-local-checkpoint-dir": "engines reload from the run dir's staged checkpoint",
+    "--log-probs-chunk-size": "log-prob chunking (memory only) is chosen by the runtime",
+    "--log-probs-max-tokens-per-gpu": "log-prob batches use train.dynamic_batch.max_tokens_per_gpu (memory only)",
+    "--recompute-loss-function": "loss recomputation saves memory only",
+    "--allgather-cp": "a context-parallel communication pattern (speed only); same maths",
+    "--data-pad-size-multiplier": "padding granularity (speed only)",
+    "--use-distributed-post": "how rollout requests are posted (speed only)",
+    "--rollout-data-transport": "how rollout data reaches the trainer (speed only)",
+    "--qwen-gdn-backend": "a kernel choice for linear-attention layers (speed only)",
+    "--megatron-deepgemm-forward-layers": "a DeepGEMM kernel choice (speed only)",
+    "--megatron-deepgemm-forward-modules": "a DeepGEMM kernel choice (speed only)",
+    "--megatron-deepgemm-moe-forward-layers": "a DeepGEMM kernel choice (speed only)",
+    "--megatron-deepgemm-moe-forward-modules": "a DeepGEMM kernel choice (speed only)",
+    "--async-save": "checkpoints are written by the runtime (speed only)",
+    "--no-save-optim": "checkpoints keep the optimizer state so a run resumes exactly (disk only)",
+    "--rollout-seed": "slime/v2 seeds sampling from train.seed (different draws, same distribution)",
+    "--rollout-health-check-interval": "engine health is watched by the runtime (robustness only)",
+    "--rollout-health-check-timeout": "engine health is watched by the runtime (robustness only)",
+    "--rollout-health-check-first-wait": "engine health is watched by the runtime (robustness only)",
+    "--use-fault-tolerance": "restarts are set by cluster.slurm.max_failures/max_requeues",
+    "--fetch-trajectory-retry-times": "request retries (robustness only)",
+    "--http-proxy": "engines are reached without a proxy",
+    "--check-weight-update-equal": "a self-check of weight updates (debugging only)",
+    "--tb-project-name": "TensorBoard files go to the task dir (tasks/<i>/tensorboard), named by the run",
+    "--tb-experiment-name": "TensorBoard files go to the task dir (tasks/<i>/tensorboard), named by the run",
+    "--wandb-host": "self-hosted W&B: set WANDB_BASE_URL in cluster.env",
+    "--wandb-dir": "W&B files go to the run dir (logging.dir)",
+    "--wandb-run-id": "each run gets its own W&B run",
+    "--disable-wandb-random-suffix": "W&B run names are the run ids (logging only)",
+    "--wandb-always-use-train-step": "W&B steps are the trainer's steps (logging only)",
+    "--log-multi-turn": "logging only",
+    "--log-reward-category": "logging only",
+    "--log-correct-samples": "logging only",
+    "--get-mismatch-metrics": "logging only",
+    "--use-rollout-entropy": "computes the rollout entropy for logging and custom loss masks (none imported)",
+    "--dump-details": "debug dumps (logging only); rollouts are saved with debug.save_rollouts",
+    "--save-debug-train-data": "debug dumps (logging only)",
+    "--memory-snapshot-dir": "memory profiling (logging only)",
+    "--memory-snapshot-num-steps": "memory profiling (logging only)",
+    "--memory-recorder": "memory profiling (logging only)",
+    "--record-memory-history": "memory profiling (logging only)",
+    "--profile-target": "profiling (logging only)",
+    "--custom-rollout-log-function-path": "a logging hook (logging only); port it by hand",
+    "--custom-eval-rollout-log-function-path": "a logging hook (logging only); port it by hand",
+    "--skip-eval-before-train": "evaluation only: slime-submit evaluates at eval intervals and the end",
+    "--eval-max-prompt-len": "evaluation only: eval sets use rollout.max_prompt_len",
+    "--eval-input-key": "evaluation only: eval sets use data.input_key",
+    "--eval-label-key": "evaluation only: eval sets use data.label_key",
+    "--eval-tool-key": "evaluation only: eval prompts carry no tools",
+    "--eval-min-new-tokens": "evaluation only: no minimum response length",
+    "--eval-max-context-len": "evaluation only: eval sets use model.max_context_len",
+    "--eval-reward-key": "evaluation only: eval sets are scored with reward.type",
+    "--eval-config": "evaluation only: list eval sets under data.eval",
+    "--eval-function-path": "evaluation only: a custom eval generate function; port it by hand",
+    "--ci-test": "slime's CI self-checks (debugging only)",
+    "--ci-disable-kl-checker": "slime's CI self-checks (debugging only)",
+    "--ci-train-rollout-logprob-abs-diff-threshold": "slime's CI self-checks (debugging only)",
+    "--ci-save-grad-norm": "slime's CI self-checks (debugging only)",
+    "--ci-load-grad-norm": "slime's CI self-checks (debugging only)",
+}
+
+SFT_REASON = _SFT = "SFT jobs: kind SFTJob (supervised fine-tuning is not an RL spec)"
+# slime's SFT recipe flags: refused as one SFT job in a script that is one (flagmap.is_sft), mapped otherwise.
+SFT_FLAGS = frozenset(
+    {
+        "--loss-type",
+        "--num-epoch",
+        "--calculate-per-token-loss",
+        "--disable-compute-advantages-and-returns",
+        "--debug-train-only",
+        "--rollout-function-path",
+    }
+)
+_OPD = "on-policy distillation (OPD) mode: a teacher model is not in slime/v2 yet"
+_EXTERNAL = "external-engine mode: slime-submit starts its own engines"
+_PD = "prefill/decode (PD) disaggregation: SGLang server groups are not in slime/v2 yet"
+_CRITIC_ONLY = "critic-only warm-up steps: not in slime/v2 yet (algorithm.critic trains with the actor)"
+_PLUGIN = "a slime plug-in hook with no slime/v2 field: port it as a slime-submit plug-in by hand"
+
+# slime's own flags that change what is trained and have no slime/v2 field: the import fails (exit 2)
+# unless --drop-unmapped. flag -> reason (and the replacement where one exists).
+REFUSED: dict[str, str] = {
+    "--disable-compute-advantages-and-returns": _SFT,
+    "--use-opd": _OPD,
+    "--opd-type": _OPD,
+    "--opd-kl-coef": _OPD,
+    "--opd-teacher-load": _OPD,
+    "--opd-teacher-ckpt-step": _OPD,
+    "--rollout-external-engine-addrs": _EXTERNAL,
+    "--prefill-num-servers": _PD,
+    "--sglang-config": "SGLang server groups (regular/prefill/decode/placeholder, for PD disaggregation) are "
+    "not in slime/v2 yet; per-engine SGLang flags go in rollout.sglang.args",
+    "--num-critic-only-steps": _CRITIC_ONLY,
     "--rollout-function-path": "custom rollout functions are plug-ins; port it and name it in the spec by hand",
     "--custom-generate-function-path": "custom generate functions are plug-ins (agent.generate takes an agent loop);"
     " port it by hand",
-    "--rollout-seed": "slime/v2 seeds sampling from train.seed",
     "--megatron-config-path": "per-role Megatron YAML configs are not in slime/v2; use train.megatron.args",
-    "--start-rollout-id": "a resumed run continues from its checkpoint's rollout",
-    "--update-weight-buffer-size": "weight-update buffering is chosen by the runtime",
-    "--update-weights-interval": "engines are updated after every optimizer step",
-    "--tb-project-name": "TensorBoard files go to the task dir (tasks/<i>/tensorboard), named by the run",
-    "--tb-experiment-name": "TensorBoard files go to the task dir (tasks/<i>/tensorboard), named by the run",
+    "--start-rollout-id": "a resumed run continues from its checkpoint's rollout; a fresh run starts at 0",
+    "--update-weights-interval": "engines are updated after every optimizer step (staleness changes training)",
     "--custom-tis-function-path": "custom importance-sampling functions are not in slime/v2; algorithm.tis is "
     "slime's default truncated IS",
     "--keep-old-actor": "slime/v2's async mode recomputes the old log-probs with the trainer's current weights "
     "and corrects the one-step staleness with algorithm.tis",
-    "--wandb-host": "self-hosted W&B: set WANDB_BASE_URL in cluster.env",
-    "--wandb-dir": "W&B files go to the run dir (logging.dir)",
-    "--wandb-run-id": "each run gets its own W&B run",
-    "--eval-max-prompt-len": "eval sets use rollout.max_prompt_len in slime/v2",
-    "--eval-input-key": "eval sets use data.input_key in slime/v2",
-    "--eval-label-key": "eval sets use data.label_key in slime/v2",
-    "--eval-config": "eval YAML configs are not in slime/v2; list eval sets under data.eval",
-    "--use-fault-tolerance": "restarts are set by cluster.slurm.max_failures/max_requeues",
     "--group-rm": "slime calls the reward on a whole group (args, samples); slime/v2 calls it per sample: "
     "rewrite a group reward function to score one sample",
+    "--custom-model-provider-path": _PLUGIN,
+    "--only-train-params-name-list": "training a subset of the parameters is not in slime/v2",
+    "--freeze-params-name-list": "freezing parameters is not in slime/v2",
+    "--freeze-indexer": "freezing the DSA indexer is not in slime/v2",
+    "--rollout-skip-special-tokens": "slime/v2 keeps the response text as generated (rewards see it as is)",
+    "--rollout-stop-token-ids": "stop token ids are not in slime/v2; use rollout.stop (strings)",
+    "--rollout-sample-hook-path": _PLUGIN,
+    "--buffer-filter-path": _PLUGIN,
+    "--rollout-data-postprocess-path": _PLUGIN,
+    "--rollout-sample-filter-path": _PLUGIN,
+    "--rollout-all-samples-process-path": _PLUGIN,
+    "--custom-reward-post-process-path": _PLUGIN,
+    "--custom-convert-samples-to-train-data-path": _PLUGIN,
+    "--custom-loss-function-path": _PLUGIN,
+    "--custom-advantage-function-path": _PLUGIN,
+    "--custom-pg-loss-reducer-function-path": _PLUGIN,
+    "--custom-megatron-init-path": _PLUGIN,
+    "--custom-megatron-before-log-prob-hook-path": _PLUGIN,
+    "--custom-megatron-before-train-step-hook-path": _PLUGIN,
+    "--custom-update-weight-post-write-path": _PLUGIN,
+    "--custom-config-path": "the arguments of custom plug-in functions, which are ported by hand",
+    "--data-source-path": "a custom data source class: data.prompts is a JSONL/Parquet file",
+    "--disable-rollout-global-dataset": "rollouts always draw from data.prompts",
+    "--apply-chat-template-kwargs": "chat-template arguments are not in slime/v2 (data.apply_chat_template is on/off)",
+    "--multimodal-keys": "multimodal prompts are not in slime/v2",
+    "--tool-key": "tools in the chat template are not in slime/v2",
+    "--rollout-buffer-url": "an external rollout buffer is not in slime/v2",
+    "--min-batch-collection-ratio": "an external rollout buffer's partial batches are not in slime/v2",
+    "--rollout-task-type": "an external rollout buffer's task types are not in slime/v2",
+    "--loss-mask-type": "slime/v2 masks every non-response token; other loss masks are not in slime/v2",
+    "--load-forge-rollout-data": "loading slime's saved rollouts: use debug.load_rollouts with slime-submit's",
+    "--load-debug-rollout-data-subsample": "subsampling saved rollouts is not in slime/v2",
+    "--ref-ckpt-step": "the reference model is the starting weights (model.ref_path: initial) or an HF checkpoint",
+    "--ref-update-interval": "a reference model that follows the actor is not in slime/v2",
+    "--use-unbiased-kl": "the unbiased KL estimator is not in slime/v2 "
+    "(algorithm.kl_loss_type: k1, k2, k3, low_var_kl)",
+    "--normalize-advantages": "advantage whitening over the batch is not in slime/v2",
+    "--disable-rewards-normalization": "slime/v2's estimators normalise rewards per group (algorithm.normalize_std "
+    "turns off the std division only)",
+    "--reset-optimizer-states": "resetting the optimizer after each rollout is not in slime/v2",
+    "--use-stateless-adam": "a stateless Adam is not in slime/v2",
+    "--use-routing-replay": "MoE routing replay is not in slime/v2",
+    "--use-rollout-routing-replay": "MoE rollout routing replay is not in slime/v2",
+    "--use-opsm": "off-policy sequence masking (OPSM) is not in slime/v2",
+    "--opsm-delta": "off-policy sequence masking (OPSM) is not in slime/v2",
+    "--mtp-loss-scaling-factor": "multi-token-prediction training is not in slime/v2",
+    "--enable-mtp-training": "multi-token-prediction training is not in slime/v2",
 }
 
-# The rest of slime's own flags (names from its parser); none has a slime/v2 field.
-SLIME_ONLY = frozenset(_REASONS) | frozenset(
-    {
-        "--update-weight-disk-dir",
-        "--update-weight-disk-keep-files",
-        "--update-weight-delta-encoding",
-        "--update-weight-delta-checksum",
-        "--custom-update-weight-post-write-path",
-        "--update-weight-local-checkpoint-dir",
-        "--custom-model-provider-path",
-        "--recompute-loss-function",
-        "--log-probs-chunk-size",
-        "--only-train-params-name-list",
-        "--freeze-params-name-list",
-        "--freeze-indexer",
-        "--allgather-cp",
-        "--rollout-skip-special-tokens",
-        "--rollout-stop-token-ids",
-        "--rollout-sample-hook-path",
-        "--custom-rollout-log-function-path",
-        "--custom-eval-rollout-log-function-path",
-        "--buffer-filter-path",
-        "--rollout-data-postprocess-path",
-        "--rollout-data-transport",
-        "--rollout-external-engine-addrs",
-        "--rollout-health-check-interval",
-        "--rollout-health-check-timeout",
-        "--rollout-health-check-first-wait",
-        "--disable-rollout-global-dataset",
-        "--data-source-path",
-        "--apply-chat-template-kwargs",
-        "--multimodal-keys",
-        "--tool-key",
-        "--log-probs-max-tokens-per-gpu",
-        "--eval-function-path",
-        "--skip-eval-before-train",
-        "--eval-tool-key",
-        "--eval-min-new-tokens",
-        "--eval-max-context-len",
-        "--ref-ckpt-step",
-        "--async-save",
-        "--no-save-optim",
-        "--num-critic-only-steps",
-        "--custom-loss-function-path",
-        "--disable-compute-advantages-and-returns",
-        "--custom-advantage-function-path",
-        "--use-unbiased-kl",
-        "--ref-update-interval",
-        "--normalize-advantages",
-        "--disable-rewards-normalization",
-        "--use-rollout-entropy",
-        "--get-mismatch-metrics",
-        "--reset-optimizer-states",
-        "--use-stateless-adam",
-        "--custom-pg-loss-reducer-function-path",
-        "--use-routing-replay",
-        "--use-rollout-routing-replay",
-        "--use-opsm",
-        "--opsm-delta",
-        "--use-opd",
-        "--opd-type",
-        "--opd-kl-coef",
-        "--opd-teacher-load",
-        "--opd-teacher-ckpt-step",
-        "--disable-wandb-random-suffix",
-        "--wandb-always-use-train-step",
-        "--log-multi-turn",
-        "--log-reward-category",
-        "--log-correct-samples",
-        "--load-forge-rollout-data",
-        "--load-debug-rollout-data-subsample",
-        "--save-debug-train-data",
-        "--dump-details",
-        "--memory-snapshot-dir",
-        "--memory-snapshot-num-steps",
-        "--profile-target",
-        "--memory-recorder",
-        "--record-memory-history",
-        "--check-weight-update-equal",
-        "--http-proxy",
-        "--use-distributed-post",
-        "--eval-reward-key",
-        "--group-rm",
-        "--custom-reward-post-process-path",
-        "--custom-convert-samples-to-train-data-path",
-        "--rollout-buffer-url",
-        "--fetch-trajectory-retry-times",
-        "--min-batch-collection-ratio",
-        "--rollout-task-type",
-        "--loss-mask-type",
-        "--data-pad-size-multiplier",
-        "--rollout-sample-filter-path",
-        "--rollout-all-samples-process-path",
-        "--custom-megatron-init-path",
-        "--custom-megatron-before-log-prob-hook-path",
-        "--custom-megatron-before-train-step-hook-path",
-        "--megatron-deepgemm-forward-layers",
-        "--megatron-deepgemm-forward-modules",
-        "--megatron-deepgemm-moe-forward-layers",
-        "--megatron-deepgemm-moe-forward-modules",
-        "--mtp-loss-scaling-factor",
-        "--enable-mtp-training",
-        "--ci-test",
-        "--ci-disable-kl-checker",
-        "--ci-train-rollout-logprob-abs-diff-threshold",
-        "--ci-save-grad-norm",
-        "--ci-load-grad-norm",
-        "--custom-config-path",
-        "--qwen-gdn-backend",
-        "--release-train",
-    }
-)
+# The rest of slime's own flags with no slime/v2 field (both kinds above).
+SLIME_ONLY = frozenset(DROPPABLE) | frozenset(REFUSED)
 
 
 def slime_only_reason(flag: str) -> str:
-    if flag in _REASONS:
-        return _REASONS[flag]
-    if flag.startswith("--ci-"):
-        return "slime's CI self-checks are not in slime/v2"
-    if flag.startswith(("--custom-", "--rollout-sample-", "--rollout-all-samples-")) or flag.endswith("-path"):
-        return "a slime plug-in hook with no slime/v2 field; port it by hand"
-    return "a slime option with no slime/v2 field"
+    return DROPPABLE.get(flag) or REFUSED.get(flag) or _PLUGIN
 
+
+# SGLang's pipeline-parallel size under slime's two names (slime divides an engine's GPUs by it for TP).
+PP_SIZE_FLAGS = ("--sglang-pp-size", "--sglang-pipeline-parallel-size")
+
+# Megatron-LM flags (no megatron-core option) that change only speed, memory or logging: dropped with a note.
+MEGATRON_DROPPABLE: dict[str, str] = {}
+
+# Architecture flags with a config.json counterpart: compared with it (the first key config.json has).
+ARCH_CONFIG: dict[str, tuple[str, ...]] = {
+    "--num-layers": ("num_hidden_layers",),
+    "--hidden-size": ("hidden_size",),
+    "--ffn-hidden-size": ("intermediate_size",),
+    "--num-attention-heads": ("num_attention_heads",),
+    "--num-query-groups": ("num_key_value_heads",),
+    "--kv-channels": ("head_dim",),
+    "--rotary-base": ("rope_theta",),
+    "--norm-epsilon": ("rms_norm_eps",),
+    "--vocab-size": ("vocab_size",),
+    "--max-position-embeddings": ("max_position_embeddings",),
+    "--num-experts": ("num_experts", "n_routed_experts", "num_local_experts"),
+    "--moe-ffn-hidden-size": ("moe_intermediate_size",),
+    "--moe-router-topk": ("num_experts_per_tok",),
+    "--moe-shared-expert-intermediate-size": ("shared_expert_intermediate_size",),
+    "--moe-router-num-groups": ("n_group",),
+    "--moe-router-group-topk": ("topk_group",),
+    "--moe-router-topk-scaling-factor": ("routed_scaling_factor",),
+    "--q-lora-rank": ("q_lora_rank",),
+    "--kv-lora-rank": ("kv_lora_rank",),
+    "--qk-head-dim": ("qk_nope_head_dim",),
+    "--qk-pos-emb-head-dim": ("qk_rope_head_dim",),
+    "--v-head-dim": ("v_head_dim",),
+    "--mtp-num-layers": ("num_nextn_predict_layers", "mtp_num_hidden_layers"),
+}
 
 # Where slime's default (flag absent) differs from slime/v2's: written into the spec so the
 # imported job behaves as the script did. spec path -> (value, why)

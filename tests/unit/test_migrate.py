@@ -217,7 +217,8 @@ def test_disaggregated_flags_with_equals_signs():
     unmapped = dict(result.unmapped)
     assert "slime ignores it without --use-kl-loss" in unmapped["--kl-loss-coef"]
     assert "grades only the \\boxed{} content" in unmapped["--rm-type"]
-    assert "layer spec" in unmapped["--spec"]
+    assert dict(result.mapped)["--spec"].startswith(IMPLIED)  # the layer spec follows config.json's model_type
+    assert dict(result.refused).keys() == {"${MODEL_ARGS[@]}", "--rm-type"}  # the rest changes nothing trained
     assert "given again on line" in unmapped["--rollout-batch-size"]
     assert "not defined in this file" in unmapped['"${MODEL_ARGS[@]}"'.strip('"')]
     assert any(t.startswith("source ") for t, _ in result.notes)
@@ -352,10 +353,10 @@ def test_individual_mappings(flags, path, value):
         ("--keep-old-actor", "corrects the one-step staleness"),
         ("--ci-test", "CI self-checks"),
         ("--custom-generate-function-path a.b.c", "plug-ins"),
-        ("--sglang-router-port 3000", "starts the router itself"),
+        ("--sglang-router-port 3000", "reaches the engines itself"),
         ("--router-policy cache_aware", "no sglang-router in the request path"),
         ("--sglang-dp-size 8", "slime-submit sets --dp-size itself"),
-        ("--loss-type sft_loss", "sft_loss: a supervised fine-tuning job"),
+        ("--loss-type sft_loss", "SFT jobs: kind SFTJob"),
         ("--rollout-batch-size abc", "not an integer"),
         ("--rollout-batch-size", "needs a value"),
         ("--seq-length", None),
@@ -538,7 +539,8 @@ def test_cli_writes_a_spec_that_validates(tmp_path, capsys):
     out = tmp_path / "job.yaml"
     assert main(["import-slime-args", str(COLOCATED), "-o", str(out)]) == 0
     err = capsys.readouterr().err
-    assert "not mapped: --balance-data" in err and "5 not mapped" in err
+    assert "dropped: --balance-data" in err and "5 not mapped, of which 0 change what is trained" in err
+    assert "dropped: --sglang-cuda-graph-bs" in err  # CUDA-graph batch sizes tune speed only
     assert main(["validate", str(out)]) == 0
 
 
@@ -557,12 +559,13 @@ def test_cli_output_into_a_new_directory_creates_it(tmp_path):
 
 
 def test_cli_prints_yaml_and_json_report(capsys):
-    assert main(["import-slime-args", str(DISAGG), "--name", "disagg-job"]) == 0
+    assert main(["import-slime-args", str(DISAGG), "--name", "disagg-job", "--drop-unmapped"]) == 0
     out = capsys.readouterr().out
     assert load_spec_text(out, file="x.yaml").spec.name == "disagg-job"
-    assert main(["import-slime-args", "--json", str(DISAGG)]) == 0
+    assert main(["import-slime-args", "--json", str(DISAGG)]) == 2  # boxed_math and MODEL_ARGS are refused
     report = json.loads(capsys.readouterr().out)
-    assert set(report) == {"valid", "mapped", "unmapped", "placeholders", "notes", "problems", "differences"}
+    keys = {"valid", "mapped", "unmapped", "placeholders", "notes", "problems", "differences", "refused", "conflicts"}
+    assert set(report) == keys | {"accepted"} and report["accepted"] is False
     assert report["valid"] is True
     assert {"flag": "--rollout-stop", "path": "rollout.stop"} in report["mapped"]
     assert all(set(u) == {"flag", "reason"} for u in report["unmapped"])
