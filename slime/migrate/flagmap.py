@@ -26,6 +26,8 @@ from slime.migrate.slime_flags import (
     DIRECT,
     DROPPABLE,
     MEGATRON_DROPPABLE,
+    MEGATRON_REFUSED,
+    MEGATRON_RENAMED,
     PP_SIZE_FLAGS,
     RM_TYPES,
     SFT_FLAGS,
@@ -304,8 +306,13 @@ def _megatron_flag(f: Flag, b: Builder) -> None:
     negated = name.startswith("--no-") and not f.values and unknown_megatron_option(name[5:]) is None
     if negated:  # Megatron-LM's --no-<x> switches store False into <x>
         b.from_flag(f, ("train", "backend_args", name[5:]), False, " -- Megatron's --no- form of this option")
+    elif name in MEGATRON_RENAMED and not f.values:
+        option, value = MEGATRON_RENAMED[name]
+        b.from_flag(f, ("train", "backend_args", option), value, " -- megatron-core's name for this Megatron flag")
     elif name in MEGATRON_DROPPABLE:
         b.drop(name, MEGATRON_DROPPABLE[name])
+    elif name in MEGATRON_REFUSED:
+        b.refuse(name, MEGATRON_REFUSED[name])
     elif (problem := unknown_megatron_option(name[2:])) is not None:  # a Megatron-LM flag, not megatron-core's
         b.refuse(name, problem[0])
     else:  # a megatron-core option slime passes through

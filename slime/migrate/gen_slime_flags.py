@@ -2,7 +2,8 @@
 
 ``python -m slime.migrate.gen_slime_flags /path/to/slime [COMMIT]`` (a clone with history; bare is fine).
 Nothing is imported from slime: ``SOURCES`` are read with ``ast`` at COMMIT (default HEAD), taking each
-``add_argument("--flag", ...)`` / ``reset_arg(parser, "--flag", ...)`` call whose names are literals.
+``add_argument("--flag", ...)`` / ``reset_arg(parser, "--flag", ...)`` call whose names are literals (and
+the ``--no-flag`` argparse adds for ``BooleanOptionalAction``).
 Flags present in an earlier commit of ``SOURCES`` but not at COMMIT are listed as ``removed`` with the
 last commit that had them. SGLang's own server flags (added by ``ServerArgs.add_cli_args`` with a
 ``--sglang-`` prefix) and the router's are not slime's: the engine tables cover them.
@@ -24,11 +25,16 @@ def _git(repo: str, *args: str) -> str:
     return subprocess.run(["git", "-C", repo, *args], check=True, capture_output=True, text=True).stdout
 
 
+def _negatable(call: ast.Call) -> bool:
+    """``action=argparse.BooleanOptionalAction``: argparse adds ``--no-<flag>`` too."""
+    return any(k.arg == "action" and ast.unparse(k.value).endswith("BooleanOptionalAction") for k in call.keywords)
+
+
 def _kind(call: ast.Call) -> str:
-    """'switch' (store_true/false), 'values' (nargs), or 'value'."""
+    """'switch' (store_true/false, BooleanOptionalAction), 'values' (nargs), or 'value'."""
     kw = {k.arg: k.value for k in call.keywords if k.arg}
     action = kw.get("action")
-    if isinstance(action, ast.Constant) and action.value in ("store_true", "store_false"):
+    if _negatable(call) or (isinstance(action, ast.Constant) and action.value in ("store_true", "store_false")):
         return "switch"
     return "values" if "nargs" in kw else "value"
 
@@ -60,8 +66,9 @@ def flags_in(text: str, source: str) -> dict[str, dict]:
                 args = child.args[1:] if via == "reset_arg" else child.args
                 names = [a.value for a in args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
                 if via in ("add_argument", "reset_arg") and names and names[0].startswith("--"):
-                    for name in names:
-                        info = {"source": source, "group": group, "kind": _kind(child), "default": _default(child)}
+                    info = {"source": source, "group": group, "kind": _kind(child), "default": _default(child)}
+                    negated = ["--no-" + n[2:] for n in names if n.startswith("--")] if _negatable(child) else []
+                    for name in names + negated:
                         out.setdefault(name, info | {"via": via})
             visit(child, group)
 

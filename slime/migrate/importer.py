@@ -177,7 +177,8 @@ def convert_slime_args(text: str, name: str | None = None, model: str | None = N
         map_flag(f, b, seen)
     if model is not None:
         given = seen.get("--hf-checkpoint")
-        b.set("model.path", model, "import-slime-args --model" + (f" (the script gives {given.shown()})" * bool(given)))
+        where = f" (the script gives {given.shown()})" if given is not None else ""
+        b.set("model.path", model, f"import-slime-args --model{where}")
     finish(b, seen, name)
     accounted = {f for f, _ in b.mapped} | {f for f, _ in b.unmapped}
     for f in flags:  # the guarantee: nothing dropped silently, whatever a handler above missed
@@ -214,7 +215,11 @@ def _unread_flags(script: Script, b: Builder) -> None:
             "this line as a command of its own and slime never sees these flags; if they are meant for "
             f"{script.entry}, end line {end} with '\\'",
         )
+    sourced = any(what.startswith("source ") for what, _ in script.notes)
     for w in script.unknown_arrays:
+        if not sourced:  # bash expands an array defined nowhere to nothing: slime sees no flags from it
+            b.drop(w.text, f"array defined nowhere in this script (line {w.line}): bash passes nothing for it")
+            continue
         b.refuse(
             w.text,
             f"array not defined in this file (line {w.line}; a sourced file?): its flags "

@@ -18,6 +18,8 @@ __all__ = [
     "DIRECT",
     "DROPPABLE",
     "MEGATRON_DROPPABLE",
+    "MEGATRON_REFUSED",
+    "MEGATRON_RENAMED",
     "PP_SIZE_FLAGS",
     "REFUSED",
     "RM_TYPES",
@@ -237,6 +239,8 @@ DROPPABLE: dict[str, str] = {
     "--offload": "offloading (memory only) is decided by the runtime (colocated runs offload in turn)",
     "--offload-train": "offloading (memory only) is decided by the runtime (colocated runs offload in turn)",
     "--offload-rollout": "offloading (memory only) is decided by the runtime (colocated runs offload in turn)",
+    "--no-offload-train": "offloading (memory only) is decided by the runtime (colocated runs offload in turn)",
+    "--no-offload-rollout": "offloading (memory only) is decided by the runtime (colocated runs offload in turn)",
     "--release-train": "releasing the trainer during rollout (memory only) is decided by the runtime",
     "--update-weight-buffer-size": "weight-update buffering (speed/memory only) is chosen by the runtime",
     "--update-weight-disk-dir": "disk weight updates are staged in the run dir",
@@ -408,8 +412,31 @@ def slime_only_reason(flag: str) -> str:
 # SGLang's pipeline-parallel size under slime's two names (slime divides an engine's GPUs by it for TP).
 PP_SIZE_FLAGS = ("--sglang-pp-size", "--sglang-pipeline-parallel-size")
 
+# Megatron-LM flags whose megatron-core option has another name: flag -> (option, value it stores).
+MEGATRON_RENAMED: dict[str, tuple[str, object]] = {"--no-rope-fusion": ("apply-rope-fusion", False)}
+
 # Megatron-LM flags (no megatron-core option) that change only speed, memory or logging: dropped with a note.
-MEGATRON_DROPPABLE: dict[str, str] = {}
+MEGATRON_DROPPABLE: dict[str, str] = {
+    "--optimizer-cpu-offload": "optimizer state on the host (memory only); the megatron backend keeps it on the "
+    "GPU: `slime-submit fit` says whether that fits",
+    "--overlap-cpu-optimizer-d2h-h2d": "overlaps host-offloaded optimizer copies (speed only)",
+    "--use-precision-aware-optimizer": "an optimizer that keeps its states in the dtypes --exp-avg-dtype etc. name "
+    "(fp32 unless given; those are refused): memory/speed only as used here",
+    "--decoder-first-pipeline-num-layers": "an uneven pipeline split (layout only, same maths): the megatron "
+    "backend splits layers evenly over train.parallel.pipeline and validate says if it cannot",
+    "--decoder-last-pipeline-num-layers": "an uneven pipeline split (layout only, same maths): the megatron "
+    "backend splits layers evenly over train.parallel.pipeline and validate says if it cannot",
+    "--no-check-for-nan-in-loss-and-grad": "a NaN check (robustness only)",
+}
+
+# Megatron-LM flags that change what is trained and have no slime/v2 field: flag -> reason and replacement.
+MEGATRON_REFUSED: dict[str, str] = {
+    "--lr-warmup-fraction": "a warmup given as a fraction of the run: give train.optimizer.warmup_steps (optimizer "
+    "steps) instead",
+    "--exp-avg-dtype": "low-precision optimizer states are not in slime/v2 (Adam keeps fp32 states)",
+    "--exp-avg-sq-dtype": "low-precision optimizer states are not in slime/v2 (Adam keeps fp32 states)",
+    "--main-params-dtype": "low-precision master weights are not in slime/v2 (fp32)",
+}
 
 # Architecture flags with a config.json counterpart: compared with it (the first key config.json has).
 ARCH_CONFIG: dict[str, tuple[str, ...]] = {

@@ -142,3 +142,24 @@ def test_an_import_the_rules_refuse_is_not_written(tmp_path, capsys):
     out = tmp_path / "job.yaml"
     assert main(["import-slime-args", str(script), "-o", str(out), "--drop-unmapped"]) == 2
     assert not out.exists() and "is not divisible by global_batch_size 12" in capsys.readouterr().err
+
+
+def test_megatron_lm_names_reach_megatron_core_s_option_or_a_note():
+    flags = f"{DISAGG} --no-rope-fusion --optimizer-cpu-offload --decoder-last-pipeline-num-layers 5"
+    result = convert_slime_args(flags)
+    assert result.accepted(), result.refused
+    spec = load_spec_text(result.yaml, file="imported.yaml").spec
+    assert spec.train.megatron.args == {"apply-rope-fusion": False}
+    dropped = dict(result.unmapped)
+    assert "memory only" in dropped["--optimizer-cpu-offload"]
+    assert "splits layers evenly" in dropped["--decoder-last-pipeline-num-layers"]
+    refused = dict(convert_slime_args(f"{DISAGG} --lr-warmup-fraction 0.1").refused)
+    assert "give train.optimizer.warmup_steps" in refused["--lr-warmup-fraction"]
+
+
+def test_an_array_defined_nowhere_in_a_script_without_sources_passes_nothing():
+    text = "python3 train.py --hf-checkpoint /m --colocate ${EVAL_ARGS[@]}\n"
+    result = convert_slime_args(text)
+    assert result.accepted() and "defined nowhere in this script" in dict(result.unmapped)["${EVAL_ARGS[@]}"]
+    sourced = convert_slime_args("source ./models/m.sh\n" + text)
+    assert "a sourced file?" in dict(sourced.refused)["${EVAL_ARGS[@]}"]
