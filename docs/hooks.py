@@ -6,6 +6,7 @@ Why a hook: mkdocs runs ``hooks:`` files itself (mkdocs >= 1.4), so no third-par
 from ``slime/spec/types.py``: the types, the schema, ``slime-submit explain`` and this page are one source.
 The walk is generic (``$ref``, ``anyOf``/``oneOf``, lists and maps of objects), so a reshaped spec needs no
 change here. ``reference/cli.md`` is every subcommand's ``--help``, from the parser ``slime-submit`` builds.
+``reference/slime-flags.md`` is the importer's class of each slime flag (``slime.migrate.flag_table``).
 """
 
 from __future__ import annotations
@@ -23,12 +24,16 @@ if str(ROOT) not in sys.path:  # document this checkout, not whatever copy of sl
 
 SPEC_PAGE = "reference/spec.md"
 CLI_PAGE = "reference/cli.md"
+SLIME_FLAGS_PAGE = "reference/slime-flags.md"
 
 
 def on_files(files, config):
     from mkdocs.structure.files import File
 
-    for path, text in ((SPEC_PAGE, spec_reference()), (CLI_PAGE, cli_reference())):
+    from slime.migrate.flag_table import reference_markdown
+
+    pages = ((SPEC_PAGE, spec_reference()), (CLI_PAGE, cli_reference()), (SLIME_FLAGS_PAGE, reference_markdown()))
+    for path, text in pages:
         files.append(File.generated(config, path, content=text))
     return files
 

@@ -55,3 +55,24 @@ def classify(flag: str) -> tuple[str, str]:
     if flag in REMOVED:
         return "removed", removed_reason(flag)
     return "", ""
+
+
+def reference_markdown() -> str:
+    """The docs page listing every flag of the table with its class and what the import does with it."""
+    table = slime_table()
+    commit = table["slime_commit"]
+    lines = [
+        "# slime flags",
+        "",
+        f"Every flag of THUDM/slime's own parser at commit `{commit[:9]}` ({', '.join(table['sources'])}), "
+        "and the flags removed from it since (from its history), with what `slime-submit import-slime-args` "
+        "does with each. Generated from `slime/migrate/slime_flags.json` "
+        "(`python -m slime.migrate.gen_slime_flags SLIME_CHECKOUT`).",
+        "",
+    ]
+    rows = sorted((classify(f) + (f,) for f in [*table["flags"], *REMOVED]), key=lambda r: (CLASSES.index(r[0]), r[2]))
+    counts = {c: sum(1 for r in rows if r[0] == c) for c in CLASSES}
+    lines += ["| class | flags |", "|---|---|"] + [f"| {c} | {n} |" for c, n in counts.items()] + [""]
+    lines += ["| flag | class | spec field, or why |", "|---|---|---|"]
+    lines += [f"| `{flag}` | {cls} | {detail.replace('|', '/')} |" for cls, detail, flag in rows]
+    return "\n".join(lines) + "\n"

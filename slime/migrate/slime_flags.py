@@ -1,11 +1,10 @@
 """What THUDM/slime's ``train.py`` flags mean in a slime/v1 spec: the tables ``slime.migrate.importer`` uses.
 
-Facts about slime's argument parser (``slime/utils/arguments.py``, read at commit
-624b824): flag names, whether they take a value, and their defaults where those
-differ from slime/v2's. Flags not listed here and not ``--sglang-``/``--router-``
-prefixed are Megatron flags that slime passes through; they become
-``train.backend_args``. Every slime flag with no slime/v2 field has a reason, so
-the importer never drops one silently.
+Facts about slime's argument parser (commit 624b824; the flag list itself is ``slime_flags.json``):
+which field each flag sets, which Megatron architecture flags config.json implies, which flags are
+refused (they change what is trained; with the reason and replacement) and which are droppable (speed,
+memory, logging only), and slime's defaults where they differ from slime/v2's. Megatron and SGLang
+flags not listed here pass through only when the pinned engine tables have them.
 """
 
 from __future__ import annotations

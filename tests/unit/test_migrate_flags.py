@@ -175,3 +175,13 @@ def test_cli_refuses_a_flag_that_changes_what_is_trained_unless_dropped(tmp_path
     err = capsys.readouterr().err
     assert "refused: --use-opd (on-policy distillation (OPD) mode" in err and "--drop-unmapped" in err
     assert main(["import-slime-args", str(script), "-o", str(out), "--drop-unmapped"]) == 0 and out.exists()
+
+
+def test_the_reference_page_lists_every_flag_with_its_class():
+    from slime.migrate.flag_table import reference_markdown
+
+    page = reference_markdown()
+    for flag in [*FLAGS, *REMOVED]:
+        cls, _ = classify(flag)
+        assert f"| `{flag}` | {cls} |" in page
+    assert f"| mapped | {sum(1 for f in FLAGS if classify(f)[0] == 'mapped')} |" in page
