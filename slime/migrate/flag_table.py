@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from slime.migrate.slime_flags import ARCHITECTURE, DIRECT, DROPPABLE, PP_SIZE_FLAGS, REFUSED, SPECIAL
+from slime.migrate.slime_flags import ARCHITECTURE, DIRECT, DROPPABLE, REFUSED, SPECIAL_FIELDS
 
 __all__ = ["CLASSES", "REMOVED", "classify", "removed_reason", "slime_table"]
 
@@ -44,8 +44,8 @@ def classify(flag: str) -> tuple[str, str]:
     """(class, the spec path or the reason) for one of slime's own flags; ("", "") if it is in no class."""
     if flag in DIRECT:
         return "mapped", DIRECT[flag][0]
-    if flag in SPECIAL or flag in PP_SIZE_FLAGS:
-        return "mapped", "mapped with the flags it depends on (slime.migrate.flagmap)"
+    if flag in SPECIAL_FIELDS:
+        return "mapped", SPECIAL_FIELDS[flag]
     if flag in ARCHITECTURE:
         return "implied", "model.path's config.json"
     if flag in REFUSED:
@@ -73,6 +73,13 @@ def reference_markdown() -> str:
     rows = sorted((classify(f) + (f,) for f in [*table["flags"], *REMOVED]), key=lambda r: (CLASSES.index(r[0]), r[2]))
     counts = {c: sum(1 for r in rows if r[0] == c) for c in CLASSES}
     lines += ["| class | flags |", "|---|---|"] + [f"| {c} | {n} |" for c, n in counts.items()] + [""]
-    lines += ["| flag | class | spec field, or why |", "|---|---|---|"]
+    lines += [
+        "A mapped flag's landing is shown by `tests/unit/test_migrate_flags.py` "
+        "(`test_each_flag_is_treated_as_its_class_says`, and `test_each_direct_flag_lands_on_its_field` "
+        "for the value); refused and removed flags fail the import (exit 2) unless `--drop-unmapped`.",
+        "",
+        "| flag | class | spec field, or why |",
+        "|---|---|---|",
+    ]
     lines += [f"| `{flag}` | {cls} | {detail.replace('|', '/')} |" for cls, detail, flag in rows]
     return "\n".join(lines) + "\n"

@@ -27,6 +27,7 @@ __all__ = [
     "SLIME_DEFAULTS",
     "SLIME_ONLY",
     "SPECIAL",
+    "SPECIAL_FIELDS",
     "slime_only_reason",
 ]
 
@@ -153,6 +154,49 @@ SPECIAL = (
     )
     | DATA_PATH_FLAGS
 )
+
+# The field each SPECIAL flag (and the pipeline-size pair) sets, for the flag table's reference.
+SPECIAL_FIELDS: dict[str, str] = {
+    "--use-kl-loss": "algorithm.kl_loss_coef",
+    "--kl-loss-coef": "algorithm.kl_loss_coef",
+    "--adam-beta1": "train.optimizer.betas",
+    "--adam-beta2": "train.optimizer.betas",
+    "--lr-decay-style": "train.optimizer.lr_schedule",
+    "--optimizer": "train.optimizer.name",
+    "--load": "train.checkpoint",
+    "--ref-load": "model",
+    "--save-hf": "train.checkpoint.save_hf",
+    "--rm-type": "reward.type",
+    "--custom-rm-path": "reward.custom",
+    "--eval-prompt-data": "data.eval",
+    "--eval-interval": "data.eval",
+    "--n-samples-per-eval-prompt": "data.eval",
+    "--eval-temperature": "data.eval",
+    "--eval-max-response-len": "data.eval",
+    "--eval-top-p": "data.eval",
+    "--eval-top-k": "data.eval",
+    "--log-passrate": "data.eval",
+    "--use-wandb": "logging.wandb.mode",
+    "--wandb-mode": "logging.wandb.mode",
+    "--wandb-key": "cluster.secrets.WANDB_API_KEY",
+    "--train-backend": "train.backend",
+    "--bf16": "train.precision",
+    "--fp16": "train.precision",
+    "--update-weight-mode": "rollout.weight_sync",
+    "--update-weight-transport": "rollout.weight_sync",
+    "--train-env-vars": "cluster.env",
+    "--disable-grpo-std-normalization": "algorithm.normalize_std",
+    "--calculate-per-token-loss": "algorithm.loss_agg",
+    "--reward-key": "reward.key",
+    "--loss-type": "algorithm.estimator",
+    "--dynamic-sampling-filter-path": "rollout.dynamic_sampling.filter",
+    "--debug-rollout-only": "debug.mode",
+    "--debug-train-only": "debug.mode",
+    "--save-debug-rollout-data": "debug.save_rollouts",
+    "--load-debug-rollout-data": "debug.load_rollouts",
+    "--sglang-pp-size": "rollout.sglang.args.pp-size",
+    "--sglang-pipeline-parallel-size": "rollout.sglang.args.pp-size",
+}
 
 # Megatron model-architecture flags: model.path's config.json already says all of these.
 ARCHITECTURE = frozenset(

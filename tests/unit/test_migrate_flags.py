@@ -5,6 +5,7 @@ refused (exit 2 unless --drop-unmapped), dropped with a note (speed, memory, log
 from __future__ import annotations
 
 import json
+from functools import cache
 
 import pytest
 from ruamel.yaml import YAML
@@ -14,7 +15,7 @@ from slime.migrate import gen_slime_flags
 from slime.migrate.flag_table import CLASSES, REMOVED, classify, slime_table
 from slime.migrate.flagmap import unknown_flag, unknown_megatron_option
 from slime.migrate.importer import IMPLIED, convert_slime_args
-from slime.migrate.slime_flags import ARCHITECTURE, DIRECT, DROPPABLE, PP_SIZE_FLAGS, REFUSED, SPECIAL
+from slime.migrate.slime_flags import ARCHITECTURE, DIRECT, DROPPABLE, PP_SIZE_FLAGS, REFUSED, SPECIAL, SPECIAL_FIELDS
 
 FLAGS = slime_table()["flags"]
 
@@ -68,6 +69,12 @@ def _words(flag: str) -> str:
     return f"{CONTEXT.get(flag, '')} {flag} {value}".strip()
 
 
+@cache
+def _imported(flag: str):
+    """One conversion per flag, shared by the tests that walk the table."""
+    return convert_slime_args(_words(flag))
+
+
 def test_the_table_is_slime_s_parser_at_a_recorded_commit():
     table = slime_table()
     assert len(table["slime_commit"]) == 40 and table["sources"] == list(gen_slime_flags.SOURCES)
@@ -88,6 +95,7 @@ def test_every_slime_flag_is_in_exactly_one_class():
     for i, a in enumerate(names):  # the tables never overlap, so no flag is in two classes
         for b in names[i + 1 :]:
             assert not groups[a] & groups[b], (a, b, groups[a] & groups[b])
+    assert set(SPECIAL_FIELDS) == set(SPECIAL) | set(PP_SIZE_FLAGS)
     classes = {flag: classify(flag)[0] for flag in [*FLAGS, *REMOVED]}
     assert [f for f, c in classes.items() if c not in CLASSES] == []  # 0 unclassified
     counts = {c: sum(1 for v in classes.values() if v == c) for c in CLASSES}
@@ -98,10 +106,11 @@ def test_every_slime_flag_is_in_exactly_one_class():
 def test_each_flag_is_treated_as_its_class_says(flag):
     """mapped -> result.mapped; implied -> implied; refused/removed -> refused; droppable -> a note only."""
     cls, detail = classify(flag)
-    result = convert_slime_args(_words(flag))
+    result = _imported(flag)
     mapped, refused, unmapped = dict(result.mapped), dict(result.refused), dict(result.unmapped)
     if cls == "mapped":
         assert flag in mapped and flag not in unmapped, (result.mapped, result.unmapped)
+        assert mapped[flag].startswith(detail), (mapped[flag], detail)
     elif cls == "implied":
         assert mapped[flag].startswith(IMPLIED)
     elif cls in ("refused", "removed"):
@@ -112,7 +121,7 @@ def test_each_flag_is_treated_as_its_class_says(flag):
 
 @pytest.mark.parametrize("flag", sorted([*FLAGS, *REMOVED]))
 def test_no_flag_lands_in_engine_args_unless_the_engine_has_it(flag):
-    result = convert_slime_args(_words(flag))
+    result = _imported(flag)
     for _, path in result.mapped:
         if path.startswith("train.megatron.args."):
             assert unknown_megatron_option(path.rsplit(".", 1)[1]) is None, path
@@ -123,7 +132,7 @@ def test_no_flag_lands_in_engine_args_unless_the_engine_has_it(flag):
 @pytest.mark.parametrize("flag", sorted(set(DIRECT) & set(FLAGS)))
 def test_each_direct_flag_lands_on_its_field(flag):
     """The test that shows each directly mapped flag: the value the script gives is at the spec path."""
-    result = convert_slime_args(_words(flag))
+    result = _imported(flag)
     path = dict(result.mapped)[flag]
     node = YAML(typ="safe").load(result.yaml)
     for part in path.split("."):
