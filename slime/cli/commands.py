@@ -244,7 +244,8 @@ def import_slime_args(args: argparse.Namespace) -> int:
     from slime.migrate.importer import convert_slime_args, read_source
 
     text = read_source(args.file)
-    result = convert_slime_args(text, name=args.name, model=getattr(args, "model", None))
+    sourced = tuple(read_source(path) for path in getattr(args, "source", []))
+    result = convert_slime_args(text, name=args.name, model=getattr(args, "model", None), sourced=sourced)
     accepted = result.accepted(drop_unmapped=getattr(args, "drop_unmapped", False))
     if accepted and args.output:
         from slime.core.paths import atomic_write

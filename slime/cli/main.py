@@ -96,6 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the spec even if flags that change what is trained cannot be mapped (they are listed)",
     )
     p.add_argument("--model", default=None, help="checkpoint dir to use instead of the script's --hf-checkpoint")
+    p.add_argument(
+        "--source",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a file the script sources (e.g. scripts/models/qwen3-4B.sh): its arrays, such as MODEL_ARGS, are read",
+    )
     p.set_defaults(func=_command("slime.cli.commands:import_slime_args"))
 
     for name, (configure, help_text) in SUBCOMMANDS.items():

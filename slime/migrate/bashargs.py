@@ -4,7 +4,8 @@ Handled: continuations, comments, quoting and escapes, arrays and ``${NAME[@]}``
 assignments and ``$X``/``${X:-default}``, integer ``$(( ))``, redirections and statement
 separators. Each word keeps its line; flag-like statements right after the command (a missing
 trailing backslash) go to ``Script.early_end``.
-Not handled, reported in ``Script.notes``: ``$(...)`` is never run, sourced files are not read,
+Not handled, reported in ``Script.notes``: ``$(...)`` is never run, sourced files are not read (the
+caller may pass their text: their assignments are then defined),
 unassigned (environment) variables are left as written.
 Guaranteed: never executes anything and never raises on any input text.
 """
@@ -374,9 +375,26 @@ def _settle(script: Script, loose: list[Word], env: _Env) -> None:
     ]
 
 
-def read_script(text: str) -> Script:
-    """The flags of the last ``train*.py`` command in ``text`` (or, without one, every flag in it)."""
+def _define(text: str, env: _Env) -> None:
+    """The assignments of a file the script sources (``sourced``): its arrays and variables, nothing run."""
+    try:
+        statements = _statements(_tokens(text))
+    except RecursionError:
+        return
+    for stmt in statements:
+        words = _undeclared(stmt)
+        if _array_assignment(words, env) is None:
+            _command(words, env)  # only its leading NAME=value assignments stay, in env
+
+
+def read_script(text: str, sourced: tuple[str, ...] = ()) -> Script:
+    """The flags of the last ``train*.py`` command in ``text`` (or, without one, every flag in it).
+
+    ``sourced``: the text of files the script sources (given by the caller, not found by guessing): their
+    assignments (e.g. ``MODEL_ARGS``) are defined before the script's own."""
     env = _Env()
+    for inner in sourced:
+        _define(inner, env)
     script = Script()
     loose: list[Word] = []  # without a train.py command: array contents and flag-list statements, in order
     entry_end: int | None = None  # last line of the train.py command, while flag-like statements follow it

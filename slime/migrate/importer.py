@@ -156,12 +156,15 @@ def _sort_key(path: Key, order: dict[str, list[str]]) -> list[int]:
 
 
 # ----------------------------------------------------------------------------- entry point
-def convert_slime_args(text: str, name: str | None = None, model: str | None = None) -> ConversionResult:
+def convert_slime_args(
+    text: str, name: str | None = None, model: str | None = None, sourced: tuple[str, ...] = ()
+) -> ConversionResult:
     """Convert a slime launch script or flag list into a commented slime/v2 spec (see the module docstring).
 
     ``model``: a checkpoint directory to use instead of the script's ``--hf-checkpoint`` (its config.json
-    is then compared with the script's architecture flags)."""
-    script = read_script(text)
+    is then compared with the script's architecture flags). ``sourced``: the text of the files the script
+    sources (``scripts/models/<m>.sh``), whose arrays it uses."""
+    script = read_script(text, sourced)
     b = Builder()
     b.notes.extend(script.notes)
     flags, strays = parse_flags(script.words)

@@ -163,3 +163,25 @@ def test_an_array_defined_nowhere_in_a_script_without_sources_passes_nothing():
     assert result.accepted() and "defined nowhere in this script" in dict(result.unmapped)["${EVAL_ARGS[@]}"]
     sourced = convert_slime_args("source ./models/m.sh\n" + text)
     assert "a sourced file?" in dict(sourced.refused)["${EVAL_ARGS[@]}"]
+
+
+def test_a_sourced_model_file_given_on_the_command_line_defines_its_arrays(tmp_path, capsys):
+    """slime's scripts source scripts/models/<m>.sh for MODEL_ARGS: --source reads it (nothing is run),
+    and its architecture flags are compared with --model's config.json."""
+    model = write_model(tmp_path, "qwen3-30b-a3b", QWEN3_30B_A3B)
+    models_sh = tmp_path / "qwen3-30B-A3B.sh"
+    models_sh.write_text("NLAYERS=48\nMODEL_ARGS=(\n  --num-layers $NLAYERS\n  --moe-ffn-hidden-size 768\n)\n")
+    script = tmp_path / "run.sh"
+    script.write_text(
+        'source "${SCRIPT_DIR}/models/qwen3-30B-A3B.sh"\n'
+        "python3 train.py --hf-checkpoint /root/Qwen3-30B-A3B --colocate ${MODEL_ARGS[@]}\n"
+    )
+    assert main(["import-slime-args", str(script)]) == 2  # MODEL_ARGS unknown: its flags unseen
+    assert "a sourced file?" in capsys.readouterr().err
+    args = ["import-slime-args", str(script), "--source", str(models_sh), "--model", str(model), "--json"]
+    assert main(args) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {"flag": "--num-layers", "path": IMPLIED} in report["mapped"] and report["conflicts"] == []
+    models_sh.write_text("MODEL_ARGS=(--num-layers 36)\n")
+    assert main(args) == 2
+    assert "num_hidden_layers = 48" in json.loads(capsys.readouterr().out)["conflicts"][0]["reason"]
