@@ -185,3 +185,17 @@ def test_a_sourced_model_file_given_on_the_command_line_defines_its_arrays(tmp_p
     models_sh.write_text("MODEL_ARGS=(--num-layers 36)\n")
     assert main(args) == 2
     assert "num_hidden_layers = 48" in json.loads(capsys.readouterr().out)["conflicts"][0]["reason"]
+
+
+@pytest.mark.parametrize(
+    "flags, mode",
+    [
+        ("--use-opd --opd-teacher-load /teacher", "on-policy distillation (OPD) mode"),
+        ("--rollout-external-engine-addrs 10.0.0.1:3000", "external-engine mode"),
+        ("--num-critic-only-steps 5", "critic-only warm-up steps"),
+        ("--rollout-function-path examples.fully_async.fully_async_rollout.generate_rollout", "fully-async mode"),
+    ],
+)
+def test_modes_slime_submit_lacks_are_refused_by_name(flags, mode):
+    result = convert_slime_args(f"{DISAGG} {flags}")
+    assert mode in dict(result.refused)[flags.split()[0]] and not result.accepted()
