@@ -247,8 +247,10 @@ def _refused_reason(f: Flag) -> str:
     if f.name == "--rollout-function-path" and any("sft_rollout" in v for v in f.values):
         return SFT_REASON
     if f.name in ("--rollout-function-path", "--data-source-path") and any("fully_async" in v for v in f.values):
-        return "fully-async mode (a rollout loop that never waits for training): not in slime/v2 yet; train.async "
-        "overlaps one rollout with training"
+        return (
+            "fully-async mode (a rollout loop that never waits for training): not in slime/v2 yet; train.async "
+            "overlaps one rollout with training"
+        )
     return slime_only_reason(f.name)
 
 

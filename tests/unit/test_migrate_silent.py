@@ -193,7 +193,10 @@ def test_a_sourced_model_file_given_on_the_command_line_defines_its_arrays(tmp_p
         ("--use-opd --opd-teacher-load /teacher", "on-policy distillation (OPD) mode"),
         ("--rollout-external-engine-addrs 10.0.0.1:3000", "external-engine mode"),
         ("--num-critic-only-steps 5", "critic-only warm-up steps"),
-        ("--rollout-function-path examples.fully_async.fully_async_rollout.generate_rollout", "fully-async mode"),
+        (
+            "--rollout-function-path examples.fully_async.fully_async_rollout.generate_rollout",
+            "train.async overlaps one",
+        ),
     ],
 )
 def test_modes_slime_submit_lacks_are_refused_by_name(flags, mode):
