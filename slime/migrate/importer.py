@@ -212,7 +212,7 @@ def convert_slime_args(
 def _unread_flags(script: Script, b: Builder) -> None:
     """List as unmapped the flags bash would not pass (an early end) or this file cannot see (unknown arrays)."""
     for line, end, text in script.early_end:
-        b.drop(
+        b.refuse(
             f"line {line}: {text}",
             f"not part of the {script.entry} command, which ends on line {end} (no trailing '\\'): bash runs "
             "this line as a command of its own and slime never sees these flags; if they are meant for "

@@ -34,7 +34,7 @@ EXPECTED: dict[str, list[str]] = {
     "run-deepseek-r1.sh": ["pipeline=4 does not divide the model's 61 layers", "multi-latent attention"],
     "run-kimi-k2-Thinking.sh": ["pipeline=8 does not divide the model's 61 layers", "multi-latent attention"],
     # a missing line continuation: bash runs MODEL_ARGS... as a command of its own, train.py gets 7 words
-    "run-kimi-k2-Instruct.sh": ["global_batch_size 16 is not divisible"],
+    "run-kimi-k2-Instruct.sh": ["slime never sees these flags", "global_batch_size 16 is not divisible"],
     "run-glm4-9B.sh": ["'glm4' " + _UNSUPPORTED],
     "run-glm4.7-30B-A3B.sh": ["'glm4_moe' " + _UNSUPPORTED, "does not divide the 8 trainer GPUs", "multi-token"],
     "run-glm4.7-355B-A32B.sh": ["'glm4_moe' " + _UNSUPPORTED, "stop token ids are not in slime/v2"],
@@ -54,6 +54,7 @@ def imported(script: str, tmp_path: Path):
     info = SCRIPTS[script]
     model = write_model(tmp_path, info["model_file"], SCRIPT_MODELS[info["model_file"]])
     text = f"python3 {info['entry']} " + " ".join(shlex.quote(w) for w in info["words"])
+    text += "".join(f"\n{line}" for line in info["not_passed"])  # statements after the command (no '\\')
     return convert_slime_args(text, model=str(model))
 
 
