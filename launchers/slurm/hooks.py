@@ -1,4 +1,4 @@
-"""The SLURM launcher's rules on ``cluster.slurm`` and what a smoke of a SLURM spec leaves untested."""
+"""The SLURM launcher's rules on ``cluster.slurm``, what a smoke leaves untested, and the cluster-profile check."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from slime.spec.plugin import Finding
 
-__all__ = ["RULES", "seconds", "untested"]
+__all__ = ["RULES", "seconds", "site_check", "untested"]
 
 
 def seconds(limit: str) -> int:
@@ -44,3 +44,10 @@ RULES = (time_limit,)
 
 def untested(spec) -> Iterator[str]:
     yield "SLURM submission: sbatch, the allocation, requeues"
+
+
+def site_check(site):
+    """``slime-submit clusters check``: the profile against the cluster (``launchers.slurm.sitecheck``)."""
+    from launchers.slurm.sitecheck import check_site
+
+    return check_site(site)

@@ -31,9 +31,11 @@ __all__ = [
     "ClusterProfile",
     "NodeShape",
     "Site",
+    "SiteCheck",
     "SiteRecord",
     "apply_profile",
     "find_profile",
+    "leaves",
     "load_profiles",
     "profile_files",
 ]
@@ -72,6 +74,18 @@ class Site:
         return self.marks.get(("clusters", self.name, *path)) or Origin(file=str(self.file))
 
 
+@dataclass(frozen=True)
+class SiteCheck:
+    """One fact a launcher's ``site_check`` hook compared: the profile's value and the cluster's."""
+
+    check: str
+    field: str  # the profile field, e.g. clusters.ci.partitions.batch.gpus_per_node
+    at: str  # its file:line
+    want: str
+    have: str
+    ok: bool
+
+
 @dataclass(frozen=True, kw_only=True)
 class SiteRecord:
     """What ``lock.json`` records: the profile as it was, and where each ``cluster.*`` value came from."""
@@ -84,8 +98,8 @@ class SiteRecord:
 
     def fields(self, spec: Any) -> list[tuple[str, Any, str]]:
         """(path, resolved value, source) of every ``cluster.*`` leaf; unlisted ones are defaults/derived."""
-        leaves = _leaves(msgspec.to_builtins(spec.cluster), ("cluster",))
-        return [(p, v, self.sources.get(p, "default")) for p, v in leaves]
+        found = leaves(msgspec.to_builtins(spec.cluster), ("cluster",))
+        return [(p, v, self.sources.get(p, "default")) for p, v in found]
 
     def to_json(self, spec: Any) -> dict[str, Any]:
         return {
@@ -97,9 +111,9 @@ class SiteRecord:
         }
 
 
-def _leaves(value: Any, path: tuple) -> list[tuple[str, Any]]:
+def leaves(value: Any, path: tuple) -> list[tuple[str, Any]]:
     if isinstance(value, dict) and value:
-        return [leaf for k, v in value.items() for leaf in _leaves(v, (*path, str(k)))]
+        return [leaf for k, v in value.items() for leaf in leaves(v, (*path, str(k)))]
     return [(".".join(path), value)]
 
 
@@ -246,7 +260,7 @@ def _fill(
             for sub, origin in src_marks.items():
                 if sub[: len(src_prefix) + 1] == (*src_prefix, key):
                     marks.setdefault(p + sub[len(src_prefix) + 1 :], origin)
-            for leaf, _ in _leaves(value, p):
+            for leaf, _ in leaves(value, p):
                 sub = tuple(leaf.split("."))[len(path) :]
                 sources[leaf] = f"{label} ({src_marks.get((*src_prefix, *sub)) or src_marks.get((*src_prefix, key))})"
         elif isinstance(dst[key], dict) and isinstance(value, dict):
@@ -284,7 +298,7 @@ def apply_profile(
         site = find_profile(cluster["profile"], spec_dir, marks.get(("cluster", "profile")))
     except SpecError as exc:
         return None, list(exc.problems)
-    spec_leaves = {p for p, _ in _leaves(cluster, ("cluster",))}
+    spec_leaves = {p for p, _ in leaves(cluster, ("cluster",))}
     sources = {p: f"spec ({marks.get(tuple(p.split('.'))) or file})" for p in spec_leaves}
     launcher = cluster.get("launcher", site.raw.get("launcher"))
     try:
