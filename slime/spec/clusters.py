@@ -285,11 +285,26 @@ def _shape_problems(site: Site, pool: str, shape: NodeShape, spec_cluster: dict,
     return out
 
 
+def _pool_shape(site: Site, cluster: dict, launcher: str) -> tuple[str | None, NodeShape | None]:
+    """The partition (node pool) the spec or the profile picks, and its shape in the profile, if any."""
+    from slime.spec.plugin import PluginError, profile
+
+    try:
+        key = profile("launcher", launcher).pool_option
+    except PluginError:
+        return None, None  # the schema names the unknown launcher
+    if key is None:
+        return None, None
+    section = cluster.get(launcher) if isinstance(cluster.get(launcher), dict) else {}
+    pool = section.get(key, (site.raw.get(launcher) or {}).get(key))
+    return (pool, site.profile.partitions.get(pool)) if isinstance(pool, str) else (None, None)
+
+
 def apply_profile(
     data: dict, marks: Marks, spec_dir: Path | None, file: str
 ) -> tuple[SiteRecord | None, list[Problem]]:
     """Fill ``data['cluster']`` from the profile it names (see the module doc); None when it names none."""
-    from slime.spec.plugin import PluginError, default_profile, profile
+    from slime.spec.plugin import default_profile, profiles
 
     cluster = data.get("cluster")
     if not isinstance(cluster, dict) or not isinstance(cluster.get("profile"), str):
@@ -298,46 +313,26 @@ def apply_profile(
         site = find_profile(cluster["profile"], spec_dir, marks.get(("cluster", "profile")))
     except SpecError as exc:
         return None, list(exc.problems)
-    spec_leaves = {p for p, _ in leaves(cluster, ("cluster",))}
-    sources = {p: f"spec ({marks.get(tuple(p.split('.'))) or file})" for p in spec_leaves}
-    launcher = cluster.get("launcher", site.raw.get("launcher"))
-    try:
-        pool_key = (profile("launcher", launcher) if launcher else default_profile("launcher")).pool_option
-    except PluginError:
-        pool_key = None  # the schema names the unknown launcher
+    sources = {p: f"spec ({marks.get(tuple(p.split('.'))) or file})" for p, _ in leaves(cluster, ("cluster",))}
+    launcher = cluster.get("launcher", site.raw.get("launcher", default_profile("launcher").name))
     problems: list[Problem] = []
-    if pool_key and isinstance(launcher, str):
-        section = cluster.get(launcher) if isinstance(cluster.get(launcher), dict) else {}
-        pool = section.get(pool_key, (site.raw.get(launcher) or {}).get(pool_key))
-        shape = site.profile.partitions.get(pool) if isinstance(pool, str) else None
-        if shape is not None:
-            problems += _shape_problems(site, pool, shape, cluster, marks)
-            given = {k: v for k, v in msgspec.to_builtins(shape).items() if v is not None}
-            _fill(
-                cluster,
-                given,
-                ("cluster",),
-                marks,
-                site.marks,
-                ("clusters", site.name, "partitions", pool),
-                f"partition {pool} of profile {site.name}",
-                sources,
-            )
-    _fill(
-        cluster,
-        site.raw,
-        ("cluster",),
-        marks,
-        site.marks,
-        ("clusters", site.name, "cluster"),
-        f"profile {site.name}",
-        sources,
-    )
-    text = site.file.read_bytes()
+    pool, shape = _pool_shape(site, cluster, launcher) if isinstance(launcher, str) else (None, None)
+    if shape is not None:
+        problems += _shape_problems(site, pool, shape, cluster, marks)
+        given = {k: v for k, v in msgspec.to_builtins(shape).items() if v is not None}
+        where = ("clusters", site.name, "partitions", pool)
+        _fill(
+            cluster, given, ("cluster",), marks, site.marks, where, f"partition {pool} of profile {site.name}", sources
+        )
+    # another launcher's section would be refused: a spec that picks `local` keeps the site's other settings
+    others = set(profiles("launcher")) - {launcher}
+    raw = {k: v for k, v in site.raw.items() if k not in others}
+    where = ("clusters", site.name, "cluster")
+    _fill(cluster, raw, ("cluster",), marks, site.marks, where, f"profile {site.name}", sources)
     record = SiteRecord(
         name=site.name,
         file=str(site.file),
-        sha256=hashlib.sha256(text).hexdigest(),
+        sha256=hashlib.sha256(site.file.read_bytes()).hexdigest(),
         profile=msgspec.to_builtins(site.profile),
         sources=sources,
     )

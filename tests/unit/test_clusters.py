@@ -175,3 +175,24 @@ def test_image_identity_pins_digests_and_files_and_says_when_a_tag_pins_nothing(
 
     assert image_identity("nvcr.io/nvidia/pytorch@sha256:abc")["digest"] == "sha256:abc"
     assert image_identity("nvcr.io#nvidia/pytorch:25.01-py3")["pinned"] is False
+
+
+def test_a_spec_that_picks_another_launcher_keeps_the_profiles_generic_settings():
+    doc = json.loads(_spec(profile="a100-apptainer", nodes=1, gpus_per_node=0))
+    doc["cluster"]["launcher"] = "local"
+    loaded = load_spec_text(json.dumps(doc))
+    assert loaded.spec.cluster.slurm is None and loaded.spec.cluster.env == {"NCCL_IB_HCA": "mlx5"}
+
+
+def test_clusters_list_and_show_tables(tmp_path):
+    import os
+
+    env = {**os.environ, "SLIME_CLUSTERS": str(FIXTURE), "XDG_CONFIG_HOME": str(tmp_path / "no")}
+    listed = _cli("clusters", "list", "--json", env=env, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    rows = {r["name"]: r for r in json.loads(listed.stdout)["profiles"]}
+    assert rows["a100-apptainer"]["partitions"] == "a100, a100-big" and rows["plain"]["partition"] == "gpu"
+    shown = _cli("clusters", "show", "a100-apptainer", env=env, cwd=tmp_path)
+    assert shown.returncode == 0 and "cluster.slurm.gpu_type" in shown.stdout and "a100-big" in shown.stdout
+    missing = _cli("clusters", "show", "nope", env=env, cwd=tmp_path)
+    assert missing.returncode == 2 and "unknown cluster profile 'nope'" in missing.stderr
