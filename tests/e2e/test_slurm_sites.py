@@ -178,3 +178,21 @@ def test_gpus_per_task_style_is_allocated_and_passes_the_preflight(slurm_cluster
     run_dir = Path(_json(proc)["run_dir"])
     assert "#SBATCH --gpus-per-task=2" in (run_dir / "job.sbatch").read_text()
     assert json.loads((run_dir / "tasks/0/preflight.json").read_text())["ok"]
+
+
+@pytest.mark.slow
+@pytest.mark.extended
+def test_a_typed_gres_profile_submits_where_the_cluster_types_its_gpus(slurm_cluster, tmp_path):
+    """Needs the cluster up with SLIME_SLURM_GPU_TYPE=fake (ci/slurm-cluster.sh): --gres=gpu:fake:2."""
+    from launchers.slurm.cluster import scontrol_records
+
+    if not all(":fake:" in n.get("Gres", "") for n in scontrol_records("node")):
+        pytest.skip("the cluster's GPUs are untyped: bring it up with SLIME_SLURM_GPU_TYPE=fake")
+    proc = cli(
+        *("submit", str(SMOKE), "--cluster", "ci", "--preflight-only", "--json"),
+        *("--set", f"logging.dir={tmp_path}", "--set", "cluster.slurm.gpu_type=fake"),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = Path(_json(proc)["run_dir"])
+    assert "#SBATCH --gres=gpu:fake:2" in (run_dir / "job.sbatch").read_text()
+    assert json.loads((run_dir / "tasks/0/preflight.json").read_text())["ok"]

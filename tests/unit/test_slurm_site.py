@@ -174,3 +174,27 @@ def test_bad_site_values_are_spec_errors_naming_the_field(slurm, path):
         compile_script(spec_text(slurm=slurm))
     got = err.value.problems[0].path
     assert got == (path or "cluster.slurm.container.mounts[0]"), json.dumps(slurm)
+
+
+def test_the_ci_cluster_types_its_fake_gpus_only_on_request():
+    """ci/slurm-cluster.sh config: SLIME_SLURM_GPU_TYPE types the GRES (for --gres=gpu:TYPE:N); unset, the
+    config is what it was, so a running cluster is not rebuilt for it."""
+    script = Path(__file__).resolve().parents[2] / "ci" / "slurm-cluster.sh"
+
+    def config(**env) -> str:
+        proc = subprocess.run(
+            [BASH, str(script), "config"], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", **env}
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    plain, typed = config(), config(SLIME_SLURM_GPU_TYPE="fake")
+    assert " Gres=gpu:2 " in plain and "Name=gpu File=" in plain and "Name=gpu Type=" not in plain
+    assert " Gres=gpu:fake:2 " in typed and "Name=gpu Type=fake File=" in typed
+    bad = subprocess.run(
+        [BASH, str(script), "config"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "SLIME_SLURM_GPU_TYPE": "a;b"},
+    )
+    assert bad.returncode != 0 and "SLIME_SLURM_GPU_TYPE" in bad.stderr
