@@ -142,6 +142,7 @@ class DryRun:
             "files": {f.path: f.content for f in r.files},
             "command": list(r.command),
             "engines": dict(self.engines),
+            "cluster_profile": r.loaded.site.to_json(r.spec) if r.loaded.site is not None else None,
         }
 
 

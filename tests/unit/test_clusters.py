@@ -147,6 +147,10 @@ def test_render_shows_each_field_and_its_source_and_the_lock_records_the_profile
     assert '"a100"' in lines["cluster.slurm.gpu_type"] and "profile a100-apptainer" in lines["cluster.slurm.gpu_type"]
     assert lines["cluster.slurm.max_failures"].endswith("default")
     assert "#SBATCH --gres=gpu:a100:2" in proc.stdout and "module load cuda/12.4" in proc.stdout
+    as_json = json.loads(
+        _cli("render", str(spec), "--cluster", "a100-apptainer", "--json", env=env, cwd=tmp_path).stdout
+    )
+    assert as_json["cluster_profile"]["fields"]["cluster.slurm.qos"]["from"].startswith("spec (")
 
     image = tmp_path / "slime.sif"
     image.write_bytes(b"sif image bytes")
@@ -196,3 +200,9 @@ def test_clusters_list_and_show_tables(tmp_path):
     assert shown.returncode == 0 and "cluster.slurm.gpu_type" in shown.stdout and "a100-big" in shown.stdout
     missing = _cli("clusters", "show", "nope", env=env, cwd=tmp_path)
     assert missing.returncode == 2 and "unknown cluster profile 'nope'" in missing.stderr
+
+
+def test_a_hostile_profile_name_is_refused_by_its_pattern():
+    with pytest.raises(SpecError) as err:
+        load_spec_text(_spec(profile="ci; touch x"))
+    assert err.value.problems[0].path == "cluster.profile"

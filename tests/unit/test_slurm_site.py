@@ -76,7 +76,9 @@ def _run(script: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Fake
     return proc, fake
 
 
-def test_hostile_values_through_every_site_field_reach_the_node_exactly_and_execute_nothing(tmp_path):
+@pytest.mark.parametrize("via", ["spec", "profile"])
+def test_hostile_values_through_every_site_field_reach_the_node_exactly_and_execute_nothing(tmp_path, monkeypatch, via):
+    """The same values written in the spec, or in a cluster profile file (YAML-quoted) the spec selects."""
     canary = tmp_path / "CANARY"
     h = lambda tag: _hostile(canary.name, tag)  # noqa: E731
     mount = h("M").replace(",", ";").replace(":", ";")  # mount lists: no ',' or ':'
@@ -86,19 +88,25 @@ def test_hostile_values_through_every_site_field_reach_the_node_exactly_and_exec
     workdir = tmp_path / "wd"
     workdir.mkdir()
     logdir = tmp_path / "logs"
-    text = spec_text(
-        logdir=str(logdir),
-        slurm=dict(
-            container={"runtime": "apptainer", "image": h("I"), "mounts": [mount], "workdir": str(workdir)},
-            setup={
-                "modules": [h("MOD1"), h("MOD2")],
-                "venv": str(venv),
-                "conda": h("CONDA"),
-                "lines": ['export SITE_LINE="ran on $(hostname)"'],
-            },
-        ),
+    slurm = dict(
+        account=h("A"),
+        container={"runtime": "apptainer", "image": h("I"), "mounts": [mount], "workdir": str(workdir)},
+        setup={
+            "modules": [h("MOD1"), h("MOD2")],
+            "venv": str(venv),
+            "conda": h("CONDA"),
+            "lines": ['export SITE_LINE="ran on $(hostname)"'],
+        },
     )
+    if via == "spec":
+        text = spec_text(logdir=str(logdir), slurm=slurm)
+    else:
+        profiles = tmp_path / "clusters.yaml"
+        profiles.write_text(json.dumps({"clusters": {"site": {"cluster": {"slurm": slurm}}}}))  # JSON is YAML
+        monkeypatch.setenv("SLIME_CLUSTERS", str(profiles))
+        text = spec_text(logdir=str(logdir), profile="site")
     script = compile_script(text, python="python-fake")
+    assert f"#SBATCH --account={h('A')}" not in script  # quoted for sbatch's tokenizer, not pasted
     proc, fake = _run(script, tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not canary.exists(), "a hostile value was executed"
