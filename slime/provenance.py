@@ -461,12 +461,18 @@ def loaded_from_run(paths: RunPaths, lock: dict[str, Any]):
             spec = replace(spec, train=replace(spec.train, checkpoint=replace(spec.train.checkpoint, dir=None)))
         tasks.append(Task(index=i, overrides=doc.get("overrides") or {}, spec=spec))
     source = Path(lock["spec"]["path"]) if (lock.get("spec") or {}).get("path") else paths.spec
+    site = None
+    if isinstance(lock.get("cluster_profile"), dict):  # the values are in the resolved spec; keep their sources
+        from slime.spec.clusters import SiteRecord
+
+        site = SiteRecord.from_json(lock["cluster_profile"])
     return LoadedSpec(
         source=source,
         text=text,
         spec=base,
         tasks=tuple(tasks),
         overrides=tuple((lock.get("spec") or {}).get("overrides") or ()),
+        site=site,
     )
 
 

@@ -101,6 +101,13 @@ class SiteRecord:
         found = leaves(msgspec.to_builtins(spec.cluster), ("cluster",))
         return [(p, v, self.sources.get(p, "default")) for p, v in found]
 
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> SiteRecord:
+        """The record a lock.json kept (``to_json``), for a rerun that must not read the profile file."""
+        fields = doc.get("fields") or {}
+        sources = {p: f["from"] for p, f in fields.items() if isinstance(f, dict) and f.get("from") != "default"}
+        return cls(name=doc["name"], file=doc["file"], sha256=doc["sha256"], profile=doc["profile"], sources=sources)
+
     def to_json(self, spec: Any) -> dict[str, Any]:
         return {
             "name": self.name,

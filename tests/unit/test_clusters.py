@@ -206,3 +206,23 @@ def test_a_hostile_profile_name_is_refused_by_its_pattern():
     with pytest.raises(SpecError) as err:
         load_spec_text(_spec(profile="ci; touch x"))
     assert err.value.problems[0].path == "cluster.profile"
+
+
+def test_a_rerun_needs_no_profile_file_and_keeps_the_record(tmp_path, monkeypatch):
+    from launchers.base import SubmitOptions, create_run_dir
+    from launchers.slurm.launcher import SlurmLauncher
+    from slime import provenance
+
+    profiles = tmp_path / "clusters.yaml"
+    profiles.write_text(FIXTURE.read_text())
+    monkeypatch.setenv("SLIME_CLUSTERS", str(profiles))
+    loaded = load_spec_text(_spec(profile="h100-pyxis", gpus_per_node=4, logdir=str(tmp_path / "runs")))
+    dry = SlurmLauncher().dryrun(loaded, SubmitOptions(run_name="p1"))
+    paths = create_run_dir(dry.request)
+    provenance.write_lock(paths, dry.request, dry.options)
+    profiles.unlink()  # the site's file is gone (or changed) by the time of the rerun
+    lock = provenance.read_lock(paths.root)
+    again = SlurmLauncher().dryrun(provenance.loaded_from_run(paths, lock), SubmitOptions(run_name="p2")).request
+    assert again.spec.cluster.slurm.partition == "h100" and "--container-image=" in again.file("job.sbatch")
+    relock = provenance.build_lock(again, SubmitOptions())
+    assert json.loads(json.dumps(relock["cluster_profile"]["fields"])) == lock["cluster_profile"]["fields"]
