@@ -102,10 +102,8 @@ PATH={image_bin}:$PATH exec "$@"
 """
 
 
-@pytest.mark.slow
-def test_apptainer_and_site_setup_run_on_every_node_with_the_same_argv(slurm_cluster, tmp_path):
-    """Apptainer through a recording stand-in at the process boundary (not installable here): the exact
-    argv on each node, the setup having run on that node first, and the image's file hash in lock.json."""
+def _stand_ins(tmp_path: Path) -> tuple[Path, Path]:
+    """(record dir, bin dir) of the ``apptainer`` and ``module`` stand-ins (see the module doc)."""
     rec, fake_bin, image_bin = tmp_path / "rec", tmp_path / "bin", tmp_path / "image-bin"
     for d in (rec, fake_bin, image_bin):
         d.mkdir()
@@ -114,6 +112,14 @@ def test_apptainer_and_site_setup_run_on_every_node_with_the_same_argv(slurm_clu
     (image_bin / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')  # the image's Python
     for f in (fake_bin / "apptainer", fake_bin / "module", image_bin / "python3"):
         f.chmod(0o755)
+    return rec, fake_bin
+
+
+@pytest.mark.slow
+def test_apptainer_and_site_setup_run_on_every_node_with_the_same_argv(slurm_cluster, tmp_path):
+    """Apptainer through a recording stand-in at the process boundary (not installable here): the exact
+    argv on each node, the setup having run on that node first, and the image's file hash in lock.json."""
+    rec, fake_bin = _stand_ins(tmp_path)
     image = tmp_path / "slime.sif"
     image.write_bytes(b"not really an image")
     logdir = tmp_path / "runs"

@@ -206,3 +206,17 @@ def test_the_ci_cluster_types_its_fake_gpus_only_on_request():
         env={"PATH": "/usr/bin:/bin", "SLIME_SLURM_GPU_TYPE": "a;b"},
     )
     assert bad.returncode != 0 and "SLIME_SLURM_GPU_TYPE" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    "container, path",
+    [
+        ({"image": "/images/x.sif"}, "cluster.slurm.container.runtime"),
+        ({"image": "nvcr.io#nvidia/pytorch:25.01-py3", "runtime": "apptainer"}, "cluster.slurm.container.image"),
+    ],
+)
+def test_an_image_written_for_the_other_runtime_is_a_warning(container, path):
+    from slime.spec import load_spec_text
+
+    loaded = load_spec_text(spec_text(slurm={"container": container}))
+    assert [w.path for w in loaded.warnings] == [path]
