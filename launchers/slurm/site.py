@@ -10,7 +10,7 @@ Values are quoted by ``launchers.quoting``; setup lines are shell by design, che
 
 from __future__ import annotations
 
-from launchers.quoting import check_single_line, q
+from launchers.quoting import q
 from slime.spec import Problem, SpecError
 from slime.spec.types import Spec
 
@@ -27,6 +27,15 @@ _MODULE_INIT = (
 
 def _reject(field: str, message: str, hint: str) -> SpecError:
     return SpecError([Problem(path=field, message=message, hint=hint)])
+
+
+def check_single_line(value: str, field: str) -> str:
+    """``value`` if it holds no newline, CR or NUL (each would end this value's line of the script)."""
+    if any(ch in value for ch in "\n\r\0"):
+        raise _reject(
+            field, f"{value!r} holds a line break or NUL, which would split it over script lines", "write one line"
+        )
+    return value
 
 
 def _mounts(spec: Spec) -> list[str]:
