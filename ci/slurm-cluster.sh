@@ -4,13 +4,15 @@
 #   ci/slurm-cluster.sh up       # start (or repair) the cluster; waits until every node is usable
 #   ci/slurm-cluster.sh down     # stop it and undo every change it made to the machine
 #   ci/slurm-cluster.sh status   # print sinfo; exit 0 only if the cluster is healthy
+#   ci/slurm-cluster.sh config   # print the slurm.conf and gres.conf `up` would write (no root needed)
 #
 # Layout (defaults; see the environment variables below):
 #   login node  = this machine's root namespace: slurmctld, munged, sbatch/srun/squeue/scontrol
 #   nodes       = sn1..snN, each its own network + UTS + PID namespace (own hostname, own IP
 #                 10.77.0.(10+i) on a private bridge 'slimebr0' = 10.77.0.1/24, no default
 #                 route), PID 1 = ci/slurm/node-init.pl which runs `slurmd -D -N snI`
-#   GPUs        = 2 fake GPUs per node (GRES backed by char devices c 1 3, never opened)
+#   GPUs        = 2 fake GPUs per node (GRES backed by char devices c 1 3, never opened); with
+#                 SLIME_SLURM_GPU_TYPE=NAME they are typed (Gres=gpu:NAME:2), so --gres=gpu:NAME:N works
 #   partitions  = batch (default, PriorityTier=1) and urgent (PriorityTier=10); urgent jobs
 #                 preempt batch jobs, which are requeued (PreemptMode=REQUEUE). Preemption is
 #                 graceful, as sites that run long jobs configure it: batch has GraceTime and
@@ -43,6 +45,7 @@
 #   SLIME_SLURM_SUBNET=10.77.0       first three octets of the private /24
 #   SLIME_SLURM_CPUS_PER_NODE=4  SLIME_SLURM_GPUS_PER_NODE=2  SLIME_SLURM_MEM_MB=8000
 #   SLIME_SLURM_UP_TIMEOUT=60        seconds `up` waits for the nodes
+#   SLIME_SLURM_GPU_TYPE=            GRES type of the fake GPUs (empty: untyped, gpu:N)
 #   SLIME_SLURM_PREEMPT_GRACE=60     GraceTime of the batch partition: a preempted job gets its
 #                                    --signal (USR1) at once and this long to checkpoint before TERM
 set -euo pipefail
@@ -67,6 +70,7 @@ GPUS=${SLIME_SLURM_GPUS_PER_NODE:-2}
 MEM=${SLIME_SLURM_MEM_MB:-8000}
 UP_TIMEOUT=${SLIME_SLURM_UP_TIMEOUT:-60}
 PREEMPT_GRACE=${SLIME_SLURM_PREEMPT_GRACE:-60}
+GPU_TYPE=${SLIME_SLURM_GPU_TYPE:-}
 
 log() { printf '[slurm-cluster] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -87,6 +91,8 @@ validate_env() {
     require_int SLIME_SLURM_PREEMPT_GRACE "$PREEMPT_GRACE" 0 86400
     [[ $NET =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]] ||
         die "SLIME_SLURM_SUBNET='$NET' is invalid: expected three octets such as 10.77.0"
+    [[ $GPU_TYPE =~ ^[A-Za-z0-9_]{0,32}$ ]] ||
+        die "SLIME_SLURM_GPU_TYPE='$GPU_TYPE' is invalid: expected letters, digits or _ (or empty)"
     [[ $STATE == /* && $STATE != / ]] ||
         die "SLIME_SLURM_STATE_DIR='$STATE' is invalid: expected an absolute directory path"
 }
@@ -185,7 +191,7 @@ await_recorded() {  # name grace_seconds: wait for exit, KILL after the grace pe
 # ---------------------------------------------------------------- config
 render_slurm_conf() {
     local i gres=""
-    if ((GPUS > 0)); then gres=" Gres=gpu:$GPUS"; fi
+    if ((GPUS > 0)); then gres=" Gres=gpu:${GPU_TYPE:+$GPU_TYPE:}$GPUS"; fi
     cat <<EOF
 $CONF_MARK
 ClusterName=slime
@@ -240,7 +246,7 @@ render_gres_conf() {
     echo "AutoDetect=off"
     ((GPUS > 0)) || return 0
     for ((i = 1; i <= NODES; i++)); do
-        echo "NodeName=$(node_name "$i") Name=gpu File=$STATE/dev/$(node_name "$i")-gpu[0-$((GPUS - 1))]"
+        echo "NodeName=$(node_name "$i") Name=gpu${GPU_TYPE:+ Type=$GPU_TYPE} File=$STATE/dev/$(node_name "$i")-gpu[0-$((GPUS - 1))]"
     done
 }
 
@@ -275,6 +281,8 @@ restore_conf() {
 cluster_env() {
     printf 'NODES=%s\nNET=%s\nCPUS=%s\nGPUS=%s\nMEM=%s\nMAX_ARRAY=%s\n' \
         "$NODES" "$NET" "$CPUS" "$GPUS" "$MEM" "$MAX_ARRAY"
+    # only when set, so a cluster brought up before this variable existed is not rebuilt for it
+    if [[ -n $GPU_TYPE ]]; then printf 'GPU_TYPE=%s\n' "$GPU_TYPE"; fi
 }
 
 load_recorded_env() {  # makes down/status use what up recorded, not the caller's env
@@ -283,7 +291,7 @@ load_recorded_env() {  # makes down/status use what up recorded, not the caller'
     while IFS='=' read -r k v; do
         case $k in
         NODES) NODES=$v ;; NET) NET=$v ;; CPUS) CPUS=$v ;;
-        GPUS) GPUS=$v ;; MEM) MEM=$v ;; MAX_ARRAY) MAX_ARRAY=$v ;;
+        GPUS) GPUS=$v ;; MEM) MEM=$v ;; MAX_ARRAY) MAX_ARRAY=$v ;; GPU_TYPE) GPU_TYPE=$v ;;
         esac
     done <"$f"
 }
@@ -619,8 +627,13 @@ main() {
         "cmd_$cmd"
         ;;
     status) cmd_status ;;
+    config)
+        validate_env
+        printf '# ---- %s/slurm.conf\n%s\n# ---- %s/gres.conf\n%s\n' \
+            "$CONF_DIR" "$(render_slurm_conf)" "$CONF_DIR" "$(render_gres_conf)"
+        ;;
     *)
-        echo "usage: $0 up|down|status" >&2
+        echo "usage: $0 up|down|status|config" >&2
         exit 2
         ;;
     esac

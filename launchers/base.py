@@ -57,6 +57,14 @@ class RunFile(NamedTuple):
     mode: int
 
 
+def site_table(site, spec: Spec) -> list[str]:
+    """``# cluster settings`` lines: each ``cluster.*`` value and where it came from (spec > profile > defaults)."""
+    rows = [(p, json.dumps(v), src) for p, v, src in site.fields(spec)]
+    w1, w2 = (max(len(r[i]) for r in rows) for i in (0, 1))
+    out = [f"# ---- cluster settings: spec > cluster profile {site.name!r} ({site.file}) > defaults ----"]
+    return out + [f"# {p:<{w1}}  {v:<{w2}}  {src}" for p, v, src in rows]
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Request:
     """What a launcher would do: write ``files`` into ``run_dir`` and run ``command``, for ``loaded``."""
@@ -99,6 +107,8 @@ class Request:
         if self.overrides:
             out.append("# overrides: " + " ".join(f"--set {o}" for o in self.overrides))
         out += [f"# {note}" for note in self.notes]
+        if self.loaded.site is not None:
+            out += ["", *site_table(self.loaded.site, self.spec)]
         for f in self.files:
             out += [f"\n# ---- {f.path} ----", f.content.rstrip("\n")]
         out += ["\n# ---- command ----", " ".join(shlex.quote(c) for c in self.command)]
@@ -132,6 +142,7 @@ class DryRun:
             "files": {f.path: f.content for f in r.files},
             "command": list(r.command),
             "engines": dict(self.engines),
+            "cluster_profile": r.loaded.site.to_json(r.spec) if r.loaded.site is not None else None,
         }
 
 

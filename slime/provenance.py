@@ -197,9 +197,31 @@ def _script_entry(request: Any, secrets: Any) -> dict[str, Any] | None:
 
 
 def _container(resolved: dict[str, Any]) -> Any:
-    """The container image of the launcher's section (``cluster.<launcher>.container``), if any."""
+    """The container of the launcher's section (``cluster.<launcher>.container``), if any, with what pins
+    its image (``image_identity``)."""
     sections = (resolved.get("cluster") or {}).values()
-    return next((v["container"] for v in sections if isinstance(v, dict) and v.get("container")), None)
+    found = next((v["container"] for v in sections if isinstance(v, dict) and v.get("container")), None)
+    if isinstance(found, dict) and isinstance(found.get("image"), str):
+        return {**found, **image_identity(found["image"])}
+    return found
+
+
+def image_identity(image: str) -> dict[str, Any]:
+    """What pins an image: the ``@sha256:`` digest of a reference, or the SHA-256 of a local file
+    (a .sif or .sqsh: read in full, once per submit); a tag alone pins nothing (``pinned: false``)."""
+    if "@sha256:" in image:
+        return {"pinned": True, "digest": "sha256:" + image.rsplit("@sha256:", 1)[1]}
+    path = Path(os.path.expanduser(image))
+    if path.is_file():
+        h = hashlib.sha256()
+        try:
+            with path.open("rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    h.update(chunk)
+        except OSError as exc:
+            return {"pinned": False, "note": f"cannot read the image file: {exc}"}
+        return {"pinned": True, "file_sha256": h.hexdigest(), "file_bytes": path.stat().st_size}
+    return {"pinned": False, "note": "a tag or a path not readable at submit: record its digest with IMAGE@sha256:..."}
 
 
 def build_lock(request: Any, options: Any, *, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -239,6 +261,7 @@ def build_lock(request: Any, options: Any, *, environ: Mapping[str, str] | None 
         "packages": package_versions(),
         "git": git_info(spec_path),
         "container": _container(resolved),
+        "cluster_profile": request.loaded.site.to_json(request.spec) if request.loaded.site is not None else None,
         "patches": _applied_patches(),
         "options": {
             "preflight_only": bool(getattr(options, "preflight_only", False)),
@@ -438,12 +461,18 @@ def loaded_from_run(paths: RunPaths, lock: dict[str, Any]):
             spec = replace(spec, train=replace(spec.train, checkpoint=replace(spec.train.checkpoint, dir=None)))
         tasks.append(Task(index=i, overrides=doc.get("overrides") or {}, spec=spec))
     source = Path(lock["spec"]["path"]) if (lock.get("spec") or {}).get("path") else paths.spec
+    site = None
+    if isinstance(lock.get("cluster_profile"), dict):  # the values are in the resolved spec; keep their sources
+        from slime.spec.clusters import SiteRecord
+
+        site = SiteRecord.from_json(lock["cluster_profile"])
     return LoadedSpec(
         source=source,
         text=text,
         spec=base,
         tasks=tuple(tasks),
         overrides=tuple((lock.get("spec") or {}).get("overrides") or ()),
+        site=site,
     )
 
 

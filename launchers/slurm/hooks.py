@@ -1,4 +1,4 @@
-"""The SLURM launcher's rules on ``cluster.slurm`` and what a smoke of a SLURM spec leaves untested."""
+"""The SLURM launcher's rules on ``cluster.slurm``, what a smoke leaves untested, and the cluster-profile check."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from slime.spec.plugin import Finding
 
-__all__ = ["RULES", "seconds", "untested"]
+__all__ = ["RULES", "WARNINGS", "seconds", "site_check", "untested"]
 
 
 def seconds(limit: str) -> int:
@@ -42,5 +42,34 @@ def time_limit(s) -> Iterator[Finding]:
 RULES = (time_limit,)
 
 
+def container_image(s) -> Iterator[Finding]:
+    """An image written for the other runtime: pyxis takes 'registry#image' or .sqsh, Apptainer a .sif."""
+    ct = s.cluster.slurm.container if s.cluster.slurm else None
+    if ct is None:
+        return
+    if ct.runtime == "pyxis" and ct.image.endswith(".sif"):
+        yield (
+            "cluster.slurm.container.runtime",
+            f"the image {ct.image!r} is an Apptainer/Singularity .sif, but runtime is pyxis",
+            "set cluster.slurm.container.runtime: apptainer (or singularity)",
+        )
+    elif ct.runtime != "pyxis" and "#" in ct.image:
+        yield (
+            "cluster.slurm.container.image",
+            f"{ct.image!r} is pyxis' 'registry#image' form, which {ct.runtime} does not read",
+            "give a .sif path or a docker://registry/image:tag URI, or set runtime: pyxis",
+        )
+
+
+WARNINGS = (container_image,)
+
+
 def untested(spec) -> Iterator[str]:
     yield "SLURM submission: sbatch, the allocation, requeues"
+
+
+def site_check(site):
+    """``slime-submit clusters check``: the profile against the cluster (``launchers.slurm.sitecheck``)."""
+    from launchers.slurm.sitecheck import check_site
+
+    return check_site(site)

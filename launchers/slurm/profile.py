@@ -14,11 +14,36 @@ from slime.spec.sections import MEM_PATTERN, TIME_PATTERN, D, Section
 
 
 class Container(Section, kw_only=True):
-    """A container image to run each node's work in (pyxis/enroot)."""
+    """A container image to run each node's work in (pyxis/enroot, or Apptainer/Singularity)."""
 
-    image: Annotated[str, D("Container image (e.g. 'nvcr.io#nvidia/pytorch:25.01-py3' or a .sqsh path).", min_length=1)]
+    image: Annotated[
+        str,
+        D(
+            "Container image: pyxis 'nvcr.io#nvidia/pytorch:25.01-py3' or a .sqsh path; apptainer a .sif path.",
+            min_length=1,
+        ),
+    ]
+    runtime: Annotated[
+        Literal["pyxis", "apptainer", "singularity"],
+        D("How the image runs: srun's pyxis flags, or `apptainer|singularity exec --nv --bind ... IMAGE` per node."),
+    ] = "pyxis"
     mounts: Annotated[tuple[str, ...], D("Bind mounts 'SRC:DST[:ro]'.")] = ()
     workdir: Annotated[str | None, D("Working directory inside the container.")] = None
+
+
+class Setup(Section, kw_only=True):
+    """Site setup run on every node before the bootstrap (inside the container with pyxis, before it otherwise)."""
+
+    modules: Annotated[tuple[str, ...], D("Environment modules to load, in order (`module load NAME`).")] = ()
+    venv: Annotated[
+        Annotated[str, Meta(min_length=1)] | None, D("A virtualenv directory to activate (`source VENV/bin/activate`).")
+    ] = None
+    conda: Annotated[
+        Annotated[str, Meta(min_length=1)] | None, D("A conda environment (name or path) to activate.")
+    ] = None
+    lines: Annotated[
+        tuple[str, ...], D("Free-form shell lines run after the modules and activation (one command per line).")
+    ] = ()
 
 
 class SlurmOptions(Section, kw_only=True):
@@ -38,7 +63,20 @@ class SlurmOptions(Section, kw_only=True):
         Annotated[str, Meta(pattern=TIME_PATTERN)] | None,
         D("Wall-clock limit, SLURM style: 'MM', 'HH:MM:SS' or 'D-HH:MM:SS'."),
     ] = None
-    container: Annotated[Container | None, D("Run inside this container image (pyxis/enroot).")] = None
+    gpu_request: Annotated[
+        Literal["gpus-per-node", "gres", "gpus-per-task"],
+        D("How GPUs are asked for: --gpus-per-node=N, --gres=gpu:N, or --gpus-per-task=N (one task per node)."),
+    ] = "gpus-per-node"
+    gpu_type: Annotated[
+        Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.-]+$")] | None,
+        D("The site's GRES type name (e.g. 'a100'): the request becomes TYPE:N in whichever style."),
+    ] = None
+    container: Annotated[
+        Container | None, D("Run inside this container image (pyxis/enroot, or apptainer/singularity).")
+    ] = None
+    setup: Annotated[
+        Setup | None, D("Module loads, a venv/conda activation and setup lines run on every node first.")
+    ] = None
     on_preflight_failure: Annotated[
         Literal["fail", "requeue_excluding"], D("On a failed preflight: fail, or requeue excluding the bad node.")
     ] = "fail"
@@ -69,7 +107,8 @@ PROFILE = Profile(
     summary="submits with sbatch to a SLURM cluster, one Ray cluster per job",
     implementation="launchers.slurm.launcher:SlurmLauncher",
     options=SlurmOptions,
-    options_doc="SLURM settings: partition, account, limits, container, restarts (only with launcher: slurm).",
+    options_doc="SLURM settings: partition, account, limits, GPUs, container, setup, restarts (launcher: slurm).",
+    pool_option="partition",
     hooks="launchers.slurm.hooks",
     node_env="launchers.slurm.env:slurm_node",
     v1_moves=tuple(V1Move(old=f"cluster.{n}", new=n) for n in _V1),

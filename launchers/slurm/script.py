@@ -5,8 +5,8 @@ resilience relies on, and hold nothing spec-derived beyond quoted ``#SBATCH`` va
 lines (each task reads ``$RUN_DIR/tasks/$TASK/resolved.json``). Order: header, ``RUN_DIR``/``TASK``,
 env and secret exports, signal forwarding, ``srun`` of ``launchers.node.bootstrap`` on every node,
 wait, exit with the step's status; ``launchers.slurm.restarts`` runs before and after the step.
-Not guaranteed: that the cluster can satisfy the request (checked at submit by
-``launchers.slurm.cluster``) or that pyxis is installed when ``cluster.slurm.container`` is set.
+Container and site setup: ``launchers.slurm.site``. Not guaranteed: that the cluster can satisfy the
+request (checked at submit by ``launchers.slurm.cluster``) or that the container runtime is installed.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launchers.quoting import check_env_name, check_single_line, export_line, q, sbatch_line
+from launchers.slurm.site import setup_lines, wrapping
 from slime.core.paths import RunPaths
 from slime.spec import Problem, SpecError
 from slime.spec.types import Spec
@@ -128,6 +129,18 @@ def log_pattern(run_dir: Path, array: bool) -> str:
     return logs.replace("%", "%%") + "/" + name
 
 
+def gpu_request_line(spec: Spec) -> str:
+    """The GPU request in the site's style (``cluster.slurm.gpu_request``), typed when ``gpu_type`` is set.
+
+    One task per node, so ``--gpus-per-task=N`` asks the same as ``--gpus-per-node=N`` where a site
+    refuses the latter; the preflight checks what SLURM allocated (SLURM_GPUS_ON_NODE) whichever it is."""
+    sl, n = spec.cluster.slurm, spec.cluster.gpus_per_node
+    count = f"{sl.gpu_type}:{n}" if sl.gpu_type else str(n)
+    if sl.gpu_request == "gres":
+        return sbatch_line("gres", f"gpu:{count}", field="cluster.slurm.gpu_request")
+    return sbatch_line(sl.gpu_request, count, field="cluster.slurm.gpu_request")
+
+
 def _header(spec: Spec, opts: ScriptOptions) -> list[str]:
     c, sl = spec.cluster, spec.cluster.slurm
     array = spec.sweep is not None
@@ -137,7 +150,7 @@ def _header(spec: Spec, opts: ScriptOptions) -> list[str]:
         sbatch_line("ntasks-per-node", 1, field="cluster.nodes"),
     ]
     if c.gpus_per_node:
-        lines.append(sbatch_line("gpus-per-node", c.gpus_per_node, field="cluster.gpus_per_node"))
+        lines.append(gpu_request_line(spec))
     # Unset cpus_per_node: one CPU per device slot, the least the placement group needs.
     cpus = c.cpus_per_node or max(1, c.gpus_per_node)
     lines.append(sbatch_line("cpus-per-task", cpus, field="cluster.cpus_per_node"))
@@ -229,33 +242,6 @@ def _env_lines(spec: Spec) -> list[str]:
     return lines
 
 
-def _container_flags(spec: Spec) -> list[str]:
-    ct = spec.cluster.slurm.container
-    if ct is None:
-        return []
-    mounts = list(ct.mounts)
-    for i, m in enumerate(mounts):
-        if "," in m:
-            raise _reject(
-                f"cluster.slurm.container.mounts[{i}]",
-                f"{m!r} contains a comma, which pyxis reads as a separator between mounts",
-                "give one mount per entry",
-            )
-    logdir = spec.logging.dir
-    if not any(m.split(":")[0] == logdir for m in mounts):
-        if "," in logdir or ":" in logdir:
-            raise _reject(
-                "logging.dir",
-                f"{logdir!r} contains ',' or ':' and cannot be mounted into the container",
-                "use a logging.dir without commas or colons",
-            )
-        mounts.append(f"{logdir}:{logdir}")  # the run dir must be visible inside the container
-    flags = [f"--container-image={q(ct.image)}", f"--container-mounts={q(','.join(mounts))}"]
-    if ct.workdir:
-        flags.append(f"--container-workdir={q(ct.workdir)}")
-    return flags
-
-
 def render_script(spec: Spec, opts: ScriptOptions) -> str:
     """The batch script for ``spec`` (the base spec: ``cluster``/``logging`` are never swept)."""
     if opts.driver is not None and not DRIVER_PATTERN.fullmatch(opts.driver):
@@ -286,20 +272,24 @@ def render_script(spec: Spec, opts: ScriptOptions) -> str:
     env = _env_lines(spec)
     if env:
         parts += ["", *env]
+    setup = setup_lines(spec)
+    if setup:
+        parts += ["", *setup]
     return "\n".join(parts + _steps(spec, opts)) + "\n"
 
 
 def _steps(spec: Spec, opts: ScriptOptions) -> list[str]:
-    """The restart helper and the one bootstrap step per node (in the container, if any)."""
-    container = _container_flags(spec)
-    helper = [q(opts.python)]
-    if container:  # the helper needs our Python, which lives in the container
-        helper = ["srun", "--nodes=1", "--ntasks=1", *container, *helper]
+    """The restart helper and the one bootstrap step per node (after the site setup, in the container, if any)."""
+    wrap = wrapping(spec)
+    helper = [*wrap.before_python, q(opts.python)]
+    if wrap.helper_needs_srun:  # the helper needs our Python, which lives in pyxis' container
+        helper = ["srun", "--nodes=1", "--ntasks=1", *wrap.srun_flags, *helper]
     cmd = [
         "srun",
         "--ntasks-per-node=1",
         "--kill-on-bad-exit=1",
-        *container,
+        *wrap.srun_flags,
+        *wrap.before_python,
         q(opts.python),
         "-m",
         "launchers.node.bootstrap",

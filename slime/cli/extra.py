@@ -23,6 +23,10 @@ ENTRIES: dict[str, tuple[str, str]] = {
     "patches": ("slime.cli.patches_cmd:configure", "check/apply our patches to the pinned SGLang and megatron-core"),
     "upgrade": ("slime.cli.upgrade_cmd:configure", "rewrite a spec in the current apiVersion, keeping its comments"),
     "init": ("slime.cli.init_cmd:configure", "write a commented starter spec from an example (-o FILE)"),
+    "clusters": (
+        "slime.cli.clusters_cmd:configure",
+        "cluster profiles: list, show NAME, check NAME against the cluster",
+    ),
     "completion": ("slime.cli.complete:configure", "print the shell completion script (bash, zsh, fish)"),
 }
 

@@ -49,6 +49,7 @@ class LoadedSpec:
     warnings: tuple[Problem, ...] = field(default=())
     overrides: tuple[str, ...] = ()  # the --set PATH=VALUE texts applied to ``text`` (recorded in lock.json)
     written_version: str = CURRENT  # the apiVersion of ``text`` (an older one was upgraded in memory)
+    site: Any = None  # slime.spec.clusters.SiteRecord: the cluster profile applied, and each field's source
 
     @property
     def is_sweep(self) -> bool:
@@ -300,6 +301,12 @@ def _load_text(
         raise SpecError(problems + vproblems)
     written, api_version = api_version, CURRENT
     problems += upgraded[:1]  # the notice
+    site = None
+    if isinstance(data.get("cluster"), dict) and data["cluster"].get("profile") is not None:
+        from slime.spec.clusters import apply_profile  # spec > profile > defaults, field by field
+
+        site, site_problems = apply_profile(data, marks, base_dir, file)
+        problems += site_problems
     data, bad_values = normalise(data, marks)
     if bad_values or not _converts(data):
         # jsonschema (a ~50 ms import) runs only for a spec with problems: it reports all of them,
@@ -335,6 +342,7 @@ def _load_text(
         warnings=tuple(p for p in problems if p.severity == "warning"),
         overrides=tuple(overrides),
         written_version=written,
+        site=site,
     )
 
 

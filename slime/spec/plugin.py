@@ -70,8 +70,9 @@ class Profile:
     options_doc: str = ""  # one line for the section's field
     default: bool = False  # the embedded default of its kind (the spec's default, and smoke's target)
     cpu: bool = False  # runs without GPUs (CPU-only jobs, fake GPU slots, the smoke)
-    hooks: str | None = None  # module with optional RULES, WARNINGS, RAW_WARNINGS, resolve, smoke, ...
+    hooks: str | None = None  # module with optional RULES, WARNINGS, RAW_WARNINGS, resolve, smoke, site_check, ...
     node_env: str | None = None  # launchers: 'module:attr' of the node environment (who/where a node is)
+    pool_option: str | None = None  # launchers: the option naming a node pool (a cluster profile's ``partitions``)
     v1_moves: tuple[V1Move, ...] = ()
     derived: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # resolve's inputs (DERIVED_FROM)
     name: str = ""  # filled from the entry point's name

@@ -74,6 +74,10 @@ class Cluster(Section, kw_only=True):
     """Where the job runs and with what resources (the launcher's own settings: ``cluster.<launcher>``)."""
 
     launcher: Annotated[str, D("The launcher that runs the job (an installed launcher plug-in).")]
+    profile: Annotated[
+        Annotated[str, Meta(pattern=NAME_PATTERN)] | None,
+        D("Cluster profile (clusters.yaml) whose site settings fill what the spec leaves unset (or --cluster)."),
+    ] = None
     nodes: Annotated[int, D("Number of nodes to allocate.", ge=1)] = 1
     gpus_per_node: Annotated[int, D("GPUs per node (0 = CPU-only job).", ge=0)] = 0
     gpu: Annotated[Gpu | None, D("The GPU model and its memory (enables the fit check at validate).")] = None

@@ -63,7 +63,8 @@ def test_a_dry_run_is_pure_and_carries_the_typed_specs_it_was_compiled_from(swee
 def test_render_prints_the_dry_run_with_the_engine_previews_and_json_serialises_it(capsys):
     assert main(["render", GPU_SPEC, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"launcher", "run_dir", "files", "command", "engines"}
+    assert set(doc) == {"launcher", "run_dir", "files", "command", "engines", "cluster_profile"}
+    assert doc["cluster_profile"] is None  # no cluster profile selected
     assert list(doc["engines"]) == [
         "megatron-core arguments of the trainer ranks",
         "SGLang engine commands; node addresses are filled in at run time",

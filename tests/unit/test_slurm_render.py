@@ -110,7 +110,19 @@ CASES = {
         ),
         extra=dict(preflight_only=True, driver="tests.fixtures.tinydriver"),
     ),
+    # Sites as they are, through cluster profiles (tests/fixtures/clusters.yaml): the spec names the profile only.
+    "profile_gres_type_apptainer_modules": dict(cluster=dict(profile="a100-apptainer", gpus_per_node=4)),
+    "profile_pyxis_venv": dict(cluster=dict(profile="h100-pyxis", gpus_per_node=4)),
+    "profile_no_container_conda": dict(cluster=dict(profile="plain", gpus_per_node=2)),
 }
+CLUSTERS = Path(__file__).resolve().parents[1] / "fixtures" / "clusters.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _profiles(monkeypatch, tmp_path):
+    """The test profiles, and no user clusters file of this machine."""
+    monkeypatch.setenv("SLIME_CLUSTERS", str(CLUSTERS))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-config"))
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
