@@ -59,7 +59,7 @@ CAUSES: tuple[Cause, ...] = (
     ),
     Cause(
         "disk_full",
-        _re(r"No space left on device|Disk quota exceeded|file write failed|ENOSPC|EDQUOT"),
+        _re(r"No space left on device|Disk quota exceeded|file write failed|ENOSPC|EDQUOT|cannot save the checkpoint"),
         "a write failed: the file system is full or over quota",
         "free space there or point train.checkpoint.dir at a larger file system (train.checkpoint.keep: fewer "
         "kept checkpoints); the run resumes from the newest complete checkpoint",
@@ -67,7 +67,7 @@ CAUSES: tuple[Cause, ...] = (
     Cause(
         "node_lost",
         _re(
-            r"^lost (?!a trainer or engine process)\S.{0,200} during training|NodeDiedError|"
+            r"^lost \S.{0,200} during training \(Ray marks the node dead|NodeDiedError|"
             r"node .{0,40} (died|was lost)"
         ),
         "a node of the job was lost",
@@ -79,7 +79,7 @@ CAUSES: tuple[Cause, ...] = (
         _re(
             r"killed by signal|SIGKILL|SIGSEGV|SIGABRT|exit code -?(9|11|6|137|139)\b|actor died unexpectedly|"
             r"ActorDiedError|WorkerCrashedError|process .{0,40} exited|"
-            r"lost a trainer or engine process"
+            r"lost a trainer or engine process|a trainer or engine process there died"
         ),
         "a trainer rank or engine process died (killed by a signal or crashed)",
         "see the dead process's log (below); an out-of-memory kill shows in the node's kernel log (dmesg); "
@@ -117,6 +117,8 @@ _BY_CODE = {
 }
 _BUG = Cause("bug", None, "an internal error (a bug)", "please report it with the traceback below")
 _REMOTE = re.compile(r"ray::(\w+)\.(\w+)\(\) \(pid=(\d+), ip=([\d.]+)")
+# ActorDiedError's lines about the dead actor
+_DIED = re.compile(r"class_name: (\w+)\s+actor_id: \S+\s+pid: (\d+)\s+namespace: \S+\s+ip: ([\d.]+)")
 _AT = re.compile(r"\(at ([^()]+:\d+ in \w+)\)")
 
 
@@ -149,5 +151,8 @@ def evidence(text: str, pattern: re.Pattern[str] | None, limit: int = 5) -> tupl
 
 def remote_where(text: str) -> tuple[str, int, str] | None:
     """(Ray actor ``Class.method``, pid, ip) of the process a Ray task error came from, if it names one."""
+    died = _DIED.search(text)
+    if died:
+        return f"{died.group(1)} (dead)", int(died.group(2)), died.group(3)
     m = _REMOTE.search(text)
     return (f"{m.group(1)}.{m.group(2)}", int(m.group(3)), m.group(4)) if m else None

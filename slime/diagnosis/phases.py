@@ -1,7 +1,7 @@
 """The phases the stall watchdog times, and how long each may go without progress.
 
-``cluster.stall_timeout_s``: null = each phase's default below (longer where first-time work is
-expected: engine start, the first train step); a number = that for every phase; 0 = no watchdog.
+``cluster.stall_timeout_s``: null = each phase's default below; a number = that for every phase,
+twice it where first-time work is expected (engine start, the first train step); 0 = no watchdog.
 The trainer ranks' collective timeout is the train phase's, so a hung all-reduce ends with a message.
 """
 
@@ -21,13 +21,17 @@ DEFAULT_TIMEOUT_S: dict[str, float] = {
 }
 PHASES = tuple(DEFAULT_TIMEOUT_S)
 _OFF = 0.0
+#: phases that do first-time work (loads, compiles, allocator warm-up): twice a single setting
+FIRST_TIME = ("engine start", "first train step")
 
 
 def phase_timeout_s(setting: float | None, phase: str) -> float | None:
     """Seconds ``phase`` may go without progress under ``cluster.stall_timeout_s`` = ``setting`` (None: off)."""
     if setting is not None and setting <= _OFF:
         return None
-    return float(setting) if setting is not None else DEFAULT_TIMEOUT_S[phase]
+    if setting is None:
+        return DEFAULT_TIMEOUT_S[phase]
+    return float(setting) * (2 if phase in FIRST_TIME else 1)
 
 
 def collective_timeout_s(setting: float | None) -> float:

@@ -1,15 +1,14 @@
 """Python stacks of running processes, read from outside with py-spy, and the frame each waits in.
 
 py-spy (a dependency of the runtime extra) reads a process's stacks without its cooperation, also one
-that is stuck in C or stopped (SIGSTOP). Without py-spy only the calling process's own stacks are
-dumped (faulthandler) and the others are listed as not dumped, with the reason. Not guaranteed:
+that is stuck in C or stopped (SIGSTOP). The calling process's own threads are read in-process
+(``sys._current_frames``: py-spy cannot attach to its caller, and faulthandler only writes text to a
+file descriptor); without py-spy the others are listed as not dumped, with the reason. Not guaranteed:
 native frames (py-spy's ``--native`` is not used: it is slow and needs debug symbols).
 """
 
 from __future__ import annotations
 
-import faulthandler
-import io
 import json
 import os
 import shutil
@@ -18,7 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Blame", "ProcStacks", "behind", "dump", "own_stacks", "pyspy", "user_frame"]
+__all__ = ["Blame", "ProcStacks", "behind", "dump", "own_threads", "pyspy", "user_frame"]
 
 # Frames in these trees are libraries, not where a user or the job logic waits.
 _LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen", "<string>")
@@ -58,8 +57,9 @@ def dump(label: str, pid: int, node: str, *, timeout_s: float = 30.0) -> ProcSta
     """The stacks of process ``pid`` on this node (py-spy; this process's own by faulthandler)."""
     out = ProcStacks(label, pid, node, stopped=_stopped(pid))
     tool = pyspy()
-    if pid == os.getpid():  # py-spy cannot attach to its caller; faulthandler reads our own threads
-        out.text = f"{label}: pid {pid} on {node}\n" + own_stacks()
+    if pid == os.getpid():  # py-spy cannot attach to its caller: read our own threads
+        out.threads = own_threads()
+        out.text = render(out)
         return out
     if tool is None:
         out.error = "py-spy is not installed (pip install py-spy): only the driver's own stacks were dumped"
@@ -87,18 +87,22 @@ def dump(label: str, pid: int, node: str, *, timeout_s: float = 30.0) -> ProcSta
     return out
 
 
-def own_stacks() -> str:
-    buf = io.StringIO()
-    try:
-        faulthandler.dump_traceback(file=buf, all_threads=True)
-    except (io.UnsupportedOperation, ValueError):  # faulthandler needs a real file descriptor
-        import tempfile
+def own_threads() -> list[dict]:
+    """This process's threads in py-spy's JSON shape (innermost frame first), but the watchdog's own."""
+    import threading
 
-        with tempfile.TemporaryFile("w+") as f:
-            faulthandler.dump_traceback(file=f, all_threads=True)
-            f.seek(0)
-            return f.read()
-    return buf.getvalue()
+    names = {t.ident: t.name for t in threading.enumerate()}
+    out = []
+    for ident, frame in sys._current_frames().items():
+        if names.get(ident) == "slime-watchdog":
+            continue
+        frames = []
+        while frame is not None:
+            code = frame.f_code
+            frames.append({"name": code.co_name, "filename": code.co_filename, "line": frame.f_lineno})
+            frame = frame.f_back
+        out.append({"thread_id": ident, "thread_name": names.get(ident, "?"), "frames": frames})
+    return out
 
 
 def render(p: ProcStacks) -> str:
@@ -189,6 +193,10 @@ def behind(procs: list[ProcStacks], phase: str) -> Blame:
             if p.label.startswith(prefix) and p.threads:
                 f = job_frame(p)
                 return Blame(p, where(f) if f else None, f"is what the {phase} waits on", "phase")
+    driver = next((p for p in procs if p.label == "driver" and p.threads), None)
+    f = job_frame(driver) if driver is not None else None
+    if f is not None:  # nothing started yet to wait on (placement, a load): where the driver waits
+        return Blame(driver, where(f), f"waits in {f.get('name')}", "driver")
     return Blame(None, None, "no process stands out: see every stack", "unknown")
 
 

@@ -35,7 +35,10 @@ _PEER_LOSS = re.compile(
     re.I,
 )
 # What torch.save in a trainer rank raises when the disk fills up (a RuntimeError, not an OSError).
-_TORCH_WRITE = re.compile(r"PytorchStreamWriter failed writing|file write failed")
+# (a full tmpfs shows as iostream errors or a short write: "unexpected pos N vs M").
+_TORCH_WRITE = re.compile(
+    r"PytorchStreamWriter failed writing|file write failed|basic_ios::clear|iostream error|unexpected pos \d+ vs \d+"
+)
 _ACTOR_IP = re.compile(r"^\s*ip: \S+\s*$")  # ActorDiedError's line naming the dead actor's node
 
 
@@ -224,10 +227,10 @@ def diagnose(
     from slime.diagnosis.record import Diagnosis
 
     chain = _chain(exc)
-    root = chain[-1]
+    root = root_cause(exc)  # what the user is told (a Ray task error's cause); the chain adds evidence
     text = "\n".join(str(e) for e in chain if str(e))
     named = name_cause([type(e).__name__ for e in chain], text, code)
-    where = remote_where(str(exc))
+    where = remote_where(text)
     who, pid, node = None, None, socket.gethostname().split(".")[0]
     if where is not None:
         who, pid, node = where[0], where[1], _host_of(where[2])

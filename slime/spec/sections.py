@@ -103,7 +103,8 @@ class Cluster(Section, kw_only=True):
         D(
             "Seconds a phase (engine start, rollout, train step, weight sync, checkpoint save, eval) may go "
             "without progress before the job ends with every process's stacks dumped (exit 124); also the "
-            "trainer ranks' collective timeout. null: each phase's default (see the guide); 0: no watchdog."
+            "trainer ranks' collective timeout. Engine start and the first train step get twice it. null: each "
+            "phase's default (see the guide); 0: no watchdog."
         ),
     ] = None
 

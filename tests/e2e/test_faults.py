@@ -11,6 +11,8 @@ raising reward run in CI; the others are ``extended``.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -165,3 +167,164 @@ def test_a_raising_reward_names_the_users_frame_and_exits_2(tmp_path):
     ex = why_json(run)
     assert ex["diagnosis"]["cause"] == "user_code" and ex["exit_code"] == 2
     assert "fix the function" in ex["diagnosis"]["fix"]
+
+
+# ---------------------------------------------------------------- extended: the other causes
+
+LONG = ["rollout.num_rollouts=40", "train.checkpoint.interval=1", "train.checkpoint.keep=3"]
+
+
+def first_checkpoint(run: Path, proc: subprocess.Popen) -> None:
+    ck = run / "tasks/0/checkpoints/0/state.json"
+    wait_for(ck.exists, 150, "a first checkpoint", proc)
+
+
+@pytest.mark.extended
+def test_an_engine_stopped_mid_rollout_is_a_stall_naming_the_engine(tmp_path):
+    t0 = time.monotonic()
+    run, proc = start(tmp_path, "sigstop", LONG)
+    first_checkpoint(run, proc)
+    engine = wait_for(lambda: ray_proc(proc.pid, "EngineHost"), 30, "the engine process", proc)
+    os.kill(engine, signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    rc, err, _ = finish(proc, t0, STALL_S + MARGIN_S)
+    assert rc == 124, err[-3000:]
+    assert time.monotonic() - stopped_at < STALL_S + MARGIN_S
+    d = one_record(run)
+    assert d["cause"] == "stall" and d["phase"] in ("rollout", "weight sync")
+    assert d["who"] == f"engine 0 (pid {engine})" and "is stopped" in d["title"]
+    assert f"kill -CONT {engine}" in d["fix"]
+    assert "(stopped)" in next((run / d["stacks"]).glob("engine-0-pid*.txt")).read_text()
+    assert checkpoints_intact(run)
+    ex = why_json(run)
+    assert ex["diagnosis"]["who"].startswith("engine 0") and ex["exit_code"] == 124
+
+
+@pytest.mark.extended
+def test_a_trainer_rank_killed_mid_step_names_the_process_and_keeps_the_checkpoints(tmp_path):
+    t0 = time.monotonic()
+    run, proc = start(tmp_path, "sigkill", LONG)
+    first_checkpoint(run, proc)
+    rank = wait_for(lambda: ray_proc(proc.pid, "TrainerRank"), 30, "the trainer rank process", proc)
+    os.kill(rank, signal.SIGKILL)
+    rc, err, _ = finish(proc, t0, MARGIN_S)
+    assert rc == 3, err[-3000:]
+    d = one_record(run)
+    assert d["cause"] == "process_killed" and d["exit_code"] == 3
+    assert any("died" in line or "SIGKILL" in line for line in d["evidence"]), d["evidence"]
+    done = checkpoints_intact(run)
+    assert done
+    screen = why(run).stdout
+    assert "process_killed" in screen and "exit 3" in screen
+
+
+@pytest.mark.extended
+def test_a_rank_that_never_joins_the_collective_ends_within_the_timeout(tmp_path):
+    """Two data-parallel trainer ranks on CPU (fake GPU slots); rank 1 is stopped, rank 0 waits in the
+    all-reduce: the watchdog (or the gloo timeout, the same setting) ends the job naming rank 1."""
+    t0 = time.monotonic()
+    two = [
+        "cluster.gpus_per_node=3",
+        "cluster.cpus_per_node=6",  # a CPU for each of the three slots' bundles and the manager
+        "cluster.fake_gpus=true",
+        "train.gpus_per_node=2",
+        "rollout.gpus=1",
+        "rollout.gpus_per_engine=1",
+        "train.micro_batch_size=16",
+    ]
+    run, proc = start(tmp_path, "collective", [*LONG, *two])
+    first_checkpoint(run, proc)
+    state = json.loads((run / "tasks/0/state.json").read_text())
+    assert [r["rank"] for r in state["ranks"]] == [0, 1]
+    victim = state["ranks"][1]["pid"]  # where each rank runs, as the driver recorded it
+    os.kill(victim, signal.SIGSTOP)
+    try:
+        rc, err, _ = finish(proc, t0, STALL_S + MARGIN_S)
+    finally:
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert rc == 124, err[-3000:]
+    d = one_record(run)
+    assert d["exit_code"] == 124 and d["cause"] in ("stall", "collective_timeout")
+    if d["cause"] == "stall":
+        assert d["who"] == f"actor rank 1 (pid {victim})", d
+    assert checkpoints_intact(run)
+
+
+@pytest.mark.extended
+def test_a_malformed_data_row_names_the_file_and_line(tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text((REPO / "specs/data/arith/train.jsonl").read_text() + '{"prompt": "01+01=", "label": "2"\n')
+    t0 = time.monotonic()
+    run, proc = start(tmp_path, "baddata", ["rollout.num_rollouts=2", f"data.prompts={prompts}"])
+    rc, err, _ = finish(proc, t0, MARGIN_S)
+    assert rc == 2, err[-3000:]
+    d = one_record(run)
+    assert d["cause"] == "data" and f"{prompts}:2001" in d["message"]
+    ex = why_json(run)
+    assert any(f"{prompts}:2001" in line for line in ex["diagnosis"]["evidence"])
+    assert "the file and line" in ex["diagnosis"]["fix"] or "row" in ex["diagnosis"]["fix"]
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 64 MB tmpfs (root only): a file system that fills up."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = tmp_path / "ck"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)])
+
+
+@pytest.mark.extended
+def test_a_checkpoint_on_a_full_filesystem_names_the_dir_and_the_space_and_keeps_the_last(tmp_path, small_fs):
+    t0 = time.monotonic()
+    run, proc = start(tmp_path, "fulldisk", [*LONG, f"train.checkpoint.dir={small_fs}"])
+    wait_for((small_fs / "0" / "state.json").exists, 150, "a first checkpoint", proc)
+    free = os.statvfs(small_fs).f_bavail * os.statvfs(small_fs).f_frsize
+    with (small_fs / "filler").open("wb") as fh:  # leave less than a checkpoint needs
+        os.posix_fallocate(fh.fileno(), 0, max(0, free - 256 * 1024))
+    rc, err, _ = finish(proc, t0, MARGIN_S)
+    assert rc == 2, err[-3000:]
+    assert "a bug" not in err
+    d = one_record(run)
+    assert d["cause"] == "disk_full" and d["exit_code"] == 2
+    assert str(small_fs) in d["message"] and "MB free there" in d["message"] and "took" in d["message"]
+    assert "train.checkpoint.dir" in d["fix"]
+    kept = sorted(int(p.name) for p in small_fs.iterdir() if p.name.isdigit())
+    assert kept and all((small_fs / str(k) / "state.json").exists() for k in kept)
+    assert "disk_full" in why(run).stdout
+
+
+CGROUP_V1 = Path("/sys/fs/cgroup/memory")
+
+
+@pytest.mark.extended
+def test_a_rank_over_its_memory_cgroup_is_a_host_oom_naming_node_and_process(tmp_path):
+    if os.geteuid() != 0 or not (CGROUP_V1 / "memory.limit_in_bytes").exists():
+        pytest.skip("needs root and the cgroup v1 memory controller (this machine's layout)")
+    group = CGROUP_V1 / f"slime-test-{os.getpid()}"
+    group.mkdir()
+    t0 = time.monotonic()
+    run, proc = start(tmp_path, "cgroup", LONG)
+    try:
+        first_checkpoint(run, proc)
+        rank = wait_for(lambda: ray_proc(proc.pid, "TrainerRank"), 30, "the trainer rank process", proc)
+        (group / "memory.limit_in_bytes").write_text(str(4 * 1024 * 1024))
+        (group / "cgroup.procs").write_text(str(rank))  # its next pages go over the limit
+        rc, err, _ = finish(proc, t0, MARGIN_S)
+    finally:
+        for pid in (group / "cgroup.procs").read_text().split():
+            (CGROUP_V1 / "cgroup.procs").write_text(pid)
+        group.rmdir()
+    assert rc == 3, err[-3000:]
+    d = one_record(run)
+    assert d["cause"] == "host_oom" and d["pid"] == rank and "memory cgroup" in d["title"]
+    assert d["who"].startswith("ray::TrainerRa") and d["node"]
+    assert "cluster.slurm.mem" in d["fix"]
+    assert checkpoints_intact(run)

@@ -78,8 +78,9 @@ def test_phase_timeouts_default_per_phase_apply_one_setting_and_turn_off():
     assert phase_timeout_s(None, "first train step") == DEFAULT_TIMEOUT_S["first train step"]
     assert DEFAULT_TIMEOUT_S["first train step"] > DEFAULT_TIMEOUT_S["train step"]
     assert phase_timeout_s(12.5, "weight sync") == 12.5
+    assert phase_timeout_s(12.5, "engine start") == phase_timeout_s(12.5, "first train step") == 25
     assert phase_timeout_s(0, "rollout") is None
-    assert collective_timeout_s(20) == 20 and collective_timeout_s(None) == DEFAULT_TIMEOUT_S["first train step"]
+    assert collective_timeout_s(20) == 40 and collective_timeout_s(None) == DEFAULT_TIMEOUT_S["first train step"]
     assert collective_timeout_s(0) == DEFAULT_TIMEOUT_S["first train step"]  # no watchdog: the default still bounds it
 
 
@@ -106,6 +107,9 @@ def test_the_blamed_process_is_the_stopped_one_then_user_code_then_the_rank_outs
     assert (b.proc.label, b.kind) == ("engine 0", "stopped")
     b = behind([_proc("engine 0", [{"name": "serve", "filename": OURS, "line": 1}])], "rollout")
     assert (b.proc.label, b.kind) == ("engine 0", "phase")
+    driver = _proc("driver", [{"name": "reserve", "filename": str(REPO / "slime/placement.py"), "line": 186}])
+    b = behind([driver], "engine start")  # nothing started yet: where the driver waits
+    assert (b.proc.label, b.kind, b.why) == ("driver", "driver", "waits in reserve")
 
 
 SLEEPER = textwrap.dedent(
@@ -251,4 +255,4 @@ def test_the_trainers_collective_timeout_comes_from_the_setting():
 
     src = Path(torch_backend.__file__).read_text()
     assert "collective_timeout_s(self.spec.cluster.stall_timeout_s)" in src and "minutes=10" not in src
-    assert datetime.timedelta(seconds=collective_timeout_s(20)).total_seconds() == 20
+    assert datetime.timedelta(seconds=collective_timeout_s(20)).total_seconds() == 40
