@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from typing import Any
 
 from slime.core.errors import ExitCode
@@ -58,7 +59,7 @@ def render(ex: Any):
     grid.add_row("Where", escape(_where(d)))
     if d.get("frame"):
         grid.add_row("Frame", escape(d["frame"]))
-    ev = "\n".join(escape(line) for line in (d.get("evidence") or [])[:5])
+    ev = "\n".join(escape(re.sub(r"\x1b\[[0-9;]*m", "", line)) for line in (d.get("evidence") or [])[:5])
     if ev:
         grid.add_row("Evidence", ev)
     grid.add_row("Fix", f"[green]{escape(d['fix'])}[/]")

@@ -119,6 +119,7 @@ _BUG = Cause("bug", None, "an internal error (a bug)", "please report it with th
 _REMOTE = re.compile(r"ray::(\w+)\.(\w+)\(\) \(pid=(\d+), ip=([\d.]+)")
 # ActorDiedError's lines about the dead actor
 _DIED = re.compile(r"class_name: (\w+)\s+actor_id: \S+\s+pid: (\d+)\s+namespace: \S+\s+ip: ([\d.]+)")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _AT = re.compile(r"\(at ([^()]+:\d+ in \w+)\)")
 
 
@@ -143,10 +144,13 @@ def name_cause(types: list[str], text: str, exit_code: int) -> Named:
 
 def evidence(text: str, pattern: re.Pattern[str] | None, limit: int = 5) -> tuple[str, ...]:
     """The lines of ``text`` that matter: those the cause matched, then the last ones, at most ``limit``."""
-    lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    # not a traceback's source lines (indented) nor its header: the messages are what matter
+    text = _ANSI.sub("", text)  # Ray colours its task names
+    lines = [ln.rstrip() for ln in text.splitlines() if ln.strip() and not ln[:1].isspace() and ln != "Traceback"]
+    lines = [ln for ln in lines if not ln.startswith("Traceback (most recent call last)")]
     hits = [ln for ln in lines if pattern is not None and pattern.search(ln)]
     picked = list(dict.fromkeys([*hits[:3], *lines[-limit:]]))
-    return tuple(ln[:300] for ln in picked[:limit])
+    return tuple(ln[:400] for ln in picked[:limit])
 
 
 def remote_where(text: str) -> tuple[str, int, str] | None:

@@ -69,7 +69,7 @@ def test_each_cause_is_named_from_the_error(type_name, text, cause, code):
     named = name_cause([type_name], text, exit_code)
     assert named.cause.key == cause
     assert named.cause.exit_code == code
-    assert named.evidence and named.evidence[-1] == text[:300]
+    assert named.evidence and named.evidence[-1] == text[:400]
     if cause == "user_code":
         assert named.frame == "/u/m.py:3 in f"
 
