@@ -444,7 +444,8 @@ def _record_diagnosis(driver: Driver, exc: BaseException, code: int) -> int:
     phase, rollout, step = driver.watch.failed_in or (None, None, driver.state.step)
     try:
         since = time.time() - (time.monotonic() - driver.t0)
-        record = append(driver.tp, diagnose(exc, code, phase=phase, rollout=rollout, step=step, since=since))
+        d = diagnose(exc, code, phase=phase, rollout=rollout, step=step, since=since, spec=driver.spec)
+        record = append(driver.tp, d)
     except Exception as err:  # noqa: BLE001 - the failure itself is what the user needs to see
         print(f"(could not write the diagnosis record: {err})", file=sys.stderr)
         return code

@@ -217,7 +217,14 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 
 def diagnose(
-    exc: BaseException, code: int, *, phase: str | None, rollout: int | None, step: int | None, since: float
+    exc: BaseException,
+    code: int,
+    *,
+    phase: str | None,
+    rollout: int | None,
+    step: int | None,
+    since: float,
+    spec: Any = None,
 ) -> Any:
     """The ``slime.diagnosis`` record of a failed run: its cause, where it happened and what to change.
     ``since``: when the run started (epoch seconds): kernel OOM kills after it name a killed process."""
@@ -236,6 +243,8 @@ def diagnose(
         who, pid, node = where[0], where[1], _host_of(where[2])
     message = str(root).strip() or type(root).__name__
     cause, title, fix, evidence = named.cause.key, named.cause.title, _fix(named.cause.fix, message), named.evidence
+    if cause == "cuda_oom" and spec is not None:  # what the estimate says that role needs (cluster.gpu known)
+        fix = f"{fix}; {fit_line(spec, who)}" if fit_line(spec, who) else fix
     oom = _oom_kill(since) if cause in ("process_killed", "node_lost") else None
     if oom is not None:  # the kernel says why the process died
         cause, who, pid = "host_oom", oom.name, oom.pid
@@ -284,3 +293,26 @@ def _oom_kill(since: float) -> Any:
 
     kills = [k for k in oom_kills(since) if k.name.startswith(("ray::", "python"))]
     return kills[-1] if kills else None
+
+
+def fit_line(spec: Any, who: str | None) -> str | None:
+    """The fit estimate of the role ``who`` names (an engine, the critic, else the actor), or None where the
+    estimate cannot be made (no cluster.gpu, no readable config.json)."""
+    try:
+        from slime.fit import estimate
+        from slime.fit.breakdown import gib
+
+        report = estimate(spec)
+    except Exception:  # noqa: BLE001 - the estimate only adds to the message
+        return None
+    if report is None:
+        return None
+    w = (who or "").lower()
+    role = "engine" if "engine" in w else "critic" if "critic" in w else "actor"
+    r = next((x for x in report.roles if x.role.startswith(role)), None) or report.worst()
+    if r is None:
+        return None
+    return (
+        f"the fit estimate for the {r.role}: {gib(r.memory.total)} of {gib(r.capacity)} per GPU "
+        f"({r.verdict}; largest: {r.memory.describe()})"
+    )

@@ -256,3 +256,19 @@ def test_the_trainers_collective_timeout_comes_from_the_setting():
     src = Path(torch_backend.__file__).read_text()
     assert "collective_timeout_s(self.spec.cluster.stall_timeout_s)" in src and "minutes=10" not in src
     assert datetime.timedelta(seconds=collective_timeout_s(20)).total_seconds() == 40
+
+
+def test_a_cuda_oom_names_the_roles_fit_estimate(tmp_path):
+    """No GPU here: the error is the text torch raises; the estimate is the real one (slime.fit)."""
+    from slime.runtime.failures import diagnose
+    from tests.fixtures.fit_configs import QWEN25_7B, write_model
+    from tests.fixtures.spec_helpers import GPU_SPEC, load, spec
+
+    model = write_model(tmp_path, "Qwen2.5-7B-Instruct", QWEN25_7B)
+    s = load(spec(GPU_SPEC, **{"model.path": str(model), "cluster.gpu": {"name": "H100-80GB"}})).spec
+    err = RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    d = diagnose(err, ExitCode.BUG, phase="train step", rollout=3, step=3, since=time.time(), spec=s)
+    assert d.cause == "cuda_oom" and "micro_batch_size" in d.fix
+    assert "the fit estimate for the actor:" in d.fix and "GiB per GPU" in d.fix and "largest: " in d.fix
+    d = diagnose(err, ExitCode.BUG, phase="train step", rollout=3, step=3, since=time.time(), spec=None)
+    assert "fit estimate" not in d.fix
