@@ -1,6 +1,6 @@
 """A stall on the real 2-node SLURM cluster: the watchdog ends the job (exit 124), the restart policy
-requeues it once (``cluster.slurm.max_stalls`` = 1 by default), the second stall fails it, and ``why``
-on the run dir names the cause, the frame and the restart.
+requeues it once (``cluster.slurm.max_stalls`` = 1 by default), the second stall fails it, the stacks
+of both nodes' processes are dumped, and ``why`` on the run dir names the cause, the frame and the restart.
 
 Real slurmctld/slurmd, real Ray on sn1 + sn2, the real runtime on ``specs/smoke-slurm.yaml`` with a custom
 reward that never returns (``tests.fixtures.faults:sleepy_reward``; the nodes get this checkout on
@@ -63,6 +63,9 @@ def test_a_stall_on_slurm_is_requeued_once_then_fails_and_why_names_it(slurm_clu
     records = json.loads((task / "diagnosis.json").read_text())
     assert [r["cause"] for r in records] == ["stall", "stall"]
     assert all(r["frame"].startswith("sleepy_reward (") and r["who"].startswith("rollout manager") for r in records)
+    # every node's processes are dumped: sn2's by a Ray task there
+    nodes = {p.read_text().split("\n", 1)[0].rsplit(" on ", 1)[-1] for p in (run / records[0]["stacks"]).glob("*.txt")}
+    assert {"sn1", "sn2"} <= nodes, nodes
     ex = subprocess.run(
         [sys.executable, "-m", "slime.cli.main", "why", str(run)],
         cwd=REPO,
