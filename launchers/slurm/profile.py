@@ -82,6 +82,9 @@ class SlurmOptions(Section, kw_only=True):
     ] = "fail"
     max_requeues: Annotated[int, D("Restarts allowed for preemptions and time-outs.", ge=0)] = 5
     max_failures: Annotated[int, D("Restarts allowed after failures (crashes, node loss).", ge=0)] = 0
+    max_stalls: Annotated[
+        int, D("Restarts allowed after a stall (no progress within cluster.stall_timeout_s: exit 124).", ge=0)
+    ] = 1
     signal_grace_s: Annotated[
         int, D("Seconds before the time limit at which the job is warned (USR1) to checkpoint.", ge=10)
     ] = 120

@@ -31,6 +31,7 @@ from slime.core.states import RunState
 __all__ = [
     "FAILURE_CAUSES",
     "REQUEUE_CAUSES",
+    "STALL_CAUSES",
     "Budget",
     "after",
     "append",
@@ -49,6 +50,8 @@ __all__ = [
 REQUEUE_CAUSES = ("preempted", "requeued", "time_limit", "requeue_excluding")
 #: restarts counted against cluster.slurm.max_failures
 FAILURE_CAUSES = ("failure", "node_failure", "unknown")
+#: restarts counted against cluster.slurm.max_stalls (the watchdog ended a job that made no progress: exit 124)
+STALL_CAUSES = ("stall",)
 TIME_LIMIT_SLACK_S = 90  # SLURM checks time limits periodically: USR1 may come this much early or late
 _SLURM_CAUSES = (
     ("DUE TO PREEMPTION", "preempted"),
@@ -72,6 +75,8 @@ class Budget:
     failures: int
     max_requeues: int
     max_failures: int
+    stalls: int = 0
+    max_stalls: int = 1
 
     def spent(self) -> str | None:
         """Why the task must not run again, or None."""
@@ -85,20 +90,30 @@ class Budget:
                 f"it was restarted {self.failures} times after failures, more than "
                 f"cluster.slurm.max_failures={self.max_failures}"
             )
+        if self.stalls > self.max_stalls:
+            return (
+                f"it was restarted {self.stalls} times after stalls, more than cluster.slurm.max_stalls="
+                f"{self.max_stalls}"
+            )
         return None
 
     def allows(self, kind: str) -> bool:
-        """Whether one more restart of ``kind`` (requeues|failures) fits the budget."""
+        """Whether one more restart of ``kind`` (requeues|failures|stalls) fits the budget."""
+        if kind == "stalls":
+            return self.stalls < self.max_stalls
         return self.requeues < self.max_requeues if kind == "requeues" else self.failures < self.max_failures
 
     def words(self) -> str:
         return (
             f"requeues {self.requeues}/{self.max_requeues} (cluster.slurm.max_requeues), "
-            f"failures {self.failures}/{self.max_failures} (cluster.slurm.max_failures)"
+            f"failures {self.failures}/{self.max_failures} (cluster.slurm.max_failures), "
+            f"stalls {self.stalls}/{self.max_stalls} (cluster.slurm.max_stalls)"
         )
 
 
 def kind_of(cause: str) -> str:
+    if cause in STALL_CAUSES:
+        return "stalls"
     return "requeues" if cause in REQUEUE_CAUSES else "failures"
 
 
@@ -124,6 +139,8 @@ def budget(records: list[dict[str, Any]], cluster: dict[str, Any]) -> Budget:
         failures=kinds.count("failures"),
         max_requeues=int(cluster.get("max_requeues", 5)),
         max_failures=int(cluster.get("max_failures", 0)),
+        stalls=kinds.count("stalls"),
+        max_stalls=int(cluster.get("max_stalls", 1)),
     )
 
 
@@ -372,6 +389,8 @@ def _cause(
             "requeued": "stopped on request (USR1) after a checkpoint",
         }[cause]
         return cause, detail, []
+    if rc == ExitCode.STALL:
+        return "stall", "no progress within cluster.stall_timeout_s (stacks in tasks/<i>/diagnosis/)", []
     bad = bad_nodes(tp, instance)
     detail = f"exit code {rc}" + (f" after a failure on {', '.join(bad)}" if bad else "")
     return ("node_failure" if bad else "failure"), detail, bad
@@ -412,7 +431,7 @@ def after(
     cause, detail, bad = _cause(tp, rc, rec, signal_name, cluster, f"{job_id}.{restart}")
     kind = kind_of(cause)
     if not b.allows(kind):
-        limit = "cluster.slurm.max_requeues" if kind == "requeues" else "cluster.slurm.max_failures"
+        limit = f"cluster.slurm.max_{kind}"
         message = f"task {task} stopped ({cause}: {detail}) and is not requeued: {limit} allows no more ({b.words()})"
         if rc == ExitCode.REQUEUE:
             _refuse(tp, message)  # state.json said "preempted": say why it stays stopped

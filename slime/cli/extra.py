@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 ENTRIES: dict[str, tuple[str, str]] = {
     "status": ("slime.cli.jobs:configure_status", "state of a run's tasks: SLURM or local state, restarts, last step"),
+    "why": ("slime.cli.why_cmd:configure", "why a run failed or hung: cause, where, evidence and the fix, one screen"),
     "logs": ("slime.cli.jobs:configure_logs", "print (or -f follow) a run's job log or one node's log"),
     "cancel": ("slime.cli.jobs:configure_cancel", "cancel a run (every task) or one task with --task"),
     "list": ("slime.cli.jobs:configure_list", "recent runs as a table: name, run dir, job ids, state, last step"),

@@ -257,9 +257,21 @@ def _status_doc(paths, launcher, task: int | None, problem: str | None) -> tuple
     st = launcher.status(paths)
     doc = st.to_json()
     doc["problem"] = problem
+    _add_diagnoses(paths, doc)
     if task is not None:
         doc["tasks"] = [t for t in doc["tasks"] if t["task"] == task]
     return st, doc
+
+
+def _add_diagnoses(paths, doc: dict) -> None:
+    """Each task's newest failure record (``diagnosis.json``): what ``why`` explains, as one line."""
+    import msgspec
+
+    from slime.diagnosis.record import read
+
+    for t in doc["tasks"]:
+        records = read(paths.task(int(t["task"])))
+        t["diagnosis"] = msgspec.to_builtins(records[-1]) if records else None
 
 
 def status(args: argparse.Namespace) -> int:

@@ -247,5 +247,10 @@ class StatusView:
         for line in self.header(options.max_width):
             yield fit_text(line, options.max_width)
         yield self.table()
+        for t in self.doc["tasks"]:
+            d = t.get("diagnosis")
+            if d:
+                what = f"[red]{escape(d['cause'])}[/] {escape(d['title'])}"
+                yield fit_text(f"task {t['task']} last failure: {what} (slime-submit why)", options.max_width)
         if self.footer:
             yield fit_text(self.footer, options.max_width)

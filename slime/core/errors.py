@@ -3,7 +3,8 @@
 Every process we start (``slime-submit``, the bootstrap, the driver, the restart helper) exits
 with a code from :class:`ExitCode`, so a batch script, SLURM's job record and ``status`` all read
 the same numbers: 0 ok · 1 a bug · 2 spec, data or usage error · 3 infrastructure · 75 stopped
-after a checkpoint, requeue me · 130 interrupted (Ctrl-C). A process killed by signal N shows as
+after a checkpoint, requeue me · 124 stalled (the watchdog, or a collective that timed out) · 130
+interrupted (Ctrl-C). A process killed by signal N shows as
 128 + N, as a shell reports it.
 """
 
@@ -22,6 +23,7 @@ class ExitCode(IntEnum):
     SPEC = 2  # the spec, its data, a plug-in or the command line is wrong: fix the input
     INFRA = 3  # SLURM, Ray, a node, the preflight or a port failed: the message names it
     REQUEUE = 75  # BSD's EX_TEMPFAIL: stopped on request after saving a checkpoint; resume later
+    STALL = 124  # as GNU timeout's: a phase made no progress within cluster.stall_timeout_s (stacks dumped)
     INTERRUPTED = 130  # 128 + SIGINT
 
 

@@ -205,6 +205,16 @@ class TaskPaths:
         """The task's W&B run id, reused on resume so a requeued job continues the same W&B run."""
         return self.dir / "wandb_run_id"
 
+    @property
+    def diagnosis(self) -> Path:
+        """One record per failure of the task (``slime.diagnosis.record``), read by ``status`` and ``why``."""
+        return self.dir / "diagnosis.json"
+
+    @property
+    def stacks(self) -> Path:
+        """Stack dumps of the run's processes, one folder per stall (``diagnosis/<time>/``)."""
+        return self.dir / "diagnosis"
+
     def node_log(self, node: str, stream: str = "out") -> Path:
         return self.logs / f"{node}.{stream}"
 

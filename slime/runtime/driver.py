@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -28,6 +29,7 @@ from slime.runtime.perf import PerfModel, perf_model, step_perf
 from slime.runtime.rollout_feed import RolloutFeed
 from slime.runtime.state import StopFlag, TaskState
 from slime.runtime.train_state import ResumePoint, TrainState, restore_checkpoint, save_checkpoint
+from slime.runtime.watchdog import Watchdog, job_processes
 from slime.runtime.weight_sync import WeightSync, write_dir
 from slime.spec.task import load_task_spec
 
@@ -81,6 +83,10 @@ class Driver:
         self.feed: RolloutFeed | None = None
         self.perf: PerfModel | None = None
         self.metrics = self.wandb = self.tensorboard = self.progress = None
+        watch_processes = lambda: job_processes(self.job)  # noqa: E731 - the job's actors when it stalls
+        self.watch = Watchdog(
+            spec.cluster.stall_timeout_s, self.tp, processes=watch_processes, on_stall=self.stalled, say=self.say
+        )
 
     def say(self, message: str) -> None:
         print(f"[slime.train +{time.monotonic() - self.t0:.1f}s] {message}", file=sys.stderr, flush=True)
@@ -100,9 +106,11 @@ class Driver:
         ready = in_thread("prepare", lambda: model_dir(spec, self.tp))  # a built-in model build overlaps Ray's start
         self.job.connect()
         self.stop.install()  # after ray.init, which installs its own SIGTERM handler
+        self.watch.start()
         self.model_dir = ready.result()
         self.say(f"connected to Ray ({'local' if self.job.own_ray else os.environ.get('RAY_ADDRESS')})")
-        where = self.job.start(self.model_dir, spec.model.tokenizer or str(self.model_dir))
+        with self.watch.phase("engine start"):
+            where = self.job.start(self.model_dir, spec.model.tokenizer or str(self.model_dir))
         self.status.update(ranks=where, engines=self.job.urls)
         self.weights = WeightSync(spec, self.job.actor, self.job.engines, self.tp.weights, say=self.say)
         self.feed = RolloutFeed(self.job.manager, ahead=spec.train.async_, total=spec.rollout.num_rollouts or 0)
@@ -204,16 +212,20 @@ class Driver:
 
         st = self.state
         t0 = time.monotonic()
-        taken = self.feed.take(r, st.weight_version)  # prompts → … → filters (or generated ahead)
-        self.feed.prefetch(r + 1, st.weight_version)  # async: r+1 generates with these weights while r trains
-        self.weights.release()  # colocated: the engines' memory goes to the trainer
+        with self.watch.phase("rollout", rollout=r, step=st.step):
+            taken = self.feed.take(r, st.weight_version)  # prompts → … → filters (or generated ahead)
+            self.feed.prefetch(r + 1, st.weight_version)  # async: r+1 generates with these weights while r trains
+            self.weights.release()  # colocated: the engines' memory goes to the trainer
         t1 = time.monotonic()
         sidecars = (self.tp.rollouts, r) if self.spec.debug.save_rollouts else None  # the trainer's log-probs
-        steps, prep_m, train_m, critic_m = self.train_on(taken.samples, sidecars)
+        with self.watch.phase("train step", rollout=r, step=st.step):
+            steps, prep_m, train_m, critic_m = self.train_on(taken.samples, sidecars)
         t2 = time.monotonic()
-        self.feed.settle()  # async: rollout r+1 is complete before the weights change
+        with self.watch.phase("rollout", rollout=r, step=st.step):
+            self.feed.settle()  # async: rollout r+1 is complete before the weights change
         policy_version = st.weight_version  # the weights the trainer started this step from
-        sync_s = self.sync_weights() if steps else 0.0  # no step, no new weights
+        with self.watch.phase("weight sync", rollout=r, step=st.step):
+            sync_s = self.sync_weights() if steps else 0.0  # no step, no new weights
         st.step += steps
         record = rollout_record(
             r,
@@ -294,7 +306,8 @@ class Driver:
         if not due:
             return {"time/eval_s": 0.0}
         t = time.monotonic()
-        out = ray.get(self.job.manager.evaluate.remote(due, tag=r))
+        with self.watch.phase("eval", rollout=r):
+            out = ray.get(self.job.manager.evaluate.remote(due, tag=r))
         out["time/eval_s"] = time.monotonic() - t
         return out
 
@@ -341,11 +354,13 @@ class Driver:
     def checkpoint(self) -> None:
         import ray
 
-        self.feed.settle()
-        self.state.data = ray.get(self.job.manager.state_dict.remote())
-        self.state.prefetched = self.feed.pending_id
-        files = self.feed.checkpoint_files()
-        self.checkpoint_dir = str(save_checkpoint(self.store, self.state, self.job.trainers, files))
+        with self.watch.phase("rollout", rollout=self.state.rollout_id):
+            self.feed.settle()
+        with self.watch.phase("checkpoint save", rollout=self.state.rollout_id, step=self.state.step):
+            self.state.data = ray.get(self.job.manager.state_dict.remote())
+            self.state.prefetched = self.feed.pending_id
+            files = self.feed.checkpoint_files()
+            self.checkpoint_dir = str(save_checkpoint(self.store, self.state, self.job.trainers, files))
         self.status.update(checkpoint=self.checkpoint_dir)
 
     def finish(self) -> dict[str, Any]:
@@ -364,6 +379,14 @@ class Driver:
         print_summary(final, title=f"{self.spec.name}: final metrics", stderr=self.json_output)
         return final
 
+    def stalled(self, d: Any) -> None:
+        """The watchdog's end of a stalled run (from its thread; the process exits 124 after it)."""
+        print(f"error: {d.title}; stacks in {d.stacks}. Fix: {d.fix}", file=sys.stderr, flush=True)
+        self.status.update(state="failed", exit_code=ExitCode.STALL, error=d.title)
+        if self.wandb is not None:
+            self.wandb.finish(ExitCode.STALL)
+        self.teardown()
+
     def teardown(self, *, node_lost: bool = False) -> None:
         """Stop what this run started (``Job.teardown``) and close the local sinks."""
         for closer in (lambda: self.progress and self.progress.close(), lambda: self.metrics and self.metrics.close()):
@@ -372,6 +395,7 @@ class Driver:
             except Exception:  # noqa: BLE001 - best effort; the job is ending anyway
                 pass
         self.job.teardown(node_lost=node_lost)
+        self.watch.close()
 
 
 def _failure(driver: Driver, exc: BaseException) -> tuple[int, bool]:
@@ -392,7 +416,11 @@ def _failure(driver: Driver, exc: BaseException) -> tuple[int, bool]:
         )
         driver.status.update(state="preempted", exit_code=code, error=f"stopped by {reason}")
         return code, False
+    if driver.watch.firing.is_set():  # a stall: the watchdog's thread ends the run (Driver.stalled)
+        threading.Event().wait()
     lost = lost_node_error(exc)  # a dead peer/node: exit 3 naming the node, not "a bug"
+    if lost is not None:
+        lost.__cause__ = exc  # the diagnosis reads the original error too
     exc = lost or exc
     code = classify(exc)
     root = root_cause(exc)
@@ -402,8 +430,27 @@ def _failure(driver: Driver, exc: BaseException) -> tuple[int, bool]:
         traceback.print_exc()
     else:
         print(f"error: {message}", file=sys.stderr)
+    code = _record_diagnosis(driver, exc, code)
     driver.status.update(state="failed", exit_code=code, error=message[:2000])
     return code, lost is not None
+
+
+def _record_diagnosis(driver: Driver, exc: BaseException, code: int) -> int:
+    """Append the failure's ``diagnosis.json`` record; returns the exit code its cause decides (a collective
+    timeout is a stall: 124)."""
+    from slime.diagnosis.record import append
+    from slime.runtime.failures import diagnose
+
+    phase, rollout, step = driver.watch.failed_in or (None, None, driver.state.step)
+    try:
+        since = time.time() - (time.monotonic() - driver.t0)
+        d = diagnose(exc, code, phase=phase, rollout=rollout, step=step, since=since, spec=driver.spec)
+        record = append(driver.tp, d)
+    except Exception as err:  # noqa: BLE001 - the failure itself is what the user needs to see
+        print(f"(could not write the diagnosis record: {err})", file=sys.stderr)
+        return code
+    print(f"diagnosis: {record.title}. Fix: {record.fix} (slime-submit why)", file=sys.stderr, flush=True)
+    return record.exit_code
 
 
 def run(run_dir: Path, task: int = 0, *, json_output: bool = False) -> int:

@@ -35,7 +35,10 @@ _PEER_LOSS = re.compile(
     re.I,
 )
 # What torch.save in a trainer rank raises when the disk fills up (a RuntimeError, not an OSError).
-_TORCH_WRITE = re.compile(r"PytorchStreamWriter failed writing|file write failed")
+# (a full tmpfs shows as iostream errors or a short write: "unexpected pos N vs M").
+_TORCH_WRITE = re.compile(
+    r"PytorchStreamWriter failed writing|file write failed|basic_ios::clear|iostream error|unexpected pos \d+ vs \d+"
+)
 _ACTOR_IP = re.compile(r"^\s*ip: \S+\s*$")  # ActorDiedError's line naming the dead actor's node
 
 
@@ -84,9 +87,31 @@ def checkpoint_save_error(exc: BaseException, root: Any, rollout_id: int) -> Bas
         return None
     return CheckpointError(
         f"cannot save the checkpoint of rollout {rollout_id} in {root} (train.checkpoint.dir): "
-        f"{root_exc}. Fix: free disk space there or make it writable again, then rerun the task "
+        f"{root_exc}{_space(root)}. Fix: free disk space there (or lower train.checkpoint.keep, or point "
+        "train.checkpoint.dir at a larger file system) or make it writable again, then rerun the task "
         "(it resumes from the newest complete checkpoint there, if any)"
     )
+
+
+def _space(root: Any) -> str:
+    """'; 1.2 MB free, the last checkpoint took 9.8 MB' for the file system of ``root`` (what can be read)."""
+    import shutil
+    from pathlib import Path
+
+    root = Path(root)
+    try:
+        free = shutil.disk_usage(root).free
+    except OSError:
+        return ""
+    done = [d for d in root.iterdir() if d.is_dir() and d.name.isdigit()] if root.is_dir() else []
+    last = max(done, key=lambda d: int(d.name), default=None)
+    need = sum(f.stat().st_size for f in last.rglob("*") if f.is_file()) if last is not None else None
+    took = f", the last checkpoint ({last}) took {_mb(need)}" if need is not None else ""
+    return f"; {_mb(free)} free there{took}"
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
 
 
 def _ray_death(exc: BaseException) -> bool:
@@ -180,4 +205,114 @@ def lost_node_error(
         f"lost {', '.join(lost) or 'a trainer or engine process'} during training ({how}); the "
         f"driver saw: {symptom}. Fix: nothing in the spec; the launcher requeues the job within "
         f"cluster.slurm.max_failures and it resumes from the newest checkpoint; {fix}"
+    )
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    while exc is not None and exc not in out and len(out) < 8:
+        out.append(exc)
+        exc = root_cause(exc) if root_cause(exc) is not exc else (exc.__cause__ or exc.__context__)
+    return out
+
+
+def diagnose(
+    exc: BaseException,
+    code: int,
+    *,
+    phase: str | None,
+    rollout: int | None,
+    step: int | None,
+    since: float,
+    spec: Any = None,
+) -> Any:
+    """The ``slime.diagnosis`` record of a failed run: its cause, where it happened and what to change.
+    ``since``: when the run started (epoch seconds): kernel OOM kills after it name a killed process."""
+    import socket
+
+    from slime.diagnosis.causes import CAUSES_BY_KEY, name_cause, remote_where
+    from slime.diagnosis.record import Diagnosis
+
+    chain = _chain(exc)
+    root = root_cause(exc)  # what the user is told (a Ray task error's cause); the chain adds evidence
+    text = "\n".join(str(e) for e in chain if str(e))
+    named = name_cause([type(e).__name__ for e in chain], text, code)
+    where = remote_where(text)
+    who, pid, node = None, None, socket.gethostname().split(".")[0]
+    if where is not None:
+        who, pid, node = where[0], where[1], _host_of(where[2])
+    message = str(root).strip() or type(root).__name__
+    cause, title, fix, evidence = named.cause.key, named.cause.title, _fix(named.cause.fix, message), named.evidence
+    if cause == "cuda_oom" and spec is not None:  # what the estimate says that role needs (cluster.gpu known)
+        fix = f"{fix}; {fit_line(spec, who)}" if fit_line(spec, who) else fix
+    oom = _oom_kill(since) if cause in ("process_killed", "node_lost") else None
+    if oom is not None:  # the kernel says why the process died
+        cause, who, pid = "host_oom", oom.name, oom.pid
+        limit = "its memory cgroup's limit" if oom.cgroup else "the node's memory"
+        title = f"{oom.name} (pid {oom.pid}) on {node} was killed by the kernel: it exceeded {limit}"
+        fix = CAUSES_BY_KEY["host_oom"].fix
+        evidence = (oom.line, *evidence[:4])
+    return Diagnosis(
+        cause=cause,
+        title=title,
+        fix=fix,
+        exit_code=named.cause.exit_code or code,
+        phase=phase,
+        who=who,
+        node=node,
+        pid=pid,
+        frame=named.frame,
+        rollout=rollout,
+        step=step,
+        evidence=evidence,
+        message=message[:4000],
+    )
+
+
+def _fix(generic: str, message: str) -> str:
+    """The error's own "Fix: …" (or "; fix …") where it has one: it names the field and the value."""
+    m = re.search(r"(?:Fix: |; (?=fix ))(.+)$", message, re.S)
+    return m.group(1).strip().split("\n")[0][:600] if m else generic
+
+
+def _host_of(ip: str) -> str:
+    try:
+        import ray
+
+        for n in ray.nodes() if ray.is_initialized() else []:
+            if n.get("NodeManagerAddress") == ip:
+                return f"{n.get('NodeManagerHostname') or ip} ({ip})"
+    except Exception:  # noqa: BLE001 - the GCS may be gone: the IP then
+        pass
+    return ip
+
+
+def _oom_kill(since: float) -> Any:
+    """The newest OOM kill of a Python/Ray process on this node since ``since``, if the kernel logged one."""
+    from slime.diagnosis.kernel import oom_kills
+
+    kills = [k for k in oom_kills(since) if k.name.startswith(("ray::", "python"))]
+    return kills[-1] if kills else None
+
+
+def fit_line(spec: Any, who: str | None) -> str | None:
+    """The fit estimate of the role ``who`` names (an engine, the critic, else the actor), or None where the
+    estimate cannot be made (no cluster.gpu, no readable config.json)."""
+    try:
+        from slime.fit import estimate
+        from slime.fit.breakdown import gib
+
+        report = estimate(spec)
+    except Exception:  # noqa: BLE001 - the estimate only adds to the message
+        return None
+    if report is None:
+        return None
+    w = (who or "").lower()
+    role = "engine" if "engine" in w else "critic" if "critic" in w else "actor"
+    r = next((x for x in report.roles if x.role.startswith(role)), None) or report.worst()
+    if r is None:
+        return None
+    return (
+        f"the fit estimate for the {r.role}: {gib(r.memory.total)} of {gib(r.capacity)} per GPU "
+        f"({r.verdict}; largest: {r.memory.describe()})"
     )

@@ -102,6 +102,15 @@ class Cluster(Section, kw_only=True):
     bootstrap_timeout_s: Annotated[
         float, D("Seconds the Ray head waits for all nodes before failing with the missing ones named.", gt=0)
     ] = 300.0
+    stall_timeout_s: Annotated[
+        Annotated[float, Meta(ge=0)] | None,
+        D(
+            "Seconds a phase (engine start, rollout, train step, weight sync, checkpoint save, eval) may go "
+            "without progress before the job ends with every process's stacks dumped (exit 124); also the "
+            "trainer ranks' collective timeout. Engine start and the first train step get twice it. null: each "
+            "phase's default (see the guide); 0: no watchdog."
+        ),
+    ] = None
 
 
 # --------------------------------------------------------------------------- model

@@ -117,6 +117,20 @@ def test_status_of_the_newest_run_by_default_and_of_a_given_run_dir(runs, capsys
     assert rc == 0 and "rollout/reward_mean=1" in text and "succeeded" in text
 
 
+def test_status_shows_the_newest_diagnosis_record_of_a_task(runs, capsys):
+    from slime.diagnosis.record import Diagnosis, append
+
+    d, old, new, _ = runs
+    rc, out = run(capsys, "status", str(old.root), "--json")
+    assert out["tasks"][0]["diagnosis"] is None
+    append(old.task(0), Diagnosis(cause="bug", title="older", fix="f", exit_code=1))
+    append(old.task(0), Diagnosis(cause="stall", title="no progress in the rollout for 15s", fix="f", exit_code=124))
+    rc, out = run(capsys, "status", str(old.root), "--json")
+    assert rc == 0 and out["tasks"][0]["diagnosis"]["cause"] == "stall"
+    rc, text = run(capsys, "status", str(old.root))
+    assert "task 0 last failure: stall no progress in the rollout for 15s (slime-submit why)" in text
+
+
 def test_bad_targets_and_tasks_are_usage_errors(runs, capsys, tmp_path):
     d, old, *_ = runs
     rc, out = run(capsys, "status", str(old.root), "--task", "3", "--json")

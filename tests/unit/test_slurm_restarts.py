@@ -194,6 +194,21 @@ def test_after_a_failure_within_max_failures_requeues_and_names_the_node(tmp_pat
     assert len(restarts.read(tp)) == 1
 
 
+def test_a_stall_is_retried_once_by_default_then_the_job_fails(tmp_path):
+    paths = run_dir(tmp_path, max_failures=0)  # stalls have their own budget: cluster.slurm.max_stalls
+    tp = paths.task(0)
+    rc, out, calls = after(paths, tmp_path, RUNNING, "--rc", "124")
+    assert rc == 124 and calls[-1] == "requeue 7", out
+    (r,) = restarts.read(tp)
+    assert (r["cause"], r["budget"]) == ("stall", "stalls") and "cluster.stall_timeout_s" in r["detail"]
+    assert "stalls 1/1 (cluster.slurm.max_stalls)" in out
+    rc, out, calls = after(paths, tmp_path / "x", RUNNING.replace("Restarts=0", "Restarts=1"), "--rc", "124", restart=1)
+    assert calls == ["show job -o 7"] and "cluster.slurm.max_stalls allows no more" in out
+    assert len(restarts.read(tp)) == 1
+    assert restarts.budget([{"cause": "stall"}] * 2, {"max_stalls": 1}).spent().endswith("cluster.slurm.max_stalls=1")
+    assert restarts.budget([{"cause": "stall"}], {"max_stalls": 2}).allows("stalls")
+
+
 def test_after_does_nothing_when_slurm_is_ending_or_requeueing_the_job(tmp_path):
     paths = run_dir(tmp_path)
     for record in (RUNNING.replace("RUNNING", "COMPLETING"), RUNNING.replace("Restarts=0", "Restarts=1")):

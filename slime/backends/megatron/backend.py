@@ -119,8 +119,12 @@ class MegatronTrainBackend(TrainBackend):
 
     def _join_groups(self, rank: RankInfo) -> None:
         """The job's process group (NCCL on GPU), megatron-core's model-parallel groups, the seeds."""
+        import datetime
+
         from megatron.core import parallel_state as ps
         from megatron.core import tensor_parallel
+
+        from slime.diagnosis.phases import collective_timeout_s
 
         self.device = torch.device(rank.device)
         if self.device.type == "cuda":
@@ -131,6 +135,8 @@ class MegatronTrainBackend(TrainBackend):
                 init_method=f"tcp://{rank.master_addr}:{rank.master_port}",
                 rank=rank.rank,
                 world_size=rank.world_size,
+                # cluster.stall_timeout_s: a hung collective ends with a message, not after NCCL's 30 minutes
+                timeout=datetime.timedelta(seconds=collective_timeout_s(self.spec.cluster.stall_timeout_s)),
             )
         if not ps.model_parallel_is_initialized():
             ps.initialize_model_parallel(

@@ -104,6 +104,8 @@ class TorchTrainBackend(TrainBackend):
 
         import torch.distributed as dist
 
+        from slime.diagnosis.phases import collective_timeout_s
+
         if rank.world_size <= 1 or dist.is_initialized():
             return
         dist.init_process_group(
@@ -111,7 +113,8 @@ class TorchTrainBackend(TrainBackend):
             init_method=f"tcp://{rank.master_addr}:{rank.master_port}",
             rank=rank.rank,
             world_size=rank.world_size,
-            timeout=datetime.timedelta(minutes=10),
+            # cluster.stall_timeout_s: a rank that never joins a collective ends the step with a message
+            timeout=datetime.timedelta(seconds=collective_timeout_s(self.spec.cluster.stall_timeout_s)),
         )
 
     @property
