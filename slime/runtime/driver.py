@@ -27,6 +27,7 @@ from slime.runtime.job import Job, in_thread, model_dir
 from slime.runtime.perf import PerfModel, perf_model, step_perf
 from slime.runtime.rollout_feed import RolloutFeed
 from slime.runtime.state import StopFlag, TaskState
+from slime.runtime.step_plan import critic_only
 from slime.runtime.train_state import ResumePoint, TrainState, restore_checkpoint, save_checkpoint
 from slime.runtime.weight_sync import WeightSync, write_dir
 from slime.spec.task import load_task_spec
@@ -209,11 +210,12 @@ class Driver:
         self.weights.release()  # colocated: the engines' memory goes to the trainer
         t1 = time.monotonic()
         sidecars = (self.tp.rollouts, r) if self.spec.debug.save_rollouts else None  # the trainer's log-probs
-        steps, prep_m, train_m, critic_m = self.train_on(taken.samples, sidecars)
+        actor = not critic_only(self.spec.algorithm, r)  # critic-only warm-up: the actor's weights and optimizer wait
+        steps, prep_m, train_m, critic_m = self.train_on(taken.samples, sidecars, actor=actor)
         t2 = time.monotonic()
         self.feed.settle()  # async: rollout r+1 is complete before the weights change
         policy_version = st.weight_version  # the weights the trainer started this step from
-        sync_s = self.sync_weights() if steps else 0.0  # no step, no new weights
+        sync_s = self.sync_weights() if steps and actor else 0.0  # no actor step, no new weights
         st.step += steps
         record = rollout_record(
             r,
@@ -227,6 +229,7 @@ class Driver:
             critic=critic_m,
             agent=self.spec.agent is not None,
         )
+        record["train/critic_only"] = float(not actor)
         record.update(taken.metrics)  # rollout/groups_*: what the generation drew, kept and dropped
         record.update(self.evaluate(r))
         times = {
@@ -242,13 +245,13 @@ class Driver:
         return record
 
     def train_on(
-        self, samples: list, sidecars: tuple[Path, int] | None = None
+        self, samples: list, sidecars: tuple[Path, int] | None = None, *, actor: bool = True
     ) -> tuple[int, dict[str, float], list[dict], list[dict]]:
         """Scores → step plan → (critic values) → prepare (old/ref log-probs, advantages) → optimizer steps.
 
         ``sidecars``: ``(rollouts dir, rollout id)`` where the ranks save their old log-probs. Returns ``(steps,
         prepare metrics, actor metrics per step, critic metrics per step)``; no step without trainer ranks or
-        with fewer samples than data-parallel ranks."""
+        with fewer samples than data-parallel ranks. ``actor=False``: only the critic takes its steps."""
         import ray
 
         from slime.rl.sample import episode_id
@@ -275,10 +278,10 @@ class Driver:
         shards = job.actor.shards(inputs, plan)
         values = job.critic.values(shards) if job.critic is not None else None  # refs → the actor ranks (GAE)
         prep, returns = job.actor.prepare(shards, scores, values, sidecars)  # old/ref log-probs, advantages
-        train = job.actor.train(plan, self.state.step)
+        train = job.actor.train(plan, self.state.step) if actor else None
         critic = job.critic.train_critic(returns, plan, self.state.step) if job.critic is not None else []
         critic_m = ray.get(critic)[0] if critic else []
-        return plan.steps, ray.get(prep)[0], ray.get(train)[0], critic_m
+        return plan.steps, ray.get(prep)[0], ray.get(train)[0] if actor else [], critic_m
 
     def sync_weights(self) -> float:
         """The engines serve the actor's weights as the next version; returns the seconds taken."""

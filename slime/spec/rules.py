@@ -556,6 +556,14 @@ def algorithm(s: Spec) -> Iterator[Finding]:
         )
     if a.critic is not None and a.estimator != "ppo":
         yield ("algorithm.critic", f"a critic is only used by ppo, not {a.estimator}", "remove algorithm.critic")
+    n = s.rollout.num_rollouts
+    if a.critic is not None and n is not None and a.critic.warmup_rollouts >= n:
+        yield (
+            "algorithm.critic.warmup_rollouts",
+            f"critic-only warm-up of {a.critic.warmup_rollouts} rollout(s) leaves none of rollout.num_rollouts "
+            f"({n}) to train the actor",
+            f"set algorithm.critic.warmup_rollouts below {n}, or raise rollout.num_rollouts",
+        )
     if s.rollout.n_samples_per_prompt == 1 and a.normalize_std:
         yield (
             "algorithm.normalize_std",

@@ -364,6 +364,13 @@ class Critic(Section, kw_only=True):
 
     lr: Annotated[float, D("Critic learning rate.", gt=0)] = 1e-5
     value_clip: Annotated[float, D("Clip range of the value loss.", gt=0)] = 0.2
+    warmup_rollouts: Annotated[
+        int,
+        D(
+            "First rollouts in which only the critic trains; the actor is frozen (slime's --num-critic-only-steps).",
+            ge=0,
+        ),
+    ] = 0
 
 
 class Tis(Section, kw_only=True):
