@@ -625,6 +625,46 @@ def async_training(s: Spec) -> Iterator[Finding]:
 
 
 @rule
+def external_engines(s: Spec) -> Iterator[Finding]:
+    """``rollout.external``: what engines the job did not start cannot do, and the token's reference."""
+    r = s.rollout
+    if not r.external:
+        for name in ("external_frozen", "external_token_secret"):
+            if getattr(r, name):
+                yield (f"rollout.{name}", "applies only to external engines", "remove it, or set rollout.external")
+        return
+    fix = "remove rollout.external to let the job start its engines"
+    if len(set(r.external)) < len(r.external):
+        yield ("rollout.external", "an address is listed twice", "list each engine once")
+    if r.colocate:
+        yield ("rollout.colocate", "external engines cannot share the trainer's GPUs", f"set colocate: false, or {fix}")
+    if r.gpus:
+        yield ("rollout.gpus", f"external engines take no GPUs of the job, got {r.gpus}", f"remove it, or {fix}")
+    if r.num_engines != len(r.external):
+        yield (
+            "rollout.num_engines",
+            f"{r.num_engines} engine(s) but {len(r.external)} external address(es)",
+            "remove rollout.num_engines (derived: one engine per address)",
+        )
+    if not r.external_frozen and r.weight_sync != "disk":
+        yield (
+            "rollout.weight_sync",
+            f"weight_sync {r.weight_sync} to external engines is not supported; they load each update from disk",
+            "use weight_sync: disk (on a file system both see), or rollout.external_frozen: true",
+        )
+    if s.model.path is None:
+        yield ("model.path", "external engines serve a checkpoint the preflight names", "set model.path to it")
+    if r.external_token_secret and r.external_token_secret not in s.cluster.secrets:
+        yield (
+            "rollout.external_token_secret",
+            f"'{r.external_token_secret}' is not a cluster.secrets entry",
+            f"add cluster.secrets.{r.external_token_secret}: {{file: PATH}} (or {{env: VAR}})",
+        )
+    if s.agent is not None:
+        yield ("agent", "agentic rollouts on external engines are not supported yet", fix)
+
+
+@rule
 def reward(s: Spec) -> Iterator[Finding]:
     rw = s.reward
     if rw.type == "custom" and not rw.custom:

@@ -299,6 +299,20 @@ class Rollout(Section, kw_only=True):
         D("How new weights reach engines (derived by the rollout backend: nccl where it can, else disk)."),
     ] = None
     startup_timeout_s: Annotated[float, D("Seconds an engine may take to become healthy.", gt=0)] = 600.0
+    external: Annotated[
+        tuple[Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}$")], ...],
+        D(
+            "host:port of engines the job does not start (slime's --rollout-external-engine-addrs): "
+            "rollouts go to them, the layout gives them no slots, the preflight checks each."
+        ),
+    ] = ()
+    external_frozen: Annotated[
+        bool, D("The external engines keep their weights: the job never syncs them (else they take each update).")
+    ] = False
+    external_token_secret: Annotated[
+        Annotated[str, Meta(pattern=ENV_NAME_PATTERN)] | None,
+        D("The cluster.secrets entry holding the external engines' bearer token (default: none sent)."),
+    ] = None
 
 
 # --------------------------------------------------------------------------- data
