@@ -182,7 +182,14 @@ def _absolute_paths(spec: Spec, base_dir: Path) -> Spec:
         train=replace(t, checkpoint=ckpt),
         logging=logging,
         debug=replace(spec.debug, load_rollouts=_abs(spec.debug.load_rollouts, base_dir)),
+        algorithm=_opd_teacher(spec.algorithm, base_dir),
     )
+
+
+def _opd_teacher(a: Algorithm, base_dir: Path) -> Algorithm:
+    if a.opd is None:
+        return a
+    return replace(a, opd=replace(a.opd, teacher=_abs(a.opd.teacher, base_dir)))
 
 
 def _model(spec: Spec) -> Model:

@@ -556,6 +556,12 @@ def algorithm(s: Spec) -> Iterator[Finding]:
         )
     if a.critic is not None and a.estimator != "ppo":
         yield ("algorithm.critic", f"a critic is only used by ppo, not {a.estimator}", "remove algorithm.critic")
+    if a.opd is not None and a.opd.type == "engine":
+        yield (
+            "algorithm.opd.type",
+            "teacher log-probs from a second engine are not supported yet",
+            "use type: trainer (the teacher forwards on the trainer ranks, at the rollout temperature)",
+        )
     n = s.rollout.num_rollouts
     if a.critic is not None and n is not None and a.critic.warmup_rollouts >= n:
         yield (
@@ -817,7 +823,9 @@ def _paths(s: Spec) -> Iterator[Finding]:
     for path, value in files:
         if value and not os.path.isfile(value):
             yield (path, f"file not found: {value}", "fix the path (relative paths are relative to the spec file)")
-    for path, value in (("model.path", s.model.path), ("model.ref_path", s.model.ref_path)):
+    opd = s.algorithm.opd
+    teacher = [("algorithm.opd.teacher", opd.teacher)] if opd is not None else []
+    for path, value in (("model.path", s.model.path), ("model.ref_path", s.model.ref_path), *teacher):
         if value and value != "initial" and not os.path.isdir(value):
             yield (path, f"checkpoint directory not found: {value}", "point it at an HF-format checkpoint dir")
     saved = s.debug.load_rollouts

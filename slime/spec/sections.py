@@ -401,6 +401,25 @@ class Tis(Section, kw_only=True):
     clip_low: Annotated[float, D("Lower clamp of the importance weight (slime's --tis-clip-low).", ge=0)] = 0.0
 
 
+class Opd(Section, kw_only=True):
+    """On-policy distillation: a teacher's log-probs on the sampled tokens enter the advantages as a KL penalty."""
+
+    teacher: Annotated[
+        str, D("The teacher's HF-format checkpoint directory (same tokenizer as the student).", min_length=1)
+    ]
+    type: Annotated[
+        Literal["engine", "trainer"],
+        D(
+            "Where teacher log-probs come from (slime's --opd-type): 'trainer' forwards the teacher on the trainer "
+            "ranks at the rollout temperature; 'engine' serves it on a second engine at rollout time."
+        ),
+    ] = "trainer"
+    kl_coef: Annotated[
+        float,
+        D("Each sampled token's advantage is lowered by kl_coef x (student - teacher log-prob) (--opd-kl-coef).", gt=0),
+    ] = 1.0
+
+
 Estimator = Literal["grpo", "ppo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"]
 
 
@@ -441,6 +460,7 @@ class Algorithm(Section, kw_only=True):
             "recomputation (slime's --use-rollout-logprobs; exclusive with tis)."
         ),
     ] = False
+    opd: Annotated[Opd | None, D("On-policy distillation from a teacher model (slime's --use-opd).")] = None
     sft_warmup_steps: Annotated[int, D("Supervised warm-up steps on (prompt, label) before RL.", ge=0)] = 0
     sft_warmup_lr: Annotated[float, D("Learning rate of the SFT warm-up.", gt=0)] = 1e-3
 
