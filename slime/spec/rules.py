@@ -404,7 +404,7 @@ def dynamic_batch(s: Spec) -> Iterator[Finding]:
 @rule
 def rollout_gpus(s: Spec) -> Iterator[Finding]:
     r = s.rollout
-    if not _gpu(s):
+    if not _gpu(s) or r.external:  # external engines take none of the job's GPUs (rule external_engines)
         return
     if not r.colocate and not r.gpus:
         yield (
