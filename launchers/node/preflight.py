@@ -3,8 +3,9 @@
 Checks, each naming the node and the fix (decisions in ``preflight_checks``): ``ray_nodes``, ``auth`` (the head
 refuses a call without the job's secret), ``gpu_count`` / ``cuda_visible_devices``, ``cuda`` (a probe in every GPU
 bundle), ``ray_resources``, ``bundles`` / ``placement`` / ``roles`` (the placement group the runtime will use),
-``collective`` (gloo across nodes) and ``collective_nccl``. The collective's go-ahead comes first, so it runs while
-the placement group is made and probed; a single CPU-only node skips it. ``cluster.fake_gpus`` skips the CUDA probe,
+``collective`` (gloo across nodes), ``collective_nccl`` and ``external_engine`` (``preflight_external``). The
+collective's go-ahead comes first, so it runs while the placement group is made and probed; a single CPU-only node
+skips it. ``cluster.fake_gpus`` skips the CUDA probe,
 saying so. ``ray`` is imported lazily; :func:`write_report` writes preflight.json and preflight.txt. Check by check:
 docs/design-notes.md.
 """
@@ -30,6 +31,7 @@ from launchers.node.preflight_checks import (
     role_conflicts,
     write_report,
 )
+from launchers.node.preflight_external import external_checks
 from launchers.node.preflight_tasks import cuda_probe, nccl_rank
 from slime.core.ports import PortBlock
 from slime.core.rendezvous import Rendezvous
@@ -204,6 +206,8 @@ def run_preflight(
     checks.append(check)
 
     cuda, nccl = _gpu_stage(layout, placement, cuda_refs, checks, lap, ports, coll_timeout, fake)
+    external, ext_checks = external_checks(spec)  # engines the job did not start: reachable, right model, updates
+    checks += ext_checks
     if pg is not None:
         from ray.util.placement_group import remove_placement_group
 
@@ -211,7 +215,10 @@ def run_preflight(
 
     nodes_rows = [_node_row(r, hosts, nodes, probes, node_meta, rows, spec, checks) for r in range(world)]
     parts = dict(ray_nodes=len(nodes), nodes=nodes_rows, slots=rows, collective=collective, cuda=cuda, nccl=nccl)
-    return _result(ctx, lap, checks, fake, **parts)
+    result = _result(ctx, lap, checks, fake, **parts)
+    if external:
+        result.report["external"] = external
+    return result
 
 
 def _gpu_stage(

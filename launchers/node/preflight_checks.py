@@ -283,6 +283,8 @@ def render_table(report: dict[str, Any]) -> str:
     buf = io.StringIO()
     con = Console(file=buf, width=120, highlight=False, color_system=None)
     con.print(table)
+    if report.get("external"):
+        con.print(_external_table(report["external"]))
     if report.get("fake_gpus"):
         con.print(
             "  fake GPUs: running on CPU (cluster.fake_gpus: the GPU slots are placeholders; CUDA was not checked)",
@@ -296,6 +298,23 @@ def render_table(report: dict[str, Any]) -> str:
         if not c["ok"] and c.get("fix"):
             con.print(f"       fix: {c['fix']}", markup=False)
     return buf.getvalue()
+
+
+def _external_table(rows: list[dict[str, Any]]) -> Any:
+    """The engines the job did not start (``rollout.external``): one row each."""
+    from rich.table import Table
+
+    table = Table(title="external engines (no slots of this job)", title_justify="left")
+    for col in ("address", "reachable", "model", "weights", "status"):
+        table.add_column(col)
+    for r in rows:
+        reach = "yes" if r.get("reachable") else "no"
+        table.add_row(r["address"], reach, str(r.get("model") or "-"), str(r.get("weights") or "-"), _ok(r))
+    return table
+
+
+def _ok(row: dict[str, Any]) -> str:
+    return "ok" if row.get("ok") else "FAIL"
 
 
 def write_report(tp: TaskPaths, report: dict[str, Any]) -> str:

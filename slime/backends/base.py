@@ -73,6 +73,7 @@ class TrainBatch:
     old_values: torch.Tensor | None = None
     rollout_log_probs: torch.Tensor | None = None
     tis_weights: torch.Tensor | None = None  # truncated importance weights of the policy loss (algorithm.tis)
+    teacher_log_probs: torch.Tensor | None = None  # algorithm.opd: the teacher's, at the rollout temperature
     kind: Literal["rl", "sft"] = "rl"
 
     @property
@@ -96,6 +97,7 @@ class TrainBatch:
             old_values=pick(self.old_values),
             rollout_log_probs=pick(self.rollout_log_probs),
             tis_weights=pick(self.tis_weights),
+            teacher_log_probs=pick(self.teacher_log_probs),
             kind=self.kind,
         )
 

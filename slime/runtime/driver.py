@@ -28,6 +28,7 @@ from slime.runtime.job import Job, in_thread, model_dir
 from slime.runtime.perf import PerfModel, perf_model, step_perf
 from slime.runtime.rollout_feed import RolloutFeed
 from slime.runtime.state import StopFlag, TaskState
+from slime.runtime.step_plan import critic_only
 from slime.runtime.train_state import ResumePoint, TrainState, restore_checkpoint, save_checkpoint
 from slime.runtime.watchdog import Watchdog, job_processes
 from slime.runtime.weight_sync import WeightSync, write_dir
@@ -185,7 +186,10 @@ class Driver:
         return losses
 
     def init_ref(self, *, fresh: bool) -> None:
-        """Load the frozen reference model (``model.ref_path``) into the actor ranks, if there is one."""
+        """Load the frozen reference model (``model.ref_path``) and the OPD teacher into the actor ranks."""
+        opd = self.spec.algorithm.opd
+        if opd is not None and self.job.actor is not None:  # on-policy distillation's teacher, beside the reference
+            self.job.actor.call("init_teacher", opd.teacher)
         ref = self.spec.model.ref_path
         if not ref or self.job.actor is None:
             return
@@ -218,14 +222,15 @@ class Driver:
             self.weights.release()  # colocated: the engines' memory goes to the trainer
         t1 = time.monotonic()
         sidecars = (self.tp.rollouts, r) if self.spec.debug.save_rollouts else None  # the trainer's log-probs
+        actor = not critic_only(self.spec.algorithm, r)  # critic-only warm-up: the actor's weights and optimizer wait
         with self.watch.phase("train step", rollout=r, step=st.step):
-            steps, prep_m, train_m, critic_m = self.train_on(taken.samples, sidecars)
+            steps, prep_m, train_m, critic_m = self.train_on(taken.samples, sidecars, actor=actor)
         t2 = time.monotonic()
         with self.watch.phase("rollout", rollout=r, step=st.step):
             self.feed.settle()  # async: rollout r+1 is complete before the weights change
         policy_version = st.weight_version  # the weights the trainer started this step from
         with self.watch.phase("weight sync", rollout=r, step=st.step):
-            sync_s = self.sync_weights() if steps else 0.0  # no step, no new weights
+            sync_s = self.sync_weights() if steps and actor else 0.0  # no actor step, no new weights
         st.step += steps
         record = rollout_record(
             r,
@@ -239,6 +244,7 @@ class Driver:
             critic=critic_m,
             agent=self.spec.agent is not None,
         )
+        record["train/critic_only"] = float(not actor)
         record.update(taken.metrics)  # rollout/groups_*: what the generation drew, kept and dropped
         record.update(self.evaluate(r))
         times = {
@@ -254,13 +260,13 @@ class Driver:
         return record
 
     def train_on(
-        self, samples: list, sidecars: tuple[Path, int] | None = None
+        self, samples: list, sidecars: tuple[Path, int] | None = None, *, actor: bool = True
     ) -> tuple[int, dict[str, float], list[dict], list[dict]]:
         """Scores → step plan → (critic values) → prepare (old/ref log-probs, advantages) → optimizer steps.
 
         ``sidecars``: ``(rollouts dir, rollout id)`` where the ranks save their old log-probs. Returns ``(steps,
         prepare metrics, actor metrics per step, critic metrics per step)``; no step without trainer ranks or
-        with fewer samples than data-parallel ranks."""
+        with fewer samples than data-parallel ranks. ``actor=False``: only the critic takes its steps."""
         import ray
 
         from slime.rl.sample import episode_id
@@ -287,10 +293,10 @@ class Driver:
         shards = job.actor.shards(inputs, plan)
         values = job.critic.values(shards) if job.critic is not None else None  # refs → the actor ranks (GAE)
         prep, returns = job.actor.prepare(shards, scores, values, sidecars)  # old/ref log-probs, advantages
-        train = job.actor.train(plan, self.state.step)
+        train = job.actor.train(plan, self.state.step) if actor else None
         critic = job.critic.train_critic(returns, plan, self.state.step) if job.critic is not None else []
         critic_m = ray.get(critic)[0] if critic else []
-        return plan.steps, ray.get(prep)[0], ray.get(train)[0], critic_m
+        return plan.steps, ray.get(prep)[0], ray.get(train)[0] if actor else [], critic_m
 
     def sync_weights(self) -> float:
         """The engines serve the actor's weights as the next version; returns the seconds taken."""

@@ -128,7 +128,12 @@ class Job:
         manager_ready = self.manager.setup.remote()  # reads and checks the data meanwhile
         started = None
         if mode != "train_only":
-            self.engines = engines = ROLLOUT_BACKENDS.get(spec.rollout.backend)()
+            if spec.rollout.external:  # engines the job did not start: it only talks to them
+                from slime.backends.rollout.external import ExternalEngines
+
+                self.engines = engines = ExternalEngines(spec)
+            else:
+                self.engines = engines = ROLLOUT_BACKENDS.get(spec.rollout.backend)()
             started = in_thread(
                 "start-engines",
                 lambda: engines.start(spec, layout, self.placement, model, log_dir=self.tp.logs / "engines"),
@@ -136,7 +141,8 @@ class Job:
         self._init_trainers(model)
         self.urls = started.result() if started is not None else []
         self.say(f"{len(self.urls)} engine(s) up: {', '.join(self.urls)}" if started else "no engines (train_only)")
-        check_engine_auth(self.urls)
+        if not spec.rollout.external:  # external engines hold their own token (the preflight checked them)
+            check_engine_auth(self.urls)
         ray.get(manager_ready)  # data and reward errors surface here, typed
         ray.get(self.manager.set_engines.remote(self.urls))
         where = ray.get([r.where.remote() for g in self.trainers for r in g.ranks])

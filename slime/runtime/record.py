@@ -94,9 +94,10 @@ def rollout_record(
         record["time/critic_steps_s"] = sum(m.pop("step_time_s", 0.0) for m in critic)
     record.update(mean_metrics("train", train))
     record.update(mean_metrics("critic", critic))
-    if not train:  # no optimizer step this rollout (debug.mode rollout_only, or too few samples)
+    if not train and not critic:  # no optimizer step this rollout (debug.mode rollout_only, or too few samples)
         return record
-    record["check/kl_before_update"] = train[0].get("approx_kl")
+    if train:  # else the critic-only warm-up: the trainer's checks before any update still hold
+        record["check/kl_before_update"] = train[0].get("approx_kl")
     if rollout_id == 0:
         record["check/step0_logprob_diff"] = record.get("train/logprob_diff")
         if "train/rollout_kl" in record:

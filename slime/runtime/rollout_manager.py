@@ -144,12 +144,14 @@ class RolloutManager:
     def set_engines(self, engine_urls: Sequence[str]) -> None:
         """Talk to these engines from now on (the driver starts them while the data loads)."""
         from slime.backends.rollout.client import EngineClient
+        from slime.backends.rollout.external import engine_secret
 
         if self.clients:
             self._run(_close(self.clients))
         self._urls = list(engine_urls)
         timeout = max(600.0, self.spec.rollout.startup_timeout_s)
-        self.clients = [EngineClient(u, timeout_s=timeout) for u in self._urls]
+        secret = engine_secret(self.spec)  # external engines: their own token, else the job's
+        self.clients = [EngineClient(u, timeout_s=timeout, secret=secret) for u in self._urls]
         self._context = None  # built at first use, for these engines
 
     # ---------------------------------------------------------------- helpers

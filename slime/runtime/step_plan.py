@@ -12,7 +12,14 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ShardScores", "StepPlan", "plan_steps", "train_inputs"]
+__all__ = ["ShardScores", "StepPlan", "critic_only", "plan_steps", "train_inputs"]
+
+
+def critic_only(algorithm: Any, r: int) -> bool:
+    """Rollout ``r`` is in the critic-only warm-up (``algorithm.critic.warmup_rollouts``, PPO): decided by
+    the rollout id alone, so a resumed run freezes the actor over the same rollouts."""
+    c = algorithm.critic
+    return c is not None and r < c.warmup_rollouts
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -84,6 +84,7 @@ class TrainerRank:
         self.backend_cls = TRAIN_BACKENDS.get(spec.train.backend)
         self.backend = self.backend_cls()
         self.ref = None
+        self.teacher = None  # algorithm.opd (type trainer): the teacher, frozen like the reference
         self.batch = None
         self._weight_sender: WeightSender | None = None  # rank 0: connected on the first push
         self._loop = None
@@ -114,6 +115,11 @@ class TrainerRank:
     def init_ref(self, ref_dir: str) -> None:
         self.ref = self.backend_cls()
         self.ref.init(self.spec, self.rank_info, Path(ref_dir), role="ref")
+
+    def init_teacher(self, teacher_dir: str) -> None:
+        """``algorithm.opd``: load the teacher on this rank (it forwards, never trains)."""
+        self.teacher = self.backend_cls()
+        self.teacher.init(self.spec, self.rank_info, Path(teacher_dir), role="ref")
 
     def _all_reduce(self, t, op: str = "sum"):
         import torch.distributed as dist
@@ -165,13 +171,14 @@ class TrainerRank:
             _save_log_probs(samples, batch.old_log_probs, *sidecar)
         metrics = self._rollout_mismatch(batch)  # before old_log_probs may become the rollout's
         kl = None
-        sums = torch.zeros(4, dtype=torch.float64)  # token count, ref-KL sum, reward-KL sum, |adv| sum
+        sums = torch.zeros(5, dtype=torch.float64)  # token count, ref-KL sum, reward-KL sum, |adv| sum, OPD-KL sum
         sums[0] = mask.sum()
         if self.ref is not None:
             batch.ref_log_probs = self.ref.log_probs(batch, temperature=temperature)
             sums[1] = zero_masked(compute_kl(batch.old_log_probs, batch.ref_log_probs, a.kl_loss_type), mask).sum()
             kl = compute_kl(batch.old_log_probs, batch.ref_log_probs, "k1")
             sums[2] = zero_masked(kl, mask).sum()
+        student = batch.old_log_probs  # the trainer's, before use_rollout_logprobs may swap them
         if a.use_rollout_logprobs:
             batch.old_log_probs = batch.rollout_log_probs  # the ratio is taken against the sampling policy
         adv, returns = token_advantages(
@@ -185,17 +192,30 @@ class TrainerRank:
             lambd=a.lam,
             all_reduce=self._all_reduce,
         )
+        if self.teacher is not None:  # on-policy distillation: the teacher's log-probs at the rollout temperature
+            adv, opd_kl = self._opd(batch, student, adv, temperature)
+            sums[4] = opd_kl.sum()
         batch.advantages, batch.returns = adv, returns
         self.batch = batch
         sums[3] = zero_masked(adv.abs(), mask).sum()
         self._all_reduce(sums)
         n = max(1.0, float(sums[0]))
+        if self.teacher is not None:
+            metrics["train/opd_kl"] = float(sums[4]) / n
         metrics["train/tokens"] = float(sums[0])
         metrics["train/adv_abs_mean"] = float(sums[3]) / n  # over every rank's tokens
         if self.ref is not None:
             metrics["train/ref_kl"] = float(sums[1]) / n
         metrics["time/prepare_s"] = time.perf_counter() - t0
         return metrics, (returns if a.estimator == "ppo" else None)
+
+    def _opd(self, batch, student, adv, temperature: float):
+        """``(advantages with the teacher's KL penalty, per-token KL)``; keeps ``batch.teacher_log_probs``."""
+        from slime.rl.opd import opd_advantages
+
+        batch.teacher_log_probs = self.teacher.log_probs(batch, temperature=temperature)
+        opd = self.spec.algorithm.opd
+        return opd_advantages(adv, student, batch.teacher_log_probs, batch.response_mask, opd.kl_coef)
 
     def _rollout_mismatch(self, batch) -> dict[str, float]:
         """Trainer vs engine on the sampled tokens (reduced over ranks): ``train/logprob_diff[_max]``, the

@@ -109,7 +109,7 @@ def _cpu_layout(spec: Spec) -> Layout:
             hint=f"set train.nodes <= {nodes} or raise cluster.nodes",
         )
     actor = tuple(Slot(node=n, gpu=None) for n in range(spec.train.nodes))
-    n_engines = spec.rollout.num_engines or 1
+    n_engines = 0 if spec.rollout.external else spec.rollout.num_engines or 1  # external engines take no slots
     split = spec.train.async_ and not spec.rollout.colocate
     engines = tuple((Slot(node=i % nodes, gpu=None, part=int(split)),) for i in range(n_engines))
     critic = actor if spec.algorithm.estimator == "ppo" else ()
@@ -154,7 +154,7 @@ def _plan(spec: Spec) -> Layout:
     pool, gpe = _engine_pool(spec, actor, n), r.gpus_per_engine
     engines = [
         _engine_slots(i, tuple(pool[i * gpe : (i + 1) * gpe]), gpe, c.gpus_per_node)
-        for i in range(n.rollout_gpus // gpe)
+        for i in range(0 if r.external else n.rollout_gpus // gpe)  # external engines take no slots
     ]
     critic = actor if spec.algorithm.estimator == "ppo" else ()
     used = {*actor, *(s for e in engines for s in e)}

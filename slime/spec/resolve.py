@@ -32,8 +32,14 @@ DERIVED_FROM: dict[str, tuple[str, ...]] = {
     "train.gpus_per_node": ("cluster.gpus_per_node",),
     "train.parallel.expert_tensor": ("train.parallel.tensor",),
     "train.parallel.sequence_parallel": ("train.parallel.tensor",),
-    "rollout.gpus": ("rollout.colocate", "cluster.gpus_per_node", "train.nodes", "train.gpus_per_node"),
-    "rollout.num_engines": ("cluster.gpus_per_node", "rollout.gpus", "rollout.gpus_per_engine"),
+    "rollout.gpus": (
+        "rollout.colocate",
+        "cluster.gpus_per_node",
+        "train.nodes",
+        "train.gpus_per_node",
+        "rollout.external",
+    ),
+    "rollout.num_engines": ("cluster.gpus_per_node", "rollout.gpus", "rollout.gpus_per_engine", "rollout.external"),
     "rollout.num_rollouts": ("rollout.epochs", "data.prompts", "rollout.batch_size"),
     "rollout.over_sampling_batch_size": ("rollout.batch_size",),
     "train.global_batch_size": ("rollout.batch_size", "rollout.n_samples_per_prompt", "train.num_steps_per_rollout"),
@@ -125,6 +131,8 @@ def resolve(spec: Spec, base_dir: Path) -> Spec:
 
 def _plugins(spec: Spec) -> Spec:
     """Each selected plug-in's section filled with its defaults, then its own derived values."""
+    if spec.rollout.external and spec.rollout.weight_sync is None:  # an engine's own derivation does not apply
+        spec = replace(spec, rollout=replace(spec.rollout, weight_sync="disk"))
     for kind, (_, section, _attr) in KINDS.items():
         p = selected(spec, kind)
         part = getattr(spec, section)
@@ -174,7 +182,14 @@ def _absolute_paths(spec: Spec, base_dir: Path) -> Spec:
         train=replace(t, checkpoint=ckpt),
         logging=logging,
         debug=replace(spec.debug, load_rollouts=_abs(spec.debug.load_rollouts, base_dir)),
+        algorithm=_opd_teacher(spec.algorithm, base_dir),
     )
+
+
+def _opd_teacher(a: Algorithm, base_dir: Path) -> Algorithm:
+    if a.opd is None:
+        return a
+    return replace(a, opd=replace(a.opd, teacher=_abs(a.opd.teacher, base_dir)))
 
 
 def _model(spec: Spec) -> Model:
@@ -215,11 +230,15 @@ def _rollout(spec: Spec, t: Train) -> Rollout:
     if gpus is None and (r.colocate or c.gpus_per_node == 0):
         gpus = actor_gpus if c.gpus_per_node else 0
     num_engines = r.num_engines
+    if num_engines is None and r.external:  # engines the job does not start: one per address
+        num_engines = len(r.external)
     if num_engines is None:
         if c.gpus_per_node == 0:
             num_engines = 1
         elif gpus and gpus >= r.gpus_per_engine:
             num_engines = gpus // r.gpus_per_engine
+    if r.external and gpus is None:  # no GPUs of the job for engines it does not start
+        gpus = 0
     num_rollouts = r.num_rollouts
     if num_rollouts is None and r.epochs is not None:
         rows = count_jsonl_rows(spec.data.prompts)

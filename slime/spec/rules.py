@@ -404,7 +404,7 @@ def dynamic_batch(s: Spec) -> Iterator[Finding]:
 @rule
 def rollout_gpus(s: Spec) -> Iterator[Finding]:
     r = s.rollout
-    if not _gpu(s):
+    if not _gpu(s) or r.external:  # external engines take none of the job's GPUs (rule external_engines)
         return
     if not r.colocate and not r.gpus:
         yield (
@@ -556,6 +556,20 @@ def algorithm(s: Spec) -> Iterator[Finding]:
         )
     if a.critic is not None and a.estimator != "ppo":
         yield ("algorithm.critic", f"a critic is only used by ppo, not {a.estimator}", "remove algorithm.critic")
+    if a.opd is not None and a.opd.type == "engine":
+        yield (
+            "algorithm.opd.type",
+            "teacher log-probs from a second engine are not supported yet",
+            "use type: trainer (the teacher forwards on the trainer ranks, at the rollout temperature)",
+        )
+    n = s.rollout.num_rollouts
+    if a.critic is not None and n is not None and a.critic.warmup_rollouts >= n:
+        yield (
+            "algorithm.critic.warmup_rollouts",
+            f"critic-only warm-up of {a.critic.warmup_rollouts} rollout(s) leaves none of rollout.num_rollouts "
+            f"({n}) to train the actor",
+            f"set algorithm.critic.warmup_rollouts below {n}, or raise rollout.num_rollouts",
+        )
     if s.rollout.n_samples_per_prompt == 1 and a.normalize_std:
         yield (
             "algorithm.normalize_std",
@@ -614,6 +628,46 @@ def async_training(s: Spec) -> Iterator[Finding]:
             f"cluster.cpus_per_node is {cpus}",
             "give the nodes at least 2 CPUs (cluster.cpus_per_node), or train.async: false",
         )
+
+
+@rule
+def external_engines(s: Spec) -> Iterator[Finding]:
+    """``rollout.external``: what engines the job did not start cannot do, and the token's reference."""
+    r = s.rollout
+    if not r.external:
+        for name in ("external_frozen", "external_token_secret"):
+            if getattr(r, name):
+                yield (f"rollout.{name}", "applies only to external engines", "remove it, or set rollout.external")
+        return
+    fix = "remove rollout.external to let the job start its engines"
+    if len(set(r.external)) < len(r.external):
+        yield ("rollout.external", "an address is listed twice", "list each engine once")
+    if r.colocate:
+        yield ("rollout.colocate", "external engines cannot share the trainer's GPUs", f"set colocate: false, or {fix}")
+    if r.gpus:
+        yield ("rollout.gpus", f"external engines take no GPUs of the job, got {r.gpus}", f"remove it, or {fix}")
+    if r.num_engines != len(r.external):
+        yield (
+            "rollout.num_engines",
+            f"{r.num_engines} engine(s) but {len(r.external)} external address(es)",
+            "remove rollout.num_engines (derived: one engine per address)",
+        )
+    if not r.external_frozen and r.weight_sync != "disk":
+        yield (
+            "rollout.weight_sync",
+            f"weight_sync {r.weight_sync} to external engines is not supported; they load each update from disk",
+            "use weight_sync: disk (on a file system both see), or rollout.external_frozen: true",
+        )
+    if s.model.path is None:
+        yield ("model.path", "external engines serve a checkpoint the preflight names", "set model.path to it")
+    if r.external_token_secret and r.external_token_secret not in s.cluster.secrets:
+        yield (
+            "rollout.external_token_secret",
+            f"'{r.external_token_secret}' is not a cluster.secrets entry",
+            f"add cluster.secrets.{r.external_token_secret}: {{file: PATH}} (or {{env: VAR}})",
+        )
+    if s.agent is not None:
+        yield ("agent", "agentic rollouts on external engines are not supported yet", fix)
 
 
 @rule
@@ -769,7 +823,9 @@ def _paths(s: Spec) -> Iterator[Finding]:
     for path, value in files:
         if value and not os.path.isfile(value):
             yield (path, f"file not found: {value}", "fix the path (relative paths are relative to the spec file)")
-    for path, value in (("model.path", s.model.path), ("model.ref_path", s.model.ref_path)):
+    opd = s.algorithm.opd
+    teacher = [("algorithm.opd.teacher", opd.teacher)] if opd is not None else []
+    for path, value in (("model.path", s.model.path), ("model.ref_path", s.model.ref_path), *teacher):
         if value and value != "initial" and not os.path.isdir(value):
             yield (path, f"checkpoint directory not found: {value}", "point it at an HF-format checkpoint dir")
     saved = s.debug.load_rollouts

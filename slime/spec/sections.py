@@ -312,6 +312,20 @@ class Rollout(Section, kw_only=True):
         D("How new weights reach engines (derived by the rollout backend: nccl where it can, else disk)."),
     ] = None
     startup_timeout_s: Annotated[float, D("Seconds an engine may take to become healthy.", gt=0)] = 600.0
+    external: Annotated[
+        tuple[Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}$")], ...],
+        D(
+            "host:port of engines the job does not start (slime's --rollout-external-engine-addrs): "
+            "rollouts go to them, the layout gives them no slots, the preflight checks each."
+        ),
+    ] = ()
+    external_frozen: Annotated[
+        bool, D("The external engines keep their weights: the job never syncs them (else they take each update).")
+    ] = False
+    external_token_secret: Annotated[
+        Annotated[str, Meta(pattern=ENV_NAME_PATTERN)] | None,
+        D("The cluster.secrets entry holding the external engines' bearer token (default: none sent)."),
+    ] = None
 
 
 # --------------------------------------------------------------------------- data
@@ -377,6 +391,13 @@ class Critic(Section, kw_only=True):
 
     lr: Annotated[float, D("Critic learning rate.", gt=0)] = 1e-5
     value_clip: Annotated[float, D("Clip range of the value loss.", gt=0)] = 0.2
+    warmup_rollouts: Annotated[
+        int,
+        D(
+            "First rollouts in which only the critic trains; the actor is frozen (slime's --num-critic-only-steps).",
+            ge=0,
+        ),
+    ] = 0
 
 
 class Tis(Section, kw_only=True):
@@ -391,6 +412,25 @@ class Tis(Section, kw_only=True):
     ] = False
     clip: Annotated[float, D("Upper clamp of the importance weight (slime's --tis-clip).", gt=0)] = 2.0
     clip_low: Annotated[float, D("Lower clamp of the importance weight (slime's --tis-clip-low).", ge=0)] = 0.0
+
+
+class Opd(Section, kw_only=True):
+    """On-policy distillation: a teacher's log-probs on the sampled tokens enter the advantages as a KL penalty."""
+
+    teacher: Annotated[
+        str, D("The teacher's HF-format checkpoint directory (same tokenizer as the student).", min_length=1)
+    ]
+    type: Annotated[
+        Literal["engine", "trainer"],
+        D(
+            "Where teacher log-probs come from (slime's --opd-type): 'trainer' forwards the teacher on the trainer "
+            "ranks at the rollout temperature; 'engine' serves it on a second engine at rollout time."
+        ),
+    ] = "trainer"
+    kl_coef: Annotated[
+        float,
+        D("Each sampled token's advantage is lowered by kl_coef x (student - teacher log-prob) (--opd-kl-coef).", gt=0),
+    ] = 1.0
 
 
 Estimator = Literal["grpo", "ppo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"]
@@ -433,6 +473,7 @@ class Algorithm(Section, kw_only=True):
             "recomputation (slime's --use-rollout-logprobs; exclusive with tis)."
         ),
     ] = False
+    opd: Annotated[Opd | None, D("On-policy distillation from a teacher model (slime's --use-opd).")] = None
     sft_warmup_steps: Annotated[int, D("Supervised warm-up steps on (prompt, label) before RL.", ge=0)] = 0
     sft_warmup_lr: Annotated[float, D("Learning rate of the SFT warm-up.", gt=0)] = 1e-3
 
