@@ -23,6 +23,7 @@ import traceback
 from pathlib import Path
 from typing import IO, Any
 
+from launchers.node.chain_inputs import check_inputs
 from launchers.node.context import NodeContext, detect_node, head_ip, worker_ip
 from launchers.node.driverproc import run_driver_process
 from launchers.node.preflight_checks import needs_collective
@@ -597,6 +598,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     except InfraError as exc:
         print(f"slime bootstrap: {exc}", file=sys.stderr)
+        return ExitCode.SPEC
+    problem = check_inputs(boot.paths, boot.tp, record=boot.ctx.rank == 0)
+    if problem:  # an earlier chain step's output this step uses is missing: bad input, not infrastructure
+        boot.say(f"chain input missing: {problem}")
         return ExitCode.SPEC
     boot.install_signals()
     return boot.run()
