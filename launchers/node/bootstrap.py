@@ -32,7 +32,7 @@ from slime.core.auth import auth_enabled, new_secret, ray_auth_env, secret_path
 from slime.core.errors import ExitCode, InfraError
 from slime.core.paths import RunPaths
 from slime.core.ports import Claim, PortBlock, PortsExhausted, claim_block
-from slime.core.rendezvous import Rendezvous
+from slime.core.rendezvous import Rendezvous, head_poll_s
 from slime.core.worker_env import apply_worker_env
 from slime.spec.task import load_task_spec
 
@@ -465,7 +465,7 @@ class Bootstrap:
         ctx, spec = self.ctx, self.spec
         deadline = self.t0 + spec.cluster.bootstrap_timeout_s + WORKER_MARGIN_S
         self.node_state("waiting for head")
-        head = self.rdv.wait_head(deadline, self.stop)
+        head = self.rdv.wait_head(deadline, self.stop, poll=head_poll_s(ctx.num_nodes))
         self._check_stop()
         if head is None:
             if self.rdv.done():
