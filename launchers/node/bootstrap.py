@@ -23,6 +23,7 @@ import traceback
 from pathlib import Path
 from typing import IO, Any
 
+from launchers.node.chain_inputs import check_inputs
 from launchers.node.context import NodeContext, detect_node, head_ip, worker_ip
 from launchers.node.driverproc import run_driver_process
 from launchers.node.preflight_checks import needs_collective
@@ -31,7 +32,7 @@ from slime.core.auth import auth_enabled, new_secret, ray_auth_env, secret_path
 from slime.core.errors import ExitCode, InfraError
 from slime.core.paths import RunPaths
 from slime.core.ports import Claim, PortBlock, PortsExhausted, claim_block
-from slime.core.rendezvous import Rendezvous
+from slime.core.rendezvous import Rendezvous, head_poll_s
 from slime.core.worker_env import apply_worker_env
 from slime.spec.task import load_task_spec
 
@@ -464,7 +465,7 @@ class Bootstrap:
         ctx, spec = self.ctx, self.spec
         deadline = self.t0 + spec.cluster.bootstrap_timeout_s + WORKER_MARGIN_S
         self.node_state("waiting for head")
-        head = self.rdv.wait_head(deadline, self.stop)
+        head = self.rdv.wait_head(deadline, self.stop, poll=head_poll_s(ctx.num_nodes))
         self._check_stop()
         if head is None:
             if self.rdv.done():
@@ -597,6 +598,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     except InfraError as exc:
         print(f"slime bootstrap: {exc}", file=sys.stderr)
+        return ExitCode.SPEC
+    problem = check_inputs(boot.paths, boot.tp, record=boot.ctx.rank == 0)
+    if problem:  # an earlier chain step's output this step uses is missing: bad input, not infrastructure
+        boot.say(f"chain input missing: {problem}")
         return ExitCode.SPEC
     boot.install_signals()
     return boot.run()

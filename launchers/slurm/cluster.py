@@ -246,6 +246,7 @@ def sbatch(
     *,
     array: str | None = None,
     dependency: str | None = None,
+    kill_on_invalid_dep: bool = False,
     extra_env: Mapping[str, str] | None = None,
     cwd: str | None = None,
 ) -> str:
@@ -255,6 +256,8 @@ def sbatch(
         cmd.append(f"--array={array}")
     if dependency is not None:
         cmd.append(f"--dependency={dependency}")
+    if kill_on_invalid_dep:  # a dependency that can never be met ends the job instead of leaving it pending
+        cmd.append("--kill-on-invalid-dep=yes")
     cmd.append(script)
     env = {**os.environ, **(extra_env or {})}
     proc = _run(cmd, env=env, timeout=120, cwd=cwd)

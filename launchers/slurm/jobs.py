@@ -257,6 +257,8 @@ def _reason_for(state: RunState, rec: dict[str, str]) -> str | None:
         return explain_reason(reason)
     if state in (RunState.FAILED, RunState.TIMEOUT) and _null(reason):
         return f"{reason} (exit code {rec.get('ExitCode', '?')})"
+    if state == RunState.CANCELLED and reason == "DependencyNeverSatisfied":  # a chain step (--kill-on-invalid-dep)
+        return f"never started: the job it depends on did not end as required ({rec.get('Dependency', '?')})"
     return None
 
 

@@ -6,7 +6,7 @@ creates the run dir atomically with its log dirs, submits one array per ``MaxArr
 (``launchers.slurm.arrays``) recording ``jobs.json``, and with ``--preflight-only`` waits and prints
 each task's preflight (exit 0 or 3). Job management is ``launchers.slurm.jobs``.
 ``SubmitOptions.extra``: ``python`` (node interpreter), ``driver`` (module after the preflight),
-``wait_timeout_s`` (the ``--preflight-only`` wait).
+``wait_timeout_s`` (the ``--preflight-only`` wait), ``dependency`` and ``kill_on_invalid_dep`` (a chain step).
 """
 
 from __future__ import annotations
@@ -107,16 +107,24 @@ class SlurmLauncher(Launcher):
     ) -> list[str]:
         """Submit the script (one array per chunk), recording the job ids in ``jobs.json`` whatever happens."""
         arrays, job_ids = [], []
+        after = options.extra.get("dependency")  # a chain step: after the previous step's jobs
+        kill = bool(options.extra.get("kill_on_invalid_dep"))
         try:
             if not chunks:
-                job_ids.append(cluster.sbatch(str(paths.script), cwd=str(paths.root)))
+                job_ids.append(
+                    cluster.sbatch(str(paths.script), cwd=str(paths.root), dependency=after, kill_on_invalid_dep=kill)
+                )
             for chunk in chunks:
                 split = len(chunks) > 1
                 jid = cluster.sbatch(
                     str(paths.script),
                     cwd=str(paths.root),
                     array=chunk.spec if split else None,  # else the script's own #SBATCH --array
-                    dependency=f"afterany:{job_ids[-1]}" if chunk.after_previous else None,
+                    dependency=",".join(
+                        d for d in (after, f"afterany:{job_ids[-1]}" if chunk.after_previous else None) if d
+                    )
+                    or None,
+                    kill_on_invalid_dep=kill,
                     extra_env={"SLIME_TASK_OFFSET": str(chunk.offset)},
                 )
                 job_ids.append(jid)
@@ -138,6 +146,7 @@ class SlurmLauncher(Launcher):
                         "partition": partition,
                         "submitted_at": time.time(),
                         "preflight_only": options.preflight_only,
+                        "dependency": after,
                     }
                 )
         return job_ids

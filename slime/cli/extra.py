@@ -15,6 +15,10 @@ ENTRIES: dict[str, tuple[str, str]] = {
     "logs": ("slime.cli.jobs:configure_logs", "print (or -f follow) a run's job log or one node's log"),
     "cancel": ("slime.cli.jobs:configure_cancel", "cancel a run (every task) or one task with --task"),
     "list": ("slime.cli.jobs:configure_list", "recent runs as a table: name, run dir, job ids, state, last step"),
+    "chain": (
+        "slime.cli.chain_cmd:configure",
+        "submit specs as a chain, each after the previous one succeeded (or ended); ${runs.NAME.OUTPUT} links them",
+    ),
     "rerun": ("slime.cli.jobs:configure_rerun", "submit exactly what a run dir's lock.json recorded, as a new run"),
     "smoke": (
         "slime.cli.smoke:configure",

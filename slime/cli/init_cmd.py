@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -218,6 +218,35 @@ def placeholder_problems(text: str, file: str, overrides: tuple[str, ...] | list
     return problems
 
 
+def unresolved_refs(text: str, file: str, overrides: tuple[str, ...] | list[str] = ()) -> list:
+    """A problem for each ``${runs...}`` value no ``--set`` fills: only ``slime-submit chain`` resolves them."""
+    if "${runs" not in text:
+        return []
+    from slime.spec import Problem, SpecError
+    from slime.spec.overrides import parse_path
+    from slime.spec.refs import find_refs
+    from slime.spec.yamlmarks import load_yaml
+
+    try:
+        data, marks = load_yaml(text, file)
+    except SpecError:
+        return []
+    overridden = {parse_path(o.partition("=")[0].strip()) for o in overrides if "=" in o}
+    found, malformed = find_refs(data)
+    problems = [replace(p, origin=marks.get(parse_path(p.path))) for p in malformed]
+    for fr in found:
+        if fr.path not in overridden:
+            problems.append(
+                Problem(
+                    path=fr.field,
+                    message=f"{fr.refs[0].text} refers to an earlier run of a chain",
+                    hint=f"submit it after step {fr.refs[0].step!r}: slime-submit chain STEP.yaml {file}",
+                    origin=marks.get(fr.path),
+                )
+            )
+    return problems
+
+
 def _strings(node: Any, path: FieldPath):
     if isinstance(node, dict):
         for k, v in node.items():
@@ -237,7 +266,7 @@ def load_checked(path: str | Path, *, overrides=(), check_paths=False):
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError):
         text = ""  # load_spec says what is wrong with the file
-    holes = placeholder_problems(text, str(path), overrides)
+    holes = placeholder_problems(text, str(path), overrides) + unresolved_refs(text, str(path), overrides)
     try:
         loaded = load_spec(path, overrides=overrides, check_paths=check_paths)
     except SpecError as exc:

@@ -254,10 +254,13 @@ def configure_status(p: argparse.ArgumentParser) -> None:
 
 
 def _status_doc(paths, launcher, task: int | None, problem: str | None) -> tuple[Any, dict]:
+    from launchers.chain import chain_states
+
     st = launcher.status(paths)
     doc = st.to_json()
     doc["problem"] = problem
     _add_diagnoses(paths, doc)
+    doc["chain"] = chain_states(paths)  # None unless the run is a step of `slime-submit chain`
     if task is not None:
         doc["tasks"] = [t for t in doc["tasks"] if t["task"] == task]
     return st, doc
@@ -443,8 +446,11 @@ def cancel(args: argparse.Namespace) -> int:
     _warn_jobs(paths)
     task = _task_arg(args, implied, task_count(paths))
     result = _launcher(paths).cancel(paths, task)
+    from launchers.chain import cancel_after
+
+    later = cancel_after(paths) if task is None else []  # the chain's steps after it that have not started
     if args.json:
-        print(json.dumps(result.to_json(), indent=2))
+        print(json.dumps({**result.to_json(), "chain_cancelled": later}, indent=2))
     else:
         con = _console()
         if result.cancelled:
@@ -456,6 +462,10 @@ def cancel(args: argparse.Namespace) -> int:
             )
         else:
             con.print(result.message or "nothing to cancel")
+        for step in later:
+            con.print(
+                f"cancelled pending chain step {step['name']!r} (job {', '.join(step['cancelled'])}): {step['run_dir']}"
+            )
     return ExitCode.OK
 
 
@@ -516,7 +526,10 @@ def _list_row(p, st) -> tuple[dict, str | None]:
             "report": _report(p.root),
         }
         return row, "unknown launcher"
+    from launchers.chain import read_chain
+
     bad = p.jobs_problem()  # a damaged jobs.json reads as absent: the state shown is flagged
+    chain = read_chain(p)
     row = {
         "name": st.name,
         "run_dir": st.run_dir,
@@ -529,6 +542,9 @@ def _list_row(p, st) -> tuple[dict, str | None]:
         "preflight_only": st.preflight_only,
         "problem": f"{p.jobs} {bad}; ignored" if bad else None,
         "report": _report(p.root),
+        "chain": {"chain": chain.get("chain"), "step": chain["index"] + 1, "of": len(chain["steps"])}
+        if chain
+        else None,
     }
     return row, "jobs.json unreadable" if bad else None
 

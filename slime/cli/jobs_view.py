@@ -124,7 +124,7 @@ def list_rows(rows: Sequence[dict[str, Any]], notes: dict[str, str], *, report: 
         out.append(
             [
                 escape(short_id(Path(r["run_dir"]).name)),
-                escape(r["name"]),
+                escape(r["name"]) + (f" [dim]({r['chain']['step']}/{r['chain']['of']})[/]" if r.get("chain") else ""),
                 (state + f" [yellow]({escape(note)})[/]", state + " [yellow]![/]") if note else state,
                 str(r["tasks"]),
                 "-" if r["last_step"] is None else str(r["last_step"]),
@@ -217,6 +217,21 @@ def status_rows(tasks: Sequence[dict[str, Any]]) -> list[list[Any]]:
     return out
 
 
+def chain_lines(chain: dict[str, Any] | None) -> list[str]:
+    """``status`` of a chain step: one line per step of its chain, this one marked."""
+    if not chain:
+        return []
+    after = "succeeded" if chain.get("on") == "ok" else "ended"
+    out = [f"chain of {len(chain['steps'])} steps, each after the previous one {after}:"]
+    for s in chain["steps"]:
+        state = "this run" if s["this"] else (state_markup(s["state"]) if s["state"] else escape(s.get("note") or "-"))
+        where = short_id(Path(s["run_dir"]).name) if s.get("run_dir") else "-"
+        jobs = escape(", ".join(s.get("job_ids") or []) or "-")
+        mark = ">" if s["this"] else " "
+        out.append(f"  {mark} {s['step']}. [bold]{escape(s['name'])}[/]  {state}  id {escape(where)}  job {jobs}")
+    return out
+
+
 @dataclass
 class StatusView:
     """``status``: two header lines (name, state, job, start; short id and run dir), the tasks table,
@@ -252,5 +267,7 @@ class StatusView:
             if d:
                 what = f"[red]{escape(d['cause'])}[/] {escape(d['title'])}"
                 yield fit_text(f"task {t['task']} last failure: {what} (slime-submit why)", options.max_width)
+        for line in chain_lines(self.doc.get("chain")):
+            yield fit_text(line, options.max_width)
         if self.footer:
             yield fit_text(self.footer, options.max_width)

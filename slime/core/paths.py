@@ -201,6 +201,11 @@ class TaskPaths:
         return self.dir / "rollouts"
 
     @property
+    def chain_inputs(self) -> Path:
+        """What the node found at each ``${runs...}`` path of a chain step (``launchers.node.chain_inputs``)."""
+        return self.dir / "chain_inputs.json"
+
+    @property
     def wandb_id(self) -> Path:
         """The task's W&B run id, reused on resume so a requeued job continues the same W&B run."""
         return self.dir / "wandb_run_id"
@@ -248,6 +253,16 @@ class RunPaths:
     @property
     def logs(self) -> Path:
         return self.root / "logs"
+
+    @property
+    def chain(self) -> Path:
+        """The job chain this run is a step of (``launchers.chain``): steps, dependency, resolved references."""
+        return self.root / "chain.json"
+
+    @property
+    def chain_refs(self) -> Path:
+        """A chain step's ``${runs...}`` references and the paths they were filled with (written once, at submit)."""
+        return self.root / "chain_refs.json"
 
     @property
     def preflight_json(self) -> Path:

@@ -19,10 +19,19 @@ from typing import Any
 
 from slime.core.paths import atomic_write
 
-__all__ = ["FAILED_STATES", "Rendezvous"]
+__all__ = ["FAILED_STATES", "HEAD_READS_PER_S", "Rendezvous", "head_poll_s"]
 
 #: node record states of a node that failed (its Ray did not start or join) or was lost (its Ray died)
 FAILED_STATES = ("failed", "lost")
+#: how often all of a job's waiting nodes together read the head record, at most (past 100 nodes)
+HEAD_READS_PER_S = 1000.0
+
+
+def head_poll_s(num_nodes: int) -> float:
+    """Seconds between one waiting node's reads of the head record: 0.1 up to 100 nodes, then longer,
+    so that a big job's nodes do not flood the shared filesystem's metadata server while the head
+    starts (tests/bench/rendezvous_scale.py)."""
+    return max(0.1, num_nodes / HEAD_READS_PER_S)
 
 
 class Rendezvous:

@@ -1,24 +1,27 @@
-"""Benchmark: batch start → preflight passed, against a bare Ray start measured in the same run.
+"""Benchmark: batch start → preflight passed at N nodes, against a bare Ray start at the same N in the same run.
 
 Run by hand on a machine where ``ci/slurm-cluster.sh up`` works (numbers depend on the load;
 nothing here asserts):
 
-    python tests/bench/bootstrap.py [--rounds 3]
+    python tests/bench/bootstrap.py [--rounds 3] [--nodes 2]
+    # 2, 4 and 8 nodes on a second, 8-node cluster next to the default one (see ci/slurm-cluster.sh):
+    export SLIME_SLURM_NAME=bench SLIME_SLURM_NODES=8 SLIME_SLURM_NODE_PREFIX=bn \
+        SLIME_SLURM_SUBNET=10.78.0 SLIME_SLURM_CTLD_PORT=6917 SLIME_SLURM_FIRST_JOB_ID=7000000
+    ci/slurm-cluster.sh up
+    SLURM_CONF=/etc/slurm-bench/slurm.conf python tests/bench/bootstrap.py --nodes 2 4 8 --rounds 1
 
-Each round submits, one after the other on the same 2 nodes x 2 GPUs:
+Each round submits, for each N, one after the other on N nodes x 2 GPUs:
 
-* slime: ``specs/smoke-slurm.yaml --preflight-only`` through ``SlurmLauncher`` — time from just
-  before submit to the preflight report's timestamp (Ray head + worker up with per-job ports,
-  temp dirs and addresses, every node joined, placement group mapped, gloo all_reduce checked);
+* slime: ``specs/smoke-slurm.yaml --preflight-only`` (``cluster.nodes=N``) through ``SlurmLauncher`` —
+  time to the preflight report's timestamp (Ray head + workers up with per-job ports, temp dirs and
+  addresses, every node joined, placement group mapped, gloo all_reduce checked);
 * bare: a hand-written sbatch script doing the least that works — ``ray start --head`` on node 0,
-  ``ray start --address`` on node 1 as soon as the head wrote its address, and a driver that
-  connects and polls ``ray.nodes()`` until both are alive — time from just before sbatch to the
-  driver seeing 2 nodes.
+  ``ray start --address`` on the others as soon as the head wrote its address, and a driver that
+  connects and polls ``ray.nodes()`` until all N are alive.
 
-Prints every round, the medians and the ratio slime/bare (goal <= 1.3), plus the slime
-preflight's own breakdown (placement group, bundle probes, collective). The ratio is computed from
-the job's SLURM StartTime (1 s resolution, the same for both) so that time spent queued behind
-other users' jobs on a shared cluster does not count; the submit-based times are printed too.
+Prints every round and a table per N of the medians and the ratio slime/bare (goal <= 1.3 at 2
+nodes), plus the slime preflight's own time. Times are from the job's SLURM StartTime (1 s
+resolution, the same for both), so time queued behind other jobs does not count.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ SMOKE = ROOT / "specs" / "smoke-slurm.yaml"
 GOAL = 1.3
 
 BARE_JOB = """#!/bin/bash
-#SBATCH --job-name=bare-ray --nodes=2 --ntasks-per-node=1 --gpus-per-node=2 --cpus-per-task=2 --mem=2G
+#SBATCH --job-name=bare-ray --nodes={nodes} --ntasks-per-node=1 --gpus-per-node=2 --cpus-per-task=2 --mem=2G
 #SBATCH --output={dir}/bare-%j.out
 srun bash {dir}/bare-node.sh
 """
@@ -63,7 +66,7 @@ while True:
         ray.init(address='$IP:$P', logging_level='WARNING'); break
     except Exception:
         time.sleep(0.1)
-while sum(n['Alive'] for n in ray.nodes()) < 2:
+while sum(n['Alive'] for n in ray.nodes()) < {nodes}:
     time.sleep(0.1)
 open('$D/done-$J', 'w').write(repr(time.time()))
 "
@@ -86,12 +89,13 @@ def start_time(job: str) -> float:
     return time.mktime(time.strptime(rec["StartTime"], "%Y-%m-%dT%H:%M:%S"))
 
 
-def run_slime(work: Path) -> tuple[float, float, dict]:
+def run_slime(work: Path, nodes: int) -> tuple[float, float, dict]:
     from launchers.base import SubmitOptions
     from launchers.slurm.launcher import SlurmLauncher
     from slime.spec import load_spec
 
-    loaded = load_spec(SMOKE, overrides=[f"logging.dir={json.dumps(str(work / 'runs'))}"])
+    sizes = [f"cluster.nodes={nodes}", f"train.nodes={nodes}", f"rollout.batch_size={2 * nodes}"]  # 2 samples/rank
+    loaded = load_spec(SMOKE, overrides=[f"logging.dir={json.dumps(str(work / 'runs'))}", *sizes])
     launcher = SlurmLauncher()
     options = SubmitOptions(preflight_only=True, extra={"wait_timeout_s": 300})
     dry = launcher.dryrun(loaded, options)
@@ -103,10 +107,10 @@ def run_slime(work: Path) -> tuple[float, float, dict]:
     return report["created"] - t0, report["created"] - start_time(sub.job_ids[0]), report
 
 
-def run_bare(work: Path) -> tuple[float, float]:
+def run_bare(work: Path, nodes: int) -> tuple[float, float]:
     ray = Path(sys.executable).parent / "ray"
-    (work / "bare-node.sh").write_text(BARE_NODE.format(dir=work, ray=ray, python=sys.executable))
-    (work / "bare.sbatch").write_text(BARE_JOB.format(dir=work))
+    (work / "bare-node.sh").write_text(BARE_NODE.format(dir=work, ray=ray, python=sys.executable, nodes=nodes))
+    (work / "bare.sbatch").write_text(BARE_JOB.format(dir=work, nodes=nodes))
     t0 = time.time()
     out = subprocess.run(
         ["sbatch", "--parsable", str(work / "bare.sbatch")], capture_output=True, text=True, check=True
@@ -127,34 +131,39 @@ def run_bare(work: Path) -> tuple[float, float]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--nodes", type=int, nargs="+", default=[2], help="job sizes to measure (each <= the cluster's)")
     args = p.parse_args()
     if subprocess.run(["bash", str(ROOT / "ci/slurm-cluster.sh"), "status"], capture_output=True).returncode != 0:
         print("the local SLURM cluster is not up: run `ci/slurm-cluster.sh up` first", file=sys.stderr)
         return 2
-    slime_t, bare_t, breakdowns = [], [], []
+    rows = []
     with tempfile.TemporaryDirectory(prefix="slime-bench-boot-") as tmp:
-        for r in range(args.rounds):
-            work = Path(tmp) / f"round{r}"
-            work.mkdir()
-            b_submit, b_start = run_bare(work)
-            s_submit, s_start, report = run_slime(work)
-            bare_t.append(b_start)
-            slime_t.append(s_start)
-            breakdowns.append(report)
-            print(
-                f"round {r + 1}: slime job start→preflight passed {s_start:5.1f} s (submit→ {s_submit:5.1f} s; "
-                f"preflight {report['seconds']:.2f} s {report['timings']}) | bare job start→driver sees 2 nodes "
-                f"{b_start:5.1f} s (submit→ {b_submit:5.1f} s)",
-                flush=True,
-            )
-    ms, mb = statistics.median(slime_t), statistics.median(bare_t)
-    ratio = ms / mb
-    print(
-        f"\nmedian from job start: slime {ms:.1f} s, bare {mb:.1f} s, ratio {ratio:.2f} (goal <= {GOAL}) "
-        f"-> {'meets' if ratio <= GOAL else 'misses'} the goal"
-    )
-    pre = statistics.median(r["seconds"] for r in breakdowns)
-    print(f"median preflight: {pre:.2f} s; slime without the preflight vs bare: {(ms - pre) / mb:.2f}")
+        for n in args.nodes:
+            slime_t, bare_t, pre_t = [], [], []
+            for r in range(args.rounds):
+                work = Path(tmp) / f"n{n}-round{r}"
+                work.mkdir()
+                b_submit, b_start = run_bare(work, n)
+                s_submit, s_start, report = run_slime(work, n)
+                bare_t.append(b_start)
+                slime_t.append(s_start)
+                pre_t.append(report["seconds"])
+                print(
+                    f"{n} nodes, round {r + 1}: slime job start→preflight passed {s_start:5.1f} s (submit→ "
+                    f"{s_submit:5.1f} s; preflight {report['seconds']:.2f} s {report['timings']}) | bare job "
+                    f"start→driver sees {n} nodes {b_start:5.1f} s (submit→ {b_submit:5.1f} s)",
+                    flush=True,
+                )
+            rows.append((n, statistics.median(slime_t), statistics.median(bare_t), statistics.median(pre_t)))
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"job start → all nodes up (median of {args.rounds}; goal at 2 nodes: ratio <= {GOAL})")
+    for col in ("nodes", "slime → preflight passed (s)", "bare ray → driver sees all (s)", "ratio", "preflight (s)"):
+        table.add_column(col, justify="right")
+    for n, ms, mb, pre in rows:
+        table.add_row(str(n), f"{ms:.1f}", f"{mb:.1f}", f"{ms / mb:.2f}", f"{pre:.2f}")
+    Console().print(table)
     return 0
 
 

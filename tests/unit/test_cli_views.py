@@ -149,6 +149,7 @@ def test_list_json_is_unchanged_by_the_table(runs, capsys, monkeypatch):
         "preflight_only",
         "problem",
         "report",
+        "chain",
     }
     assert [r["tasks"] for r in doc["runs"]] == [3, 1, 1]
     assert [r["report"] for r in doc["runs"]] == [None] * 3  # no report.html written yet

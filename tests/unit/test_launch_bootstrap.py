@@ -44,7 +44,7 @@ from slime.core.ports import (
     port_free,
     port_range,
 )
-from slime.core.rendezvous import Rendezvous
+from slime.core.rendezvous import HEAD_READS_PER_S, Rendezvous, head_poll_s
 from slime.spec import load_spec_text
 
 
@@ -222,6 +222,23 @@ def test_rendezvous_files_are_per_instance_and_stale_ones_are_cleared(tmp_path):
     t = time.monotonic()
     assert Rendezvous(tmp_path, "78.0").wait_head(time.monotonic() + 0.3, stop) is None
     assert time.monotonic() - t < 2
+
+
+def test_waiting_nodes_read_the_head_record_at_a_bounded_total_rate(tmp_path):
+    """Up to 100 nodes poll every 0.1 s; past that, all nodes together read at most HEAD_READS_PER_S times a second."""
+    assert [head_poll_s(n) for n in (1, 2, 100)] == [0.1, 0.1, 0.1]
+    for n in (101, 250, 1000, 4096):
+        assert n / head_poll_s(n) <= HEAD_READS_PER_S + 1e-9 and head_poll_s(n) > 0.1
+    reads = []
+
+    class Counting(Rendezvous):
+        def head(self):
+            reads.append(time.monotonic())
+            return super().head()
+
+    rdv, stop = Counting(tmp_path, "9.0"), threading.Event()
+    assert rdv.wait_head(time.monotonic() + 1.0, stop, poll=head_poll_s(500)) is None
+    assert 2 <= len(reads) <= 3  # a 0.5 s poll: about two reads in a second, not ten
 
 
 # --------------------------------------------------------------------------- Ray processes
