@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from slime.agent.tools import Tool, get_tools
+from slime.data.chat import render_messages
 
 __all__ = ["agent_sft_sample", "calculator_demonstration", "python_demonstration", "render_demonstration"]
 
@@ -43,48 +44,12 @@ _ARITH = re.compile(r"[\d\s.+\-*/%()]+")
 
 
 # ----------------------------------------------------------------- demonstrations
-def _stop_ids(tokenizer: Any) -> set[int]:
-    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    if isinstance(im_end, int) and im_end != getattr(tokenizer, "unk_token_id", None):
-        ids.add(im_end)
-    return ids
-
-
 def render_demonstration(
     tokenizer: Any, messages: Sequence[Mapping[str, Any]], tools: Sequence[Tool] = ()
 ) -> dict[str, Any]:
-    """An SFT sample ``{tokens, response_length, loss_mask}`` from a chat transcript.
-
-    The prompt is everything before the first assistant message; loss mask 1
-    covers each assistant message's tokens up to and including its end-of-turn
-    token (what the model generates); template glue, tool results and user
-    text get 0. Raises ``ValueError`` if the template is not prefix-stable
-    (rendering a shorter history must give a prefix of the longer one).
-    """
-    schemas = [t.openai_schema() for t in tools] or None
-
-    def enc(msgs: Sequence[Mapping[str, Any]], gen: bool) -> list[int]:
-        text = tokenizer.apply_chat_template(list(msgs), tools=schemas, tokenize=False, add_generation_prompt=gen)
-        return list(tokenizer.encode(text, add_special_tokens=False))
-
-    full = enc(messages, False)
-    stops = _stop_ids(tokenizer)
-    mask = [0] * len(full)
-    first = None
-    for k, msg in enumerate(messages):
-        if msg.get("role") != "assistant":
-            continue
-        prefix = enc(messages[:k], True)
-        if full[: len(prefix)] != prefix:
-            raise ValueError("the chat template is not prefix-stable; cannot mark assistant tokens")
-        first = len(prefix) if first is None else first
-        end = len(enc(messages[: k + 1], False))
-        span_end = next((i + 1 for i in range(len(prefix), end) if full[i] in stops), end)
-        mask[len(prefix) : span_end] = [1] * (span_end - len(prefix))
-    if first is None:
-        raise ValueError("the transcript has no assistant message to learn")
-    return {"tokens": full, "response_length": len(full) - first, "loss_mask": mask[first:]}
+    """An SFT sample ``{tokens, response_length, loss_mask}`` from a chat transcript with the agent's
+    tools listed (``slime.data.chat.render_messages``: the loss on assistant turns only)."""
+    return render_messages(tokenizer, messages, [t.openai_schema() for t in tools] or None)
 
 
 def _tool_episode(prompt: str, name: str, arguments: dict[str, Any], output: str, answer: str) -> list[dict]:

@@ -158,6 +158,7 @@ def _expect(spec: Any) -> Expect:
         critic=spec.algorithm.estimator == "ppo",
         sft_steps=spec.algorithm.sft_warmup_steps,
         save_hf=spec.train.checkpoint.save_hf,
+        sft_job=spec.kind == "SFTJob",
     )
 
 

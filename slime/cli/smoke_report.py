@@ -1,4 +1,4 @@
-"""Judge a smoke run from what it left in its run dir: one :class:`Stage` per step of the RL loop.
+"""Judge a smoke run from what it left in its run dir: one :class:`Stage` per step of the RL (or SFT) loop.
 
 Stages, in loop order: start, data read, reward called, rollout, train step, weight sync, SFT
 warm-up, checkpoint + resume, eval, final outputs. Every verdict comes from a file the run wrote
@@ -50,6 +50,11 @@ class Expect:
     critic: bool = False
     sft_steps: int = 0
     save_hf: bool = True
+    sft_job: bool = False  # kind SFTJob: no rollouts, rewards or per-rollout syncs; evals add a held-out loss
+
+    @property
+    def rl(self) -> bool:
+        return not self.sft_job
 
     @property
     def resume(self) -> bool:
@@ -169,9 +174,10 @@ def _rollout(run: _Run) -> str:
 
 def _train(run: _Run) -> str:
     lines, steps = run.rollout_lines(), run.expect.steps_per_rollout
+    loss_key = "train/sft_loss" if run.expect.sft_job else "train/loss"
     start = run.line(-1).get("step", 0)
     for i, r in enumerate(lines):
-        for key in ("train/loss", "train/grad_norm"):
+        for key in (loss_key, "train/grad_norm"):
             _finite(r, key)
         if r.get("step") != start + (i + 1) * steps:
             raise _Missing(f"rollout {i}: step {r.get('step')!r}, expected {start + (i + 1) * steps}")
@@ -179,7 +185,7 @@ def _train(run: _Run) -> str:
             raise _Missing(f"rollout {i}: no critic/* metrics although the estimator is ppo")
     moved = sum(_finite(r, "train/grad_norm") > 0 for r in lines)
     note = "" if moved else " (every gradient was zero: no reward signal at this size)"
-    return f"{steps} optimizer step(s) per rollout; loss {lines[-1]['train/loss']:.3g}{note}"
+    return f"{steps} optimizer step(s) per rollout; loss {lines[-1][loss_key]:.3g}{note}"
 
 
 def _weight_sync(run: _Run) -> str:
@@ -251,17 +257,24 @@ def _eval(run: _Run) -> str:
         row = run.line(rollout_id)
         for name in run.expect.eval_sets:
             _finite(row, f"eval/{name}/accuracy")
-    acc = run.line(run.expect.rollouts - 1)
-    return ", ".join(f"{n}: accuracy {acc[f'eval/{n}/accuracy']:.3g}" for n in run.expect.eval_sets)
+            if run.expect.sft_job:  # the held-out loss of the SFT job, before training and after
+                _finite(row, f"eval/{name}/loss")
+    last, first = run.line(run.expect.rollouts - 1), run.line(-1)
+    parts = []
+    for n in run.expect.eval_sets:
+        parts.append(f"{n}: accuracy {last[f'eval/{n}/accuracy']:.3g}")
+        if run.expect.sft_job:
+            parts[-1] += f", loss {first[f'eval/{n}/loss']:.3g} -> {last[f'eval/{n}/loss']:.3g}"
+    return ", ".join(parts)
 
 
 STAGES = (
     ("start", _start, None),
     ("data read", _data_read, None),
-    ("reward called", _reward, None),
-    ("rollout", _rollout, None),
+    ("reward called", _reward, "rl"),
+    ("rollout", _rollout, "rl"),
     ("train step", _train, None),
-    ("weight sync", _weight_sync, None),
+    ("weight sync", _weight_sync, "rl"),
     ("SFT warm-up", _sft, "sft_steps"),
     ("checkpoint + resume", _resume, "resume"),
     ("eval", _eval, "eval_sets"),
@@ -273,6 +286,7 @@ _SKIPPED = {
     "sft_steps": "no SFT warm-up (algorithm.sft_warmup_steps: 0)",
     "eval_sets": "no eval sets (data.eval)",
     "resume": "one rollout: nothing to resume (--rollouts 2 or more)",
+    "rl": "kind SFTJob: no rollouts or rewards (the engines serve the evals)",
 }
 
 

@@ -1,7 +1,9 @@
-"""Prompt datasets read from JSONL, with deterministic shuffling and an exact-resume cursor.
+"""Prompt datasets read from JSONL or Parquet, with deterministic shuffling and an exact-resume cursor.
 
-Each non-blank line is one object with the prompt (``input_key``: text or chat messages), an
-optional label and metadata. A file is read completely before use, so a bad row fails the start
+Each non-blank line (Parquet: row) is one object with the prompt (``input_key``: text or chat
+messages), an optional label and metadata; ``sft=True`` reads chat transcripts (``kind: SFTJob``):
+the prompt is the templated history before the last assistant reply, the label that reply. A file
+is read completely before use (pyarrow reads Parquet), so a bad row fails the start
 (``DatasetError`` naming ``file:line``, key and fix), never mid-epoch. Epoch ``e`` visits rows in a
 permutation that is a pure function of ``(seed, e)``; restoring :meth:`PromptDataset.state_dict`
 continues with exactly the batches an uninterrupted run would have produced. Rows whose templated
@@ -13,11 +15,12 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DatasetError", "PromptDataset", "PromptRow"]
+__all__ = ["DatasetError", "PromptDataset", "PromptRow", "read_records"]
 
 
 class DatasetError(ValueError):
@@ -41,6 +44,30 @@ def _check_messages(msgs: Any, where: str, key: str) -> None:
         )
 
 
+def read_records(path: Path) -> Iterator[tuple[int, Any]]:
+    """``(line or row number, object)`` of a JSONL or ``.parquet`` file; an unparsable line is yielded as
+    the ``DatasetError`` naming it (so the caller reports it in order)."""
+    if path.suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(path)
+        except ImportError:
+            raise DatasetError(f"{path}: reading Parquet needs pyarrow (pip install 'slime-submit[runtime]')") from None
+        except Exception as exc:  # noqa: BLE001 - pyarrow's errors name no file
+            raise DatasetError(f"{path}: not a readable Parquet file ({exc})") from None
+        yield from enumerate(table.to_pylist(), 1)
+        return
+    with path.open(encoding="utf-8") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                yield lineno, json.loads(raw)
+            except json.JSONDecodeError as exc:
+                yield lineno, DatasetError(f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})")
+
+
 class PromptDataset:
     """All rows of one JSONL file, iterated in seeded, resumable order."""
 
@@ -52,6 +79,7 @@ class PromptDataset:
         label_key: str | None = "label",
         metadata_key: str | None = None,
         tools_key: str | None = None,
+        sft: bool = False,
         tokenizer=None,
         apply_chat_template: bool = False,
         max_prompt_tokens: int | None = None,
@@ -67,17 +95,15 @@ class PromptDataset:
             raise DatasetError(f"{self.path}: no such file (check the dataset path)")
         self.rows: list[PromptRow] = []
         self.dropped = 0
-        with self.path.open(encoding="utf-8") as fh:
-            for lineno, raw in enumerate(fh, 1):
-                if not raw.strip():
-                    continue
-                row = self._parse(
-                    raw, lineno, input_key, label_key, metadata_key, tools_key, tokenizer, apply_chat_template
-                )
-                if max_prompt_tokens and len(tokenizer.encode(row.text, add_special_tokens=False)) > max_prompt_tokens:
-                    self.dropped += 1
-                    continue
-                self.rows.append(row)
+        self.sft = sft
+        for lineno, obj in read_records(self.path):
+            row = self._parse(
+                obj, lineno, input_key, label_key, metadata_key, tools_key, tokenizer, apply_chat_template
+            )
+            if max_prompt_tokens and len(tokenizer.encode(row.text, add_special_tokens=False)) > max_prompt_tokens:
+                self.dropped += 1
+                continue
+            self.rows.append(row)
         if not self.rows:
             why = f" ({self.dropped} longer than max_prompt_tokens={max_prompt_tokens})" if self.dropped else ""
             raise DatasetError(f"{self.path}: the dataset has no usable rows{why}")
@@ -87,13 +113,11 @@ class PromptDataset:
         self._order: list[int] = []
 
     def _parse(
-        self, raw: str, lineno: int, input_key, label_key, metadata_key, tools_key, tokenizer, apply_chat_template
+        self, obj: Any, lineno: int, input_key, label_key, metadata_key, tools_key, tokenizer, apply_chat_template
     ) -> PromptRow:
         where = f"{self.path}:{lineno}"
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise DatasetError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+        if isinstance(obj, DatasetError):
+            raise obj
         if not isinstance(obj, dict):
             raise DatasetError(f"{where}: each line must be a JSON object, got {type(obj).__name__}")
         if input_key not in obj:
@@ -115,6 +139,8 @@ class PromptDataset:
             raise DatasetError(
                 f"{where}: {input_key!r} must be a string or a list of chat messages, got {type(prompt).__name__}"
             )
+        if self.sft:
+            return self._transcript(obj, prompt, where, lineno, input_key, label_key, tools_key, tokenizer)
         label = None
         if label_key is not None:
             if label_key not in obj:
@@ -138,6 +164,27 @@ class PromptDataset:
             except Exception as exc:  # noqa: BLE001 - template errors come from jinja with no row context
                 raise DatasetError(f"{where}: the chat template failed on this row: {exc}") from None
         return PromptRow(index=len(self.rows), line=lineno, prompt=prompt, text=text, label=label, metadata=metadata)
+
+    def _transcript(self, obj, messages, where, lineno, input_key, label_key, tools_key, tokenizer) -> PromptRow:
+        """An SFT row: ``messages`` whole as the prompt (what trains), the history before the last assistant
+        reply templated as the text (what an eval generates from), that reply (or ``label_key``) the label."""
+        from slime.data.chat import split_last_reply
+
+        split = split_last_reply(messages) if isinstance(messages, list) else None
+        if split is None or not split[0]:
+            raise DatasetError(
+                f"{where}: {input_key!r} must be chat messages with a message before an assistant reply "
+                '(kind SFTJob trains on the assistant turns), e.g. [{"role": "user", ...}, {"role": "assistant", ...}]'
+            )
+        history, reply = split
+        tools = obj.get(tools_key) if tools_key else None
+        try:
+            text = tokenizer.apply_chat_template(history, tools=tools, tokenize=False, add_generation_prompt=True)
+        except Exception as exc:  # noqa: BLE001 - template errors come from jinja with no row context
+            raise DatasetError(f"{where}: the chat template failed on this row: {exc}") from None
+        label = obj[label_key] if label_key is not None and label_key in obj else reply
+        metadata = {k: v for k, v in obj.items() if k not in (input_key, label_key)}
+        return PromptRow(index=len(self.rows), line=lineno, prompt=messages, text=text, label=label, metadata=metadata)
 
     # ----------------------------------------------------------------- access
     def __len__(self) -> int:

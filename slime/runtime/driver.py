@@ -1,10 +1,11 @@
-"""The RL driver: ``python -m slime.train RUN_DIR --task N`` runs one task's training on Ray.
+"""The driver: ``python -m slime.train RUN_DIR --task N`` runs one task's training (RL or SFT) on Ray.
 
 In order: read the task's resolved spec and pick the checkpoint to resume from (before anything
 starts); start the job's Ray resources; resume, or SFT warm-up + weight sync + an eval of the
-starting policy; per rollout :meth:`Driver.rollout_step`, read top to bottom (rollout, train,
-weight sync, metrics line, evals, checkpoints); at the end the HF copy, plots and summary.
-Exit codes: ``slime.core.errors.ExitCode`` (75 = stopped after a checkpoint, "requeue me").
+starting policy; per rollout :meth:`Driver.rollout_step` (rollout, train, weight sync, metrics line,
+evals, checkpoints) or, ``kind: SFTJob``, :meth:`Driver.sft_rollout_step` (the warm-up's SFT step on the
+data's transcripts); at the end the HF copy, plots and summary. Exit codes: ``slime.core.errors.ExitCode``
+(75 = stopped after a checkpoint, "requeue me").
 Not done: checkpoints during the SFT warm-up (a stop reruns it), more than one step of staleness.
 """
 
@@ -66,6 +67,7 @@ class Driver:
         self.task_index, self.json_output = task, json_output
         self.tp = self.paths.task(task)
         self.spec = spec = load_task_spec(self.tp)
+        self.sft_job = spec.kind == "SFTJob"  # rollouts are batches of the data's transcripts (sft_rollout_step)
         if spec.rollout.num_rollouts is None:
             raise ValueError(
                 "rollout.num_rollouts is unknown (rollout.epochs needs a prompts file that was "
@@ -160,6 +162,8 @@ class Driver:
         if self.spec.data.eval:
             t = time.monotonic()
             record.update(ray.get(self.job.manager.evaluate.remote(tag=-1)))
+            if self.sft_job:
+                record.update(self.sft_losses([e.name for e in self.spec.data.eval]))
             record["time/eval_s"] = time.monotonic() - t
         return record
 
@@ -168,7 +172,6 @@ class Driver:
         import ray
 
         steps, gbs = self.spec.algorithm.sft_warmup_steps, self.spec.train.global_batch_size or 1
-        actor = self.job.actor
         self.progress.phase("SFT warm-up", steps)
         losses: list[float] = []
         chunk = 50  # steps' worth of samples fetched from the manager at once
@@ -178,12 +181,31 @@ class Driver:
             for i in range(n):
                 if self.stop.requested:
                     raise Stopped()
-                part = data[i * gbs : (i + 1) * gbs]
-                one_step = actor.plan([len(x["tokens"]) for x in part], len(part))
-                m = actor.sft_step(actor.shards(part, one_step), start + i)
+                m = self.sft_update(data[i * gbs : (i + 1) * gbs], start + i)
                 losses.append(m["sft_loss"])
                 self.progress.update(start + i + 1, {"sft/loss": m["sft_loss"]})
         return losses
+
+    def sft_update(self, part: list[dict], step: int) -> dict[str, float]:
+        """One optimizer step of the SFT loss on ``part``: the warm-up's, and each of an SFT job's steps."""
+        actor = self.job.actor
+        one_step = actor.plan([len(x["tokens"]) for x in part], len(part))
+        return actor.sft_step(actor.shards(part, one_step), step)
+
+    def sft_losses(self, names: list[str]) -> dict[str, float]:
+        """``kind: SFTJob``: ``eval/<name>/loss``, the held-out NLL per trained token of the named eval sets
+        (the first set's also as ``eval/loss``)."""
+        import ray
+
+        out: dict[str, float] = {}
+        actor, first = self.job.actor, self.spec.data.eval[0].name if self.spec.data.eval else None
+        for name in names:
+            samples = ray.get(self.job.manager.sft_eval_samples.remote(name))
+            plan = actor.plan([len(x["tokens"]) for x in samples], len(samples))
+            out[f"eval/{name}/loss"] = actor.sft_eval(actor.shards(samples, plan))["loss"]
+            if name == first:
+                out["eval/loss"] = out[f"eval/{name}/loss"]
+        return out
 
     def init_ref(self, *, fresh: bool) -> None:
         """Load the frozen reference model (``model.ref_path``) and the OPD teacher into the actor ranks."""
@@ -259,6 +281,45 @@ class Driver:
         record.update(step_perf(self.perf, taken.samples, times))
         return record
 
+    def sft_rollout_step(self, r: int) -> dict[str, Any]:
+        """``kind: SFTJob``'s rollout ``r``: the next ``rollout.batch_size`` transcripts → optimizer steps of
+        ``train.global_batch_size`` on the SFT loss → record → when evals are due (and after the last rollout)
+        weight sync, held-out generations and held-out loss. No engine work between evals."""
+        import ray
+
+        from slime.runtime.record import mean_metrics
+
+        st, spec = self.state, self.spec
+        t0 = time.monotonic()
+        samples = ray.get(self.job.manager.sft_batch.remote())
+        self.weights.release()  # colocated: the engines' memory goes to the trainer until the next eval
+        gbs = spec.train.global_batch_size or len(samples)
+        t1 = time.monotonic()
+        train = []
+        for i in range(0, len(samples), gbs):
+            train.append(self.sft_update(samples[i : i + gbs], st.step))
+            st.step += 1
+        t2 = time.monotonic()
+        due = due_evals(spec, r)
+        sync_s = self.sync_weights() if due or r + 1 == spec.rollout.num_rollouts else 0.0
+        record: dict[str, Any] = {"rollout_id": r, "step": st.step, "weight_version": st.weight_version}
+        record["train/tokens"] = sum(sum(x.get("loss_mask") or [1] * x["response_length"]) for x in samples)
+        record.update(mean_metrics("train", train))
+        record.update(self.evaluate(r))
+        if due:
+            t3 = time.monotonic()
+            record.update(self.sft_losses(due))
+            record["time/eval_s"] += time.monotonic() - t3
+        record.update(
+            {
+                "time/rollout_s": t1 - t0,
+                "time/train_s": t2 - t1,
+                "time/sync_s": sync_s,
+                "time/step_s": time.monotonic() - t0,
+            }
+        )
+        return record
+
     def train_on(
         self, samples: list, sidecars: tuple[Path, int] | None = None, *, actor: bool = True
     ) -> tuple[int, dict[str, float], list[dict], list[dict]]:
@@ -324,7 +385,7 @@ class Driver:
 
         spec, st = self.spec, self.state
         total = spec.rollout.num_rollouts or 0
-        self.progress = Progress(total, enabled=spec.logging.progress, label="RL")
+        self.progress = Progress(total, enabled=spec.logging.progress, label="SFT" if self.sft_job else "RL")
         self.setup()
         point = self.resume_from
         self.metrics = MetricsLog(
@@ -334,11 +395,11 @@ class Driver:
             self.log(self.warmup())
         else:
             self.resume(point)
-        self.progress.phase("RL", total, completed=st.rollout_id + 1)
+        self.progress.phase("SFT" if self.sft_job else "RL", total, completed=st.rollout_id + 1)
         interval = spec.train.checkpoint.interval
         stop_after = _stop_after()
         for r in range(st.rollout_id + 1, total):
-            record = self.rollout_step(r)
+            record = self.sft_rollout_step(r) if self.sft_job else self.rollout_step(r)
             st.rollout_id = r
             self.log(record)
             self.progress.update(r + 1, record)

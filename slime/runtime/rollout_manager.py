@@ -125,6 +125,7 @@ class RolloutManager:
             tokenizer=self.tokenizer,
             apply_chat_template=d.apply_chat_template,
             max_prompt_tokens=r.max_prompt_len,
+            sft=spec.kind == "SFTJob",  # rows are chat transcripts: the last assistant reply is the label
         )
         self.dataset = PromptDataset(d.prompts, shuffle=d.shuffle, seed=spec.train.seed, **self._dataset_args)
         self.source = PromptSource(self.dataset, n=r.n_samples_per_prompt, encode=self.encode)
@@ -267,17 +268,36 @@ class RolloutManager:
             self._sft_dataset = PromptDataset(
                 d.prompts, shuffle=d.shuffle, seed=self.spec.train.seed + 1, **self._dataset_args
             )
-        out = []
-        for row in self._sft_dataset.next_batch(n):
-            label = _sft_label(row)
-            if self.spec.agent is not None:  # the agent's chat format (a tool-using demonstration when one fits)
-                from slime.agent.generate import agent_sft_sample
+        return [self.sft_sample(row) for row in self._sft_dataset.next_batch(n)]
 
-                out.append(agent_sft_sample(self.spec, self.tokenizer, row.text, str(label), row.metadata))
-                continue
-            answer = self.encode(str(label)) + ([self.eos_id] if self.eos_id is not None else [])
-            out.append({"tokens": self.encode(row.text) + answer, "response_length": len(answer)})
-        return out
+    def sft_sample(self, row: Any) -> dict:
+        """One SFT sample ``{tokens, response_length[, loss_mask]}``: a chat transcript (``kind: SFTJob``) through
+        the chat template with the loss on its assistant turns; else (the warm-up) the prompt and its label."""
+        if self.spec.kind == "SFTJob":
+            from slime.data.chat import render_messages
+
+            return render_messages(self.tokenizer, row.prompt)
+        label = _sft_label(row)
+        if self.spec.agent is not None:  # the agent's chat format (a tool-using demonstration when one fits)
+            from slime.agent.generate import agent_sft_sample
+
+            return agent_sft_sample(self.spec, self.tokenizer, row.text, str(label), row.metadata)
+        answer = self.encode(str(label)) + ([self.eos_id] if self.eos_id is not None else [])
+        return {"tokens": self.encode(row.text) + answer, "response_length": len(answer)}
+
+    def sft_batch(self) -> list[dict]:
+        """``kind: SFTJob``: the next ``rollout.batch_size`` transcripts of the training data as SFT samples,
+        from the prompt source's cursor (so a checkpoint resumes with the next ones)."""
+        self.setup()
+        return [self.sft_sample(row) for row in self.dataset.next_batch(self.spec.rollout.batch_size)]
+
+    def sft_eval_samples(self, name: str) -> list[dict]:
+        """``kind: SFTJob``: eval set ``name``'s transcripts (its first ``max_prompts``) as SFT samples,
+        for the held-out loss."""
+        self.setup()
+        (e,) = [x for x in self.spec.data.eval if x.name == name]
+        rows = self.eval_dataset(e).rows[: e.max_prompts]
+        return [self.sft_sample(row) for row in rows]
 
     # ---------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:

@@ -30,11 +30,13 @@ def final_metrics(rows: list[dict[str, Any]], *, wall_s: float) -> dict[str, Any
     initial = next((r for r in rows if r.get("rollout_id") == -1), None)
     if initial is not None and initial.get("eval/accuracy") is not None:
         out["eval/accuracy_initial"] = initial["eval/accuracy"]
+    if initial is not None and initial.get("eval/loss") is not None:  # kind SFTJob: the held-out loss before
+        out["eval/loss_initial"] = initial["eval/loss"]
     if initial is not None and initial.get("sft/before/accuracy") is not None:
         out["eval/accuracy_before_sft"] = initial["sft/before/accuracy"]
     if steps:
         last = steps[-1]
-        for k in ("rollout_id", "step", "weight_version", "rollout/reward_mean", "rollout/accuracy"):
+        for k in ("rollout_id", "step", "weight_version", "rollout/reward_mean", "rollout/accuracy", "train/sft_loss"):
             if k in last:
                 out[k] = last[k]
         tail = [r["rollout/reward_mean"] for r in steps[-10:] if r.get("rollout/reward_mean") is not None]

@@ -134,6 +134,20 @@ class TrainerRank:
 
         return self.backend.train_step(collate(samples, kind="sft"), step=step)
 
+    def sft_eval(self, samples: list[dict]) -> dict[str, float]:
+        """Held-out SFT loss: the mean NLL of these samples' trained tokens, over every rank's samples (ranks of
+        one model replica count theirs alike, so the ratio is the data-parallel one)."""
+        import torch
+
+        from slime.runtime.train_data import collate
+
+        batch = collate(samples, kind="sft")
+        logp = self.backend.log_probs(batch, temperature=1.0)
+        mask = batch.response_mask
+        sums = torch.tensor([float(-(logp * mask).sum()), float(mask.sum())], dtype=torch.float64)
+        self._all_reduce(sums)
+        return {"loss": float(sums[0]) / max(1.0, float(sums[1]))}
+
     # ---------------------------------------------------------------- RL
     def values(self, samples: list[dict]):
         """Critic values of this rank's samples; the batch (with them as ``old_values``) is kept for
@@ -404,6 +418,11 @@ class TrainerGroup:
         import ray
 
         return ray.get(self.submit("sft_step", [(sh, step) for sh in shards]))[0]
+
+    def sft_eval(self, shards: list[list[dict]]) -> dict[str, float]:
+        import ray
+
+        return ray.get(self.submit("sft_eval", [(sh,) for sh in shards]))[0]
 
     def values(self, shards: list[list[dict]]) -> list[Any]:
         """Critic: refs to each rank's values (they stay in the object store for the actor ranks)."""

@@ -96,11 +96,15 @@ def model_config(path: str | None) -> dict | None:
 def count_jsonl_rows(path: str) -> int | None:
     try:
         p = Path(path)
+        if p.suffix == ".parquet":  # the row count is in the footer; pyarrow comes with the runtime extra
+            import pyarrow.parquet as pq
+
+            return int(pq.ParquetFile(p).metadata.num_rows)
         if p.stat().st_size > _COUNT_LIMIT_BYTES:
             return None
         with p.open("rb") as fh:
             return sum(1 for line in fh if line.strip())
-    except OSError:
+    except (OSError, ImportError, ValueError):  # pyarrow's ArrowInvalid is a ValueError
         return None
 
 

@@ -831,3 +831,6 @@ def _paths(s: Spec) -> Iterator[Finding]:
     saved = s.debug.load_rollouts
     if saved and not os.path.isdir(saved):
         yield ("debug.load_rollouts", f"directory not found: {saved}", "point it at a run's tasks/<i>/rollouts dir")
+
+
+from slime.spec import sft_rules as _sft_rules  # noqa: E402,F401  (registers the kind SFTJob rules)

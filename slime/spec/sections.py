@@ -572,12 +572,15 @@ class Debug(Section, kw_only=True):
 
 # --------------------------------------------------------------------------- top level
 class Spec(Section, kw_only=True):
-    """An RL post-training job (spec v2)."""
+    """An RL post-training job, or a supervised fine-tuning job on chat messages (spec v2)."""
 
     api_version: Annotated[Literal["slime/v2"], D("Spec version; 'slime/v2' (slime/v1 files are upgraded).")] = field(
         name="apiVersion"
     )
-    kind: Annotated[Literal["RLJob"], D("Object kind; 'RLJob'.")]
+    kind: Annotated[
+        Literal["RLJob", "SFTJob"],
+        D("'RLJob' (rollouts, rewards, RL loss) or 'SFTJob' (supervised fine-tuning on data.prompts' chat messages)."),
+    ]
     name: Annotated[str, D("Job name: lowercase letters, digits and dashes.", pattern=NAME_PATTERN)]
     description: Annotated[str, D("Free-text description (the W&B run's notes).")] = ""
     cluster: Annotated[Cluster, D("Where the job runs and with what resources.")]

@@ -272,8 +272,14 @@ class MegatronTrainBackend(TrainBackend):
         self.config.finalize_model_grads_func = finalize_model_grads
         self.config.no_sync_func = self.model.no_sync
 
+    def _warmup(self, kind: str) -> bool:
+        """An SFT warm-up step (its own optimizer, constant lr); a ``kind: SFTJob`` trains the SFT loss with
+        the spec's optimizer and schedule, checkpointed like RL's."""
+        return kind == "sft" and self.spec.kind != "SFTJob"
+
     def _optimizer_for(self, kind: str):
         """The RL optimizer, or the SFT warm-up's own one (constant ``algorithm.sft_warmup_lr``)."""
+        kind = "sft" if self._warmup(kind) else "rl"
         if kind == "sft" and self.sft_optimizer is None:
             from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
@@ -501,7 +507,7 @@ class MegatronTrainBackend(TrainBackend):
         start = time.perf_counter()
         self._run(mbs, loss_func, forward_only=False)
         ok, grad_norm, _ = opt.step()
-        if ok and not sft:
+        if ok and not self._warmup(batch.kind):
             self.scheduler.step(increment=1)
         metrics = self._reduce_metrics(sums, dp_group)
         if self.moe_meter is not None:

@@ -208,4 +208,9 @@ def render_megatron_args(spec: Spec, hf_config: Mapping[str, Any] | None = None)
         *_call("OptimizerParamScheduler", mcfg.scheduler_kwargs(t, spec.rollout.num_rollouts)),
         *_footer(spec),
     ]
+    if spec.kind == "SFTJob":  # what slime's SFT scripts pass: --loss-type sft_loss --calculate-per-token-loss ...
+        lines.append(
+            "loss: sft_loss (per-token mean NLL of the assistant turns, slime's --calculate-per-token-loss); "
+            "no advantages or returns; the OptimizerConfig and scheduler above (no warm-up optimizer)"
+        )
     return "\n".join(lines) + "\n"

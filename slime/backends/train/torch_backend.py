@@ -219,9 +219,10 @@ class TorchTrainBackend(TrainBackend):
         """The optimizer, learning rate and per-micro-batch loss of this step (SFT warm-up, critic or policy)."""
         if self.role == "ref":
             raise RuntimeError("train_step called on a frozen reference model")
-        if batch.kind == "sft":
-            if self.role != "actor":
-                raise RuntimeError("the SFT warm-up trains the actor only")
+        sft_job = self.spec.kind == "SFTJob"  # the SFT loss with the spec's optimizer and schedule (checkpointed)
+        if batch.kind == "sft" and self.role != "actor":
+            raise RuntimeError("the SFT loss trains the actor only")
+        if batch.kind == "sft" and not sft_job:
             return self._sft_opt(), self.spec.algorithm.sft_warmup_lr, self._sft_loss
         o = self.spec.train.optimizer
         lr = lr_at(
@@ -232,6 +233,8 @@ class TorchTrainBackend(TrainBackend):
             total_steps=self.total_steps,
             schedule=o.lr_schedule,
         )
+        if batch.kind == "sft":
+            return self.optimizer, lr, self._sft_loss
         if self.role == "critic":
             if batch.returns is None or batch.old_values is None:
                 raise ValueError("a critic train_step needs TrainBatch.returns and old_values")
