@@ -22,6 +22,7 @@ from slime.migrate.slime_flags import (
     DATA_PATH_FLAGS,
     DIRECT,
     RM_TYPES,
+    RM_TYPES_REFUSED,
     SLIME_DEFAULTS,
     SLIME_ONLY,
     SLIME_SGLANG_OWN,
@@ -351,7 +352,8 @@ def _rm_type(f: Flag, kind: str, b: Builder) -> None:
             )
         )
     elif entry is None:
-        b.unmapped.append((f.name, f"no built-in {kind!r} reward in slime/v2: port it as reward.type: custom"))
+        why = RM_TYPES_REFUSED.get(kind, f"no built-in {kind!r} reward in slime/v2: port it as reward.type: custom")
+        b.unmapped.append((f.name, why))
     else:
         reward_type, differs = entry
         b.from_flag(
