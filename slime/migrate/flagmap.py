@@ -30,6 +30,7 @@ from slime.migrate.slime_flags import (
     MEGATRON_RENAMED,
     PP_SIZE_FLAGS,
     RM_TYPES,
+    RM_TYPES_REFUSED,
     SFT_FLAGS,
     SFT_REASON,
     SLIME_DEFAULTS,
@@ -436,7 +437,8 @@ def _rm_type(f: Flag, kind: str, b: Builder) -> None:
             "reward.type: custom",
         )
     elif entry is None:
-        b.refuse(f.name, f"no built-in {kind!r} reward in slime/v2: port it as reward.type: custom")
+        why = RM_TYPES_REFUSED.get(kind, f"no built-in {kind!r} reward in slime/v2: port it as reward.type: custom")
+        b.refuse(f.name, why)
     else:
         reward_type, differs = entry
         b.from_flag(

@@ -22,6 +22,7 @@ __all__ = [
     "PP_SIZE_FLAGS",
     "REFUSED",
     "RM_TYPES",
+    "RM_TYPES_REFUSED",
     "SFT_FLAGS",
     "SFT_REASON",
     "SLIME_DEFAULTS",
@@ -536,7 +537,7 @@ RM_TYPES: dict[str, tuple[str, str]] = {
         "math",
         "slime's math scores 0 without a \\boxed{} answer and also accepts answers equal only under sympy "
         "simplification; slime/v2's math falls back to the response's last number and compares normalised "
-        "strings and exact fractions",
+        "strings and exact fractions (a boxed label is unwrapped by both)",
     ),
     "dapo": ("dapo", ""),
     "deepscaler": (
@@ -545,11 +546,9 @@ RM_TYPES: dict[str, tuple[str, str]] = {
         "strings, exact fractions): an answer equal to the label only under sympy simplification scores 0 "
         "here and 1 in slime",
     ),
-    "f1": (
-        "f1",
-        "slime scores the whole response (and 0 when one side is yes/no/noanswer and they differ); "
-        "slime/v2's f1 scores the final answer (\\boxed{}, after ####, or after 'answer is')",
-    ),
+    "f1": ("f1", ""),
+    "gpqa": ("gpqa", ""),
+    "random": ("random", ""),
     "remote_rm": ("remote", ""),
 }
 
@@ -557,8 +556,15 @@ RM_TYPES: dict[str, tuple[str, str]] = {
 BOXED_RM_TYPES: dict[str, tuple[str, str]] = {
     "f1": (
         "f1",
-        "slime's boxed_f1 scores 0 when the response has no \\boxed{} (slime/v2's f1 then reads the text after "
-        "#### or 'answer is', or the whole response), and 0 when one side is yes/no/noanswer and they differ",
+        "slime's boxed_f1 scores only the last \\boxed{} content of the response (0 without one); slime/v2's "
+        "f1 scores the whole response, so words around the box lower its precision",
     ),
+    "random": ("random", ""),  # the response is not read
     "remote_rm": ("remote", ""),  # remote_rm sends the sample itself: the box changes nothing
+}
+
+# slime's graders slime/v2 does not ship, with why (the import names them instead of a generic line)
+RM_TYPES_REFUSED: dict[str, str] = {
+    "ifbench": "slime's ifbench clones the IFBench repository when first used and runs its instruction checkers; "
+    "slime-submit fetches no code at run time: port it as reward.type: custom",
 }

@@ -346,7 +346,8 @@ def test_individual_mappings(flags, path, value):
 @pytest.mark.parametrize(
     "flag, words",
     [
-        ("--rm-type gpqa", "no built-in 'gpqa' reward"),
+        ("--rm-type ifbench", "clones the IFBench repository"),
+        ("--rm-type boxed_gpqa", "slime/v2 has no such variant"),
         ("--optimizer sgd", "Adam(W) only"),
         ("--lr-decay-style WSD", "constant, cosine and linear"),
         ("--custom-tis-function-path a.b", "not in slime/v2; algorithm.tis"),

@@ -112,8 +112,8 @@ def test_dapo_needs_slimes_score_key():
     [
         ("math", "math", "slime's math scores 0 without a \\boxed{} answer"),
         ("deepscaler", "deepscaler", "the </think> and \\boxed{} rules are slime's, but answers are graded"),
-        ("f1", "f1", "slime scores the whole response"),
-        ("boxed_f1", "f1", "slime's boxed_f1 scores 0 when the response has no \\boxed{}"),
+        ("f1", "f1", None),
+        ("boxed_f1", "f1", "slime's boxed_f1 scores only the last \\boxed{} content of the response"),
         ("remote_rm --rm-url http://rm:1/s", "remote", None),
         ("boxed_remote_rm --rm-url http://rm:1/s", "remote", None),
     ],

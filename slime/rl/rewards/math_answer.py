@@ -1,10 +1,12 @@
 """The ``math`` reward: 1.0 when the final answer matches the label, else 0.0.
 
-The answer is the last ``\\boxed{...}`` (nested braces), else the last number. Both sides are
-normalised (small and predictable, not a CAS), then compared as strings and, when both parse, as
-exact :class:`fractions.Fraction` values (``0.5 == \\frac{1}{2} == 1/2``; no float tolerance).
-Not handled: symbolic equivalence (``2\\sqrt{2}`` vs ``\\sqrt{8}``), reordered intervals or sets,
-units beyond ``\\text{...}``; use a ``custom`` reward for those.
+The answer is the last ``\\boxed{...}``, else the last number; a boxed label is read by its box
+and an empty label matches nothing (as slime). Both sides are normalised, then compared as strings
+and as exact :class:`fractions.Fraction` values (``0.5 == \\frac{1}{2}``; no float tolerance).
+Deliberately unlike slime's ``--rm-type math`` (``rm_hub/math_utils.py`` at 624b824): a response
+without a box is read by its last number (slime: 0), and there is no sympy step, so answers equal
+only symbolically (``2\\sqrt{2}`` vs ``\\sqrt{8}``) score 0 -- sympy can hang on model output; the
+importer prints this difference. Use a ``custom`` reward for symbolic grading.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from fractions import Fraction
 from slime.rl.rewards.extract import extract_boxed, extract_last_number, labels_of, read_group
 from slime.rl.sample import Sample
 
-__all__ = ["extract_math_answer", "math_equal", "math_reward", "normalize_math", "to_fraction"]
+__all__ = ["extract_math_answer", "math_equal", "math_reward", "normalize_math", "to_fraction", "unbox_label"]
 
 _DROP = (
     "\\left",
@@ -103,4 +105,11 @@ async def math_reward(sample: Sample) -> float:
     answer = extract_math_answer(sample.response)
     if answer is None:
         return 0.0
-    return float(any(math_equal(answer, gold) for gold in labels_of(sample.label, "math")))
+    return float(any(math_equal(answer, gold) for gold in map(unbox_label, labels_of(sample.label, "math"))))
+
+
+def unbox_label(gold: str) -> str:
+    """A label written as ``\\boxed{42}`` means ``42`` (slime unwraps it too); an unreadable box, ``""``."""
+    if "\\boxed" not in gold:
+        return gold
+    return extract_boxed(gold) or ""

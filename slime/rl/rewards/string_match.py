@@ -1,9 +1,10 @@
-"""The ``exact`` and ``f1`` rewards, both on the response's final answer.
+"""The ``exact`` and ``f1`` rewards; a list/tuple label means "any of these" (best score wins).
 
-The answer is ``slime.rl.rewards.extract.final_answer``; a list/tuple label means "any of these"
-(best score wins). ``exact``: 1.0 when equal after strip, lowercase, collapsed whitespace, no ``$``
-and no trailing period. ``f1``: SQuAD token F1 (lowercase, no punctuation or articles, whitespace
-split, multiset F1); two empty answers score 1.0, one empty answer 0.0.
+``exact`` reads the final answer (``slime.rl.rewards.extract.final_answer``): 1.0 when equal after
+strip, lowercase, collapsed whitespace, no ``$`` and no trailing period. ``f1`` scores as THUDM/slime's
+``--rm-type f1`` (``rm_hub/f1.py`` at 624b824): SQuAD token F1 of the *whole* response and the label
+(lowercase, no punctuation or articles, whitespace split, multiset F1); 0.0 when no token is shared
+(two empty sides included) and when either side is ``yes``/``no``/``noanswer`` and they differ.
 """
 
 from __future__ import annotations
@@ -32,11 +33,14 @@ def normalize_squad(text: str) -> str:
     return " ".join(s.split())
 
 
+_CLOSED = frozenset({"yes", "no", "noanswer"})  # a closed answer earns nothing for partial overlap
+
+
 def f1_score(prediction: str, reference: str) -> float:
-    pred = normalize_squad(prediction).split()
-    gold = normalize_squad(reference).split()
-    if not pred or not gold:
-        return float(pred == gold)
+    p, g = normalize_squad(prediction), normalize_squad(reference)
+    if (p in _CLOSED or g in _CLOSED) and p != g:
+        return 0.0
+    pred, gold = p.split(), g.split()
     same = sum((Counter(pred) & Counter(gold)).values())
     if same == 0:
         return 0.0
@@ -50,5 +54,4 @@ async def exact_reward(sample: Sample) -> float:
 
 
 async def f1_reward(sample: Sample) -> float:
-    answer = final_answer(sample.response)
-    return max(f1_score(answer, g) for g in labels_of(sample.label, "f1"))
+    return max(f1_score(sample.response, g) for g in labels_of(sample.label, "f1"))
