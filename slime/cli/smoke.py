@@ -1,9 +1,10 @@
-"""``slime-submit smoke SPEC [--rollouts N] [--set ...] [--task N] [--dir D] [-v] [--json]``.
+"""``slime-submit smoke SPEC [--fast] [--rollouts N] [--set ...] [--task N] [--dir D] [-v] [--json]``.
 
 The end-to-end test of a spec before it waits in a GPU queue: validated as for a submit, scaled down
-by :mod:`slime.spec.smoke` (changes and what they leave untested are printed), then run locally for
-``N`` rollouts with a checkpoint stop and resume (:mod:`slime.cli.smoke_driver`);
-:mod:`slime.cli.smoke_report` judges each stage from the files the run left.
+by :mod:`slime.spec.smoke` (changes and what they leave untested are printed), run locally for ``N``
+rollouts with a checkpoint stop and resume (:mod:`slime.cli.smoke_driver`), judged stage by stage
+(:mod:`slime.cli.smoke_report`); then, unless ``--fast``, the user's engine path on a tiny model of
+their family (:mod:`slime.cli.smoke_engine`) where it runs on this CPU.
 Exit codes: 0 all passed · 2 spec, data or plug-in wrong · 3 infrastructure · 1 a stage failed
 otherwise · 130 interrupted. Not guaranteed: anything on the printed "not tested" list (GPU engines,
 scale): a passing smoke runs the spec's data, reward, algorithm, plug-ins and agent on the tiny model.
@@ -46,6 +47,11 @@ def configure(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="rollouts to run (default 2: one before the checkpoint, one after the resume; 1 skips the resume)",
     )
+    p.add_argument(
+        "--fast",
+        action="store_true",
+        help="only the built-in tiny dense model (seconds); skip the engine check of your model family and layout",
+    )
     p.add_argument("--task", type=int, default=0, metavar="N", help="which sweep task to run (default 0)")
     p.add_argument("--dir", default=None, metavar="D", help="keep the smoke's run dir under D (default: a temp dir)")
     p.add_argument("-v", "--verbose", action="store_true", help="show the run's output instead of logging it")
@@ -86,11 +92,14 @@ def run(args: argparse.Namespace) -> int:
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)
         raise
+    plan, engine = _engine_plan(plan, spec, root, fast=args.fast)
     if not args.json:
-        _print_plan(plan)
+        _print_plan(plan, engine)
     t0 = time.monotonic()
     run_dir, returncode, log = _launch(scaled, root, verbose=args.verbose, json_output=args.json)
     stages = _judge(run_dir, plan, returncode)
+    engine_report = _engine_run(spec, engine, root, verbose=args.verbose, json_output=args.json)
+    stages += engine_report.pop("stage_rows", [])
     from slime.cli.report import smoke_report
     from slime.cli.smoke_report import exit_code
 
@@ -109,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
         "stages": [s.to_json() for s in stages],
         "changes": [c.to_json() for c in plan.changes],
         "untested": list(plan.untested),
+        "engine": engine_report,
         "report": smoke_report(run_dir) if kept else None,  # the kept run's page (slime.cli.report)
     }
     if args.json:
@@ -118,6 +128,63 @@ def run(args: argparse.Namespace) -> int:
     if not kept:
         shutil.rmtree(root, ignore_errors=True)
     return code
+
+
+def _engine_plan(plan: SmokePlan, spec: Any, root: Path, *, fast: bool) -> tuple[SmokePlan, tuple[Any, str | None]]:
+    """The smoke plan (its "not tested" list updated when the engine check runs) and (the engine check's plan,
+    None) when it runs, else (None, why not)."""
+    from slime.cli.smoke_engine import engine_plan, skip_reason
+
+    why = "--fast" if fast else skip_reason(spec)
+    if why:
+        return plan, (None, why)
+    engine = engine_plan(spec, root / "engine" / "model")
+    return _with_engine_untested(plan, spec, engine), (engine, None)
+
+
+def _with_engine_untested(plan: SmokePlan, spec: Any, engine: Any) -> SmokePlan:
+    """``plan`` whose "not tested" list says what the engine check covered: its lines replace the generic
+    ones for the model and Megatron-core."""
+    import dataclasses
+
+    from slime.cli.smoke_engine import engine_untested
+
+    generic = ("your model (", "Megatron-core training")
+    kept = tuple(u for u in plan.untested if not u.startswith(generic))
+    return dataclasses.replace(plan, untested=engine_untested(spec, engine) + kept)
+
+
+def _engine_run(spec: Any, engine: tuple[Any, str | None], root: Path, *, verbose: bool, json_output: bool) -> dict:
+    """Run the engine check (when planned): the report's ``engine`` section and its stages (``stage_rows``)."""
+    from slime.cli.smoke_engine import run_engine_check
+    from slime.cli.smoke_report import LOGPROB_TOLERANCE, Stage
+
+    plan, why = engine
+    if plan is None:
+        return {"ran": False, "why": why}
+    if not json_output:
+        _console().print(f"engine check: your model family on Megatron, {plan.fold.world} gloo rank(s) ...")
+    result = run_engine_check(spec, plan, root / "engine", tolerance=LOGPROB_TOLERANCE, verbose=verbose)
+    rows = [Stage(r["stage"], r["status"], r["detail"]) for r in result["stages"]]
+    return {
+        "ran": True,
+        "world": plan.fold.world,
+        "kept": list(plan.fold.kept),
+        "folded": list(plan.fold.folded),
+        "changes": [_change_json(*c) for c in plan.changes],
+        "seconds": result.get("seconds"),
+        "reward": result.get("reward"),
+        "not_run": "SGLang (it needs GPUs): the export was loaded by the built-in engine's loader instead",
+        "stages": [s.to_json() for s in rows],
+        "dir": str(root / "engine"),
+        "stage_rows": rows,
+    }
+
+
+def _change_json(path: str, before: Any, after: Any, reason: str) -> dict[str, Any]:
+    import msgspec
+
+    return {"path": path, "before": msgspec.to_builtins(before), "after": msgspec.to_builtins(after), "reason": reason}
 
 
 def _missing(spec: Any) -> frozenset[str]:
@@ -219,7 +286,7 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _print_plan(plan: SmokePlan) -> None:
+def _print_plan(plan: SmokePlan, engine: tuple[Any, str | None]) -> None:
     from rich.markup import escape
 
     con = _console()
@@ -229,6 +296,14 @@ def _print_plan(plan: SmokePlan) -> None:
             f"  [cyan]{escape(c.path)}[/]: {escape(_short(c.before))} -> {escape(_short(c.after))}  "
             f"[dim]{escape(c.reason)}[/]"
         )
+    eplan, why = engine
+    if eplan is None:
+        con.print(f"[bold]engine check[/] (your model family on your train backend): not run: {escape(why or '')}")
+    else:
+        con.print(f"[bold]changed for the engine check[/] ({len(eplan.changes)}; SGLang stays the built-in engine):")
+        for path, before, after, reason in eplan.changes:
+            change = f"{escape(_short(before))} -> {escape(_short(after))}"
+            con.print(f"  [cyan]{escape(path)}[/]: {change}  [dim]{escape(reason)}[/]")
     con.print("[bold]not tested[/] (a real run shows these):")
     for item in plan.untested:
         con.print(f"  - {escape(item)}")
