@@ -16,6 +16,7 @@ from typing import Any
 
 from slime.migrate.bashargs import Script, read_script
 from slime.migrate.flagmap import IMPLIED, Builder, Key, dedupe, finish, is_sft, map_flag, parse_flags
+from slime.migrate.sft import SftImport, SftImportError, sft_import
 from slime.spec.errors import Problem
 from slime.spec.versions import CURRENT, Move, move_path, upgrade
 
@@ -156,6 +157,34 @@ def _sort_key(path: Key, order: dict[str, list[str]]) -> list[int]:
 
 
 # ----------------------------------------------------------------------------- entry point
+def _sft_sections(flags: list, entry: str | None, b: Builder) -> SftImport | None:
+    """An SFT script's kind SFTJob sections, set on ``b``; None (its SFT flags then refused) if it is half SFT."""
+    try:
+        sft = sft_import(flags, entry=entry)
+    except SftImportError as e:
+        b.refuse(e.flag, str(e))
+        return None
+    if sft is None:
+        return None
+    for path, value in sft.sections.items():
+        if path != "kind":
+            b.set(path, value, "kind: SFTJob (slime's SFT recipe)")
+    b.mapped.extend((flag, "kind") for flag in sft.consumed)
+    b.notes.extend(sft.notes)
+    return sft
+
+
+def _drop_rl_paths(unset: tuple[str, ...], b: Builder) -> None:
+    """Remove what an SFT spec must not carry, saying which flag's value went (slime's SFT run ignores it too)."""
+    for key in [k for k in b.values if any(".".join(k) == u or ".".join(k).startswith(u + ".") for u in unset)]:
+        _, comment = b.values.pop(key)
+        if comment and not comment.startswith("PLACEHOLDER"):
+            b.notes.append((comment.split(" ")[0], f"{'.'.join(key)} is not used by kind SFTJob: left out"))
+    b.placeholders[:] = [
+        (p, why) for p, why in b.placeholders if not any(p == u or p.startswith(u + ".") for u in unset)
+    ]
+
+
 def convert_slime_args(
     text: str, name: str | None = None, model: str | None = None, sourced: tuple[str, ...] = ()
 ) -> ConversionResult:
@@ -176,19 +205,23 @@ def convert_slime_args(
     flags = dedupe(flags, b)
     seen = {f.name: f for f in flags}
     b.sft = is_sft(seen)
+    sft = _sft_sections(flags, script.entry, b) if b.sft else None
     for f in flags:
-        map_flag(f, b, seen)
+        if sft is None or f.name not in sft.consumed:
+            map_flag(f, b, seen)
     if model is not None:
         given = seen.get("--hf-checkpoint")
         where = f" (the script gives {given.shown()})" if given is not None else ""
         b.set("model.path", model, f"import-slime-args --model{where}")
     finish(b, seen, name)
+    if sft is not None:
+        _drop_rl_paths(sft.unset, b)
     accounted = {f for f, _ in b.mapped} | {f for f, _ in b.unmapped}
     for f in flags:  # the guarantee: nothing dropped silently, whatever a handler above missed
         if f.name not in accounted:
             b.refuse(f.name, f"could not be mapped with value(s) {f.values!r}")
     b.set("apiVersion", "slime/v1", "")
-    b.set("kind", "RLJob", "")
+    b.set("kind", "SFTJob" if sft is not None else "RLJob", "")
     b.set("description", "Imported from a slime launch script by slime-submit import-slime-args.", "")
 
     text_out, moves = _emit(b, _header(script, b), _footer(b))

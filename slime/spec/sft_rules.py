@@ -25,7 +25,15 @@ _DERIVED_ALGORITHM = ("eps_clip_high", "normalize_std", "critic")
 
 
 def _changed(value: msgspec.Struct, default: msgspec.Struct, skip: tuple[str, ...] = ()) -> list[str]:
-    return [f for f in value.__struct_fields__ if f not in skip and getattr(value, f) != getattr(default, f)]
+    fields = type(default).__struct_fields__
+    return [f for f in fields if f not in skip and _differs(getattr(value, f), getattr(default, f))]
+
+
+def _differs(value: object, default: object) -> bool:
+    # field by field: a partially loaded spec (next to a schema error) wraps its sections in proxies
+    if isinstance(default, msgspec.Struct):
+        return any(_differs(getattr(value, f), getattr(default, f)) for f in default.__struct_fields__)
+    return value != default
 
 
 def _rollout(s: Spec) -> Iterator[Finding]:

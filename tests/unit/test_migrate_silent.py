@@ -117,15 +117,24 @@ def test_architecture_flags_are_compared_with_the_model_given_on_the_command_lin
     assert conflict["flag"] == "--num-experts" and "num_experts = 128" in conflict["reason"]
 
 
-def test_an_sft_script_is_refused_as_an_sft_job():
+def test_an_sft_script_imports_to_an_sft_job():
     flags = (
         "--hf-checkpoint /m --colocate --loss-type sft_loss --num-epoch 3 --calculate-per-token-loss "
-        "--disable-compute-advantages-and-returns --rollout-function-path slime.rollout.sft_rollout.generate_rollout"
+        "--disable-compute-advantages-and-returns --rollout-function-path slime.rollout.sft_rollout.generate_rollout "
+        "--input-key messages --rm-type math --prompt-data /d/train.jsonl"
     )
     result = convert_slime_args(flags)
+    assert result.accepted(), result.unmapped
+    spec = load_spec_text(result.yaml, file="imported.yaml").spec
+    assert (spec.kind, spec.rollout.epochs, spec.data.input_key) == ("SFTJob", 3, "messages")
+    # the RL-only value the script carried is named as left out, not silently dropped
+    assert any(f == "--rm-type" and "not used by kind SFTJob" in why for f, why in result.notes), result.notes
+
+
+def test_a_half_sft_script_is_refused_naming_the_flag():
+    result = convert_slime_args("--hf-checkpoint /m --colocate --loss-type sft_loss --calculate-per-token-loss")
     refused = dict(result.refused)
-    sft = {"--loss-type", "--num-epoch", "--calculate-per-token-loss", "--disable-compute-advantages-and-returns"}
-    assert all(refused[f].startswith("SFT jobs: kind SFTJob") for f in sft | {"--rollout-function-path"})
+    assert "--rollout-function-path" in refused and "sft_loss" in refused["--rollout-function-path"]
 
 
 def test_an_rl_script_keeps_its_epochs_and_token_mean():
