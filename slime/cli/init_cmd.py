@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from slime.core.errors import ExitCode
+from slime.spec.refs import string_leaves
 
 __all__ = ["EXAMPLES_DIR", "PLACEHOLDER", "TEMPLATES", "configure", "load_checked", "placeholder_problems"]
 
@@ -204,7 +205,7 @@ def placeholder_problems(text: str, file: str, overrides: tuple[str, ...] | list
         return []  # the loader reports the syntax error
     overridden = {parse_path(o.partition("=")[0].strip()) for o in overrides if "=" in o}
     problems = []
-    for path, value in _strings(data, ()):
+    for path, value in string_leaves(data):
         m = _HOLE.search(value)
         if m and path not in overridden:
             problems.append(
@@ -245,17 +246,6 @@ def unresolved_refs(text: str, file: str, overrides: tuple[str, ...] | list[str]
                 )
             )
     return problems
-
-
-def _strings(node: Any, path: FieldPath):
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield from _strings(v, (*path, k))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield from _strings(v, (*path, i))
-    elif isinstance(node, str):
-        yield path, node
 
 
 def load_checked(path: str | Path, *, overrides=(), check_paths=False):

@@ -18,7 +18,7 @@ from slime.spec.errors import Problem
 from slime.spec.schema import dotted
 from slime.spec.yamlmarks import Path
 
-__all__ = ["OUTPUTS", "FieldRefs", "Ref", "find_refs", "substitute"]
+__all__ = ["OUTPUTS", "FieldRefs", "Ref", "find_refs", "string_leaves", "substitute"]
 
 #: output name -> what it is (the earlier step's path; ``final_model`` needs ``train.checkpoint.save_hf``)
 OUTPUTS = {
@@ -52,13 +52,14 @@ class FieldRefs:
         return dotted(self.path)
 
 
-def _strings(node: Any, path: Path) -> Iterator[tuple[Path, str]]:
+def string_leaves(node: Any, path: Path = ()) -> Iterator[tuple[Path, str]]:
+    """Every string in a YAML-shaped tree, with its field path."""
     if isinstance(node, Mapping):
         for k, v in node.items():
-            yield from _strings(v, (*path, k))
+            yield from string_leaves(v, (*path, k))
     elif isinstance(node, list):
         for i, v in enumerate(node):
-            yield from _strings(v, (*path, i))
+            yield from string_leaves(v, (*path, i))
     elif isinstance(node, str):
         yield path, node
 
@@ -66,7 +67,7 @@ def _strings(node: Any, path: Path) -> Iterator[tuple[Path, str]]:
 def find_refs(data: Any) -> tuple[list[FieldRefs], list[Problem]]:
     """Every string field of ``data`` holding ``${runs...}``, and a problem per malformed one."""
     found, problems = [], []
-    for path, value in _strings(data, ()):
+    for path, value in string_leaves(data):
         if "${runs" not in value:
             continue
         refs = tuple(Ref(m.group(0), m.group(1), m.group(2)) for m in _REF.finditer(value))
