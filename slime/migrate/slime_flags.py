@@ -77,6 +77,7 @@ DIRECT: dict[str, tuple[str, str]] = {
     "--lr": ("train.optimizer.lr", "float"),
     "--min-lr": ("train.optimizer.min_lr", "float"),
     "--lr-warmup-iters": ("train.optimizer.warmup_steps", "int"),
+    "--lr-warmup-fraction": ("train.optimizer.warmup_fraction", "float"),
     "--weight-decay": ("train.optimizer.weight_decay", "float"),
     "--adam-eps": ("train.optimizer.eps", "float"),
     "--clip-grad": ("train.optimizer.clip_grad", "float"),
@@ -475,8 +476,6 @@ MEGATRON_DROPPABLE: dict[str, str] = {
 
 # Megatron-LM flags that change what is trained and have no slime/v2 field: flag -> reason and replacement.
 MEGATRON_REFUSED: dict[str, str] = {
-    "--lr-warmup-fraction": "a warmup given as a fraction of the run: give train.optimizer.warmup_steps (optimizer "
-    "steps) instead",
     "--exp-avg-dtype": "low-precision optimizer states are not in slime/v2 (Adam keeps fp32 states)",
     "--exp-avg-sq-dtype": "low-precision optimizer states are not in slime/v2 (Adam keeps fp32 states)",
     "--main-params-dtype": "low-precision master weights are not in slime/v2 (fp32)",

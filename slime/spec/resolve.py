@@ -269,7 +269,11 @@ def _batches(spec: Spec, t: Train, r: Rollout) -> Train:
         steps = samples // gbs
     if steps is None and gbs and variable_count_reason(spec) is not None:
         steps = max(1, round(samples / gbs))  # a nominal count: the runtime sizes each rollout's steps
-    return replace(t, global_batch_size=gbs, num_steps_per_rollout=steps)
+    o = t.optimizer
+    # a hand-written warmup_steps is kept (the warm-up rule refuses the pair); no length: the rule refuses it
+    if o.warmup_fraction is not None and not o.warmup_steps and r.num_rollouts and steps:
+        o = replace(o, warmup_steps=int(o.warmup_fraction * r.num_rollouts * steps))
+    return replace(t, global_batch_size=gbs, num_steps_per_rollout=steps, optimizer=o)
 
 
 def _algorithm(spec: Spec) -> Algorithm:

@@ -127,6 +127,23 @@ def env_and_secrets(s: Spec) -> Iterator[Finding]:
 
 
 @rule
+def warmup_fraction(s: Spec) -> Iterator[Finding]:
+    """A warm-up given as a fraction needs the run's length, and is one of two ways to give it."""
+    o, path = s.train.optimizer, "train.optimizer.warmup_fraction"
+    if o.warmup_fraction is None:
+        return
+    if s.rollout.num_rollouts is None or s.train.num_steps_per_rollout is None:
+        yield (
+            path,
+            "a warm-up fraction needs the run's optimizer steps, and rollout.num_rollouts is not known here",
+            "set rollout.num_rollouts (or rollout.epochs with a readable data.prompts), or give warmup_steps",
+        )
+    elif o.warmup_steps != int(o.warmup_fraction * s.rollout.num_rollouts * s.train.num_steps_per_rollout):
+        # resolve derives warmup_steps from the fraction: another value was written by hand
+        yield (path, f"both warmup_fraction and warmup_steps ({o.warmup_steps}) are given", "keep one of them")
+
+
+@rule
 def plugin_sections(s: Spec) -> Iterator[Finding]:
     """A plug-in's section is read only when that plug-in is the one selected."""
     for kind, (_, section, attr) in KINDS.items():

@@ -173,6 +173,13 @@ class Optimizer(Section, kw_only=True):
         "constant"
     )
     warmup_steps: Annotated[int, D("Linear warm-up steps.", ge=0)] = 0
+    warmup_fraction: Annotated[
+        Annotated[float, Meta(ge=0, lt=1)] | None,
+        D(
+            "Linear warm-up as a fraction of the run's optimizer steps (slime's --lr-warmup-fraction); "
+            "resolved into warmup_steps once the run's length is known."
+        ),
+    ] = None
     weight_decay: Annotated[float, D("Decoupled weight decay.", ge=0)] = 0.0
     betas: Annotated[tuple[float, float], D("Adam (beta1, beta2).")] = (0.9, 0.98)
     eps: Annotated[float, D("Adam epsilon.", gt=0)] = 1e-8

@@ -162,8 +162,8 @@ def test_megatron_lm_names_reach_megatron_core_s_option_or_a_note():
     dropped = dict(result.unmapped)
     assert "memory only" in dropped["--optimizer-cpu-offload"]
     assert "splits layers evenly" in dropped["--decoder-last-pipeline-num-layers"]
-    refused = dict(convert_slime_args(f"{DISAGG} --lr-warmup-fraction 0.1").refused)
-    assert "give train.optimizer.warmup_steps" in refused["--lr-warmup-fraction"]
+    refused = dict(convert_slime_args(f"{DISAGG} --exp-avg-dtype bf16").refused)
+    assert "Adam keeps fp32 states" in refused["--exp-avg-dtype"]
 
 
 def test_an_array_defined_nowhere_in_a_script_without_sources_passes_nothing():
