@@ -13,6 +13,7 @@ import pytest
 
 from slime.migrate.flagmap import unknown_flag, unknown_megatron_option
 from slime.migrate.importer import convert_slime_args
+from slime.spec import load_spec_text
 from tests.fixtures.fit_configs import write_model
 from tests.fixtures.slime_script_models import SCRIPT_MODELS
 
@@ -84,3 +85,24 @@ def test_each_script_imports_and_validates_or_is_refused_with_the_reason(script,
             assert unknown_megatron_option(path.rsplit(".", 1)[1]) is None, path
         if path.startswith("rollout.sglang.args."):
             assert unknown_flag(path.rsplit(".", 1)[1]) is None, path
+
+
+@pytest.mark.parametrize("script", ["run-qwen3-4B-base-sft.sh", "run-qwen3-235B-A22B-sft.sh"])
+def test_slimes_sft_scripts_validate_as_sft_jobs_where_their_data_is_readable(script, tmp_path):
+    """With the data on this machine (as on the cluster) the run's length, and so the warm-up, is known."""
+    data = tmp_path / "sft.jsonl"
+    row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    data.write_text("\n".join(json.dumps(row) for _ in range(64)) + "\n")
+    info = SCRIPTS[script]
+    words = list(info["words"])
+    words[words.index("--prompt-data") + 1] = str(data)
+    model = write_model(tmp_path, info["model_file"], SCRIPT_MODELS[info["model_file"]])
+    text = f"python3 {info['entry']} " + " ".join(shlex.quote(w) for w in words)
+    result = convert_slime_args(text, model=str(model))
+    errors = [p.message for p in result.problems if p.severity == "error"]
+    assert result.accepted() and not errors, (result.refused, errors)
+    spec = load_spec_text(result.yaml, file="imported.yaml").spec
+    assert spec.kind == "SFTJob" and spec.train.optimizer.warmup_fraction is not None
+    assert spec.train.optimizer.warmup_steps == int(
+        spec.train.optimizer.warmup_fraction * spec.rollout.num_rollouts * spec.train.num_steps_per_rollout
+    )
