@@ -266,7 +266,8 @@ class Driver:
             critic=critic_m,
             agent=self.spec.agent is not None,
         )
-        record["train/critic_only"] = float(not actor)
+        if steps and (c := self.spec.algorithm.critic) is not None and c.warmup_rollouts:  # only where it can be 1
+            record["train/critic_only"] = float(not actor)
         record.update(taken.metrics)  # rollout/groups_*: what the generation drew, kept and dropped
         record.update(self.evaluate(r))
         times = {

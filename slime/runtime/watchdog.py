@@ -40,9 +40,11 @@ class Watchdog:
         on_stall: Callable[[records.Diagnosis], None],
         say: Callable[[str], None],
         poll_s: float = 0.5,
+        hard_exit: Callable[[], None] | None = None,
     ) -> None:
         self.setting, self.tp, self.processes, self.say, self.poll_s = setting, tp, processes, say, poll_s
         self.on_stall = on_stall
+        self.hard_exit = hard_exit or _hard_exit  # ends this process: a test in a shared process passes its own
         self.firing = threading.Event()  # set when a stall is found: the main thread leaves the ending to us
         self.name: str | None = None
         self.deadline: float | None = None
@@ -118,11 +120,11 @@ class Watchdog:
                 phase=phase,
             )
             records.append(self.tp, self.fired)
-        timer = threading.Timer(GRACE_S, _hard_exit)  # if the teardown itself hangs
+        timer = threading.Timer(GRACE_S, self.hard_exit)  # if the teardown itself hangs
         timer.daemon = True
         timer.start()
         self.on_stall(self.fired)
-        _hard_exit()
+        self.hard_exit()
 
     def diagnose(self, phase: str, timeout_s: float) -> records.Diagnosis:
         stamp = time.strftime("%Y%m%d-%H%M%S")

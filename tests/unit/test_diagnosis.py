@@ -167,8 +167,15 @@ def test_the_watchdog_fires_after_the_timeout_dumps_and_records_and_beats_postpo
         done.set()
         threading.Event().wait()  # the real one tears down and exits; keep this thread from exiting the test
 
+    exits: list = []
     w = Watchdog(
-        1.0, tp, processes=lambda: [("engine 0", proc.pid, None)], on_stall=on_stall, say=lambda m: None, poll_s=0.1
+        1.0,
+        tp,
+        processes=lambda: [("engine 0", proc.pid, None)],
+        on_stall=on_stall,
+        say=lambda m: None,
+        poll_s=0.1,
+        hard_exit=lambda: exits.append(1),  # the real one would end the pytest worker a grace time later
     )
     w.start()
     t0 = time.monotonic()
