@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from slime.core.errors import ExitCode
-from slime.spec.refs import string_leaves
 
 __all__ = ["EXAMPLES_DIR", "PLACEHOLDER", "TEMPLATES", "configure", "load_checked", "placeholder_problems"]
 
@@ -205,6 +204,8 @@ def placeholder_problems(text: str, file: str, overrides: tuple[str, ...] | list
         return []  # the loader reports the syntax error
     overridden = {parse_path(o.partition("=")[0].strip()) for o in overrides if "=" in o}
     problems = []
+    from slime.spec.refs import string_leaves  # msgspec: not for shell completion
+
     for path, value in string_leaves(data):
         m = _HOLE.search(value)
         if m and path not in overridden:

@@ -401,6 +401,7 @@ def test_every_default_is_written_in_the_resolved_json():
         "min_lr": 0.0,
         "lr_schedule": "constant",
         "warmup_steps": 0,
+        "warmup_fraction": None,
         "weight_decay": 0.0,
         "betas": [0.9, 0.98],
         "eps": 1e-8,
