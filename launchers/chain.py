@@ -49,7 +49,8 @@ class Step:
         return self.dry.request.run_dir if self.dry else None
 
     def outputs(self) -> dict[str, str]:
-        assert self.run_dir is not None
+        if self.run_dir is None:
+            raise RuntimeError(f"internal: chain step {self.name!r} has no run dir before its outputs are named")
         tp = TaskPaths(self.run_dir, 0)
         return {"final_model": str(tp.final_model), "checkpoints": str(tp.checkpoints), "run_dir": str(self.run_dir)}
 
@@ -202,7 +203,8 @@ def plan(
         problems += _check_outputs(st, steps)
     if problems:
         raise SpecError(problems)
-    assert launcher is not None
+    if launcher is None:
+        raise RuntimeError("internal: a chain with no steps reached submission")
     return launcher, steps
 
 
@@ -255,7 +257,8 @@ def submit(launcher: Launcher, steps: list[Step], on: On) -> list[Step]:
     chain_id = steps[0].run_dir.name if steps[0].run_dir else "chain"
     prev: Step | None = None
     for i, st in enumerate(steps):
-        assert st.dry is not None
+        if st.dry is None:
+            raise RuntimeError(f"internal: chain step {i} was not planned before submission")
         dry = st.dry
         if prev is not None and prev.job_ids:
             extra = {**dry.options.extra, "dependency": _dependency(prev, on), "kill_on_invalid_dep": True}

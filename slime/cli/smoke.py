@@ -4,10 +4,9 @@ The end-to-end test of a spec before it waits in a GPU queue: validated as for a
 by :mod:`slime.spec.smoke` (changes and what they leave untested are printed), run locally for ``N``
 rollouts with a checkpoint stop and resume (:mod:`slime.cli.smoke_driver`), judged stage by stage
 (:mod:`slime.cli.smoke_report`); then, unless ``--fast``, the user's engine path on a tiny model of
-their family (:mod:`slime.cli.smoke_engine`) where it runs on this CPU.
-Exit codes: 0 all passed · 2 spec, data or plug-in wrong · 3 infrastructure · 1 a stage failed
-otherwise · 130 interrupted. Not guaranteed: anything on the printed "not tested" list (GPU engines,
-scale): a passing smoke runs the spec's data, reward, algorithm, plug-ins and agent on the tiny model.
+their family (:mod:`slime.cli.smoke_engine`) where it runs on this CPU. Exit codes: 0 all passed ·
+2 spec, data or plug-in wrong · 3 infrastructure · 1 a stage failed otherwise · 130 interrupted.
+Not guaranteed: what the printed "not tested" list names (GPU engines, scale).
 """
 
 from __future__ import annotations

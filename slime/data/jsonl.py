@@ -6,8 +6,7 @@ the prompt is the templated history before the last assistant reply, the label t
 is read completely before use (pyarrow reads Parquet), so a bad row fails the start
 (``DatasetError`` naming ``file:line``, key and fix), never mid-epoch. Epoch ``e`` visits rows in a
 permutation that is a pure function of ``(seed, e)``; restoring :meth:`PromptDataset.state_dict`
-continues with exactly the batches an uninterrupted run would have produced. Rows whose templated
-prompt exceeds ``max_prompt_tokens`` are dropped at load and counted, never truncated.
+continues with exactly the batches an uninterrupted run would have produced. Over-long prompts are dropped and counted.
 """
 
 from __future__ import annotations

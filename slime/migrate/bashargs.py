@@ -5,8 +5,7 @@ assignments and ``$X``/``${X:-default}``, integer ``$(( ))``, redirections and s
 separators. Each word keeps its line; flag-like statements right after the command (a missing
 trailing backslash) go to ``Script.early_end``.
 Not handled, reported in ``Script.notes``: ``$(...)`` is never run, sourced files are not read (the
-caller may pass their text: their assignments are then defined),
-unassigned (environment) variables are left as written.
+caller may pass their text), unassigned (environment) variables are left as written.
 Guaranteed: never executes anything and never raises on any input text.
 """
 
