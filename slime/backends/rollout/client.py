@@ -21,7 +21,7 @@ import aiohttp
 
 from slime.core.auth import auth_headers
 
-__all__ = ["EngineClient", "EngineError", "EngineUnavailable", "GenerateResult"]
+__all__ = ["ClientPool", "EngineClient", "EngineError", "EngineUnavailable", "GenerateResult"]
 
 
 class EngineError(RuntimeError):
@@ -326,3 +326,27 @@ class EngineClient:
         if abort_all:
             payload["abort_all"] = True
         await self._request("POST", "/abort_request", payload, idempotent=True, expect_json=False)
+
+
+class ClientPool:
+    """One event loop and one :class:`EngineClient` per engine, kept for a backend's life: the driver's
+    calls (a weight sync every step) reuse their connections instead of a session and a loop per call."""
+
+    def __init__(self, clients: list[EngineClient]) -> None:
+        self.clients, self.loop = clients, asyncio.new_event_loop()
+
+    def each(self, fn: Any) -> list[Any]:
+        """``fn(client)`` on every engine at once; the results in engine order."""
+
+        async def go():
+            return await asyncio.gather(*(fn(c) for c in self.clients))
+
+        return self.loop.run_until_complete(go())
+
+    def close(self) -> None:
+        try:
+            for c in self.clients:
+                self.loop.run_until_complete(c.close())
+        finally:
+            self.clients = []
+            self.loop.close()

@@ -10,7 +10,6 @@ Not done: collective (NCCL) weight sync or memory release on external engines (t
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,8 +50,7 @@ class ExternalEngines(RolloutBackend):
     def __init__(self, spec: Spec) -> None:
         self.spec, self.urls = spec, external_urls(spec)
         self.frozen = spec.rollout.external_frozen
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._clients: list[Any] = []
+        self._pool: Any = None  # a ClientPool, made on the first call
 
     def start(
         self, spec: Spec, layout: Layout, placement: Any, model_dir: Path, *, log_dir: Path | None = None
@@ -62,16 +60,11 @@ class ExternalEngines(RolloutBackend):
         return list(self.urls)
 
     def _each(self, fn) -> list[Any]:
-        from slime.backends.rollout.client import EngineClient
+        from slime.backends.rollout.client import ClientPool, EngineClient
 
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-            self._clients = [EngineClient(u, secret=engine_secret(self.spec)) for u in self.urls]
-
-        async def go():
-            return await asyncio.gather(*(fn(c) for c in self._clients))
-
-        return self._loop.run_until_complete(go())
+        if self._pool is None:
+            self._pool = ClientPool([EngineClient(u, secret=engine_secret(self.spec)) for u in self.urls])
+        return self._pool.each(fn)
 
     def update_weights(self, source: Path, version: int) -> None:
         if not self.frozen:  # frozen: the engines keep serving what they serve (samples say which version)
@@ -94,12 +87,6 @@ class ExternalEngines(RolloutBackend):
 
     def stop(self) -> None:
         """Close the connections; the engines keep running (the job did not start them)."""
-        if self._loop is None:
-            return
-        loop, self._loop = self._loop, None
-        try:
-            for c in self._clients:
-                loop.run_until_complete(c.close())
-        finally:
-            self._clients = []
-            loop.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()

@@ -109,8 +109,7 @@ class BuiltinRolloutBackend(RolloutBackend):
     def __init__(self) -> None:
         self.actors: list[Any] = []
         self.urls: list[str] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._clients: list[Any] = []
+        self._pool: Any = None  # a ClientPool, made on the first call
 
     def start(
         self, spec: Spec, layout: Layout, placement: Any, model_dir: Path, *, log_dir: Path | None = None
@@ -159,27 +158,16 @@ class BuiltinRolloutBackend(RolloutBackend):
         return list(self.urls)
 
     def _each(self, fn) -> list[Any]:
-        from slime.backends.rollout.client import EngineClient
+        from slime.backends.rollout.client import ClientPool, EngineClient
 
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-            self._clients = [EngineClient(u) for u in self.urls]
-
-        async def go():
-            return await asyncio.gather(*(fn(c) for c in self._clients))
-
-        return self._loop.run_until_complete(go())
+        if self._pool is None:
+            self._pool = ClientPool([EngineClient(u) for u in self.urls])
+        return self._pool.each(fn)
 
     def _close_clients(self) -> None:
-        if self._loop is None:
-            return
-        loop, self._loop = self._loop, None
-        try:
-            for c in self._clients:
-                loop.run_until_complete(c.close())
-        finally:
-            self._clients = []
-            loop.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
 
     def update_weights(self, source: Path, version: int) -> None:
         self._each(lambda c: c.update_weights_from_disk(str(source), str(version)))
