@@ -6,8 +6,7 @@ and each step's spec with its references filled in by the earlier step's would-b
 as ``--set`` overrides, so lock.json records them). :func:`submit` submits in order; SLURM gets
 ``--dependency=afterok:``/``afterany:`` (and ``--kill-on-invalid-dep``, so a step whose
 dependency can never be met ends instead of pending forever); local runs run in order and stop
-after a failure. Each step's ``chain.json`` records the chain, its ``chain_refs.json`` (written with
-the run dir, hashed in lock.json) the filled references, which the node checks before it starts.
+after a failure. ``chain.json`` records the chain; ``chain_refs.json`` the filled references (checked on the node).
 """
 
 from __future__ import annotations

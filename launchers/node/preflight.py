@@ -5,9 +5,8 @@ refuses a call without the job's secret), ``gpu_count`` / ``cuda_visible_devices
 bundle), ``ray_resources``, ``bundles`` / ``placement`` / ``roles`` (the placement group the runtime will use),
 ``collective`` (gloo across nodes), ``collective_nccl`` and ``external_engine`` (``preflight_external``). The
 collective's go-ahead comes first, so it runs while the placement group is made and probed; a single CPU-only node
-skips it. ``cluster.fake_gpus`` skips the CUDA probe,
-saying so. ``ray`` is imported lazily; :func:`write_report` writes preflight.json and preflight.txt. Check by check:
-docs/design-notes.md.
+skips it. ``cluster.fake_gpus`` skips the CUDA probe, saying so. ``ray`` is imported lazily; :func:`write_report`
+writes preflight.json and preflight.txt. Check by check: docs/design-notes.md.
 """
 
 from __future__ import annotations
