@@ -169,7 +169,6 @@ class TrainerRank:
         else None (two Ray returns)."""
         import torch
 
-        from slime.rl.kl import compute_kl
         from slime.rl.masked import zero_masked
         from slime.runtime.step_plan import ShardScores
         from slime.runtime.train_data import collate, rank_scores, token_advantages
@@ -184,14 +183,9 @@ class TrainerRank:
         if sidecar is not None:
             _save_log_probs(samples, batch.old_log_probs, *sidecar)
         metrics = self._rollout_mismatch(batch)  # before old_log_probs may become the rollout's
-        kl = None
         sums = torch.zeros(5, dtype=torch.float64)  # token count, ref-KL sum, reward-KL sum, |adv| sum, OPD-KL sum
         sums[0] = mask.sum()
-        if self.ref is not None:
-            batch.ref_log_probs = self.ref.log_probs(batch, temperature=temperature)
-            sums[1] = zero_masked(compute_kl(batch.old_log_probs, batch.ref_log_probs, a.kl_loss_type), mask).sum()
-            kl = compute_kl(batch.old_log_probs, batch.ref_log_probs, "k1")
-            sums[2] = zero_masked(kl, mask).sum()
+        kl = self._ref_kl(batch, temperature, sums) if self.ref is not None else None
         student = batch.old_log_probs  # the trainer's, before use_rollout_logprobs may swap them
         if a.use_rollout_logprobs:
             batch.old_log_probs = batch.rollout_log_probs  # the ratio is taken against the sampling policy
@@ -222,6 +216,18 @@ class TrainerRank:
             metrics["train/ref_kl"] = float(sums[1]) / n
         metrics["time/prepare_s"] = time.perf_counter() - t0
         return metrics, (returns if a.estimator == "ppo" else None)
+
+    def _ref_kl(self, batch, temperature: float, sums):
+        """The reference log-probs; adds the loss's and the reward's KL sums to ``sums``; returns the k1 KL."""
+        from slime.rl.kl import compute_kl
+        from slime.rl.masked import zero_masked
+
+        a, mask = self.spec.algorithm, batch.response_mask
+        batch.ref_log_probs = self.ref.log_probs(batch, temperature=temperature)
+        sums[1] = zero_masked(compute_kl(batch.old_log_probs, batch.ref_log_probs, a.kl_loss_type), mask).sum()
+        kl = compute_kl(batch.old_log_probs, batch.ref_log_probs, "k1")
+        sums[2] = zero_masked(kl, mask).sum()
+        return kl
 
     def _opd(self, batch, student, adv, temperature: float):
         """``(advantages with the teacher's KL penalty, per-token KL)``; keeps ``batch.teacher_log_probs``."""
