@@ -47,6 +47,27 @@ def _version_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _import_slime_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="file with the flags (a launch script or a flag list; '-' = stdin)")
+    p.add_argument("-o", "--output", help="write the spec here instead of stdout")
+    p.add_argument("--name", default=None, help="job name for the spec")
+    p.add_argument("--json", action="store_true", help="print the mapping report as JSON")
+    p.add_argument(
+        "--drop-unmapped",
+        action="store_true",
+        help="write the spec even if flags that change what is trained cannot be mapped (they are listed)",
+    )
+    p.add_argument("--model", default=None, help="checkpoint dir to use instead of the script's --hf-checkpoint")
+    p.add_argument(
+        "--source",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a file the script sources (e.g. scripts/models/qwen3-4B.sh): its arrays, such as MODEL_ARGS, are read",
+    )
+    p.set_defaults(func=_command("slime.cli.commands:import_slime_args"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="slime-submit",
@@ -85,25 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_command("slime.cli.commands:explain"))
 
-    p = sub.add_parser("import-slime-args", help="convert a slime train.py flag list into a spec")
-    p.add_argument("file", metavar="FILE", help="file with the flags (a launch script or a flag list; '-' = stdin)")
-    p.add_argument("-o", "--output", help="write the spec here instead of stdout")
-    p.add_argument("--name", default=None, help="job name for the spec")
-    p.add_argument("--json", action="store_true", help="print the mapping report as JSON")
-    p.add_argument(
-        "--drop-unmapped",
-        action="store_true",
-        help="write the spec even if flags that change what is trained cannot be mapped (they are listed)",
-    )
-    p.add_argument("--model", default=None, help="checkpoint dir to use instead of the script's --hf-checkpoint")
-    p.add_argument(
-        "--source",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="a file the script sources (e.g. scripts/models/qwen3-4B.sh): its arrays, such as MODEL_ARGS, are read",
-    )
-    p.set_defaults(func=_command("slime.cli.commands:import_slime_args"))
+    _import_slime_args(sub.add_parser("import-slime-args", help="convert a slime train.py flag list into a spec"))
 
     for name, (configure, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text)
