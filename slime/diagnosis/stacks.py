@@ -53,6 +53,19 @@ def _stopped(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] in ("T", "t")
 
 
+def _pyspy(tool: str, pid: int, nonblocking: bool, timeout_s: float) -> subprocess.CompletedProcess | str:
+    try:
+        return subprocess.run(
+            # a stopped process cannot be attached to and paused: read its memory as it is
+            [tool, "dump", "--pid", str(pid), "--json", *(["--nonblocking"] if nonblocking else [])],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"py-spy failed: {exc}"
+
+
 def dump(label: str, pid: int, node: str, *, timeout_s: float = 30.0) -> ProcStacks:
     """The stacks of process ``pid`` on this node (py-spy; this process's own by faulthandler)."""
     out = ProcStacks(label, pid, node, stopped=_stopped(pid))
@@ -64,16 +77,12 @@ def dump(label: str, pid: int, node: str, *, timeout_s: float = 30.0) -> ProcSta
     if tool is None:
         out.error = "py-spy is not installed (pip install py-spy): only the driver's own stacks were dumped"
         return out
-    try:
-        run = subprocess.run(
-            # a stopped process cannot be attached to and paused: read its memory as it is
-            [tool, "dump", "--pid", str(pid), "--json", *(["--nonblocking"] if out.stopped else [])],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        out.error = f"py-spy failed: {exc}"
+    run = _pyspy(tool, pid, out.stopped, timeout_s)
+    if isinstance(run, subprocess.CompletedProcess) and run.returncode != 0 and not out.stopped:
+        out.stopped = _stopped(pid)  # stopped between our look and py-spy's attach: read it as it is
+        run = _pyspy(tool, pid, True, timeout_s) if out.stopped else run
+    if isinstance(run, str):
+        out.error = run
         return out
     if run.returncode != 0:
         out.error = f"py-spy failed: {(run.stderr or run.stdout).strip()[-500:]}"

@@ -142,6 +142,11 @@ def test_a_real_dump_names_the_frame_a_process_waits_in_also_when_it_is_stopped(
     assert f"wait_here ({script}:5)" in p.text
     os.kill(proc.pid, 19)  # SIGSTOP
     try:
+        # the signal lands asynchronously; a hung rank is stopped long before a watchdog looks
+        for _ in range(200):
+            if Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] == "T":
+                break
+            time.sleep(0.01)
         p = dump("sleeper", proc.pid, "here")
         assert p.stopped and f"wait_here ({script}:5)" in p.text
         b = behind([p], "rollout")
