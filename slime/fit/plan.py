@@ -98,7 +98,7 @@ def trainer_layout(spec: Any) -> TrainerLayout:
         in_flight=min(p.pipeline, micro),
         recompute=_arg(args, "recompute-granularity"),
         attention_scores=_arg(args, "attention-backend") in ("local", "unfused"),
-        optimizer_offload=bool(_arg(args, "optimizer-cpu-offload")),
+        optimizer_offload=t.megatron.optimizer_offload if getattr(t, "megatron", None) else 0.0,
     )
 
 

@@ -46,7 +46,7 @@ class TrainerLayout:
     in_flight: int = 1  # micro-batches whose activations the first pipeline stage holds at once
     recompute: str | None = None  # "full", "selective" or None (train.megatron.args recompute-granularity)
     attention_scores: bool = False  # the attention backend stores the s x s scores (local/unfused)
-    optimizer_offload: bool = False  # optimizer state on the host (megatron's optimizer-cpu-offload)
+    optimizer_offload: float = 0.0  # the fraction of optimizer state on the host (train.megatron.optimizer_offload)
 
 
 def stage_layers(layers: int, pp: int, stage: int) -> range:
@@ -80,8 +80,8 @@ def _state(d: Dims, lay: TrainerLayout, stage: int) -> tuple[int, int, int]:
 
 
 def offloaded_optimizer(d: Dims, lay: TrainerLayout) -> int:
-    """Optimizer state one rank keeps on the host (megatron's optimizer-cpu-offload), else 0."""
-    return max(_state(d, lay, stage)[2] for stage in range(lay.pp)) if lay.optimizer_offload else 0
+    """Optimizer state one rank keeps on the host (train.megatron.optimizer_offload of it)."""
+    return int(lay.optimizer_offload * max(_state(d, lay, stage)[2] for stage in range(lay.pp)))
 
 
 def layer_activations(d: Dims, lay: TrainerLayout, moe: bool) -> float:
@@ -118,7 +118,7 @@ def trainer_memory(d: Dims, lay: TrainerLayout, *, reference: bool = False, crit
     best: Breakdown | None = None
     for stage in range(lay.pp):
         weights, grads, optimizer = _state(d, lay, stage)
-        optimizer = 0 if lay.optimizer_offload else optimizer
+        optimizer = int(optimizer * (1 - lay.optimizer_offload))
         terms = [
             ("weights", weights),
             ("gradients", grads),

@@ -28,6 +28,7 @@ from slime.migrate.slime_flags import (
     MEGATRON_DROPPABLE,
     MEGATRON_REFUSED,
     MEGATRON_RENAMED,
+    OPTIMIZER_OFFLOAD_FLAGS,
     PP_SIZE_FLAGS,
     RM_TYPES,
     RM_TYPES_REFUSED,
@@ -312,6 +313,8 @@ def _megatron_flag(f: Flag, b: Builder) -> None:
     elif name in MEGATRON_RENAMED and not f.values:
         option, value = MEGATRON_RENAMED[name]
         b.from_flag(f, ("train", "backend_args", option), value, " -- megatron-core's name for this Megatron flag")
+    elif name in OPTIMIZER_OFFLOAD_FLAGS:
+        pass  # ``finish`` maps the pair together
     elif name in MEGATRON_DROPPABLE:
         b.drop(name, MEGATRON_DROPPABLE[name])
     elif name in MEGATRON_REFUSED:
@@ -524,6 +527,7 @@ def finish(b: Builder, seen: dict[str, Flag], name: str | None) -> None:
     _architecture(b)
     _kl(b, seen)
     _betas(b, seen)
+    _optimizer_offload(b, seen)
     _resume(b, seen)
     _reward_key(b, seen.get("--reward-key"))
     _weight_sync(b, seen)
@@ -621,6 +625,27 @@ def _betas(b: Builder, seen: dict[str, Flag]) -> None:
         b.mapped.extend((f.name, "train.optimizer.betas") for f in used)
     else:
         b.set("train.optimizer.betas", [0.9, 0.999], "Megatron's --adam-beta1/--adam-beta2 defaults")
+
+
+def _optimizer_offload(b: Builder, seen: dict[str, Flag]) -> None:
+    """--optimizer-cpu-offload [--optimizer-offload-fraction F]: F (Megatron-LM's default 1.0) of the optimizer
+    on the host; the fraction alone offloads nothing in Megatron-LM."""
+    on, frac = (seen.get(name) for name in OPTIMIZER_OFFLOAD_FLAGS)
+    if on is None:
+        if frac is not None:
+            b.drop(frac.name, "without --optimizer-cpu-offload Megatron-LM offloads nothing (memory only)")
+        return
+    if on.values:
+        b.refuse(" ".join(on.values), f"value(s) after the switch {on.name} (line {on.line}), ignored")
+    value = 1.0 if frac is None else _num(frac, "float", b)
+    if value is None:
+        return
+    if not 0.0 <= value <= 1.0:
+        b.refuse(frac.name, f"{value} is not a fraction between 0 and 1")
+        return
+    b.from_flag(on, ("train", "megatron", "optimizer_offload"), value, "" if frac else " -- Megatron-LM's fraction 1.0")
+    if frac is not None:
+        b.mapped.append((frac.name, "train.megatron.optimizer_offload"))
 
 
 def _resume(b: Builder, seen: dict[str, Flag]) -> None:

@@ -19,6 +19,7 @@ __all__ = [
     "MEGATRON_DROPPABLE",
     "MEGATRON_REFUSED",
     "MEGATRON_RENAMED",
+    "OPTIMIZER_OFFLOAD_FLAGS",
     "PP_SIZE_FLAGS",
     "REFUSED",
     "RM_TYPES",
@@ -457,13 +458,14 @@ def slime_only_reason(flag: str) -> str:
 # SGLang's pipeline-parallel size under slime's two names (slime divides an engine's GPUs by it for TP).
 PP_SIZE_FLAGS = ("--sglang-pp-size", "--sglang-pipeline-parallel-size")
 
+# Megatron-LM's optimizer offload (a fraction that defaults to 1.0 there) -> train.megatron.optimizer_offload.
+OPTIMIZER_OFFLOAD_FLAGS = ("--optimizer-cpu-offload", "--optimizer-offload-fraction")
+
 # Megatron-LM flags whose megatron-core option has another name: flag -> (option, value it stores).
 MEGATRON_RENAMED: dict[str, tuple[str, object]] = {"--no-rope-fusion": ("apply-rope-fusion", False)}
 
 # Megatron-LM flags (no megatron-core option) that change only speed, memory or logging: dropped with a note.
 MEGATRON_DROPPABLE: dict[str, str] = {
-    "--optimizer-cpu-offload": "optimizer state on the host (memory only); the megatron backend keeps it on the "
-    "GPU: `slime-submit fit` says whether that fits",
     "--overlap-cpu-optimizer-d2h-h2d": "overlaps host-offloaded optimizer copies (speed only)",
     "--use-precision-aware-optimizer": "an optimizer that keeps its states in the dtypes --exp-avg-dtype etc. name "
     "(fp32 unless given; those are refused): memory/speed only as used here",

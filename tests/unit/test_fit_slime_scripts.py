@@ -26,7 +26,7 @@ MODELS = {QWEN7B: (QWEN25_7B, "H100-80GB"), DISAGG: (QWEN25_1P5B, "H100-80GB"), 
 KIMI_RECIPE = {
     "train.parallel": {"tensor": 8, "pipeline": 8, "expert": 32, "expert_tensor": 1, "sequence_parallel": True},
     "train.dynamic_batch": {"enabled": True, "max_tokens_per_gpu": 4096},
-    "train.megatron.args": {"recompute-granularity": "full", "optimizer-cpu-offload": True},
+    "train.megatron": {"args": {"recompute-granularity": "full"}, "optimizer_offload": 1.0},
     "rollout.gpus_per_engine": 32,
 }
 

@@ -46,6 +46,24 @@ def test_without_the_distributed_optimizer_every_rank_keeps_all_12_bytes():
     assert off.get("weights") == on.get("weights")
 
 
+def test_optimizer_offload_moves_the_optimizer_state_to_the_host():
+    from slime.fit.plan import trainer_layout
+    from slime.fit.trainer import offloaded_optimizer
+    from tests.fixtures.spec_helpers import GPU_SPEC, load, spec
+
+    lay = TrainerLayout(tp=2, dp=8, distributed_optimizer=True)
+    on_gpu = trainer_memory(QWEN7B, lay).get("optimizer")
+    for fraction in (0.25, 1.0):
+        moved = TrainerLayout(tp=2, dp=8, distributed_optimizer=True, optimizer_offload=fraction)
+        assert trainer_memory(QWEN7B, moved).get("optimizer") == pytest.approx((1 - fraction) * on_gpu, abs=1)
+        assert offloaded_optimizer(QWEN7B, moved) == pytest.approx(fraction * on_gpu, abs=1)
+    assert offloaded_optimizer(QWEN7B, lay) == 0
+    offload = load(spec(GPU_SPEC, **{"train.megatron": {"optimizer_offload": 0.5}})).spec
+    assert (
+        trainer_layout(offload).optimizer_offload == 0.5 and trainer_layout(load(GPU_SPEC).spec).optimizer_offload == 0
+    )
+
+
 def test_recompute_full_keeps_layer_inputs_and_selective_drops_the_score_term():
     base = dict(tp=2, dp=8, tokens=8192, seq_len=8192, sequence_parallel=True, attention_scores=True)
     none = trainer_memory(QWEN7B, TrainerLayout(**base)).get("activations")

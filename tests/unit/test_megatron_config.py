@@ -188,3 +188,28 @@ def test_transformer_config_builds_and_rejects_unknown_options():
     assert cfg.num_query_groups == 4 and cfg.kv_channels == 128 and cfg.gated_linear_unit
     with pytest.raises(MegatronConfigError, match=r"'recompute_granularty' \(did you mean 'recompute_granularity'"):
         build_transformer_config(transformer_config_kwargs(s, overrides={"recompute_granularty": "full"}))
+
+
+@pytest.mark.skipif(not HAS_MEGATRON, reason="megatron-core is not installed (optional extra 'megatron')")
+def test_optimizer_offload_reaches_megatron_cores_hybrid_optimizer_or_a_clear_refusal():
+    """train.megatron.optimizer_offload becomes megatron-core's CPU-offload settings (none without it). They take
+    the precision-aware path, whose config checks Transformer Engine: where it is missing (this machine) the
+    backend refuses naming the field instead of megatron-core's TypeError; where present, the config builds."""
+    from megatron.core.optimizer import OptimizerConfig
+
+    from slime.backends.megatron.backend import megatron_optimizer
+    from slime.backends.megatron.config import has_transformer_engine, optimizer_config_kwargs
+    from tests.fixtures.spec_helpers import GPU_SPEC, load, spec
+
+    train = load(spec(GPU_SPEC, **{"train.megatron": {"optimizer_offload": 0.75}})).spec.train
+    kwargs = optimizer_config_kwargs(train)
+    assert (kwargs["optimizer_cpu_offload"], kwargs["optimizer_offload_fraction"]) == (True, 0.75)
+    assert kwargs["use_precision_aware_optimizer"] and kwargs["use_distributed_optimizer"]
+    assert "optimizer_cpu_offload" not in optimizer_config_kwargs(load(GPU_SPEC).spec.train)
+    if has_transformer_engine():
+        assert OptimizerConfig(**{**kwargs, "params_dtype": None}).optimizer_cpu_offload
+    else:
+        with pytest.raises(MegatronConfigError) as exc:
+            megatron_optimizer(train, model=None)
+        assert exc.value.findings[0][0] == "train.megatron.optimizer_offload"
+        assert "transformer_engine is not installed" in str(exc.value)

@@ -11,7 +11,7 @@ import pytest
 from slime.backends.sglang.flags import engine_tp
 from slime.cli.main import main
 from slime.migrate.importer import IMPLIED, convert_slime_args
-from slime.spec import load_spec_text
+from slime.spec import SpecError, load_spec_text
 from tests.fixtures.fit_configs import QWEN3_30B_A3B, write_model
 
 DISAGG = "--hf-checkpoint /m --rollout-num-gpus 8 --rollout-num-gpus-per-engine 4 --actor-num-gpus-per-node 8"
@@ -159,11 +159,26 @@ def test_megatron_lm_names_reach_megatron_core_s_option_or_a_note():
     assert result.accepted(), result.refused
     spec = load_spec_text(result.yaml, file="imported.yaml").spec
     assert spec.train.megatron.args == {"apply-rope-fusion": False}
+    assert spec.train.megatron.optimizer_offload == 1.0  # Megatron-LM's fraction when none is given
     dropped = dict(result.unmapped)
-    assert "memory only" in dropped["--optimizer-cpu-offload"]
+    assert "--optimizer-cpu-offload" not in dropped
     assert "splits layers evenly" in dropped["--decoder-last-pipeline-num-layers"]
     refused = dict(convert_slime_args(f"{DISAGG} --exp-avg-dtype bf16").refused)
     assert "Adam keeps fp32 states" in refused["--exp-avg-dtype"]
+
+
+def test_the_optimizer_offload_pair_maps_to_one_fraction_and_the_fraction_alone_offloads_nothing():
+    half = convert_slime_args(f"{DISAGG} --optimizer-offload-fraction 0.5 --optimizer-cpu-offload")
+    assert half.accepted(), half.refused
+    assert load_spec_text(half.yaml, file="i.yaml").spec.train.megatron.optimizer_offload == 0.5
+    alone = convert_slime_args(f"{DISAGG} --optimizer-offload-fraction 0.5")
+    assert alone.accepted() and "offloads nothing" in dict(alone.unmapped)["--optimizer-offload-fraction"]
+    assert load_spec_text(alone.yaml, file="i.yaml").spec.train.megatron.optimizer_offload == 0.0
+    bad = convert_slime_args(f"{DISAGG} --optimizer-cpu-offload --optimizer-offload-fraction 2")
+    assert "not a fraction" in dict(bad.refused)["--optimizer-offload-fraction"]
+    with pytest.raises(SpecError) as exc:  # megatron-core's hybrid optimizer runs inside the distributed one
+        load_spec_text(half.yaml, file="i.yaml", overrides=["train.optimizer.distributed=false"])
+    assert [p.path for p in exc.value.problems] == ["train.megatron.optimizer_offload"]
 
 
 def test_an_array_defined_nowhere_in_a_script_without_sources_passes_nothing():

@@ -44,6 +44,28 @@ def _per_token(t: torch.Tensor | None, T: int) -> torch.Tensor | None:
     raise ValueError(f"per-token tensor has {t.shape[-1]} columns; expected {T - 1} (tokens[:, 1:] alignment)")
 
 
+def megatron_optimizer(train: Any, model: Any, *, lr: float | None = None) -> Any:
+    """megatron-core's optimizer for ``train`` over ``model``; its CPU-offload path (train.megatron.
+    optimizer_offload) goes through the precision-aware one, whose config checks Transformer Engine."""
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+    kwargs = mcfg.optimizer_config_kwargs(train, lr=lr)
+    if kwargs.get("optimizer_cpu_offload") and not mcfg.has_transformer_engine():
+        raise mcfg.MegatronConfigError(
+            [
+                (
+                    "train.megatron.optimizer_offload",
+                    "optimizer offload runs megatron-core's precision-aware optimizer, which needs Transformer "
+                    "Engine, and transformer_engine is not installed on this node",
+                    "install transformer-engine in the job's environment (slime's images have it), or set "
+                    "train.megatron.optimizer_offload: 0",
+                )
+            ]
+        )
+    kwargs["params_dtype"] = getattr(torch, kwargs["params_dtype"])
+    return get_megatron_optimizer(OptimizerConfig(**kwargs), [model])
+
+
 class MegatronTrainBackend(TrainBackend):
     """``train.backend: megatron``.
 
@@ -255,7 +277,6 @@ class MegatronTrainBackend(TrainBackend):
             DistributedDataParallelConfig,
             finalize_model_grads,
         )
-        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
         from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
         t = self.spec.train
@@ -263,9 +284,7 @@ class MegatronTrainBackend(TrainBackend):
             self.config, DistributedDataParallelConfig(**mcfg.ddp_config_kwargs(t)), module
         )
         lr = self.spec.algorithm.critic.lr if self.role == "critic" and self.spec.algorithm.critic else None
-        opt_kwargs = mcfg.optimizer_config_kwargs(t, lr=lr)
-        opt_kwargs["params_dtype"] = getattr(torch, opt_kwargs["params_dtype"])
-        self.optimizer = get_megatron_optimizer(OptimizerConfig(**opt_kwargs), [self.model])
+        self.optimizer = megatron_optimizer(t, self.model, lr=lr)
         self.scheduler = OptimizerParamScheduler(
             self.optimizer, **mcfg.scheduler_kwargs(t, self.spec.rollout.num_rollouts, lr=lr)
         )
@@ -281,11 +300,7 @@ class MegatronTrainBackend(TrainBackend):
         """The RL optimizer, or the SFT warm-up's own one (constant ``algorithm.sft_warmup_lr``)."""
         kind = "sft" if self._warmup(kind) else "rl"
         if kind == "sft" and self.sft_optimizer is None:
-            from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
-
-            kwargs = mcfg.optimizer_config_kwargs(self.spec.train, lr=self.spec.algorithm.sft_warmup_lr)
-            kwargs["params_dtype"] = getattr(torch, kwargs["params_dtype"])
-            self.sft_optimizer = get_megatron_optimizer(OptimizerConfig(**kwargs), [self.model])
+            self.sft_optimizer = megatron_optimizer(self.spec.train, self.model, lr=self.spec.algorithm.sft_warmup_lr)
         opt = self.sft_optimizer if kind == "sft" else self.optimizer
         if self._active is not None and self._active is not opt:
             opt.reload_model_params()  # the other optimizer moved the weights: refresh this one's fp32 copies

@@ -305,6 +305,21 @@ def optimizer_config_kwargs(train: Any, *, lr: float | None = None) -> dict[str,
         fp16=train.precision == "fp16",
         params_dtype={"bf16": "bfloat16", "fp16": "float16"}.get(train.precision, "float32"),
         use_distributed_optimizer=o.distributed,
+        **_offload_kwargs(train),
+    )
+
+
+def _offload_kwargs(train: Any) -> dict[str, Any]:
+    """megatron-core's hybrid optimizer: its state and step on the host for ``train.megatron.optimizer_offload``
+    of the parameters (Megatron-LM requires the precision-aware path with it; the copies overlap the step)."""
+    fraction = train.megatron.optimizer_offload if getattr(train, "megatron", None) else 0.0
+    if not fraction:
+        return {}
+    return dict(
+        optimizer_cpu_offload=True,
+        optimizer_offload_fraction=fraction,
+        use_precision_aware_optimizer=True,
+        overlap_cpu_optimizer_d2h_h2d=True,
     )
 
 

@@ -179,7 +179,17 @@ def megatron_model(s) -> Iterator[Finding]:
         )
 
 
-RULES = (megatron_options_known, megatron_model, spec_owned_args)
+def offload_needs_distributed_optimizer(s) -> Iterator[Finding]:
+    """megatron-core's hybrid CPU optimizer runs only inside its distributed optimizer (precision-aware path)."""
+    if s.train.megatron.optimizer_offload and s.train.optimizer.distributed is False:
+        yield (
+            "train.megatron.optimizer_offload",
+            "optimizer offload needs megatron's distributed optimizer, but train.optimizer.distributed is false",
+            "set train.optimizer.distributed: true (or leave it unset), or train.megatron.optimizer_offload: 0",
+        )
+
+
+RULES = (megatron_options_known, megatron_model, spec_owned_args, offload_needs_distributed_optimizer)
 
 
 def resolve(spec):

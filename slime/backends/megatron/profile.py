@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from slime.spec.plugin import Profile, V1Move
-from slime.spec.sections import D, Scalar, Section
+from slime.spec.sections import D, Prob, Scalar, Section
 
 
 class MegatronOptions(Section, kw_only=True):
@@ -15,6 +15,13 @@ class MegatronOptions(Section, kw_only=True):
         dict[str, Scalar],
         D("megatron-core options passed through (e.g. 'recompute-granularity': full); checked at validate."),
     ] = {}
+    optimizer_offload: Annotated[
+        Prob,
+        D(
+            "Fraction of the optimizer state and its step kept on the host (megatron-core's hybrid CPU/GPU "
+            "Adam; 1.0 is slime's --optimizer-cpu-offload); needs train.optimizer.distributed."
+        ),
+    ] = 0.0
 
 
 PROFILE = Profile(
