@@ -133,14 +133,14 @@ def _engine_verdict(e: EngineFit) -> Verdict:
 
 def estimate(spec: Any) -> FitReport | None:
     """The fit of every role of ``spec`` (resolved), or None where it cannot be estimated (module doc)."""
-    from slime.spec.resolve import model_config
+    from slime.spec.resolve import model_config, starts_engines
 
     c = spec.cluster
     gpu, dims = gpu_bytes(spec), dims_from_config(model_config(spec.model.path))
     if gpu is None or dims is None or c.gpus_per_node == 0 or c.fake_gpus:
         return None
     train = spec.train.backend == "megatron" and spec.debug.mode != "rollout_only"
-    serve = spec.rollout.backend == "sglang" and spec.debug.mode != "train_only"
+    serve = spec.rollout.backend == "sglang" and starts_engines(spec)
     if not (train or serve):
         return None
     roles: list[RoleFit] = []

@@ -98,6 +98,7 @@ class Builder:
         self.conflicts: list[tuple[str, str]] = []  # contradictions (flag vs flag or config.json): always exit 2
         self.implied: list[Flag] = []  # architecture flags, compared with config.json by ``finish``
         self.sft = False  # a supervised fine-tuning script: its SFT flags are refused as one (kind SFTJob)
+        self.sft_job = False  # ... and it imports to a kind SFTJob spec (not refused as half SFT)
 
     def refuse(self, flag: str, why: str) -> None:
         """Not mapped, and the job would train something else without it."""
@@ -852,13 +853,15 @@ def _cluster(b: Builder, seen: dict[str, Flag]) -> None:
     nodes, per_node = b.get("train.nodes") or 1, b.get("train.gpus_per_node") or 0
     actor = nodes * per_node
     colocate = bool(b.get("rollout.colocate"))
-    if not colocate and b.get("rollout.gpus") is None:
+    # no engines to place: training on saved rollouts, or an SFT job without eval generations (slime.spec.resolve)
+    engines = b.get("debug.mode") != "train_only" and not (b.sft_job and not b.has("data.eval"))
+    if engines and not colocate and b.get("rollout.gpus") is None:
         b.placeholder(
             "rollout.gpus",
             b.get("rollout.gpus_per_engine") or 1,
             "a disaggregated run (no --colocate) needs --rollout-num-gpus",
         )
-    rollout = b.get("rollout.gpus") or 0
+    rollout = (b.get("rollout.gpus") or 0) if engines else 0
     gpn = b.get("cluster.gpus_per_node")
     if gpn is None:
         gpn = max(per_node, 8)

@@ -206,6 +206,7 @@ def convert_slime_args(
     seen = {f.name: f for f in flags}
     b.sft = is_sft(seen)
     sft = _sft_sections(flags, script.entry, b) if b.sft else None
+    b.sft_job = sft is not None
     for f in flags:
         if sft is None or f.name not in sft.consumed:
             map_flag(f, b, seen)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slime.core.worker_env import apply_worker_env
+from slime.spec.resolve import starts_engines
 
 if TYPE_CHECKING:
     from slime.backends.base import RolloutBackend
@@ -127,7 +128,7 @@ class Job:
         self.manager = self._start_manager(tokenizer_dir)
         manager_ready = self.manager.setup.remote()  # reads and checks the data meanwhile
         started = None
-        if mode != "train_only":
+        if starts_engines(spec):
             if spec.rollout.external:  # engines the job did not start: it only talks to them
                 from slime.backends.rollout.external import ExternalEngines
 
@@ -140,7 +141,11 @@ class Job:
             )
         self._init_trainers(model)
         self.urls = started.result() if started is not None else []
-        self.say(f"{len(self.urls)} engine(s) up: {', '.join(self.urls)}" if started else "no engines (train_only)")
+        self.say(
+            f"{len(self.urls)} engine(s) up: {', '.join(self.urls)}"
+            if started
+            else "no engines (train_only, or an SFTJob without eval sets)"
+        )
         if not spec.rollout.external:  # external engines hold their own token (the preflight checked them)
             check_engine_auth(self.urls)
         ray.get(manager_ready)  # data and reward errors surface here, typed

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from slime.spec.resolve import starts_engines
 from slime.spec.types import Spec
 
 __all__ = ["Layout", "LayoutError", "Slot", "layout_counts", "plan_layout"]
@@ -90,7 +91,7 @@ class LayoutCounts:
 def layout_counts(spec: Spec) -> LayoutCounts:
     c, t, r = spec.cluster, spec.train, spec.rollout
     actor = t.nodes * (t.gpus_per_node or 0)
-    rollout = r.gpus or 0
+    rollout = (r.gpus or 0) if starts_engines(spec) else 0
     if r.colocate:
         total, offset = max(actor, rollout), 0
     else:

@@ -122,6 +122,12 @@ def variable_count_reason(spec: Spec) -> str | None:
     return None
 
 
+def starts_engines(spec: Spec) -> bool:
+    """Whether the job starts rollout engines: not to train on saved rollouts (debug train_only), nor for a
+    kind SFTJob without eval sets (its engines only generate the held-out replies)."""
+    return spec.debug.mode != "train_only" and not (spec.kind == "SFTJob" and not spec.data.eval)
+
+
 def resolve(spec: Spec, base_dir: Path) -> Spec:
     """``spec`` with relative paths made absolute and every derived value filled in (see ``DERIVED_FROM``)."""
     spec = _absolute_paths(spec, base_dir)  # first: everything after may read files
@@ -231,6 +237,8 @@ def _rollout(spec: Spec, t: Train) -> Rollout:
     c, r = spec.cluster, spec.rollout
     actor_gpus = t.nodes * t.gpus_per_node
     gpus = r.gpus
+    if gpus is None and not starts_engines(spec):
+        gpus = 0
     if gpus is None and (r.colocate or c.gpus_per_node == 0):
         gpus = actor_gpus if c.gpus_per_node else 0
     num_engines = r.num_engines

@@ -14,7 +14,7 @@ from typing import Literal
 
 from slime.spec.layout import LayoutError, plan_layout
 from slime.spec.plugin import KINDS, Finding, Rule, hook, profiles, selected
-from slime.spec.resolve import variable_count_reason
+from slime.spec.resolve import starts_engines, variable_count_reason
 from slime.spec.types import BUILTIN_FILTERS, SandboxSpec, Spec, Tis
 
 RULES: list[Rule] = []
@@ -379,6 +379,18 @@ def data_path(s: Spec) -> Iterator[Finding]:
 
 
 @rule
+def gpus_for_no_engines(s: Spec) -> Iterator[Finding]:
+    """GPUs given to engines a job never starts would sit idle in its allocation."""
+    if s.rollout.gpus and not starts_engines(s) and s.cluster.gpus_per_node:
+        why = "debug.mode train_only" if s.debug.mode == "train_only" else "a kind SFTJob without data.eval"
+        yield (
+            "rollout.gpus",
+            f"{why} starts no engines, so rollout.gpus={s.rollout.gpus} would reserve GPUs nothing uses",
+            "remove rollout.gpus" + ("" if s.debug.mode == "train_only" else " (or add data.eval sets to generate)"),
+        )
+
+
+@rule
 def debug_modes(s: Spec) -> Iterator[Finding]:
     d = s.debug
     if d.mode == "train_only" and d.load_rollouts is None:
@@ -421,7 +433,8 @@ def dynamic_batch(s: Spec) -> Iterator[Finding]:
 @rule
 def rollout_gpus(s: Spec) -> Iterator[Finding]:
     r = s.rollout
-    if not _gpu(s) or r.external:  # external engines take none of the job's GPUs (rule external_engines)
+    # external engines take none of the job's GPUs (rule external_engines); no engines, none (gpus_for_no_engines)
+    if not _gpu(s) or r.external or not starts_engines(s):
         return
     if not r.colocate and not r.gpus:
         yield (

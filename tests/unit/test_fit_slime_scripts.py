@@ -89,3 +89,56 @@ def test_kimi_on_its_recipe_layout(tmp_path):
         _typed(text, sets, {**KIMI_RECIPE, "train.parallel": {**KIMI_RECIPE["train.parallel"], "expert": 4}})
     )
     assert halved.roles[0].verdict == "over"
+
+
+# THUDM/slime's scripts of the digest (tests/fixtures/slime_script_flags.json) whose model family the megatron
+# backend runs, each with its model's config.json on the GPU its recipe names (H100-80GB; H200-141GB for Kimi):
+# the roles estimated not to fit, with why each is right.
+DIGEST = msgspec.json.decode((ROOT / "tests/fixtures/slime_script_flags.json").read_bytes())["scripts"]
+DIGEST_OVER: dict[str, set[str]] = {
+    "run-qwen3-4B.sh": set(),
+    "run-qwen3-4B-amd.sh": set(),
+    "run-qwen3-32B.sh": set(),
+    "run-qwen3-30B-A3B.sh": set(),
+    "run-qwen2.5-0.5B-gb10-smoke.sh": set(),
+    "run-qwen2.5-0.5B-reproducibility.sh": set(),
+    "run-moonlight-16B-A3B.sh": set(),
+    "run-qwen3-235B-A22B.sh": set(),
+    "run-qwen3-235B-A22B-sft.sh": set(),  # fits only because its optimizer is on the host (below)
+    "run-qwen3-4B-base-sft.sh": set(),
+    "run-deepseek-r1.sh": set(),
+    # its missing line continuation drops every parallelism flag: 1T parameters on TP = EP = 1
+    "run-kimi-k2-Instruct.sh": {"actor", "engine (rollout, beside the actor)"},
+    # colocated: a 16-GPU engine's bf16 weights beside the trainer's resident weights and gradients
+    "run-kimi-k2-Thinking.sh": {"engine (rollout, beside the actor)"},
+}
+
+
+def _digest_spec(script: str, tmp_path: Path, **edits) -> Spec:
+    import shlex
+
+    from tests.fixtures.slime_script_models import SCRIPT_MODELS
+
+    info = DIGEST[script]
+    model = write_model(tmp_path, info["model_file"], SCRIPT_MODELS[info["model_file"]])
+    text = f"python3 {info['entry']} " + " ".join(shlex.quote(w) for w in info["words"])
+    gpu = "H200-141GB" if "kimi" in script else "H100-80GB"
+    return _typed(
+        convert_slime_args(text, model=str(model)).yaml,
+        [f"model.path={model}"],
+        {"cluster.gpu": {"name": gpu}, **edits},
+    )
+
+
+@pytest.mark.parametrize("script", sorted(DIGEST_OVER))
+def test_the_real_scripts_fit_their_hardware_but_the_ones_that_cannot(script, tmp_path):
+    report = estimate(_digest_spec(script, tmp_path))
+    assert {r.role for r in report.roles if r.verdict == "over"} == DIGEST_OVER[script]
+
+
+def test_the_235b_sft_script_fits_only_with_its_optimizer_on_the_host(tmp_path):
+    on_host = estimate(_digest_spec("run-qwen3-235B-A22B-sft.sh", tmp_path))
+    on_gpu = estimate(_digest_spec("run-qwen3-235B-A22B-sft.sh", tmp_path, **{"train.megatron.optimizer_offload": 0.0}))
+    assert on_host.roles[0].verdict == "ok" and on_gpu.roles[0].verdict == "over"
+    assert on_gpu.roles[0].memory.get("optimizer") > on_gpu.gpu_bytes - on_host.roles[0].memory.total
+    assert [r.role for r in on_host.roles] == ["actor", "host RAM per node"]  # no eval sets: no engines

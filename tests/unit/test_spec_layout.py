@@ -33,6 +33,21 @@ def test_colocated_engines_share_the_actor_gpus():
     assert layout.roles_of(Slot(node=1, gpu=7)) == ["actor", "engine7"]
 
 
+def test_jobs_that_start_no_engines_give_them_no_gpus():
+    """A kind SFTJob without eval sets, and debug train_only, start no engines: none in the layout."""
+    sft = {
+        **GPU_SPEC,
+        "kind": "SFTJob",
+        "data": {"prompts": "/d/chat.jsonl", "input_key": "messages", "apply_chat_template": True},
+    }
+    sft["rollout"] = {k: v for k, v in GPU_SPEC["rollout"].items() if k not in ("n_samples_per_prompt",)}
+    for data in (sft, spec(sft, **{"rollout.colocate": False})):
+        s = resolved(data)
+        assert s.rollout.gpus == 0 and plan_layout(s).engines == ()
+    with_eval = resolved(spec(sft, **{"data.eval": [{"name": "held", "path": "/d/held.jsonl"}]}))
+    assert with_eval.rollout.gpus == 16 and len(plan_layout(with_eval).engines) == 8
+
+
 def test_disaggregated_engines_start_after_the_actor():
     layout = plan_layout(
         load(
