@@ -28,6 +28,7 @@ from slime.migrate.slime_flags import (
     MEGATRON_DROPPABLE,
     MEGATRON_REFUSED,
     MEGATRON_RENAMED,
+    OPD_FLAGS,
     OPTIMIZER_OFFLOAD_FLAGS,
     PP_SIZE_FLAGS,
     RM_TYPES,
@@ -529,6 +530,8 @@ def finish(b: Builder, seen: dict[str, Flag], name: str | None) -> None:
     _kl(b, seen)
     _betas(b, seen)
     _optimizer_offload(b, seen)
+    _critic_only(b, seen)
+    _opd(b, seen)
     _resume(b, seen)
     _reward_key(b, seen.get("--reward-key"))
     _weight_sync(b, seen)
@@ -647,6 +650,61 @@ def _optimizer_offload(b: Builder, seen: dict[str, Flag]) -> None:
     b.from_flag(on, ("train", "megatron", "optimizer_offload"), value, "" if frac else " -- Megatron-LM's fraction 1.0")
     if frac is not None:
         b.mapped.append((frac.name, "train.megatron.optimizer_offload"))
+
+
+def _critic_only(b: Builder, seen: dict[str, Flag]) -> None:
+    """--num-critic-only-steps N: only the critic trains over the first N rollouts (slime has a critic for ppo only)."""
+    f = seen.get("--num-critic-only-steps")
+    n = _num(f, "int", b)
+    if f is None or n is None:
+        return
+    if n < 0:
+        b.refuse(f.name, f"{n} rollouts: a count cannot be negative")
+    elif b.get("algorithm.estimator") != "ppo":
+        b.drop(f.name, "slime trains a critic only with --advantage-estimator ppo and ignores it otherwise")
+    else:
+        b.from_flag(f, "algorithm.critic.warmup_rollouts", n)
+
+
+def _opd(b: Builder, seen: dict[str, Flag]) -> None:
+    """--use-opd --opd-type megatron --opd-teacher-load T [--opd-kl-coef K] -> algorithm.opd (the teacher forwarded
+    on the trainer ranks); slime's sglang type asks a teacher server the job does not start: refused."""
+    use, kind, coef, load = (seen.get(name) for name in OPD_FLAGS)
+    if use is None:
+        for f in (kind, coef, load):
+            if f is not None:
+                b.drop(f.name, "slime reads it only with --use-opd")
+        return
+    one = kind.values[0] if kind is not None and len(kind.values) == 1 else None
+    rest = [f for f in (kind, coef, load) if f is not None]
+    if one != "megatron":
+        b.refuse(use.name, _OPD_REFUSED.get(one, f"--opd-type {one!r} is not one of slime's sglang and megatron"))
+        for f in rest:
+            b.drop(f.name, "part of the refused --use-opd")
+        return
+    teacher = load.values[0] if load is not None and len(load.values) == 1 else None
+    if teacher is None:
+        b.refuse(use.name, "--opd-type megatron needs one --opd-teacher-load (slime requires it)")
+        return
+    if _hf_config(teacher) is not None:  # an HF directory is what algorithm.opd.teacher takes
+        b.from_flag(load, ("algorithm", "opd", "teacher"), teacher)
+    else:
+        why = f"--opd-teacher-load {teacher} is a Megatron checkpoint (or not readable here): give the teacher's HF dir"
+        b.placeholder("algorithm.opd.teacher", "/path/to/teacher-hf", why)
+        b.mapped.append((load.name, "algorithm.opd.teacher (a placeholder: see the header)"))
+    b.from_flag(kind, ("algorithm", "opd", "type"), "trainer", " -- the teacher forwarded on the trainer ranks")
+    b.mapped.append((use.name, "algorithm.opd"))
+    kl = _num(coef, "float", b)
+    if coef is not None and kl is not None:
+        b.from_flag(coef, ("algorithm", "opd", "kl_coef"), kl)
+
+
+_OPD_REFUSED = {
+    None: "--use-opd needs one --opd-type (sglang or megatron; slime requires it)",
+    "sglang": "slime's sglang OPD type scores with a teacher SGLang server the job does not start (--rm-url and "
+    "its OPD reward hooks); a teacher engine started by the job (algorithm.opd.type: engine) is not built yet: "
+    "use --opd-type megatron (algorithm.opd.type: trainer)",
+}
 
 
 def _resume(b: Builder, seen: dict[str, Flag]) -> None:
@@ -853,8 +911,10 @@ def _cluster(b: Builder, seen: dict[str, Flag]) -> None:
     nodes, per_node = b.get("train.nodes") or 1, b.get("train.gpus_per_node") or 0
     actor = nodes * per_node
     colocate = bool(b.get("rollout.colocate"))
-    # no engines to place: training on saved rollouts, or an SFT job without eval generations (slime.spec.resolve)
+    # no engines to place: training on saved rollouts, an SFT job without eval generations (slime.spec.resolve),
+    # or engines the job does not start (external)
     engines = b.get("debug.mode") != "train_only" and not (b.sft_job and not b.has("data.eval"))
+    engines = engines and not b.has("rollout.external")
     if engines and not colocate and b.get("rollout.gpus") is None:
         b.placeholder(
             "rollout.gpus",

@@ -19,6 +19,7 @@ __all__ = [
     "MEGATRON_DROPPABLE",
     "MEGATRON_REFUSED",
     "MEGATRON_RENAMED",
+    "OPD_FLAGS",
     "OPTIMIZER_OFFLOAD_FLAGS",
     "PP_SIZE_FLAGS",
     "REFUSED",
@@ -36,6 +37,7 @@ __all__ = [
 # flag -> (spec path, kind); kind: int | float | str | bool (a switch) | list (several values)
 DIRECT: dict[str, tuple[str, str]] = {
     "--hf-checkpoint": ("model.path", "str"),
+    "--rollout-external-engine-addrs": ("rollout.external", "list"),
     "--rollout-max-context-len": ("model.max_context_len", "int"),
     "--actor-num-nodes": ("train.nodes", "int"),
     "--actor-num-gpus-per-node": ("train.gpus_per_node", "int"),
@@ -122,6 +124,9 @@ DATA_PATH_FLAGS = frozenset(
 )
 
 # Flags migrate.py maps with logic of their own (they count as known).
+# slime's on-policy distillation flags, mapped together to algorithm.opd.
+OPD_FLAGS = ("--use-opd", "--opd-type", "--opd-kl-coef", "--opd-teacher-load")
+
 SPECIAL = (
     frozenset(
         {
@@ -153,6 +158,8 @@ SPECIAL = (
             "--calculate-per-token-loss",
             "--reward-key",
             "--loss-type",
+            "--num-critic-only-steps",
+            *OPD_FLAGS,
         }
     )
     | DATA_PATH_FLAGS
@@ -160,6 +167,8 @@ SPECIAL = (
 
 # The field each SPECIAL flag (and the pipeline-size pair) sets, for the flag table's reference.
 SPECIAL_FIELDS: dict[str, str] = {
+    "--num-critic-only-steps": "algorithm.critic.warmup_rollouts",
+    **dict.fromkeys(OPD_FLAGS, "algorithm.opd"),
     "--use-kl-loss": "algorithm.kl_loss_coef",
     "--kl-loss-coef": "algorithm.kl_loss_coef",
     "--adam-beta1": "train.optimizer.betas",
@@ -366,26 +375,18 @@ SFT_FLAGS = frozenset(
         "--rollout-function-path",
     }
 )
-_OPD = "on-policy distillation (OPD) mode: a teacher model is not in slime/v2 yet"
-_EXTERNAL = "external-engine mode: slime-submit starts its own engines"
 _PD = "prefill/decode (PD) disaggregation: SGLang server groups are not in slime/v2 yet"
-_CRITIC_ONLY = "critic-only warm-up steps: not in slime/v2 yet (algorithm.critic trains with the actor)"
 _PLUGIN = "a slime plug-in hook with no slime/v2 field: port it as a slime-submit plug-in by hand"
 
 # slime's own flags that change what is trained and have no slime/v2 field: the import fails (exit 2)
 # unless --drop-unmapped. flag -> reason (and the replacement where one exists).
 REFUSED: dict[str, str] = {
+    "--opd-teacher-ckpt-step": "an iteration of the teacher's Megatron checkpoint; algorithm.opd.teacher is an HF "
+    "directory: export that iteration to HF format and give its directory",
     "--disable-compute-advantages-and-returns": _SFT,
-    "--use-opd": _OPD,
-    "--opd-type": _OPD,
-    "--opd-kl-coef": _OPD,
-    "--opd-teacher-load": _OPD,
-    "--opd-teacher-ckpt-step": _OPD,
-    "--rollout-external-engine-addrs": _EXTERNAL,
     "--prefill-num-servers": _PD,
     "--sglang-config": "SGLang server groups (regular/prefill/decode/placeholder, for PD disaggregation) are "
     "not in slime/v2 yet; per-engine SGLang flags go in rollout.sglang.args",
-    "--num-critic-only-steps": _CRITIC_ONLY,
     "--rollout-function-path": "custom rollout functions are plug-ins; port it and name it in the spec by hand",
     "--custom-generate-function-path": "custom generate functions are plug-ins (agent.generate takes an agent loop);"
     " port it by hand",
@@ -478,6 +479,8 @@ MEGATRON_DROPPABLE: dict[str, str] = {
 
 # Megatron-LM flags that change what is trained and have no slime/v2 field: flag -> reason and replacement.
 MEGATRON_REFUSED: dict[str, str] = {
+    "--opd-teacher-ckpt-step": "an iteration of the teacher's Megatron checkpoint; algorithm.opd.teacher is an HF "
+    "directory: export that iteration to HF format and give its directory",
     "--exp-avg-dtype": "low-precision optimizer states are not in slime/v2 (Adam keeps fp32 states)",
     "--exp-avg-sq-dtype": "low-precision optimizer states are not in slime/v2 (Adam keeps fp32 states)",
     "--main-params-dtype": "low-precision master weights are not in slime/v2 (fp32)",
@@ -566,6 +569,8 @@ BOXED_RM_TYPES: dict[str, tuple[str, str]] = {
 
 # slime's graders slime/v2 does not ship, with why (the import names them instead of a generic line)
 RM_TYPES_REFUSED: dict[str, str] = {
+    "--opd-teacher-ckpt-step": "an iteration of the teacher's Megatron checkpoint; algorithm.opd.teacher is an HF "
+    "directory: export that iteration to HF format and give its directory",
     "ifbench": "slime's ifbench clones the IFBench repository when first used and runs its instruction checkers; "
     "slime-submit fetches no code at run time: port it as reward.type: custom",
 }

@@ -38,9 +38,16 @@ SAMPLE = {
     "--reward-key": "score",
     "--rollout-stop": "STOP",
     "--hf-checkpoint": "/models/m",
+    "--rollout-external-engine-addrs": "10.0.0.5:30000 10.0.0.6:30000",
+    "--opd-type": "megatron",
 }
 CONTEXT = {
     "--kl-loss-coef": "--use-kl-loss",
+    "--num-critic-only-steps": "--advantage-estimator ppo",
+    "--use-opd": "--opd-type megatron --opd-teacher-load /t",
+    "--opd-type": "--use-opd --opd-teacher-load /t",
+    "--opd-kl-coef": "--use-opd --opd-type megatron --opd-teacher-load /t",
+    "--opd-teacher-load": "--use-opd --opd-type megatron",
     "--reward-key": "--custom-rm-path pkg.mod.fn",
     "--log-passrate": "--eval-prompt-data aime /d/aime.jsonl --n-samples-per-eval-prompt 4",
     **dict.fromkeys(
@@ -142,8 +149,10 @@ def test_each_direct_flag_lands_on_its_field(flag):
     want = {"bool": True, "int": int(given) if kind == "int" else None}.get(kind)
     if kind == "float":
         want = float(given)
-    elif kind in ("str", "list"):
-        want = [given] if kind == "list" else given
+    elif kind == "list":
+        want = SAMPLE.get(flag, given).split()
+    elif kind == "str":
+        want = given
     assert node == want, (path, node)
 
 
@@ -176,13 +185,15 @@ def test_the_table_on_disk_is_json_the_generator_wrote():
 
 
 def test_cli_refuses_a_flag_that_changes_what_is_trained_unless_dropped(tmp_path, capsys):
-    """An OPD script trained without its teacher: exit 2 naming the mode; --drop-unmapped writes it."""
+    """An OPD script whose teacher comes from a server the job does not start: exit 2 naming the mode;
+    --drop-unmapped writes the spec without it."""
     script = tmp_path / "opd.sh"
-    script.write_text("--hf-checkpoint /m --use-opd --opd-teacher-load /teacher --colocate\n")
+    script.write_text("--hf-checkpoint /m --use-opd --opd-type sglang --colocate\n")
     out = tmp_path / "job.yaml"
     assert main(["import-slime-args", str(script), "-o", str(out)]) == 2 and not out.exists()
     err = capsys.readouterr().err
-    assert "refused: --use-opd (on-policy distillation (OPD) mode" in err and "--drop-unmapped" in err
+    assert "refused: --use-opd (slime's sglang OPD type scores with a teacher SGLang server" in err
+    assert "--drop-unmapped" in err
     assert main(["import-slime-args", str(script), "-o", str(out), "--drop-unmapped"]) == 0 and out.exists()
 
 

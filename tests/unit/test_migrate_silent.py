@@ -214,9 +214,7 @@ def test_a_sourced_model_file_given_on_the_command_line_defines_its_arrays(tmp_p
 @pytest.mark.parametrize(
     "flags, mode",
     [
-        ("--use-opd --opd-teacher-load /teacher", "on-policy distillation (OPD) mode"),
-        ("--rollout-external-engine-addrs 10.0.0.1:3000", "external-engine mode"),
-        ("--num-critic-only-steps 5", "critic-only warm-up steps"),
+        ("--use-opd --opd-type sglang", "teacher SGLang server the job does not start"),
         (
             "--rollout-function-path examples.fully_async.fully_async_rollout.generate_rollout",
             "train.async overlaps one",
