@@ -42,6 +42,9 @@ DIRECT: dict[str, tuple[str, str]] = {
     "--num-gpus-per-node": ("cluster.gpus_per_node", "int"),
     "--rollout-num-gpus": ("rollout.gpus", "int"),
     "--rollout-num-gpus-per-engine": ("rollout.gpus_per_engine", "int"),
+    "--prefill-num-servers": ("rollout.sglang.pd.prefill_engines", "int"),
+    "--sglang-disaggregation-transfer-backend": ("rollout.sglang.pd.transfer", "str"),
+    "--sglang-disaggregation-ib-device": ("rollout.sglang.pd.ib_device", "str"),
     "--colocate": ("rollout.colocate", "bool"),
     "--prompt-data": ("data.prompts", "str"),
     "--input-key": ("data.input_key", "str"),
@@ -368,7 +371,6 @@ SFT_FLAGS = frozenset(
 )
 _OPD = "on-policy distillation (OPD) mode: a teacher model is not in slime/v2 yet"
 _EXTERNAL = "external-engine mode: slime-submit starts its own engines"
-_PD = "prefill/decode (PD) disaggregation: SGLang server groups are not in slime/v2 yet"
 _CRITIC_ONLY = "critic-only warm-up steps: not in slime/v2 yet (algorithm.critic trains with the actor)"
 _PLUGIN = "a slime plug-in hook with no slime/v2 field: port it as a slime-submit plug-in by hand"
 
@@ -382,9 +384,8 @@ REFUSED: dict[str, str] = {
     "--opd-teacher-load": _OPD,
     "--opd-teacher-ckpt-step": _OPD,
     "--rollout-external-engine-addrs": _EXTERNAL,
-    "--prefill-num-servers": _PD,
-    "--sglang-config": "SGLang server groups (regular/prefill/decode/placeholder, for PD disaggregation) are "
-    "not in slime/v2 yet; per-engine SGLang flags go in rollout.sglang.args",
+    "--sglang-config": "SGLang server groups from a YAML file: write them as rollout.sglang.pd (prefill_engines, "
+    "prefill_args, decode_args: engines of one size) by hand; per-engine SGLang flags go in rollout.sglang.args",
     "--num-critic-only-steps": _CRITIC_ONLY,
     "--rollout-function-path": "custom rollout functions are plug-ins; port it and name it in the spec by hand",
     "--custom-generate-function-path": "custom generate functions are plug-ins (agent.generate takes an agent loop);"
