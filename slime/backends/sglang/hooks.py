@@ -83,8 +83,8 @@ def prefill_decode(s) -> Iterator[Finding]:
 def role_args(s) -> Iterator[Finding]:
     """A role's own flags: known, not set by slime-submit, and not the engine's shape (shared by both roles)."""
     pd = s.rollout.sglang.pd
-    for role in ("prefill", "decode") if pd else ():
-        for key in getattr(pd, f"{role}_args"):
+    for role, args in (("prefill", pd.prefill_args), ("decode", pd.decode_args)) if pd else ():
+        for key in args:
             path, norm = f"rollout.sglang.pd.{role}_args.{key}", normalize_flag(key)
             if (hit := sglang_reserved(key)) is not None:
                 yield (path, f"slime-submit sets --{hit} itself from the spec and the layout", f"remove it "

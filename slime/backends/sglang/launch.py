@@ -265,7 +265,7 @@ def _role_args(spec: Spec, role: str) -> list[str]:
     if pd is None or role not in ("prefill", "decode"):
         return []
     return flags_from_args(
-        getattr(pd, f"{role}_args"),
+        pd.prefill_args if role == "prefill" else pd.decode_args,
         field_name=f"rollout.sglang.pd.{role}_args",
         reserved=(*_ENGINE_RESERVED, *PP_FLAGS, *EP_FLAGS),
     )
