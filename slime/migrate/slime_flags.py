@@ -20,6 +20,7 @@ __all__ = [
     "MEGATRON_REFUSED",
     "MEGATRON_RENAMED",
     "OPTIMIZER_OFFLOAD_FLAGS",
+    "PD_TRANSFER_FLAGS",
     "PP_SIZE_FLAGS",
     "REFUSED",
     "RM_TYPES",
@@ -43,8 +44,6 @@ DIRECT: dict[str, tuple[str, str]] = {
     "--rollout-num-gpus": ("rollout.gpus", "int"),
     "--rollout-num-gpus-per-engine": ("rollout.gpus_per_engine", "int"),
     "--prefill-num-servers": ("rollout.sglang.pd.prefill_engines", "int"),
-    "--sglang-disaggregation-transfer-backend": ("rollout.sglang.pd.transfer", "str"),
-    "--sglang-disaggregation-ib-device": ("rollout.sglang.pd.ib_device", "str"),
     "--colocate": ("rollout.colocate", "bool"),
     "--prompt-data": ("data.prompts", "str"),
     "--input-key": ("data.input_key", "str"),
@@ -457,6 +456,11 @@ def slime_only_reason(flag: str) -> str:
 
 
 # SGLang's pipeline-parallel size under slime's two names (slime divides an engine's GPUs by it for TP).
+# SGLang's PD transfer flags: rollout.sglang.pd fields where --prefill-num-servers makes one (else dropped)
+PD_TRANSFER_FLAGS: dict[str, str] = {
+    "--sglang-disaggregation-transfer-backend": "rollout.sglang.pd.transfer",
+    "--sglang-disaggregation-ib-device": "rollout.sglang.pd.ib_device",
+}
 PP_SIZE_FLAGS = ("--sglang-pp-size", "--sglang-pipeline-parallel-size")
 
 # Megatron-LM's optimizer offload (a fraction that defaults to 1.0 there) -> train.megatron.optimizer_offload.

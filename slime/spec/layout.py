@@ -215,8 +215,14 @@ def layout_table(layout: Layout) -> list[str]:
     for role in dict.fromkeys(roles):
         mine = [i for i, r in enumerate(roles) if r == role]
         slots = [s for i in mine for s in layout.engines[i]]
-        rows.append((role, f"{len(mine)} ({mine[0]}-{mine[-1]})" if len(mine) > 1 else f"1 ({mine[0]})",
-                     str(len(slots)), _span(slots)))
+        rows.append(
+            (
+                role,
+                f"{len(mine)} ({mine[0]}-{mine[-1]})" if len(mine) > 1 else f"1 ({mine[0]})",
+                str(len(slots)),
+                _span(slots),
+            )
+        )
     widths = [max(len(r[k]) for r in rows) for k in range(3)]
     return [" ".join(v.ljust(w) for v, w in zip(r[:3], widths)) + " " + r[3] for r in rows]
 

@@ -33,7 +33,9 @@ def test_pd_disaggregation_flags_are_refused_not_placed(flags, words):
 def test_prefill_num_servers_becomes_the_prefill_decode_section():
     """slime's --prefill-num-servers N (its first N engines prefill, the rest decode) and the transfer flags
     map onto rollout.sglang.pd, not into the engines' args (where 0.5.23 would start regular servers)."""
-    flags = "--prefill-num-servers 1 --sglang-disaggregation-transfer-backend nixl --sglang-disaggregation-ib-device mlx5_0"
+    flags = (
+        "--sglang-disaggregation-transfer-backend nixl --sglang-disaggregation-ib-device mlx5_0 --prefill-num-servers 1"
+    )
     result = convert_slime_args(f"{DISAGG} {flags}")
     assert result.accepted(), (result.refused, result.unmapped)
     mapped = dict(result.mapped)
@@ -46,6 +48,13 @@ def test_prefill_num_servers_becomes_the_prefill_decode_section():
     from slime.spec.layout import plan_layout
 
     assert plan_layout(spec).engine_roles == ("prefill", "decode")
+
+
+def test_pd_transfer_flags_without_prefill_num_servers_are_dropped_with_the_field_to_use():
+    result = convert_slime_args(f"{DISAGG} --sglang-disaggregation-transfer-backend mooncake")
+    assert "set it in rollout.sglang.pd" in dict(result.unmapped)["--sglang-disaggregation-transfer-backend"]
+    assert result.accepted(drop_unmapped=True)
+    assert load_spec_text(result.yaml, file="imported.yaml").spec.rollout.sglang.pd is None
 
 
 def test_prefill_num_servers_leaving_no_decode_engine_is_refused_at_validate():

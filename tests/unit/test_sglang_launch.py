@@ -297,7 +297,10 @@ def test_prefill_decode_role_flags_ports_and_router():
         assert ("--chunked-prefill-size" in argv) == (c.role == "prefill")
         assert ("--cuda-graph-max-bs-decode" in argv) == (c.role == "decode")
     # each prefill engine's bootstrap server on its own port (SGLang's default 8998 would clash on a node)
-    assert [(c.bootstrap_port, c.ports) for c in cmds[:2]] == [(30013, (30010, 30011, 30013)), (30023, (30020, 30021, 30023))]
+    assert [(c.bootstrap_port, c.ports) for c in cmds[:2]] == [
+        (30013, (30010, 30011, 30013)),
+        (30023, (30020, 30021, 30023)),
+    ]
     assert all(c.bootstrap_port is None and len(c.ports) == 2 for c in cmds[2:])
     router = list(router_for(spec, cmds, host="10.0.0.1").argv)
     assert router[router.index("--pd-disaggregation") :] == [

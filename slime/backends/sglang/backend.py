@@ -31,7 +31,6 @@ __all__ = ["NodeProcesses", "SGLangRolloutBackend", "process_specs"]
 CommandBuilder = Callable[..., Sequence[launch.EngineCommand]]
 
 
-
 def process_specs(commands: Sequence[launch.EngineCommand], local_nodes: set[int] | None) -> list[process.ProcessSpec]:
     """The processes of ``commands`` to start on this node (names: engine<i>[-node<r>])."""
     out = []

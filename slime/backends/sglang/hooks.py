@@ -87,11 +87,17 @@ def role_args(s) -> Iterator[Finding]:
         for key in args:
             path, norm = f"rollout.sglang.pd.{role}_args.{key}", normalize_flag(key)
             if (hit := sglang_reserved(key)) is not None:
-                yield (path, f"slime-submit sets --{hit} itself from the spec and the layout", f"remove it "
-                       f"(change {reserved_hint(hit)} instead)")
+                yield (
+                    path,
+                    f"slime-submit sets --{hit} itself from the spec and the layout",
+                    f"remove it (change {reserved_hint(hit)} instead)",
+                )
             elif norm in PP_FLAGS or norm in EP_FLAGS:
-                yield (path, f"--{norm} shapes every engine (prefill and decode engines share one shape)",
-                       "set it in rollout.sglang.args")
+                yield (
+                    path,
+                    f"--{norm} shapes every engine (prefill and decode engines share one shape)",
+                    "set it in rollout.sglang.args",
+                )
             elif (problem := unknown_flag(key)) is not None:
                 yield (path, *problem)
 
@@ -252,6 +258,8 @@ def untested(spec) -> Iterator[str]:
         + (f", sglang.args {', '.join(r.sglang.args)}" if r.sglang and r.sglang.args else "")
         + ", CUDA graphs and memory fractions"
     )
+    if r.sglang and r.sglang.pd:
+        yield f"prefill/decode engine groups ({r.sglang.pd.transfer} KV transfer): the smoke runs regular engines"
 
 
 def preview(spec) -> tuple[str, str]:

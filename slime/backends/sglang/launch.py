@@ -1,12 +1,12 @@
 """The exact ``sglang.launch_server`` / ``sglang_router`` commands a spec runs, one per engine process.
 
-Pure and deterministic (no I/O but reading ``config.json`` for ``--trust-remote-code``; no SGLang
-import), so ``slime-submit render`` prints the argv the runtime executes and golden tests pin it.
-Flags derive from the spec and layout (model, TP size, GPU ids, host and ports, multi-node
-rendezvous, memory saver, deterministic inference, prefill/decode role), then ``rollout.sglang.args``
-and a role's own args verbatim; a key that would override a derived flag or break the placement is
-rejected. Several engines get a router on the first node (a PD router for prefill/decode groups). Without ``hosts`` commands render ``node0``...; ports render from the default
-base, while the runtime takes a per-job block. Flag-by-flag rules: docs/design-notes.md.
+Pure and deterministic (no I/O but reading ``config.json`` for ``--trust-remote-code``; no SGLang import),
+so ``slime-submit render`` prints the argv the runtime executes and golden tests pin it. Flags derive from
+the spec and layout (model, TP size, GPU ids, host and ports, multi-node rendezvous, memory saver,
+deterministic inference, prefill/decode role), then ``rollout.sglang.args`` and a role's own args verbatim;
+a key that would override a derived flag or break the placement is rejected. Several engines get a router on
+the first node (a PD router for prefill/decode groups). Without ``hosts`` commands render ``node0``...; ports
+render from the default base, while the runtime takes a per-job block. Rules: docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ __all__ = [
     "RouterCommand",
     "engine_commands",
     "flags_from_args",
-    "port_blocks",
     "pd_router_command",
+    "port_blocks",
     "render_engine_commands",
     "router_command",
     "router_for",
@@ -235,7 +235,7 @@ def engine_commands(
         raise LaunchError(f"{len(hosts)} host address(es) given for {layout.nodes} node(s)")
     extra = flags_from_args(r.sglang.args, field_name="rollout.sglang.args", reserved=_ENGINE_RESERVED)
     common, derived = _shared_argv(spec, python, extra)
-    tails = {role: derived + extra for role in ("", *layout.engine_roles)}
+    tails = dict.fromkeys(("", *layout.engine_roles), derived + extra)
     if r.sglang.pd is not None:
         tails = {role: derived + _role_flags(spec, role) + extra + _role_args(spec, role) for role in tails}
     per_node: dict[int, int] = {}  # engines already on each node: picks the port slot

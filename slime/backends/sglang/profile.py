@@ -9,7 +9,7 @@ from slime.spec.sections import D, Scalar, Section
 
 
 class PrefillDecode(Section, kw_only=True):
-    """Prefill/decode disaggregation: the first engines only prefill, the rest decode (slime's --prefill-num-servers)."""
+    """Prefill/decode disaggregation: the first engines only prefill, the rest decode (--prefill-num-servers)."""
 
     prefill_engines: Annotated[
         int, D("Engines that only prefill (the first ones in the layout); the others decode (at least one).", ge=1)
