@@ -221,12 +221,17 @@ def role_conflicts(layout: Layout, placement_rows: list[dict[str, Any]]) -> list
                 )
             )
     if not any(c.name == "roles" for c in checks):
+        roles = layout.engine_roles  # engine groups (SGLang prefill/decode): their GPUs on the checked bundles
+        groups = "; engine groups: " + ", ".join(
+            f"{r} {roles.count(r)} engine(s), {sum(len(e) for e, q in zip(layout.engines, roles) if q == r)} GPU(s)"
+            for r in dict.fromkeys(roles)
+        )
         checks.append(
             Check(
                 name="roles",
                 ok=True,
                 message="roles do not share GPUs across non-colocated roles; "
-                "engines stay within a node or span whole nodes",
+                "engines stay within a node or span whole nodes" + (groups if roles else ""),
             )
         )
     return checks

@@ -30,6 +30,7 @@ from slime.migrate.slime_flags import (
     MEGATRON_RENAMED,
     OPD_FLAGS,
     OPTIMIZER_OFFLOAD_FLAGS,
+    PD_TRANSFER_FLAGS,
     PP_SIZE_FLAGS,
     RM_TYPES,
     RM_TYPES_REFUSED,
@@ -286,6 +287,10 @@ def map_flag(f: Flag, b: Builder, seen: dict[str, Flag]) -> None:
         _pp_size(f, b, seen)
     elif name in SLIME_ONLY:
         (b.drop if name in DROPPABLE else b.refuse)(name, _refused_reason(f))
+    elif name in PD_TRANSFER_FLAGS and "--prefill-num-servers" in seen and len(f.values) == 1:
+        b.from_flag(f, PD_TRANSFER_FLAGS[name], f.values[0])
+    elif name in PD_TRANSFER_FLAGS:
+        b.drop(name, "a prefill/decode transfer setting without --prefill-num-servers: set it in rollout.sglang.pd")
     elif name.startswith("--sglang-") and (hit := sglang_reserved(name[len("--sglang-") :])) is not None:
         b.drop(
             name,

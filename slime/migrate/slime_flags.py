@@ -21,6 +21,7 @@ __all__ = [
     "MEGATRON_RENAMED",
     "OPD_FLAGS",
     "OPTIMIZER_OFFLOAD_FLAGS",
+    "PD_TRANSFER_FLAGS",
     "PP_SIZE_FLAGS",
     "REFUSED",
     "RM_TYPES",
@@ -44,6 +45,7 @@ DIRECT: dict[str, tuple[str, str]] = {
     "--num-gpus-per-node": ("cluster.gpus_per_node", "int"),
     "--rollout-num-gpus": ("rollout.gpus", "int"),
     "--rollout-num-gpus-per-engine": ("rollout.gpus_per_engine", "int"),
+    "--prefill-num-servers": ("rollout.sglang.pd.prefill_engines", "int"),
     "--colocate": ("rollout.colocate", "bool"),
     "--prompt-data": ("data.prompts", "str"),
     "--input-key": ("data.input_key", "str"),
@@ -375,7 +377,6 @@ SFT_FLAGS = frozenset(
         "--rollout-function-path",
     }
 )
-_PD = "prefill/decode (PD) disaggregation: SGLang server groups are not in slime/v2 yet"
 _PLUGIN = "a slime plug-in hook with no slime/v2 field: port it as a slime-submit plug-in by hand"
 
 # slime's own flags that change what is trained and have no slime/v2 field: the import fails (exit 2)
@@ -384,9 +385,8 @@ REFUSED: dict[str, str] = {
     "--opd-teacher-ckpt-step": "an iteration of the teacher's Megatron checkpoint; algorithm.opd.teacher is an HF "
     "directory: export that iteration to HF format and give its directory",
     "--disable-compute-advantages-and-returns": _SFT,
-    "--prefill-num-servers": _PD,
-    "--sglang-config": "SGLang server groups (regular/prefill/decode/placeholder, for PD disaggregation) are "
-    "not in slime/v2 yet; per-engine SGLang flags go in rollout.sglang.args",
+    "--sglang-config": "SGLang server groups from a YAML file: write them as rollout.sglang.pd (prefill_engines, "
+    "prefill_args, decode_args: engines of one size) by hand; per-engine SGLang flags go in rollout.sglang.args",
     "--rollout-function-path": "custom rollout functions are plug-ins; port it and name it in the spec by hand",
     "--custom-generate-function-path": "custom generate functions are plug-ins (agent.generate takes an agent loop);"
     " port it by hand",
@@ -457,6 +457,11 @@ def slime_only_reason(flag: str) -> str:
 
 
 # SGLang's pipeline-parallel size under slime's two names (slime divides an engine's GPUs by it for TP).
+# SGLang's PD transfer flags: rollout.sglang.pd fields where --prefill-num-servers makes one (else dropped)
+PD_TRANSFER_FLAGS: dict[str, str] = {
+    "--sglang-disaggregation-transfer-backend": "rollout.sglang.pd.transfer",
+    "--sglang-disaggregation-ib-device": "rollout.sglang.pd.ib_device",
+}
 PP_SIZE_FLAGS = ("--sglang-pp-size", "--sglang-pipeline-parallel-size")
 
 # Megatron-LM's optimizer offload (a fraction that defaults to 1.0 there) -> train.megatron.optimizer_offload.

@@ -3,8 +3,9 @@
 The validator, the preflight and the runtime all use :func:`plan_layout`, so they cannot disagree.
 GPU clusters: colocated engines share the actor's slots, disaggregated ones follow them; CPU-only
 clusters have one slot per node (two with ``train.async``). The PPO critic reuses the actor's slots.
-Guaranteed: pure and deterministic (no I/O, no imports beyond the spec types); the layouts of the
-last few (frozen) specs are cached, so one process computes each once.
+Engines may have roles (the rollout plug-in's ``engine_roles`` hook: SGLang's prefill/decode groups).
+Guaranteed: pure and deterministic (no I/O; the spec types and plug-in hooks only); the layouts of
+the last few (frozen) specs are cached, so one process computes each once.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from slime.spec.resolve import starts_engines
 from slime.spec.types import Spec
 
-__all__ = ["Layout", "LayoutError", "Slot", "layout_counts", "plan_layout"]
+__all__ = ["Layout", "LayoutError", "Slot", "layout_counts", "layout_table", "plan_layout"]
 
 
 class LayoutError(ValueError):
@@ -53,6 +54,11 @@ class Layout:
     total_slots: int  # len(all_slots())
     rollout_offset: int
     cpu_split: bool = False  # CPU-only: trainer and engines on separate slots (parts) of each node
+    engine_roles: tuple[str, ...] = ()  # engine i's role (e.g. 'prefill', 'decode'); () = all regular
+
+    def engine_name(self, i: int) -> str:
+        """``engine3``, or ``engine3:decode`` where engines have roles (placement rows, preflight, render)."""
+        return f"engine{i}" + (f":{self.engine_roles[i]}" if self.engine_roles else "")
 
     @property
     def cpu_only(self) -> bool:
@@ -75,7 +81,7 @@ class Layout:
             roles.append("critic")
         for i, engine in enumerate(self.engines):
             if slot in engine:
-                roles.append(f"engine{i}")
+                roles.append(self.engine_name(i))
         return roles
 
 
@@ -168,7 +174,58 @@ def _plan(spec: Spec) -> Layout:
         engines=tuple(engines),
         total_slots=len(used),
         rollout_offset=n.offset,
+        engine_roles=_engine_roles(spec, len(engines)),
     )
+
+
+def _engine_roles(spec: Spec, n: int) -> tuple[str, ...]:
+    """The rollout plug-in's engine roles (its ``engine_roles`` hook), one per engine, or ()."""
+    from slime.spec.plugin import hook, selected
+
+    roles = tuple(hook(selected(spec, "rollout_backend"), "engine_roles", lambda _: ())(spec))
+    if roles and len(roles) != n:  # the plug-in counted engines differently: a bug, not a spec error
+        raise AssertionError(f"{len(roles)} engine roles for {n} engines")
+    return roles
+
+
+def _span(slots) -> str:
+    """``node0:gpu4-7`` / ``node0:gpu6-7, node1:gpu0-1``: a run of slots, node by node."""
+    out = []
+    for nd in sorted({s.node for s in slots}):
+        gpus = sorted(s.gpu for s in slots if s.node == nd and s.gpu is not None)
+        if not gpus:
+            out.append(f"node{nd}:cpu")
+            continue
+        runs, start = [], gpus[0]
+        for a, b in zip(gpus, gpus[1:] + [None]):
+            if b != a + 1:
+                runs.append(f"{start}" if start == a else f"{start}-{a}")
+                start = b
+        out.append(f"node{nd}:gpu{','.join(runs)}")
+    return ", ".join(out)
+
+
+def layout_table(layout: Layout) -> list[str]:
+    """One line per role group (actor, critic, each engine role): engines, GPUs and where (render, docs)."""
+    rows = [("role", "engines", "GPUs", "slots")]
+    if layout.actor:
+        rows.append(("actor", "-", str(len(layout.actor)), _span(layout.actor)))
+    if layout.critic:
+        rows.append(("critic", "-", str(len(layout.critic)), _span(layout.critic) + " (the actor's)"))
+    roles = layout.engine_roles or ("engine",) * len(layout.engines)
+    for role in dict.fromkeys(roles):
+        mine = [i for i, r in enumerate(roles) if r == role]
+        slots = [s for i in mine for s in layout.engines[i]]
+        rows.append(
+            (
+                role,
+                f"{len(mine)} ({mine[0]}-{mine[-1]})" if len(mine) > 1 else f"1 ({mine[0]})",
+                str(len(slots)),
+                _span(slots),
+            )
+        )
+    widths = [max(len(r[k]) for r in rows) for k in range(3)]
+    return [" ".join(v.ljust(w) for v, w in zip(r[:3], widths)) + " " + r[3] for r in rows]
 
 
 def _check_counts(spec: Spec) -> LayoutCounts:

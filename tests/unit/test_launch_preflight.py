@@ -151,6 +151,19 @@ def test_disaggregated_roles_must_not_share_a_physical_gpu():
     assert bad and bad[0].name == "roles" and bad[0].node == "sn2" and "engine 0 shares GPU" in bad[0].message
 
 
+def test_prefill_decode_groups_are_named_in_the_placement_rows_and_the_roles_check():
+    s = lambda n, g: Slot(node=n, gpu=g)  # noqa: E731
+    base = _layout([s(0, 0), s(0, 1)], [[s(1, 0)], [s(1, 1)]])
+    lay = Layout(
+        **{f: getattr(base, f) for f in base.__slots__ if f != "engine_roles"}, engine_roles=("prefill", "decode")
+    )
+    phys = {sl: (f"sn{sl.node + 1}", str(sl.gpu)) for sl in lay.all_slots()}
+    rows = _rows(lay, phys)
+    assert [r["roles"] for r in rows if r["node"] == 1] == [["engine0:prefill"], ["engine1:decode"]]
+    (ok,) = [c for c in role_conflicts(lay, rows) if c.name == "roles"]
+    assert ok.ok and ok.message.endswith("engine groups: prefill 1 engine(s), 1 GPU(s), decode 1 engine(s), 1 GPU(s)")
+
+
 def test_duplicate_physical_gpus_and_engines_straddling_nodes_are_reported():
     s = lambda n, g: Slot(node=n, gpu=g)  # noqa: E731
     lay = _layout([s(0, 0), s(0, 1), s(1, 0), s(1, 1)], [[s(0, 1), s(1, 0)]], colocate=True)

@@ -39,7 +39,7 @@ EXPECTED: dict[str, list[str]] = {
     "run-glm4-9B.sh": ["'glm4' " + _UNSUPPORTED],
     "run-glm4.7-30B-A3B.sh": ["'glm4_moe' " + _UNSUPPORTED, "does not divide the 8 trainer GPUs", "multi-token"],
     "run-glm4.7-355B-A32B.sh": ["'glm4_moe' " + _UNSUPPORTED, "stop token ids are not in slime/v2"],
-    "run-glm5-744B-A40B.sh": ["'glm_moe_dsa' " + _UNSUPPORTED, "prefill/decode (PD) disaggregation"],
+    "run-glm5-744B-A40B.sh": ["'glm_moe_dsa' " + _UNSUPPORTED],  # its --prefill-num-servers 1 maps (rollout.sglang.pd)
     "run-glm5.2-744B-A40B.sh": ["'glm_moe_dsa' " + _UNSUPPORTED, "SGLang server groups"],
     "run-mimo-7B-rl-eagle.sh": ["'mimo' " + _UNSUPPORTED, "multi-token-prediction training"],
     "run-minimax-m2.sh": ["'minimax_m2' " + _UNSUPPORTED],

@@ -21,19 +21,46 @@ def _engine_args(result) -> dict:
     return load_spec_text(result.yaml, file="imported.yaml").spec.rollout.sglang.args
 
 
-@pytest.mark.parametrize(
-    "flags, words",
-    [
-        ("--prefill-num-servers 2", "prefill/decode (PD) disaggregation"),
-        ("--sglang-config /cfg/groups.yaml", "SGLang server groups"),
-    ],
-)
+@pytest.mark.parametrize("flags, words", [("--sglang-config /cfg/groups.yaml", "SGLang server groups")])
 def test_pd_disaggregation_flags_are_refused_not_placed(flags, words):
     result = convert_slime_args(f"{DISAGG} {flags}")
     flag = flags.split()[0]
     assert words in dict(result.refused)[flag] and not result.accepted()
     assert not any(p.startswith(("train.megatron.args", "rollout.sglang.args")) for _, p in result.mapped)
     assert result.accepted(drop_unmapped=True) and _engine_args(result) == {}
+
+
+def test_prefill_num_servers_becomes_the_prefill_decode_section():
+    """slime's --prefill-num-servers N (its first N engines prefill, the rest decode) and the transfer flags
+    map onto rollout.sglang.pd, not into the engines' args (where 0.5.23 would start regular servers)."""
+    flags = (
+        "--sglang-disaggregation-transfer-backend nixl --sglang-disaggregation-ib-device mlx5_0 --prefill-num-servers 1"
+    )
+    result = convert_slime_args(f"{DISAGG} {flags}")
+    assert result.accepted(), (result.refused, result.unmapped)
+    mapped = dict(result.mapped)
+    assert mapped["--prefill-num-servers"] == "rollout.sglang.pd.prefill_engines"
+    assert mapped["--sglang-disaggregation-transfer-backend"] == "rollout.sglang.pd.transfer"
+    spec = load_spec_text(result.yaml, file="imported.yaml").spec
+    pd = spec.rollout.sglang.pd
+    assert (pd.prefill_engines, pd.transfer, pd.ib_device) == (1, "nixl", "mlx5_0") and _engine_args(result) == {}
+    # 8 rollout GPUs of 4-GPU engines: 1 prefill + 1 decode engine, as slime's from_prefill_num_servers splits them
+    from slime.spec.layout import plan_layout
+
+    assert plan_layout(spec).engine_roles == ("prefill", "decode")
+
+
+def test_pd_transfer_flags_without_prefill_num_servers_are_dropped_with_the_field_to_use():
+    result = convert_slime_args(f"{DISAGG} --sglang-disaggregation-transfer-backend mooncake")
+    assert "set it in rollout.sglang.pd" in dict(result.unmapped)["--sglang-disaggregation-transfer-backend"]
+    assert result.accepted(drop_unmapped=True)
+    assert load_spec_text(result.yaml, file="imported.yaml").spec.rollout.sglang.pd is None
+
+
+def test_prefill_num_servers_leaving_no_decode_engine_is_refused_at_validate():
+    result = convert_slime_args(f"{DISAGG} --prefill-num-servers 2")
+    with pytest.raises(SpecError, match="2 prefill engine\\(s\\) leave no decode engine"):
+        load_spec_text(result.yaml, file="imported.yaml")
 
 
 @pytest.mark.parametrize("flag", ["--sglang-pp-size", "--sglang-pipeline-parallel-size"])

@@ -23,6 +23,7 @@ from slime.backends.sglang.launch import (
     port_blocks,
     render_engine_commands,
     router_command,
+    router_for,
 )
 from slime.spec import SpecError
 from slime.spec.load import load_spec
@@ -275,3 +276,85 @@ def test_moe_engines_take_an_expert_parallel_size_that_divides_their_tensor_para
         bad = _with_sglang_args({key: 3}, valid)
         with pytest.raises(LaunchError, match=rf"sglang\.args\.{key}=3 must be a positive integer dividing .* size 4"):
             engine_commands(bad)
+
+
+PD_SPEC = ROOT / "specs" / "grpo-pd.yaml"
+
+
+def test_prefill_decode_groups_golden():
+    """The 2-group example (1 prefill + 3 decode engines): layout table, role flags, PD router."""
+    _golden("sglang_grpo_pd.txt", render_engine_commands(_spec(path=PD_SPEC)))
+
+
+def test_prefill_decode_role_flags_ports_and_router():
+    spec = _spec("rollout.sglang.pd.prefill_engines=2", "rollout.sglang.pd.transfer=nixl", path=PD_SPEC)
+    cmds = engine_commands(spec, hosts=["10.0.0.1", "10.0.0.2"])
+    assert [c.role for c in cmds] == ["prefill", "prefill", "decode", "decode"]
+    for c in cmds:
+        argv = list(c.argv)
+        assert argv[argv.index("--disaggregation-mode") + 1] == c.role
+        assert argv[argv.index("--disaggregation-transfer-backend") + 1] == "nixl"
+        assert ("--chunked-prefill-size" in argv) == (c.role == "prefill")
+        assert ("--cuda-graph-max-bs-decode" in argv) == (c.role == "decode")
+    # each prefill engine's bootstrap server on its own port (SGLang's default 8998 would clash on a node)
+    assert [(c.bootstrap_port, c.ports) for c in cmds[:2]] == [
+        (30013, (30010, 30011, 30013)),
+        (30023, (30020, 30021, 30023)),
+    ]
+    assert all(c.bootstrap_port is None and len(c.ports) == 2 for c in cmds[2:])
+    router = list(router_for(spec, cmds, host="10.0.0.1").argv)
+    assert router[router.index("--pd-disaggregation") :] == [
+        "--pd-disaggregation",
+        "--prefill", "http://10.0.0.2:30010", "30013",
+        "--prefill", "http://10.0.0.2:30020", "30023",
+        "--decode", "http://10.0.0.2:30030",
+        "--decode", "http://10.0.0.2:30040",
+    ]  # fmt: skip
+
+
+def test_prefill_engine_spanning_nodes_gives_every_rank_the_bootstrap_port():
+    spec = _spec("rollout.gpus_per_engine=8", "rollout.gpus=16", "cluster.nodes=3", path=PD_SPEC)
+    cmds = engine_commands(spec)
+    prefill = [c for c in cmds if c.role == "prefill"]
+    assert [c.node_rank for c in prefill] == [0] and len(cmds) == 2
+    spec = _spec("rollout.gpus_per_engine=16", "rollout.gpus=32", "cluster.nodes=5", path=PD_SPEC)
+    prefill = [c for c in engine_commands(spec) if c.role == "prefill"]
+    assert [c.node_rank for c in prefill] == [0, 1]
+    assert all(c.argv[c.argv.index("--disaggregation-bootstrap-port") + 1] == "30013" for c in prefill)
+    assert prefill[1].ports == () and prefill[0].ports == (30010, 30011, 30013)
+
+
+def test_role_flags_are_checked_against_the_pinned_sglang():
+    """Every flag the PD render adds is a launch_server flag of the pinned SGLang, with a value it accepts."""
+    from slime.backends.sglang.flags import server_flags
+
+    _, known = server_flags()
+    argv = [a for c in engine_commands(_spec(path=PD_SPEC)) for a in c.argv if a.startswith("--")]
+    assert {a[2:] for a in argv} <= known
+    # choices of 0.5.23 (arg_groups/fields/disagg.py, choices.py): mode prefill|decode, transfer backends
+    from slime.backends.sglang.profile import PrefillDecode
+
+    transfer = msgspec.json.schema(PrefillDecode)["$defs"]["PrefillDecode"]["properties"]["transfer"]["enum"]
+    assert set(transfer) <= {"mooncake", "nixl", "ascend", "fake", "mori", "mooncake_tcp"}
+
+
+def test_role_args_may_not_reshape_an_engine_or_set_a_derived_flag():
+    spec = _spec(path=PD_SPEC)
+    pd = replace(spec.rollout.sglang.pd, decode_args={"pp-size": 2})
+    with pytest.raises(LaunchError, match=r"decode_args.pp-size: slime sets --pp-size itself"):
+        engine_commands(_with_sglang(spec, pd=pd))
+    pd = replace(spec.rollout.sglang.pd, prefill_args={"disaggregation-mode": "decode"})
+    with pytest.raises(LaunchError, match=r"prefill_args.disaggregation-mode.*change rollout.sglang.pd instead"):
+        engine_commands(_with_sglang(spec, pd=pd))
+
+
+def test_a_run_refuses_prefill_decode_before_starting_anything(tmp_path):
+    from slime.backends.sglang.backend import SGLangRolloutBackend
+
+    def builder(*a, **k):
+        raise AssertionError("no command may be built")
+
+    backend = SGLangRolloutBackend(command_builder=builder)
+    with pytest.raises(LaunchError, match="rollout.sglang.pd: prefill/decode engines .* cannot start them yet"):
+        backend.start(_spec(path=PD_SPEC), None, {}, tmp_path)
+    assert backend.processes == []

@@ -305,3 +305,21 @@ def test_plan_layout_reuses_its_answer_only_for_the_same_spec_object():
     assert layout_module.plan_layout(loaded.spec) is first
     other = layout_module.plan_layout(again.spec)  # an equal spec, another object: computed, equal
     assert other == first and other is not first
+
+
+def test_prefill_decode_groups_are_engine_roles_in_the_layout_and_its_table():
+    """rollout.sglang.pd: the first engines prefill, the rest decode; roles reach the placement rows."""
+    base = {"cluster.nodes": 1, "train.gpus_per_node": 4, "rollout.colocate": False, "rollout.gpus": 4}
+    base["train.global_batch_size"] = 128
+    layout = plan_layout(load(spec(GPU_SPEC, **base, **{"rollout.sglang.pd": {"prefill_engines": 1}})).spec)
+    assert layout.engine_roles == ("prefill", "decode")
+    assert layout.roles_of(Slot(node=0, gpu=4)) == ["engine0:prefill"]
+    assert layout.roles_of(Slot(node=0, gpu=7)) == ["engine1:decode"]
+    assert layout_module.layout_table(layout) == [
+        "role    engines GPUs slots",
+        "actor   -       4    node0:gpu0-3",
+        "prefill 1 (0)   2    node0:gpu4-5",
+        "decode  1 (1)   2    node0:gpu6-7",
+    ]
+    plain = plan_layout(load(spec(GPU_SPEC, **base)).spec)
+    assert plain.engine_roles == () and plain.roles_of(Slot(node=0, gpu=4)) == ["engine0"]

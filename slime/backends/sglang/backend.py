@@ -22,6 +22,7 @@ from typing import Any
 
 from slime.backends.base import RolloutBackend, WeightSender
 from slime.backends.sglang import launch, process
+from slime.backends.sglang.flags import PD_NOT_RUNNABLE
 from slime.backends.sglang.weights import sync_delta, sync_from_disk
 from slime.core.auth import SECRET_ENV, job_secret, write_private
 
@@ -99,6 +100,8 @@ class SGLangRolloutBackend(RolloutBackend):
     def start(self, spec, layout, placement: Any, model_dir: Path, *, log_dir: Path | None = None) -> list[str]:
         from slime.placement import Placement
 
+        if spec.rollout.sglang.pd is not None:  # before any process starts (validate warns of it)
+            raise launch.LaunchError(f"rollout.sglang.pd: {PD_NOT_RUNNABLE}")
         self.spec = spec
         if isinstance(placement, Placement):
             self.log_dir = Path(log_dir or Path(spec.logging.dir) / "engines")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 __all__ = [
     "EP_FLAGS",
+    "PD_NOT_RUNNABLE",
     "PP_FLAGS",
     "SGLANG_RESERVED",
     "engine_pp",
@@ -49,6 +50,11 @@ SGLANG_RESERVED = (
     "enable-deterministic-inference",  # rollout.deterministic
     "api-key",  # the job's secret (slime.core.auth), given through --config
     "config",
+    # prefill/decode roles, their transfer and bootstrap ports come from rollout.sglang.pd and the layout
+    "disaggregation-mode",
+    "disaggregation-bootstrap-port",
+    "disaggregation-transfer-backend",
+    "disaggregation-ib-device",
 )
 
 # The spec field that decides a reserved flag, where one does (the hint of a refusal names it).
@@ -57,7 +63,20 @@ _FIELD_OF = {
     "tokenizer-path": "model.tokenizer",
     "api-key": "SLIME_JOB_AUTH (the job's own secret; docs/security.md)",
     "config": "rollout.sglang.args (one key per flag)",
+    "disaggregation-mode": "rollout.sglang.pd",
+    "disaggregation-bootstrap-port": "rollout.sglang.pd",
+    "disaggregation-transfer-backend": "rollout.sglang.pd.transfer",
+    "disaggregation-ib-device": "rollout.sglang.pd.ib_device",
 }
+
+
+# Each request must reach a prefill and a decode engine with the same bootstrap room: the PD router does it,
+# but sglang-router 0.3.2 takes no client secret (it would serve anyone) and needs the engines' key in argv.
+PD_NOT_RUNNABLE = (
+    "prefill/decode engines are rendered and placed, but a run cannot start them yet: "
+    "requests must be paired across a prefill and a decode engine, and the PD router (sglang-router 0.3.2) "
+    "cannot hold the job's secret; remove rollout.sglang.pd to run (see the SGLang backend's README)"
+)
 
 
 def reserved_hint(flag: str) -> str:

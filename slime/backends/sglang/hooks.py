@@ -14,6 +14,8 @@ from msgspec.structs import replace
 
 from slime.backends.sglang.flags import (
     EP_FLAGS,
+    PD_NOT_RUNNABLE,
+    PP_FLAGS,
     engine_pp,
     engine_tp,
     normalize_flag,
@@ -25,7 +27,7 @@ from slime.spec.plugin import Finding
 from slime.spec.resolve import model_config
 from slime.spec.rules import attention_heads, over_context
 
-__all__ = ["RULES", "preview", "resolve", "smoke_edits", "untested"]
+__all__ = ["RULES", "WARNINGS", "engine_roles", "preview", "resolve", "smoke_edits", "untested"]
 
 
 def checkpoint_model(s) -> Iterator[Finding]:
@@ -39,12 +41,82 @@ def checkpoint_model(s) -> Iterator[Finding]:
 
 def no_router(s) -> Iterator[Finding]:
     if s.rollout.sglang.router_args:
+        pd = " (prefill/decode groups get a PD router whose flags slime-submit derives)" if s.rollout.sglang.pd else ""
         yield (
             "rollout.sglang.router_args",
             "the rollout manager sends requests straight to the engines and spreads them itself; the "
-            "sglang-router is not in the request path, so router settings would do nothing",
+            f"sglang-router is not in the request path, so router settings would do nothing{pd}",
             "remove rollout.sglang.router_args",
         )
+
+
+def prefill_decode(s) -> Iterator[Finding]:
+    """slime's PD rules: a decode engine remains, engines the job starts, mooncake_tcp picks no RDMA device."""
+    r = s.rollout
+    pd = r.sglang.pd
+    if pd is None:
+        return
+    if r.external:
+        yield (
+            "rollout.sglang.pd",
+            "prefill/decode groups are engines the job starts; rollout.external engines are not (slime refuses "
+            "--prefill-num-servers with --rollout-external-engine-addrs too)",
+            "remove rollout.sglang.pd, or rollout.external",
+        )
+        return
+    engines = (r.gpus or 0) // r.gpus_per_engine
+    if engines and pd.prefill_engines >= engines:
+        yield (
+            "rollout.sglang.pd.prefill_engines",
+            f"{pd.prefill_engines} prefill engine(s) leave no decode engine: rollout.gpus {r.gpus} / "
+            f"gpus_per_engine {r.gpus_per_engine} = {engines} engine(s) in all",
+            f"set prefill_engines below {engines}, or raise rollout.gpus",
+        )
+    if pd.ib_device and pd.transfer == "mooncake_tcp":
+        yield (
+            "rollout.sglang.pd.ib_device",
+            "the mooncake_tcp transfer moves KV caches over TCP: SGLang drops the InfiniBand device",
+            "remove ib_device, or use transfer: mooncake",
+        )
+
+
+def role_args(s) -> Iterator[Finding]:
+    """A role's own flags: known, not set by slime-submit, and not the engine's shape (shared by both roles)."""
+    pd = s.rollout.sglang.pd
+    for role, args in (("prefill", pd.prefill_args), ("decode", pd.decode_args)) if pd else ():
+        for key in args:
+            path, norm = f"rollout.sglang.pd.{role}_args.{key}", normalize_flag(key)
+            if (hit := sglang_reserved(key)) is not None:
+                yield (
+                    path,
+                    f"slime-submit sets --{hit} itself from the spec and the layout",
+                    f"remove it (change {reserved_hint(hit)} instead)",
+                )
+            elif norm in PP_FLAGS or norm in EP_FLAGS:
+                yield (
+                    path,
+                    f"--{norm} shapes every engine (prefill and decode engines share one shape)",
+                    "set it in rollout.sglang.args",
+                )
+            elif (problem := unknown_flag(key)) is not None:
+                yield (path, *problem)
+
+
+def pd_flags_need_pd(s) -> Iterator[Finding]:
+    """SGLang's disaggregation-* flags act only on a prefill or decode server."""
+    if s.rollout.sglang.pd is None:
+        for key in s.rollout.sglang.args:
+            if normalize_flag(key).startswith("disaggregation-") and sglang_reserved(key) is None:
+                yield (
+                    f"rollout.sglang.args.{key}",
+                    "a prefill/decode (PD) setting, but the engines are regular ones: nothing would read it",
+                    "remove it, or set rollout.sglang.pd",
+                )
+
+
+def pd_not_runnable(s) -> Iterator[Finding]:
+    if s.rollout.sglang.pd is not None:
+        yield ("rollout.sglang.pd", PD_NOT_RUNNABLE, "render and validate it for now; remove it to run the job")
 
 
 def reserved_args(s) -> Iterator[Finding]:
@@ -138,9 +210,22 @@ def context_fits(s) -> Iterator[Finding]:
         )
 
 
+def engine_roles(spec) -> tuple[str, ...]:
+    """Each engine's role in layout order: 'prefill' / 'decode' with ``rollout.sglang.pd``, else none (regular)."""
+    r = spec.rollout
+    pd = r.sglang.pd if r.sglang is not None else None
+    if pd is None or not r.gpus or r.external:
+        return ()
+    n = r.gpus // r.gpus_per_engine
+    return tuple("prefill" if i < pd.prefill_engines else "decode" for i in range(n))
+
+
 RULES = (
     checkpoint_model,
     no_router,
+    prefill_decode,
+    role_args,
+    pd_flags_need_pd,
     reserved_args,
     sglang_flags_known,
     sglang_pipeline,
@@ -148,6 +233,7 @@ RULES = (
     sglang_expert_parallel,
     context_fits,
 )
+WARNINGS = (pd_not_runnable,)
 
 
 def resolve(spec):
@@ -172,6 +258,8 @@ def untested(spec) -> Iterator[str]:
         + (f", sglang.args {', '.join(r.sglang.args)}" if r.sglang and r.sglang.args else "")
         + ", CUDA graphs and memory fractions"
     )
+    if r.sglang and r.sglang.pd:
+        yield f"prefill/decode engine groups ({r.sglang.pd.transfer} KV transfer): the smoke runs regular engines"
 
 
 def preview(spec) -> tuple[str, str]:

@@ -1,12 +1,12 @@
 """The exact ``sglang.launch_server`` / ``sglang_router`` commands a spec runs, one per engine process.
 
-Pure and deterministic (no I/O but reading ``config.json`` for ``--trust-remote-code``; no SGLang
-import), so ``slime-submit render`` prints the argv the runtime executes and golden tests pin it.
-Flags derive from the spec and layout (model, TP size, GPU ids, host and ports, multi-node
-rendezvous, memory saver, deterministic inference), then ``rollout.sglang.args`` verbatim; a key
-that would override a derived flag or break the placement is rejected. Several engines get a router
-on the first node. Without ``hosts`` commands render ``node0``...; ports render from the default
-base, while the runtime takes a per-job block. Flag-by-flag rules: docs/design-notes.md.
+Pure and deterministic (no I/O but reading ``config.json`` for ``--trust-remote-code``; no SGLang import),
+so ``slime-submit render`` prints the argv the runtime executes and golden tests pin it. Flags derive from
+the spec and layout (model, TP size, GPU ids, host and ports, multi-node rendezvous, memory saver,
+deterministic inference, prefill/decode role), then ``rollout.sglang.args`` and a role's own args verbatim;
+a key that would override a derived flag or break the placement is rejected. Several engines get a router on
+the first node (a PD router for prefill/decode groups). Without ``hosts`` commands render ``node0``...; ports
+render from the default base, while the runtime takes a per-job block. Rules: docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from slime.backends.sglang.flags import EP_FLAGS, SGLANG_RESERVED, engine_pp, engine_tp, reserved_hint
+from slime.backends.sglang.flags import EP_FLAGS, PP_FLAGS, SGLANG_RESERVED, engine_pp, engine_tp, reserved_hint
 
 if TYPE_CHECKING:
     from slime.spec.layout import Layout
@@ -34,14 +34,17 @@ __all__ = [
     "RouterCommand",
     "engine_commands",
     "flags_from_args",
+    "pd_router_command",
     "port_blocks",
     "render_engine_commands",
     "router_command",
+    "router_for",
 ]
 
 ROUTER_PORT = 30000
 ENGINE_PORT_BASE = 30010
-PORT_STRIDE = 10  # http, http+1 = nccl, http+2 = multi-node dist-init
+PORT_STRIDE = 10  # http, http+1 = nccl, http+2 = multi-node dist-init, http+3 = a prefill engine's bootstrap
+BOOTSTRAP_OFFSET = 3  # SGLang's default bootstrap port (8998) would clash between prefill engines on a node
 ENGINE_PORT_RANGE = (10000, 20000)  # below Ray's default 20000-32000 and Linux's ephemeral 32768-60999
 _ENGINE_RESERVED = SGLANG_RESERVED  # one table with validate (slime.backends.sglang.flags)
 _ROUTER_RESERVED = ("worker-urls", "host", "port")
@@ -65,6 +68,8 @@ class EngineCommand:
     argv: tuple[str, ...]
     ports: tuple[int, ...] = ()  # every port it binds on its node (checked free before launch)
     env: Mapping[str, str] = field(default_factory=dict)
+    role: str = ""  # 'prefill' / 'decode' (rollout.sglang.pd), '' for a regular engine
+    bootstrap_port: int | None = None  # a prefill engine's KV bootstrap server (the PD router pairs on it)
 
     @property
     def url(self) -> str | None:
@@ -164,10 +169,13 @@ def _shared_argv(spec: Spec, python: str, extra: list[str]) -> tuple[list[str], 
     return common, derived
 
 
-def _engine_processes(engine: int, slots, port: int, hosts: list[str], head: list[str], tail: list[str]):
+def _engine_processes(
+    engine: int, slots, port: int, hosts: list[str], head: list[str], tail: list[str], role: str = ""
+):
     """One EngineCommand per node of one engine; node rank 0 serves HTTP, the others join it."""
     nodes = sorted({s.node for s in slots})
     first = nodes[0]
+    boot = port + BOOTSTRAP_OFFSET if role == "prefill" else None
     out: list[EngineCommand] = []
     for rank, node in enumerate(nodes):
         gpus = tuple(s.gpu for s in slots if s.node == node)
@@ -183,6 +191,8 @@ def _engine_processes(engine: int, slots, port: int, hosts: list[str], head: lis
                 "--dist-init-addr",
                 f"{hosts[first]}:{port + 2}",
             ]
+        if boot:  # on every node rank: the engine's processes share their server arguments
+            argv += ["--disaggregation-bootstrap-port", str(boot)]
         out.append(
             EngineCommand(
                 engine=engine,
@@ -192,8 +202,10 @@ def _engine_processes(engine: int, slots, port: int, hosts: list[str], head: lis
                 host=hosts[node],
                 gpus=gpus,
                 port=port if rank == 0 else None,
-                ports=(port, port + 1) if rank == 0 else (),
+                ports=((port, port + 1) + ((boot,) if boot else ())) if rank == 0 else (),
                 argv=tuple(argv + tail),
+                role=role,
+                bootstrap_port=boot,
             )
         )
     return out
@@ -223,6 +235,9 @@ def engine_commands(
         raise LaunchError(f"{len(hosts)} host address(es) given for {layout.nodes} node(s)")
     extra = flags_from_args(r.sglang.args, field_name="rollout.sglang.args", reserved=_ENGINE_RESERVED)
     common, derived = _shared_argv(spec, python, extra)
+    tails = dict.fromkeys(("", *layout.engine_roles), derived + extra)
+    if r.sglang.pd is not None:
+        tails = {role: derived + _role_flags(spec, role) + extra + _role_args(spec, role) for role in tails}
     per_node: dict[int, int] = {}  # engines already on each node: picks the port slot
     out: list[EngineCommand] = []
     for i, slots in enumerate(layout.engines):
@@ -230,8 +245,30 @@ def engine_commands(
         j = per_node.get(nodes[0], 0)
         for n in nodes:
             per_node[n] = per_node.get(n, 0) + 1
-        out += _engine_processes(i, slots, port_base + PORT_STRIDE * j, hosts, common, derived + extra)
+        role = layout.engine_roles[i] if layout.engine_roles else ""
+        out += _engine_processes(i, slots, port_base + PORT_STRIDE * j, hosts, common, tails[role], role)
     return out
+
+
+def _role_flags(spec: Spec, role: str) -> list[str]:
+    """A prefill or decode engine's SGLang mode and KV transfer (rollout.sglang.pd); none for a regular one."""
+    pd = spec.rollout.sglang.pd
+    if pd is None or role not in ("prefill", "decode"):
+        return []
+    out = ["--disaggregation-mode", role, "--disaggregation-transfer-backend", pd.transfer]
+    return out + (["--disaggregation-ib-device", pd.ib_device] if pd.ib_device else [])
+
+
+def _role_args(spec: Spec, role: str) -> list[str]:
+    """``rollout.sglang.pd.<role>_args`` as flags; the engine's shape (pp, ep) is shared, so set in args only."""
+    pd = spec.rollout.sglang.pd
+    if pd is None or role not in ("prefill", "decode"):
+        return []
+    return flags_from_args(
+        pd.prefill_args if role == "prefill" else pd.decode_args,
+        field_name=f"rollout.sglang.pd.{role}_args",
+        reserved=(*_ENGINE_RESERVED, *PP_FLAGS, *EP_FLAGS),
+    )
 
 
 def router_command(
@@ -256,6 +293,30 @@ def router_command(
         *extra,
     ]
     return RouterCommand(host=host, port=port, argv=tuple(argv))
+
+
+def pd_router_command(
+    commands: Sequence[EngineCommand], *, host: str, port: int = ROUTER_PORT, python: str = "python"
+) -> RouterCommand:
+    """The sglang-router in PD mode: it pairs each request's prefill engine (URL and bootstrap port) with a
+    decode engine (sglang-router 0.3.2: ``--pd-disaggregation --prefill URL PORT ... --decode URL ...``)."""
+    argv = [python, "-m", "sglang_router.launch_router", "--host", host, "--port", str(port), "--pd-disaggregation"]
+    for c in commands:
+        if c.url and c.role == "prefill":
+            argv += ["--prefill", c.url, str(c.bootstrap_port)]
+    for c in commands:
+        if c.url and c.role == "decode":
+            argv += ["--decode", c.url]
+    return RouterCommand(host=host, port=port, argv=tuple(argv))
+
+
+def router_for(
+    spec: Spec, commands: Sequence[EngineCommand], *, host: str, port: int = ROUTER_PORT, python: str = "python"
+) -> RouterCommand | None:
+    """The router these engines need: a PD router for prefill/decode groups, else ``router_command``."""
+    if any(c.role for c in commands):
+        return pd_router_command(commands, host=host, port=port, python=python)
+    return router_command(spec, [c.url for c in commands if c.url], host=host, port=port, python=python)
 
 
 def port_blocks(key: str) -> Iterator[int]:
@@ -285,24 +346,30 @@ def port_blocks(key: str) -> Iterator[int]:
 
 
 def render_engine_commands(spec: Spec, hosts: Sequence[str] | None = None) -> str:
-    """Human-readable listing of every engine command and the router (what ``render`` prints)."""
-    from slime.spec.layout import plan_layout
+    """Human-readable listing of the layout, every engine command and the router (what ``render`` prints)."""
+    from slime.spec.layout import layout_table, plan_layout
 
     layout = plan_layout(spec)
     cmds = engine_commands(spec, layout, hosts=hosts)
     r = spec.rollout
+    pd = r.sglang.pd
     lines = [
         f"# SGLang rollout engines for {spec.name}: {len(layout.engines)} engine(s) x {r.gpus_per_engine} "
-        f"GPU(s), {'colocated with' if r.colocate else 'beside'} training",
+        f"GPU(s), {'colocated with' if r.colocate else 'beside'} training"
+        + (f"; prefill/decode groups, KV transfer {pd.transfer}" if pd else ""),
+        *(f"#   {line}" for line in layout_table(layout)),
         f"# node addresses: {', '.join(hosts or [f'node{i}' for i in range(layout.nodes)])}"
         + ("" if hosts else " (placeholders: the runtime substitutes each node's address)"),
     ]
     for c in cmds:
         gpus = f"GPU {c.gpus[0]}" if len(c.gpus) == 1 else f"GPUs {c.gpus[0]}-{c.gpus[-1]}"
-        role = f"node rank {c.node_rank}/{c.nnodes}, " if c.nnodes > 1 else ""
+        rank = f"node rank {c.node_rank}/{c.nnodes}, " if c.nnodes > 1 else ""
         where = f"url {c.url}" if c.url else "no HTTP server (joins node rank 0)"
-        lines += [f"# engine {c.engine} ({role}node{c.node} {gpus}) {where}", c.render()]
-    router = router_command(spec, [c.url for c in cmds if c.url], host=(hosts or ["node0"])[0])
+        boot = f", KV bootstrap port {c.bootstrap_port}" if c.bootstrap_port and c.url else ""
+        name = f"{c.role} engine" if c.role else "engine"
+        lines += [f"# {name} {c.engine} ({rank}node{c.node} {gpus}) {where}{boot}", c.render()]
+    router = router_for(spec, cmds, host=(hosts or ["node0"])[0])
     if router:
-        lines += [f"# router on node0, url {router.url}", router.render()]
+        kind = "PD router (pairs a prefill and a decode engine per request)" if pd else "router"
+        lines += [f"# {kind} on node0, url {router.url}", router.render()]
     return "\n".join(lines) + "\n"
