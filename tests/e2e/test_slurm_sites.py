@@ -61,6 +61,7 @@ def test_clusters_check_passes_for_the_ci_profile_and_names_the_field_on_a_misma
             text.replace("batch: {gpus_per_node: 2", "batch: {gpus_per_node: 4"),
             "clusters.ci.partitions.batch.gpus_per_node",
         ),
+        ("type", text.replace("gpu_type: fake", "gpu_type: a100"), "clusters.ci.cluster.slurm.gpu_type"),
     ):
         bad = tmp_path / f"{name}.yaml"
         bad.write_text(edited)
@@ -79,9 +80,9 @@ def test_a_gres_style_profile_submits_and_passes_the_preflight(slurm_cluster, tm
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = _json(proc)
     run_dir, (job,) = Path(out["run_dir"]), out["job_ids"]
-    assert "#SBATCH --gres=gpu:2" in (run_dir / "job.sbatch").read_text()
+    assert "#SBATCH --gres=gpu:fake:2" in (run_dir / "job.sbatch").read_text()  # the profile's typed GRES
     (rec,) = job_records(job)
-    assert "gres:gpu:2" in rec.get("TresPerNode", "") and rec["JobState"] == "COMPLETED"
+    assert "gpu:fake:2" in rec.get("TresPerNode", "") and rec["JobState"] == "COMPLETED"
     pre = json.loads((run_dir / "tasks/0/preflight.json").read_text())
     assert pre["ok"] and [n["host"] for n in pre["nodes"]] == ["sn1", "sn2"]
     assert all(n["slurm_gpus"] == "0,1" for n in pre["nodes"])  # what SLURM allocated, checked per node
@@ -188,17 +189,12 @@ def test_gpus_per_task_style_is_allocated_and_passes_the_preflight(slurm_cluster
 
 @pytest.mark.slow
 @pytest.mark.extended
-def test_a_typed_gres_profile_submits_where_the_cluster_types_its_gpus(slurm_cluster, tmp_path):
-    """Needs the cluster up with SLIME_SLURM_GPU_TYPE=fake (ci/slurm-cluster.sh): --gres=gpu:fake:2."""
-    from launchers.slurm.cluster import scontrol_records
-
-    if not all(":fake:" in n.get("Gres", "") for n in scontrol_records("node")):
-        pytest.skip("the cluster's GPUs are untyped: bring it up with SLIME_SLURM_GPU_TYPE=fake")
+def test_an_untyped_gres_request_passes_the_preflight_where_the_cluster_types_its_gpus(slurm_cluster, tmp_path):
     proc = cli(
         *("submit", str(SMOKE), "--cluster", "ci", "--preflight-only", "--json"),
-        *("--set", f"logging.dir={tmp_path}", "--set", "cluster.slurm.gpu_type=fake"),
+        *("--set", f"logging.dir={tmp_path}", "--set", "cluster.slurm.gpu_type=null"),
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir = Path(_json(proc)["run_dir"])
-    assert "#SBATCH --gres=gpu:fake:2" in (run_dir / "job.sbatch").read_text()
+    assert "#SBATCH --gres=gpu:2\n" in (run_dir / "job.sbatch").read_text()
     assert json.loads((run_dir / "tasks/0/preflight.json").read_text())["ok"]
