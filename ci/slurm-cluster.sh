@@ -11,8 +11,9 @@
 #   nodes       = sn1..snN, each its own network + UTS + PID namespace (own hostname, own IP
 #                 10.77.0.(10+i) on a private bridge 'slimebr0' = 10.77.0.1/24, no default
 #                 route), PID 1 = ci/slurm/node-init.pl which runs `slurmd -D -N snI`
-#   GPUs        = 2 fake GPUs per node (GRES backed by char devices c 1 3, never opened); with
-#                 SLIME_SLURM_GPU_TYPE=NAME they are typed (Gres=gpu:NAME:2), so --gres=gpu:NAME:N works
+#   GPUs        = 2 fake GPUs per node (GRES backed by char devices c 1 3, never opened), typed
+#                 'fake' (Gres=gpu:fake:2) as many sites type theirs: --gres=gpu:fake:N, --gres=gpu:N
+#                 and --gpus-per-node=N all work (SLIME_SLURM_GPU_TYPE= for untyped GPUs)
 #   partitions  = batch (default, PriorityTier=1) and urgent (PriorityTier=10); urgent jobs
 #                 preempt batch jobs, which are requeued (PreemptMode=REQUEUE). Preemption is
 #                 graceful, as sites that run long jobs configure it: batch has GraceTime and
@@ -45,7 +46,7 @@
 #   SLIME_SLURM_SUBNET=10.77.0       first three octets of the private /24
 #   SLIME_SLURM_CPUS_PER_NODE=4  SLIME_SLURM_GPUS_PER_NODE=2  SLIME_SLURM_MEM_MB=8000
 #   SLIME_SLURM_UP_TIMEOUT=60        seconds `up` waits for the nodes
-#   SLIME_SLURM_GPU_TYPE=            GRES type of the fake GPUs (empty: untyped, gpu:N)
+#   SLIME_SLURM_GPU_TYPE=fake        GRES type of the fake GPUs (set but empty: untyped, gpu:N)
 #   SLIME_SLURM_PREEMPT_GRACE=60     GraceTime of the batch partition: a preempted job gets its
 #                                    --signal (USR1) at once and this long to checkpoint before TERM
 # A second cluster next to the first (say 8 nodes for a bench) needs its own value of each of these,
@@ -91,7 +92,7 @@ GPUS=${SLIME_SLURM_GPUS_PER_NODE:-2}
 MEM=${SLIME_SLURM_MEM_MB:-8000}
 UP_TIMEOUT=${SLIME_SLURM_UP_TIMEOUT:-60}
 PREEMPT_GRACE=${SLIME_SLURM_PREEMPT_GRACE:-60}
-GPU_TYPE=${SLIME_SLURM_GPU_TYPE:-}
+GPU_TYPE=${SLIME_SLURM_GPU_TYPE-fake}
 
 log() { printf '[slurm-cluster] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -672,6 +673,13 @@ main() {
     local cmd=${1:-}
     case $cmd in
     up | down)
+        # The daemons must not inherit a caller's descriptors: one holding a lock (a test run under
+        # `flock FILE ...`) would keep that lock taken for the cluster's lifetime. 255: bash reads us there.
+        local fd
+        for fd in /proc/$$/fd/*; do
+            fd=${fd##*/}
+            if ((fd > 2 && fd < 255)); then eval "exec $fd>&-"; fi
+        done
         # one up/down at a time (several test sessions may race to start the cluster)
         mkdir -p "$(dirname "$LOCK_FILE")"
         exec 9>"$LOCK_FILE"  # daemons are started with 9>&- so they do not inherit the lock

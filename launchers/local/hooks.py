@@ -29,7 +29,18 @@ def one_machine(s) -> Iterator[Finding]:
         )
 
 
-RULES = (one_machine,)
+def no_dependencies(s) -> Iterator[Finding]:
+    """A local job runs in the foreground now: there is no queue in which it could wait for another job."""
+    sl = s.cluster.slurm
+    if sl is not None and sl.depends_on:
+        yield (
+            "cluster.slurm.depends_on",
+            "the local launcher starts the job at once in the foreground; it cannot wait for another job",
+            "run the specs one after another with `slime-submit chain A.yaml B.yaml`, or use cluster.launcher: slurm",
+        )
+
+
+RULES = (one_machine, no_dependencies)
 
 
 def resolve(spec):

@@ -1,10 +1,11 @@
 """Talking to SLURM: sbatch, scontrol, sacct. Every failure is an InfraError naming the fix.
 
 :func:`check_fits` says at submit which constraint (GPUs, CPUs, memory) no set of partition nodes
-meets; :func:`max_array_size` reads ``MaxArraySize``; :func:`sbatch` submits; :func:`job_records`
-and :func:`wait_jobs` follow jobs (``scontrol show job``, then ``sacct -c`` once slurmctld forgot
-them); :func:`requeue_excluding` requeues a running job and extends its ``ExcNodeList``, in that
-order. submitit's job-state watcher is not used: it needs slurmdbd, which some clusters lack.
+meets, :func:`check_dependencies` which ``depends_on`` job sbatch cannot wait for;
+:func:`max_array_size` reads ``MaxArraySize``; :func:`sbatch` submits; :func:`job_records` and
+:func:`wait_jobs` follow jobs (``scontrol show job``, then ``sacct -c`` once slurmctld forgot them);
+:func:`requeue_excluding` requeues a running job and extends its ``ExcNodeList``, in that order.
+submitit's job-state watcher is not used: it needs slurmdbd, which some clusters lack.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from slime.spec.types import Spec
 __all__ = [
     "FINAL_STATES",
     "NodeInfo",
+    "check_dependencies",
     "check_fits",
     "gres_gpus",
     "job_records",
@@ -239,6 +241,35 @@ def check_fits(spec: Spec, nodes: list[NodeInfo], partition: str) -> None:
             + (f"; excluded: {', '.join(sorted(excluded))}" if excluded else "")
             + f"). Fix: set cluster.nodes <= {len(fitting)} or choose another partition"
         )
+
+
+def _dependency_problem(job: str, when: str) -> str | None:
+    """Why sbatch cannot wait for ``job`` (None: it can): unknown, or ended in a way that settles it."""
+    proc = _run(["scontrol", "show", "job", "-o", job])
+    live = [parse_record(line) for line in proc.stdout.splitlines() if line.strip()] if proc.returncode == 0 else []
+    if live:
+        failed = sorted({r.get("JobState", "?") for r in live} & (FINAL_STATES - {"COMPLETED", "PREEMPTED"}))
+        if when == "ok" and failed:
+            return (
+                f"job {job} ended {'/'.join(failed)}, so a job waiting for its success would never start. "
+                "Fix: set its when: any, or rerun that job first"
+            )
+        return None
+    ended = sorted({r.get("JobState", "?") for r in job_records(job)})  # sacct -c: gone from slurmctld
+    if ended:
+        return (
+            f"job {job} ended ({'/'.join(ended)}) and SLURM no longer tracks it, so sbatch cannot wait for it. "
+            "Fix: remove the entry (nothing is left to wait for)"
+        )
+    return f"SLURM knows no job {job}. Fix: name a queued or running job (`slime-submit status RUN` shows its id)"
+
+
+def check_dependencies(deps: Sequence) -> None:
+    """Refuse ``cluster.slurm.depends_on`` entries sbatch would reject or that could never be met, naming each."""
+    for i, dep in enumerate(deps):
+        why = _dependency_problem(dep.job, dep.when)
+        if why:
+            raise InfraError(f"cluster.slurm.depends_on[{i}].job: {why}")
 
 
 def sbatch(

@@ -5,8 +5,8 @@ refuses early when sbatch is missing or no node fits (``launchers.slurm.cluster.
 creates the run dir atomically with its log dirs, submits one array per ``MaxArraySize`` tasks
 (``launchers.slurm.arrays``) recording ``jobs.json``, and with ``--preflight-only`` waits and prints
 each task's preflight (exit 0 or 3). Job management is ``launchers.slurm.jobs``.
-``SubmitOptions.extra``: ``python`` (node interpreter), ``driver`` (module after the preflight),
-``wait_timeout_s`` (the ``--preflight-only`` wait), ``dependency`` and ``kill_on_invalid_dep`` (a chain step).
+``SubmitOptions.extra``: ``python`` (node interpreter), ``driver``, ``wait_timeout_s`` (``--preflight-only``),
+``dependency`` and ``kill_on_invalid_dep`` (a chain step; added to ``cluster.slurm.depends_on``'s).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from launchers.base import (
 )
 from launchers.slurm import cluster, jobs
 from launchers.slurm.arrays import ArrayChunk, plan_arrays
-from launchers.slurm.script import ScriptOptions, render_script
+from launchers.slurm.script import ScriptOptions, dependency, render_script
 from launchers.status import CancelResult, RunStatus, task_count
 from slime.core.errors import ExitCode
 from slime.core.paths import RunPaths
@@ -89,6 +89,7 @@ class SlurmLauncher(Launcher):
         spec, n_tasks = request.spec, request.n_tasks
         partition, nodes = cluster.partition_nodes(spec.cluster.slurm.partition)
         cluster.check_fits(spec, nodes, partition)
+        cluster.check_dependencies(spec.cluster.slurm.depends_on)
         chunks = plan_arrays(n_tasks, cluster.max_array_size(), spec.sweep.max_parallel) if spec.sweep else []
 
         refuse_duplicate(request, options, self.status)  # same spec pending/running: exit 2 unless --force
@@ -97,22 +98,36 @@ class SlurmLauncher(Launcher):
         paths.logs.mkdir(parents=True, exist_ok=True)
         for i in range(n_tasks):
             paths.task(i).logs.mkdir(parents=True, exist_ok=True)
-        job_ids = self._sbatch(paths, chunks, n_tasks, partition, options)
+        job_ids = self._sbatch(paths, chunks, n_tasks, partition, options, dependency(spec))
         if options.preflight_only:
             return self._wait_preflight(paths, job_ids, n_tasks, options)
         return Submission(run_dir=paths.root, job_ids=tuple(job_ids))
 
     def _sbatch(
-        self, paths: RunPaths, chunks: list[ArrayChunk], n_tasks: int, partition: str, options: SubmitOptions
+        self,
+        paths: RunPaths,
+        chunks: list[ArrayChunk],
+        n_tasks: int,
+        partition: str,
+        options: SubmitOptions,
+        own: str | None,
     ) -> list[str]:
-        """Submit the script (one array per chunk), recording the job ids in ``jobs.json`` whatever happens."""
+        """Submit the script (one array per chunk), recording the job ids in ``jobs.json`` whatever happens.
+        ``own``: the spec's ``depends_on`` (in the script too; repeated wherever a command-line
+        ``--dependency`` is given, which replaces the script's)."""
         arrays, job_ids = [], []
-        after = options.extra.get("dependency")  # a chain step: after the previous step's jobs
+        chained = options.extra.get("dependency")  # a chain step: after the previous step's jobs
+        after = ",".join(d for d in (chained, own) if d) or None
         kill = bool(options.extra.get("kill_on_invalid_dep"))
         try:
             if not chunks:
                 job_ids.append(
-                    cluster.sbatch(str(paths.script), cwd=str(paths.root), dependency=after, kill_on_invalid_dep=kill)
+                    cluster.sbatch(
+                        str(paths.script),
+                        cwd=str(paths.root),
+                        dependency=after if chained else None,
+                        kill_on_invalid_dep=kill,
+                    )
                 )
             for chunk in chunks:
                 split = len(chunks) > 1

@@ -46,6 +46,21 @@ class Setup(Section, kw_only=True):
     ] = ()
 
 
+class Dependency(Section, kw_only=True):
+    """A job this one waits for: SLURM's ``--dependency=afterok:JOB`` (when: ok) or ``afterany:JOB`` (when: any)."""
+
+    job: Annotated[
+        str,
+        D(
+            "SLURM job id of the run to wait for (`slime-submit status RUN` shows it); '123_4' is one array task.",
+            pattern=r"^[0-9]+(_[0-9]+)?$",
+        ),
+    ]
+    when: Annotated[
+        Literal["ok", "any"], D("Start after that job succeeded (ok), or after it ended in any way (any).")
+    ] = "ok"
+
+
 class SlurmOptions(Section, kw_only=True):
     """What sbatch is asked for, and how the job restarts."""
 
@@ -77,6 +92,10 @@ class SlurmOptions(Section, kw_only=True):
     setup: Annotated[
         Setup | None, D("Module loads, a venv/conda activation and setup lines run on every node first.")
     ] = None
+    depends_on: Annotated[
+        tuple[Dependency, ...],
+        D("Start only after these jobs (all of them): sbatch --dependency, checked against SLURM at submit."),
+    ] = ()
     on_preflight_failure: Annotated[
         Literal["fail", "requeue_excluding"], D("On a failed preflight: fail, or requeue excluding the bad node.")
     ] = "fail"

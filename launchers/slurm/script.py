@@ -21,7 +21,7 @@ from slime.core.paths import RunPaths
 from slime.spec import Problem, SpecError
 from slime.spec.types import Spec
 
-__all__ = ["DRIVER_PATTERN", "ScriptOptions", "log_pattern", "render_script"]
+__all__ = ["DRIVER_PATTERN", "ScriptOptions", "dependency", "log_pattern", "render_script"]
 
 DRIVER_PATTERN = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*")
 
@@ -141,6 +141,14 @@ def gpu_request_line(spec: Spec) -> str:
     return sbatch_line(sl.gpu_request, count, field="cluster.slurm.gpu_request")
 
 
+def dependency(spec: Spec) -> str | None:
+    """``cluster.slurm.depends_on`` as sbatch's ``--dependency``: ``afterok:1:2,afterany:3`` (``,``: all of them)."""
+    kinds: dict[str, list[str]] = {}
+    for dep in spec.cluster.slurm.depends_on:
+        kinds.setdefault("afterok" if dep.when == "ok" else "afterany", []).append(dep.job)
+    return ",".join(f"{kind}:{':'.join(jobs)}" for kind, jobs in kinds.items()) or None
+
+
 def _header(spec: Spec, opts: ScriptOptions) -> list[str]:
     c, sl = spec.cluster, spec.cluster.slurm
     array = spec.sweep is not None
@@ -171,6 +179,10 @@ def _header(spec: Spec, opts: ScriptOptions) -> list[str]:
                     "give one entry per node, e.g. [gpu01, 'gpu[03-05]']",
                 )
         lines.append(sbatch_line("exclude", ",".join(sl.exclude), field="cluster.slurm.exclude"))
+    after = dependency(spec)
+    if after:  # a dependency that can never be met (a failed job, when: ok) ends this job instead of pending forever
+        lines.append(sbatch_line("dependency", after, field="cluster.slurm.depends_on"))
+        lines.append(sbatch_line("kill-on-invalid-dep", "yes", field="cluster.slurm.depends_on"))
     out = log_pattern(opts.run_dir, array)
     lines += [
         sbatch_line("output", out, field="logging.dir"),

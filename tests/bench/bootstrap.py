@@ -19,6 +19,11 @@ Each round submits, for each N, one after the other on N nodes x 2 GPUs:
   ``ray start --address`` on the others as soon as the head wrote its address, and a driver that
   connects and polls ``ray.nodes()`` until all N are alive.
 
+Both sides start Ray alike, so the ratio is our overhead and not Ray settings: the same CPUs per node,
+the same object store (``--object-store-mb``, default 100 MiB), no log monitor, no autoscaler monitor
+and no workers prestarted for the first driver (``launchers.node.rayproc`` does the same). With Ray's
+defaults (``--bare-ray-defaults``) each raylet prestarts one worker per CPU for the first driver.
+
 Prints every round and a table per N of the medians and the ratio slime/bare (goal <= 1.3 at 2
 nodes), plus the slime preflight's own time. Times are from the job's SLURM StartTime (1 s
 resolution, the same for both), so time queued behind other jobs does not count.
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -48,15 +54,16 @@ srun bash {dir}/bare-node.sh
 """
 
 BARE_NODE = r"""set -u
-export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=0
+export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=0 {lean_env}
 D={dir}; J=$SLURM_JOB_ID; T=/tmp/slime-ray/bare-$J-$SLURM_NODEID; P=$((19000 + (J % 50) * 20))
 IP=$(getent ahostsv4 "$(hostname)" | awk 'NR==1{{print $1}}')
-COMMON="--block --temp-dir=$T --num-cpus=2 --num-gpus=2 --disable-usage-stats --object-store-memory=644245094
-  --node-manager-port=$((P+1)) --object-manager-port=$((P+2)) --dashboard-agent-grpc-port=$((P+3))
+COMMON="--block --temp-dir=$T --num-cpus=2 --num-gpus=2 --disable-usage-stats --object-store-memory={store}
+  {lean} --node-manager-port=$((P+1)) --object-manager-port=$((P+2)) --dashboard-agent-grpc-port=$((P+3))
   --dashboard-agent-listen-port=$((P+4)) --metrics-export-port=$((P+5)) --runtime-env-agent-port=$((P+6))
   --min-worker-port=$((P+10)) --max-worker-port=$((P+19)) --node-ip-address=$IP"
 if [ "$SLURM_NODEID" = 0 ]; then
-  {ray} start --head --port=$P --include-dashboard=false --dashboard-port=$((P+7)) $COMMON >$D/head-$J.log 2>&1 &
+  {ray} start --head --port=$P --include-dashboard=false --dashboard-port=$((P+7)) {lean_head} $COMMON \
+    >$D/head-$J.log 2>&1 &
   R=$!
   echo "$IP:$P" > $D/addr-$J
   {python} -c "
@@ -89,27 +96,49 @@ def start_time(job: str) -> float:
     return time.mktime(time.strptime(rec["StartTime"], "%Y-%m-%dT%H:%M:%S"))
 
 
-def run_slime(work: Path, nodes: int) -> tuple[float, float, dict]:
+def run_slime(work: Path, nodes: int, timeout: float) -> tuple[float, float, dict] | None:
     from launchers.base import SubmitOptions
     from launchers.slurm.launcher import SlurmLauncher
+    from slime.core.errors import InfraError
     from slime.spec import load_spec
 
     sizes = [f"cluster.nodes={nodes}", f"train.nodes={nodes}", f"rollout.batch_size={2 * nodes}"]  # 2 samples/rank
     loaded = load_spec(SMOKE, overrides=[f"logging.dir={json.dumps(str(work / 'runs'))}", *sizes])
     launcher = SlurmLauncher()
-    options = SubmitOptions(preflight_only=True, extra={"wait_timeout_s": 300})
+    options = SubmitOptions(preflight_only=True, extra={"wait_timeout_s": timeout})
     dry = launcher.dryrun(loaded, options)
     t0 = time.time()
-    sub = launcher.submit(dry)
+    try:
+        sub = launcher.submit(dry)
+    except InfraError as exc:  # the wait timed out
+        print(f"slime: {exc}", flush=True)
+        subprocess.run(["scancel", "--name", loaded.spec.name], check=False)  # the bench cluster: only ours
+        return None
     if sub.returncode != 0:
-        raise SystemExit(f"slime preflight failed: see {sub.run_dir}")
+        print(f"slime preflight failed or timed out: see {sub.run_dir}", flush=True)
+        return None
     report = json.loads((sub.run_dir / "tasks/0/preflight.json").read_text())
     return report["created"] - t0, report["created"] - start_time(sub.job_ids[0]), report
 
 
-def run_bare(work: Path, nodes: int) -> tuple[float, float]:
+def _bare_failure(job: str, work: Path) -> None:
+    """Why a bare job did not connect: the tail of each node's raylet log, then cancel it."""
+    for log in sorted(Path("/tmp/slime-ray").glob(f"bare-{job}-*/session_latest/logs/raylet.out")):
+        tail = log.read_text(errors="replace").splitlines()[-3:]
+        print(f"  {log.parts[3]}: " + " | ".join(t[-160:] for t in tail), flush=True)
+    subprocess.run(["scancel", job], check=False)
+    print(f"bare Ray job {job} did not connect; see {work}/bare-{job}.out", flush=True)
+
+
+def run_bare(work: Path, nodes: int, timeout: float, store: int, ray_defaults: bool) -> tuple[float, float] | None:
     ray = Path(sys.executable).parent / "ray"
-    (work / "bare-node.sh").write_text(BARE_NODE.format(dir=work, ray=ray, python=sys.executable, nodes=nodes))
+    lean = dict(lean_env="", lean="", lean_head="")
+    if not ray_defaults:  # what launchers.node.rayproc does too
+        lean = dict(
+            lean_env="RAY_prestart_worker_first_driver=0", lean="--include-log-monitor=false", lean_head="--no-monitor"
+        )
+    text = BARE_NODE.format(dir=work, ray=ray, python=sys.executable, nodes=nodes, store=store, **lean)
+    (work / "bare-node.sh").write_text(text)
     (work / "bare.sbatch").write_text(BARE_JOB.format(dir=work, nodes=nodes))
     t0 = time.time()
     out = subprocess.run(
@@ -117,10 +146,11 @@ def run_bare(work: Path, nodes: int) -> tuple[float, float]:
     )
     job = out.stdout.strip().split(";")[0]
     done = work / f"done-{job}"
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + timeout
     while not done.exists() or not done.read_text():
         if time.monotonic() > deadline:
-            raise SystemExit(f"bare Ray job {job} did not connect; see {work}/bare-{job}.out")
+            _bare_failure(job, work)
+            return None
         time.sleep(0.1)
     end = float(done.read_text())
     while subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True).stdout.strip():
@@ -128,41 +158,62 @@ def run_bare(work: Path, nodes: int) -> tuple[float, float]:
     return end - t0, end - start_time(job)
 
 
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def _fmt(x: float | None, spec: str = ".1f") -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def measure(n: int, rounds: int, tmp: str, args: argparse.Namespace) -> tuple:
+    """Medians for ``n`` nodes: slime, bare, the preflight's own time, and the load average seen."""
+    slime_t, bare_t, pre_t, loads = [], [], [], []
+    for r in range(rounds):
+        work = Path(tmp) / f"n{n}-round{r}"
+        work.mkdir()
+        loads.append(os.getloadavg()[0])
+        bare = run_bare(work, n, args.timeout, args.object_store_mb << 20, args.bare_ray_defaults)
+        ours = run_slime(work, n, args.timeout)
+        loads.append(os.getloadavg()[0])
+        if bare:
+            bare_t.append(bare[1])
+        if ours:
+            slime_t.append(ours[1])
+            pre_t.append(ours[2]["seconds"])
+        print(
+            f"{n} nodes, round {r + 1}: slime job start→preflight passed {_fmt(ours and ours[1])} s "
+            f"(preflight {_fmt(ours and ours[2]['seconds'], '.2f')} s) | bare job start→driver sees {n} nodes "
+            f"{_fmt(bare and bare[1])} s | load average {loads[-2]:.1f}→{loads[-1]:.1f}",
+            flush=True,
+        )
+    return n, _median(slime_t), _median(bare_t), _median(pre_t), min(loads), max(loads)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--nodes", type=int, nargs="+", default=[2], help="job sizes to measure (each <= the cluster's)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds each job may take to be all up")
+    p.add_argument("--object-store-mb", type=int, default=100, help="object store per node, both sides")
+    p.add_argument("--bare-ray-defaults", action="store_true", help="bare Ray with its own defaults (see above)")
     args = p.parse_args()
     if subprocess.run(["bash", str(ROOT / "ci/slurm-cluster.sh"), "status"], capture_output=True).returncode != 0:
         print("the local SLURM cluster is not up: run `ci/slurm-cluster.sh up` first", file=sys.stderr)
         return 2
-    rows = []
+    os.environ["SLIME_RAY_OBJECT_STORE_MB"] = str(args.object_store_mb)  # sbatch passes it to our job
     with tempfile.TemporaryDirectory(prefix="slime-bench-boot-") as tmp:
-        for n in args.nodes:
-            slime_t, bare_t, pre_t = [], [], []
-            for r in range(args.rounds):
-                work = Path(tmp) / f"n{n}-round{r}"
-                work.mkdir()
-                b_submit, b_start = run_bare(work, n)
-                s_submit, s_start, report = run_slime(work, n)
-                bare_t.append(b_start)
-                slime_t.append(s_start)
-                pre_t.append(report["seconds"])
-                print(
-                    f"{n} nodes, round {r + 1}: slime job start→preflight passed {s_start:5.1f} s (submit→ "
-                    f"{s_submit:5.1f} s; preflight {report['seconds']:.2f} s {report['timings']}) | bare job "
-                    f"start→driver sees {n} nodes {b_start:5.1f} s (submit→ {b_submit:5.1f} s)",
-                    flush=True,
-                )
-            rows.append((n, statistics.median(slime_t), statistics.median(bare_t), statistics.median(pre_t)))
+        rows = [measure(n, args.rounds, tmp, args) for n in args.nodes]
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"job start → all nodes up (median of {args.rounds}; goal at 2 nodes: ratio <= {GOAL})")
     for col in ("nodes", "slime → preflight passed (s)", "bare ray → driver sees all (s)", "ratio", "preflight (s)"):
         table.add_column(col, justify="right")
-    for n, ms, mb, pre in rows:
-        table.add_row(str(n), f"{ms:.1f}", f"{mb:.1f}", f"{ms / mb:.2f}", f"{pre:.2f}")
+    table.add_column("load average")
+    for n, ms, mb, pre, lo, hi in rows:
+        ratio = _fmt(ms / mb, ".2f") if ms and mb else "—"
+        table.add_row(str(n), _fmt(ms), _fmt(mb), ratio, _fmt(pre, ".2f"), f"{lo:.1f}-{hi:.1f}")
     Console().print(table)
     return 0
 

@@ -1,11 +1,13 @@
 """Sites as they are, on the real 2-node SLURM cluster (ci/slurm-cluster.sh): cluster profiles, the
-``--gres`` request style, ``clusters check``, and Apptainer with site setup on every node.
+typed ``--gres`` request style, ``clusters check``, Apptainer with site setup on every node, and a
+spec's ``depends_on``.
 
 Real slurmctld/slurmd and Ray on sn1/sn2; ``ci/clusters.yaml`` is the CI cluster's profile. The fakes:
 the GPUs (GRES on char devices, ``cluster.fake_gpus``), and in the Apptainer test ``apptainer`` itself,
 which cannot be installed here: a recording stand-in on PATH (the process boundary) writes its argv
 per node and execs the command after the image with a ``python3`` that is this venv's (what the image
-would hold), and ``module`` is a recording stand-in too (no Lmod here).
+would hold), and ``module`` is a recording stand-in too (no Lmod here); in the ``depends_on`` test
+the driver (``tests.fixtures.tinydriver`` stands in for the RL runtime).
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from launchers.slurm.cluster import job_records
+from tests.fixtures.slurm_cluster import run_sbatch, wait_job
+from tests.fixtures.tinydriver import driver_env
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(400)]
 
@@ -61,14 +66,15 @@ def test_clusters_check_passes_for_the_ci_profile_and_names_the_field_on_a_misma
             text.replace("batch: {gpus_per_node: 2", "batch: {gpus_per_node: 4"),
             "clusters.ci.partitions.batch.gpus_per_node",
         ),
+        ("type", text.replace("gpu_type: fake", "gpu_type: a100"), "clusters.ci.cluster.slurm.gpu_type"),
     ):
         bad = tmp_path / f"{name}.yaml"
         bad.write_text(edited)
         proc = cli("clusters", "check", "ci", clusters=bad)
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert f"mismatch: {field} ({bad}:" in proc.stdout
-        (wrong,) = [c for c in _json(cli("clusters", "check", "ci", "--json", clusters=bad))["checks"] if not c["ok"]]
-        assert wrong["field"] == field
+        checks = _json(cli("clusters", "check", "ci", "--json", clusters=bad))["checks"]
+        assert {c["field"] for c in checks if not c["ok"]} == {field}  # the GPU type: one row per partition
 
 
 @pytest.mark.slow
@@ -79,15 +85,65 @@ def test_a_gres_style_profile_submits_and_passes_the_preflight(slurm_cluster, tm
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = _json(proc)
     run_dir, (job,) = Path(out["run_dir"]), out["job_ids"]
-    assert "#SBATCH --gres=gpu:2" in (run_dir / "job.sbatch").read_text()
+    assert "#SBATCH --gres=gpu:fake:2" in (run_dir / "job.sbatch").read_text()  # the profile's typed GRES
     (rec,) = job_records(job)
-    assert "gres:gpu:2" in rec.get("TresPerNode", "") and rec["JobState"] == "COMPLETED"
+    assert "gpu:fake:2" in rec.get("TresPerNode", "") and rec["JobState"] == "COMPLETED"
     pre = json.loads((run_dir / "tasks/0/preflight.json").read_text())
     assert pre["ok"] and [n["host"] for n in pre["nodes"]] == ["sn1", "sn2"]
     assert all(n["slurm_gpus"] == "0,1" for n in pre["nodes"])  # what SLURM allocated, checked per node
     lock = json.loads((run_dir / "lock.json").read_text())
     assert lock["cluster_profile"]["name"] == "ci"
     assert lock["cluster_profile"]["fields"]["cluster.slurm.gpu_request"]["from"].startswith("profile ci (")
+
+
+def _status(run_dir: Path) -> dict:
+    return _json(cli("status", str(run_dir), "--json"))
+
+
+@pytest.mark.slow
+def test_a_job_with_depends_on_waits_for_that_job_and_never_starts_after_its_failure(slurm_cluster, tmp_path):
+    """Each run waits for a plain SLURM job, held until released: ``status`` shows it pending on that
+    job; it starts after the job succeeded, and SLURM ends it unstarted when its job failed (when: ok)."""
+    hold = ["--hold", "-N1", "-o", "/dev/null", "--wrap"]
+    ok_job, bad_job = run_sbatch([*hold, "sleep 1"]), run_sbatch([*hold, "exit 3"])
+    runs = {}
+    for name, job in (("after-ok", ok_job), ("after-bad", bad_job)):
+        sets = (f"logging.dir={tmp_path / name}", "cluster.nodes=1", "train.nodes=1")
+        dep = f'cluster.slurm.depends_on=[{{"job": "{job}", "when": "ok"}}]'
+        proc = cli(
+            *("submit", str(SMOKE), "--cluster", "ci", "--json", "--set", dep),
+            *(a for kv in sets for a in ("--set", kv)),
+            env=driver_env(),
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        runs[name] = Path(_json(proc)["run_dir"]), _json(proc)["job_ids"][0]
+    for name, job in (("after-ok", ok_job), ("after-bad", bad_job)):
+        (task,) = _status(runs[name][0])["tasks"]
+        assert (task["state"], task["reason"]) == ("pending", "Dependency: waiting for the job it depends on")
+        assert job_records(runs[name][1])[0]["Dependency"].startswith(f"afterok:{job}")
+    subprocess.run(["scontrol", "release", f"{ok_job},{bad_job}"], check=True, capture_output=True)
+
+    (after,) = wait_job(runs["after-ok"][1], timeout=200)
+    (before,) = job_records(ok_job)
+    assert datetime.fromisoformat(after["StartTime"]) >= datetime.fromisoformat(before["EndTime"])
+    assert _status(runs["after-ok"][0])["state"] == "succeeded"
+    (never,) = wait_job(runs["after-bad"][1], states=("CANCELLED",), timeout=60)
+    assert never["Reason"] == "DependencyNeverSatisfied"  # SLURM ended it: its dependency failed
+    assert _status(runs["after-bad"][0])["state"] == "cancelled"
+    assert not (runs["after-bad"][0] / "tasks/0/preflight.json").exists()  # it never started
+
+
+def test_depends_on_a_job_that_cannot_be_waited_for_is_refused_at_submit_naming_the_entry(slurm_cluster, tmp_path):
+    failed = run_sbatch(["-N1", "-o", "/dev/null", "--wrap", "exit 3"])
+    wait_job(failed, states=("FAILED",), timeout=60)
+    for job, words in ((failed, f"job {failed} ended FAILED"), ("999999", "SLURM knows no job 999999")):
+        proc = cli(
+            *("submit", str(SMOKE), "--cluster", "ci", "--set", f"logging.dir={tmp_path}"),
+            *("--set", f'cluster.slurm.depends_on=[{{"job": "{job}"}}]'),
+        )
+        assert proc.returncode != 0
+        assert f"cluster.slurm.depends_on[0].job: {words}" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert not list(tmp_path.iterdir())  # nothing submitted, no run dir
 
 
 APPTAINER = """#!/bin/bash
@@ -188,17 +244,12 @@ def test_gpus_per_task_style_is_allocated_and_passes_the_preflight(slurm_cluster
 
 @pytest.mark.slow
 @pytest.mark.extended
-def test_a_typed_gres_profile_submits_where_the_cluster_types_its_gpus(slurm_cluster, tmp_path):
-    """Needs the cluster up with SLIME_SLURM_GPU_TYPE=fake (ci/slurm-cluster.sh): --gres=gpu:fake:2."""
-    from launchers.slurm.cluster import scontrol_records
-
-    if not all(":fake:" in n.get("Gres", "") for n in scontrol_records("node")):
-        pytest.skip("the cluster's GPUs are untyped: bring it up with SLIME_SLURM_GPU_TYPE=fake")
+def test_an_untyped_gres_request_passes_the_preflight_where_the_cluster_types_its_gpus(slurm_cluster, tmp_path):
     proc = cli(
         *("submit", str(SMOKE), "--cluster", "ci", "--preflight-only", "--json"),
-        *("--set", f"logging.dir={tmp_path}", "--set", "cluster.slurm.gpu_type=fake"),
+        *("--set", f"logging.dir={tmp_path}", "--set", "cluster.slurm.gpu_type=null"),
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir = Path(_json(proc)["run_dir"])
-    assert "#SBATCH --gres=gpu:fake:2" in (run_dir / "job.sbatch").read_text()
+    assert "#SBATCH --gres=gpu:2\n" in (run_dir / "job.sbatch").read_text()
     assert json.loads((run_dir / "tasks/0/preflight.json").read_text())["ok"]

@@ -92,6 +92,12 @@ _SLURM_SECTION = ("cluster.slurm", "holds settings of the slurm launcher, but cl
             ]
         ),
         (
+            {"cluster.slurm.depends_on": [{"job": "123", "when": "any"}]},
+            "cluster.slurm.depends_on",
+            "cannot wait for another job",
+            "`slime-submit chain A.yaml B.yaml`",
+        ),
+        (
             {"sweep": {"grid": {"train.seed": [1, 2]}, "max_parallel": 2}},
             "sweep.max_parallel",
             "runs sweep tasks one after another",

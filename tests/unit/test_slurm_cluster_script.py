@@ -49,7 +49,15 @@ def test_the_default_cluster_renders_what_it_always_did():
     r = rendered()
     assert "SlurmctldPort" not in r["conf"] and "FirstJobId" not in r["conf"] and "ClusterName=slime\n" in r["conf"]
     assert "NodeName=sn2 NodeAddr=10.77.0.12 NodeHostname=sn2" in r["conf"]
-    assert [line.split("=")[0] for line in r["env"].split()] == ["NODES", "NET", "CPUS", "GPUS", "MEM", "MAX_ARRAY"]
+    assert [line.split("=")[0] for line in r["env"].split()] == [
+        *("NODES", "NET", "CPUS", "GPUS", "MEM", "MAX_ARRAY", "GPU_TYPE")
+    ]
+    assert "NodeName=sn1 Name=gpu Type=fake File=" in r["gres"] and " Gres=gpu:fake:2" in r["conf"]  # typed, as sites
+
+
+def test_untyped_gpus_when_the_type_is_set_empty():
+    r = rendered({"SLIME_SLURM_GPU_TYPE": ""})
+    assert "Type=" not in r["gres"] and " Gres=gpu:2" in r["conf"] and "GPU_TYPE" not in r["env"]
     assert r["names"].split("\n")[1:6] == [
         "/run/lock/slime-slurm.lock",
         "slimebr0",

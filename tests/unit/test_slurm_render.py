@@ -99,6 +99,7 @@ CASES = {
                 reservation="maint",
                 exclude=["gpu07", "gpu[10-12]"],
                 signal_grace_s=300,
+                depends_on=[{"job": "4242"}, {"job": "4243_1", "when": "any"}, {"job": "4244", "when": "ok"}],
                 container={
                     "image": "nvcr.io#nvidia/pytorch:25.01-py3",
                     "mounts": ["/data:/data:ro"],
@@ -149,6 +150,7 @@ def test_header_carries_every_resource_and_resilience_setting():
     assert opts["--output"] == opts["--error"] == "/runs/run-1/logs/slurm-%j.out"
     assert "--requeue" in opts and opts["--open-mode"] == "append" and opts["--signal"] == "B:USR1@300"
     assert "--array" not in opts
+    assert opts["--dependency"] == "afterok:4242:4244,afterany:4243_1" and opts["--kill-on-invalid-dep"] == "yes"
     assert "MY_WANDB_KEY" in script and "/home/u/.hf token" in script  # references only
 
 
@@ -175,6 +177,24 @@ def _run_script(script: str, tmp_path: Path, env: dict[str, str]) -> subprocess.
     path.write_text(script.replace("SLIME_HELPER=(/opt/venv/bin/python)", f"SLIME_HELPER=({helper})"))
     full = fake.env(inherit=False, HOME=str(tmp_path), **env)
     return subprocess.run([BASH, str(path)], cwd=tmp_path, env=full, capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("entry", "field"),
+    [
+        ({"job": "1 $(touch CANARY)"}, "cluster.slurm.depends_on[0].job"),
+        ({"job": "1:2"}, "cluster.slurm.depends_on[0].job"),  # two jobs in one entry: one entry each
+        ({"job": "1,afterany:2"}, "cluster.slurm.depends_on[0].job"),
+        ({"job": "12\n#SBATCH --wrap=x"}, "cluster.slurm.depends_on[0].job"),
+        ({"job": "12", "when": "ok;touch CANARY"}, "cluster.slurm.depends_on[0].when"),
+        ({"job": "12", "after": "x"}, "cluster.slurm.depends_on[0].after"),
+    ],
+)
+def test_hostile_depends_on_is_refused_naming_the_entry(entry, field):
+    """Only a job id reaches --dependency: anything else is refused at load, naming the entry."""
+    with pytest.raises(SpecError) as err:
+        compile_script(spec_text(slurm={"depends_on": [entry]}))
+    assert [p.path for p in err.value.problems] == [field]
 
 
 def test_hostile_values_reach_the_job_exactly_and_execute_nothing(tmp_path):

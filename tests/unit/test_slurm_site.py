@@ -184,9 +184,9 @@ def test_bad_site_values_are_spec_errors_naming_the_field(slurm, path):
     assert got == (path or "cluster.slurm.container.mounts[0]"), json.dumps(slurm)
 
 
-def test_the_ci_cluster_types_its_fake_gpus_only_on_request():
-    """ci/slurm-cluster.sh config: SLIME_SLURM_GPU_TYPE types the GRES (for --gres=gpu:TYPE:N); unset, the
-    config is what it was, so a running cluster is not rebuilt for it."""
+def test_the_ci_cluster_types_its_fake_gpus_unless_asked_not_to():
+    """ci/slurm-cluster.sh config: the GRES is typed 'fake' (for --gres=gpu:fake:N, as many sites type
+    theirs), another SLIME_SLURM_GPU_TYPE names another type, and set empty it is untyped."""
     script = Path(__file__).resolve().parents[2] / "ci" / "slurm-cluster.sh"
 
     def config(**env) -> str:
@@ -196,7 +196,8 @@ def test_the_ci_cluster_types_its_fake_gpus_only_on_request():
         assert proc.returncode == 0, proc.stderr
         return proc.stdout
 
-    plain, typed = config(), config(SLIME_SLURM_GPU_TYPE="fake")
+    plain, typed = config(SLIME_SLURM_GPU_TYPE=""), config()
+    assert " Gres=gpu:a100:2 " in config(SLIME_SLURM_GPU_TYPE="a100")
     assert " Gres=gpu:2 " in plain and "Name=gpu File=" in plain and "Name=gpu Type=" not in plain
     assert " Gres=gpu:fake:2 " in typed and "Name=gpu Type=fake File=" in typed
     bad = subprocess.run(

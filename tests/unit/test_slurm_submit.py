@@ -23,6 +23,7 @@ SCONTROL = r"""#!/bin/bash
 case "$2" in
   config) echo "MaxArraySize            = 3" ;;
   partition) echo "PartitionName=batch Default=YES Nodes=sn[1-2] State=UP" ;;
+  job) echo "JobId=$4 JobState=RUNNING" ;;
   node) for n in sn1 sn2; do
           echo "NodeName=$n CPUTot=4 Gres=gpu:2 RealMemory=8000 State=IDLE Partitions=batch"
         done ;;
@@ -38,12 +39,12 @@ echo "$((100 + n))"
 """
 
 
-def _spec(tmp_path: Path, n_seeds: int) -> str:
+def _spec(tmp_path: Path, n_seeds: int, **slurm) -> str:
     doc = {
         "apiVersion": "slime/v2",
         "kind": "RLJob",
         "name": "split",
-        "cluster": {"launcher": "slurm", "nodes": 1, "gpus_per_node": 2},
+        "cluster": {"launcher": "slurm", "nodes": 1, "gpus_per_node": 2, "slurm": slurm},
         "model": {"builtin": "tiny"},
         "rollout": {
             "colocate": True,
@@ -91,6 +92,23 @@ def test_a_sweep_larger_than_max_array_size_is_split_into_chained_arrays_with_of
         ("102", 6, 6),
     ]
     assert (sub.run_dir / "logs").is_dir() and (sub.run_dir / "tasks/6/logs").is_dir()  # SLURM won't create them
+
+
+@pytest.mark.parametrize("chained", [None, "afterok:99"])
+def test_depends_on_is_kept_wherever_a_command_line_dependency_replaces_the_scripts(tmp_path, shims, chained):
+    """sbatch's --dependency replaces the script's #SBATCH one: split arrays and chain steps repeat depends_on."""
+    launcher = SlurmLauncher()
+    text = _spec(tmp_path, 7, depends_on=[{"job": "4242"}])
+    extra = {"dependency": chained} if chained else {}
+    sub = launcher.submit(launcher.dryrun(load_spec_text(text), SubmitOptions(run_name="r", extra=extra)))
+    assert "#SBATCH --dependency=afterok:4242" in (sub.run_dir / "job.sbatch").read_text()
+    own = ",".join(d for d in (chained, "afterok:4242") if d)
+    assert [[a for a in call if a.startswith("--dependency")] for call in _calls(shims)] == [
+        [f"--dependency={own}"],
+        [f"--dependency={own},afterany:100"],
+        [f"--dependency={own},afterany:101"],
+    ]
+    assert json.loads((sub.run_dir / "jobs.json").read_text())["dependency"] == own
 
 
 def test_a_sweep_that_fits_uses_the_scripts_own_array_line(tmp_path, shims):
