@@ -171,25 +171,39 @@ def cuda_checks(results: list[dict[str, Any]], bundles: list[tuple[int, str]]) -
     ]
 
 
+def _distinct_slots(pairs: list[tuple[str, Any]]) -> Check:
+    dup = sorted({p for p in pairs if pairs.count(p) > 1 and p[1] is not None})
+    return Check(
+        name="placement",
+        ok=not dup,
+        message=f"{len(pairs)} slot(s) on distinct (node, GPU) pairs"
+        if not dup
+        else f"(node, GPU) pairs used by more than one slot: {dup}",
+        node=dup[0][0] if dup else None,
+        fix=None
+        if not dup
+        else "Ray gave two bundles the same GPU: check that the node's CUDA_VISIBLE_DEVICES lists distinct GPUs",
+    )
+
+
+def _roles_ok(layout: Layout) -> Check:
+    roles = layout.engine_roles  # engine groups (SGLang prefill/decode): their GPUs on the checked bundles
+    groups = "; engine groups: " + ", ".join(
+        f"{r} {roles.count(r)} engine(s), {sum(len(e) for e, q in zip(layout.engines, roles) if q == r)} GPU(s)"
+        for r in dict.fromkeys(roles)
+    )
+    return Check(
+        name="roles",
+        ok=True,
+        message="roles do not share GPUs across non-colocated roles; "
+        "engines stay within a node or span whole nodes" + (groups if roles else ""),
+    )
+
+
 def role_conflicts(layout: Layout, placement_rows: list[dict[str, Any]]) -> list[Check]:
     """Non-colocated roles must not share a physical GPU; engines stay in one node unless spanning whole nodes."""
-    checks: list[Check] = []
     phys = {row["slot"]: (row["host"], row["gpu"]) for row in placement_rows}
-    pairs = list(phys.values())
-    dup = sorted({p for p in pairs if pairs.count(p) > 1 and p[1] is not None})
-    checks.append(
-        Check(
-            name="placement",
-            ok=not dup,
-            message=f"{len(pairs)} slot(s) on distinct (node, GPU) pairs"
-            if not dup
-            else f"(node, GPU) pairs used by more than one slot: {dup}",
-            node=dup[0][0] if dup else None,
-            fix=None
-            if not dup
-            else "Ray gave two bundles the same GPU: check that the node's CUDA_VISIBLE_DEVICES lists distinct GPUs",
-        )
-    )
+    checks = [_distinct_slots(list(phys.values()))]
     if layout.cpu_only:
         return checks
     if not layout.colocate:
@@ -221,19 +235,7 @@ def role_conflicts(layout: Layout, placement_rows: list[dict[str, Any]]) -> list
                 )
             )
     if not any(c.name == "roles" for c in checks):
-        roles = layout.engine_roles  # engine groups (SGLang prefill/decode): their GPUs on the checked bundles
-        groups = "; engine groups: " + ", ".join(
-            f"{r} {roles.count(r)} engine(s), {sum(len(e) for e, q in zip(layout.engines, roles) if q == r)} GPU(s)"
-            for r in dict.fromkeys(roles)
-        )
-        checks.append(
-            Check(
-                name="roles",
-                ok=True,
-                message="roles do not share GPUs across non-colocated roles; "
-                "engines stay within a node or span whole nodes" + (groups if roles else ""),
-            )
-        )
+        checks.append(_roles_ok(layout))
     return checks
 
 

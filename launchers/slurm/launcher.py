@@ -120,30 +120,7 @@ class SlurmLauncher(Launcher):
         after = ",".join(d for d in (chained, own) if d) or None
         kill = bool(options.extra.get("kill_on_invalid_dep"))
         try:
-            if not chunks:
-                job_ids.append(
-                    cluster.sbatch(
-                        str(paths.script),
-                        cwd=str(paths.root),
-                        dependency=after if chained else None,
-                        kill_on_invalid_dep=kill,
-                    )
-                )
-            for chunk in chunks:
-                split = len(chunks) > 1
-                jid = cluster.sbatch(
-                    str(paths.script),
-                    cwd=str(paths.root),
-                    array=chunk.spec if split else None,  # else the script's own #SBATCH --array
-                    dependency=",".join(
-                        d for d in (after, f"afterany:{job_ids[-1]}" if chunk.after_previous else None) if d
-                    )
-                    or None,
-                    kill_on_invalid_dep=kill,
-                    extra_env={"SLIME_TASK_OFFSET": str(chunk.offset)},
-                )
-                job_ids.append(jid)
-                arrays.append({"job_id": jid, "first_task": chunk.offset, "last_task": chunk.last, "array": chunk.spec})
+            self._submit_chunks(paths, chunks, after, chained, kill, job_ids, arrays)
         except BaseException:
             if not job_ids:
                 # SLURM queued nothing: a run dir for a job that never existed would show up in
@@ -165,6 +142,32 @@ class SlurmLauncher(Launcher):
                     }
                 )
         return job_ids
+
+    @staticmethod
+    def _submit_chunks(paths, chunks, after, chained, kill, job_ids: list[str], arrays: list[dict]) -> None:
+        """sbatch the script once, or once per array chunk (a chunk may wait for the one before)."""
+        if not chunks:
+            job_ids.append(
+                cluster.sbatch(
+                    str(paths.script),
+                    cwd=str(paths.root),
+                    dependency=after if chained else None,
+                    kill_on_invalid_dep=kill,
+                )
+            )
+        for chunk in chunks:
+            split = len(chunks) > 1
+            previous = f"afterany:{job_ids[-1]}" if chunk.after_previous else None
+            jid = cluster.sbatch(
+                str(paths.script),
+                cwd=str(paths.root),
+                array=chunk.spec if split else None,  # else the script's own #SBATCH --array
+                dependency=",".join(d for d in (after, previous) if d) or None,
+                kill_on_invalid_dep=kill,
+                extra_env={"SLIME_TASK_OFFSET": str(chunk.offset)},
+            )
+            job_ids.append(jid)
+            arrays.append({"job_id": jid, "first_task": chunk.offset, "last_task": chunk.last, "array": chunk.spec})
 
     # ------------------------------------------------------------------ job management
     def status(self, paths: RunPaths) -> RunStatus:
