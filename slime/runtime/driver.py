@@ -24,6 +24,7 @@ from typing import Any
 from slime.core.errors import ExitCode
 from slime.core.paths import RunPaths
 from slime.core.worker_env import apply_worker_env
+from slime.diagnosis.beats import start_board
 from slime.runtime.checkpoint import CheckpointStore
 from slime.runtime.job import Job, in_thread, model_dir
 from slime.runtime.perf import PerfModel, perf_model, step_perf
@@ -109,7 +110,7 @@ class Driver:
         ready = in_thread("prepare", lambda: model_dir(spec, self.tp))  # a built-in model build overlaps Ray's start
         self.job.connect()
         self.stop.install()  # after ray.init, which installs its own SIGTERM handler
-        self.watch.start()
+        self.watch.start(board=start_board)  # before the workers start: their beats find it
         self.model_dir = ready.result()
         self.say(f"connected to Ray ({'local' if self.job.own_ray else os.environ.get('RAY_ADDRESS')})")
         with self.watch.phase("engine start"):

@@ -284,3 +284,35 @@ def test_a_cuda_oom_names_the_roles_fit_estimate(tmp_path):
     assert "the fit estimate for the actor:" in d.fix and "GiB per GPU" in d.fix and "largest: " in d.fix
     d = diagnose(err, ExitCode.BUG, phase="train step", rollout=3, step=3, since=time.time(), spec=None)
     assert "fit estimate" not in d.fix
+
+
+def test_a_phase_longer_than_its_timeout_lives_while_it_beats_and_stalls_once_it_stops(tmp_path):
+    """The real Watchdog and ``beats.beat`` (the call the phases' work makes, here in the driver's own
+    process): 3 s of beating work under a 1 s timeout is not a stall; beats of another phase do not count;
+    silence is a stall within the timeout plus a poll."""
+    from slime.diagnosis import beats
+    from slime.runtime.watchdog import Watchdog
+
+    tp = RunPaths(tmp_path / "run").task(0)
+    tp.dir.mkdir(parents=True)
+    fired: list = []
+    w = Watchdog(
+        1.0, tp, processes=list, on_stall=fired.append, say=lambda m: None, poll_s=0.05, hard_exit=lambda: None
+    )
+    w.start()
+    try:
+        with w.phase("checkpoint save", rollout=2, step=4):
+            for _ in range(15):  # 3 s in all: three times the timeout, one "file" every 0.2 s
+                time.sleep(0.2)
+                beats.beat("checkpoint save")
+            assert not fired
+            silent = time.monotonic()
+            while not fired and time.monotonic() - silent < 10:
+                time.sleep(0.1)
+                beats.beat("rollout")  # an async rollout's progress is not the save's
+        assert fired and 1.0 <= time.monotonic() - silent < 1.0 + 1.0
+        assert (fired[0].cause, fired[0].phase, fired[0].exit_code) == ("stall", "checkpoint save", ExitCode.STALL)
+    finally:
+        w.close()
+    beats.beat("checkpoint save")  # closed: the process's beats no longer reach it
+    assert beats._local is None

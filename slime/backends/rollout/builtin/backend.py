@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from slime.backends.base import RolloutBackend, WeightSender
 from slime.backends.rollout.builtin.args import BUILTIN_ENGINE_ARGS, builtin_engine_arg
+from slime.diagnosis.beats import beat
 
 if TYPE_CHECKING:
     from slime.spec.layout import Layout
@@ -90,6 +91,7 @@ class EngineHost:
             **self.kwargs,
         )
         self.server.engine.weight_version = self.weight_version
+        beat("engine start")  # loaded: while the others load, the start moves
         return self.server.url
 
     def pid(self) -> int:
