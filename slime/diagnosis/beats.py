@@ -2,11 +2,11 @@
 
 ``beat(phase)`` is the one call, in any process of a run. In the driver it reaches the stall watchdog
 (``Watchdog.beat``) directly; in a Ray worker (trainer rank, engine host, rollout manager) it adds one
-to the phase's count on the job's :class:`BeatBoard` actor, which the watchdog reads every poll and
-turns into a ``Watchdog.beat`` of the phase it times. A worker sends at most one beat per phase per
-``SEND_EVERY_S``. A beat of another phase than the one timed is ignored (an async rollout's progress
-does not hide a hung weight sync). Without Ray or a board (unit tests, the watchdog off) a worker's beat
-does nothing. Not covered: processes that are not Ray workers (SGLang's servers: their actor beats).
+to the phase's count on the job's :class:`BeatBoard` actor (``slime.runtime.watchdog.start_board``),
+which the watchdog reads every poll and turns into a beat of the phase it times. A worker sends at
+most one beat per phase per ``SEND_EVERY_S``. A beat of another phase than the one timed is ignored (an
+async rollout's progress does not hide a hung weight sync). Without Ray or a board (unit tests, the
+watchdog off) a worker's beat does nothing. Not covered: processes that are not Ray workers.
 """
 
 from __future__ import annotations
@@ -17,12 +17,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["BOARD", "SEND_EVERY_S", "BeatBoard", "beat", "set_local", "start_board"]
+__all__ = ["BOARD", "SEND_EVERY_S", "BeatBoard", "beat", "set_local"]
 
 BOARD = "slime-beats"  # the board's actor name, in the job's Ray namespace
 SEND_EVERY_S = 1.0  # a worker's beats of one phase, at most this often (phase timeouts are far longer)
 _LOOKUP_EVERY_S = 10.0  # a worker without a board looks again this often
-_READ_TIMEOUT_S = 5.0
 
 _local: Callable[[str], None] | None = None  # this process's watchdog (the driver's)
 _sent: dict[str, float] = {}
@@ -59,12 +58,10 @@ def set_local(fn: Callable[[str], None] | None) -> None:
 
 def _find_board() -> Any:
     global _board
-    if "ray" not in sys.modules:  # a process that never imported Ray is no Ray worker
-        return None
+    # Ray only where this process loaded it already (a Ray worker): the control plane never loads it
+    ray = sys.modules.get("ray")
     try:
-        import ray
-
-        if ray.is_initialized():
+        if ray is not None and ray.is_initialized():
             _board = ray.get_actor(BOARD)
     except Exception:  # noqa: BLE001 - no board (the watchdog is off): beats do nothing
         return None
@@ -82,17 +79,3 @@ class BeatBoard:
 
     def read(self) -> dict[str, int]:
         return dict(self.counts)
-
-
-def start_board() -> Callable[[], dict[str, int]]:
-    """Start the job's board on this node (the driver's, after ``ray.init``); returns its reader."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    here = ray.get_runtime_context().get_node_id()
-    board = (
-        ray.remote(BeatBoard)
-        .options(name=BOARD, num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False))
-        .remote()
-    )
-    return lambda: ray.get(board.read.remote(), timeout=_READ_TIMEOUT_S)

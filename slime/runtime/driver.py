@@ -24,7 +24,6 @@ from typing import Any
 from slime.core.errors import ExitCode
 from slime.core.paths import RunPaths
 from slime.core.worker_env import apply_worker_env
-from slime.diagnosis.beats import start_board
 from slime.runtime.checkpoint import CheckpointStore
 from slime.runtime.job import Job, in_thread, model_dir
 from slime.runtime.perf import PerfModel, perf_model, step_perf
@@ -32,7 +31,7 @@ from slime.runtime.rollout_feed import RolloutFeed
 from slime.runtime.state import StopFlag, TaskState
 from slime.runtime.step_plan import critic_only
 from slime.runtime.train_state import ResumePoint, TrainState, restore_checkpoint, save_checkpoint
-from slime.runtime.watchdog import Watchdog, job_processes
+from slime.runtime.watchdog import Watchdog, job_processes, start_board
 from slime.runtime.weight_sync import WeightSync, write_dir
 from slime.spec.task import load_task_spec
 

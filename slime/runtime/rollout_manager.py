@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from slime.diagnosis import fault_dump
 from slime.diagnosis.beats import beat
 from slime.rl.sample import Sample, SampleStatus, episode_id
 from slime.runtime.record import FULL_CREDIT
@@ -116,6 +117,7 @@ class RolloutManager:
         from slime.runtime.rollout.source import PromptSource
 
         normal_priority()
+        fault_dump.arm()  # the watchdog's stack dump where py-spy cannot read this process
         spec = self.spec
         r, d = spec.rollout, spec.data
         self.tokenizer = load_tokenizer(self._tokenizer_dir)

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from slime.diagnosis import fault_dump
 from slime.diagnosis.beats import beat
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ class TrainerRank:
         from slime.placement import normal_priority
 
         normal_priority()
+        fault_dump.arm()  # the watchdog's stack dump where py-spy cannot read this process
         torch.set_num_threads(max(1, threads))
         self.spec, self.role, self.rank, self.world_size = spec, role, rank, world_size
         self.gpu_slot, self.slot = gpu_slot, slot

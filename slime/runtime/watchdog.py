@@ -2,12 +2,12 @@
 
 ``with watchdog.phase("rollout", rollout=r):`` arms a deadline from ``cluster.stall_timeout_s``
 (``slime.diagnosis.phases``); ``beat()`` pushes it back, also a worker's ``slime.diagnosis.beats.beat``
-(read from the job's beat board every poll). A thread checks it; when one passes it dumps
-the stacks of the driver, trainer ranks, engines (and their children) and the rollout manager, on
-every node (py-spy, through a Ray task per node), names the process that is behind and the frame it
-waits in, writes ``tasks/<i>/diagnosis/<stamp>/`` and a ``diagnosis.json`` record, then calls
-``on_stall`` (the driver's: record, tear down, exit 124) from its own thread: the main thread may be
-blocked in a call no signal interrupts (``ray.get``). Not guaranteed: stacks of a node whose Ray is gone.
+(read from the job's beat board every poll). A thread checks it; when one passes it dumps the stacks
+of the driver, trainer ranks, engines (and their children) and the rollout manager on every node
+(py-spy, else a worker's own faulthandler dump; a Ray task per node), names the process that is behind
+and the frame it waits in, writes ``tasks/<i>/diagnosis/<stamp>/`` and a ``diagnosis.json`` record, then
+calls ``on_stall`` (the driver's: record, tear down, exit 124) from its own thread: the main thread may
+be blocked in a call no signal interrupts (``ray.get``). Not guaranteed: stacks of a node whose Ray is gone.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from slime.diagnosis import record as records
 from slime.diagnosis.phases import beat_key, phase_timeout_s
 from slime.diagnosis.stacks import ProcStacks, behind, descendants, dump
 
-__all__ = ["Watchdog", "dump_all", "job_processes"]
+__all__ = ["Watchdog", "dump_all", "job_processes", "start_board"]
 
 GRACE_S = 60.0  # on_stall has this long to tear the job down before the process exits by itself
+BOARD_READ_S = 5.0  # a board read that takes longer is skipped: the deadline decides
 
 
 class Watchdog:
@@ -295,3 +296,18 @@ def job_processes(job: Any) -> list[tuple[str, int, str | None]]:
         if aid in labels and a.get("State") == "ALIVE" and a.get("Pid"):
             out.append((labels[aid], int(a["Pid"]), (a.get("Address") or {}).get("NodeID")))
     return sorted(out, key=lambda x: (x[0] != "driver", x[0]))
+
+
+def start_board() -> Callable[[], dict[str, int]]:
+    """Start the job's beat board (``slime.diagnosis.beats``) on this node, after ``ray.init``; returns its
+    reader (for :meth:`Watchdog.start`)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = ray.get_runtime_context().get_node_id()
+    board = (
+        ray.remote(beats.BeatBoard)
+        .options(name=beats.BOARD, num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False))
+        .remote()
+    )
+    return lambda: ray.get(board.read.remote(), timeout=BOARD_READ_S)

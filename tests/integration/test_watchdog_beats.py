@@ -25,8 +25,7 @@ class Worker:
 
 
 def test_a_workers_beats_keep_a_long_phase_alive_and_its_silence_is_a_stall(local_ray, tmp_path):
-    from slime.diagnosis.beats import start_board
-    from slime.runtime.watchdog import Watchdog
+    from slime.runtime.watchdog import Watchdog, start_board
 
     ray = local_ray
     tp = RunPaths(tmp_path / "run").task(0)

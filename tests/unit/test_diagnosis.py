@@ -316,3 +316,62 @@ def test_a_phase_longer_than_its_timeout_lives_while_it_beats_and_stalls_once_it
         w.close()
     beats.beat("checkpoint save")  # closed: the process's beats no longer reach it
     assert beats._local is None
+
+
+ARMED = textwrap.dedent(
+    """
+    import sys, threading, time
+    from slime.diagnosis import fault_dump
+    def wait_here():
+        print("ready", flush=True)
+        time.sleep(600)
+    def side():
+        time.sleep(600)
+    if sys.argv[1] == "arm":
+        fault_dump.arm()
+    threading.Thread(target=side, daemon=True).start()
+    wait_here()
+    """
+)
+
+
+def _started(tmp_path, mode: str):
+    script = tmp_path / f"armed-{mode}.py"
+    script.write_text(ARMED)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, str(script), mode], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc, script
+
+
+def test_without_py_spy_a_workers_own_faulthandler_dump_names_the_frame(tmp_path, monkeypatch):
+    """py-spy made unavailable (``pyspy() -> None``): the real worker process writes its own stacks on
+    SIGUSR2 (``fault_dump.arm``); one that never armed it is left alone (the signal would kill it)."""
+    from slime.diagnosis import stacks
+
+    monkeypatch.setattr(stacks, "pyspy", lambda: None)
+    armed, script = _started(tmp_path, "arm")
+    bare, _ = _started(tmp_path, "bare")
+    try:
+        for _ in range(2):  # twice: the second dump is read from where the first ended
+            p = dump("engine 0", armed.pid, "here")
+            assert p.error is None and p.via == "faulthandler", p.error
+            assert f"wait_here ({script}:6)" in p.text and "(its own faulthandler dump)" in p.text
+            assert len(p.threads) == 2 and sum("side" in str(t["frames"]) for t in p.threads) == 1
+        b = behind([p], "rollout")
+        assert (b.proc, b.kind) == (p, "user_code") and b.frame == f"wait_here ({script}:6)"
+        t0 = time.monotonic()
+        q = dump("rollout manager", bare.pid, "here")
+        assert q.threads == [] and "py-spy is not installed" in q.error and "no faulthandler dump armed" in q.error
+        assert time.monotonic() - t0 < 1 and bare.poll() is None  # not signalled: still running
+        os.kill(armed.pid, 19)  # SIGSTOP: it cannot run its handler; the dump says so at once
+        for _ in range(200):
+            if Path(f"/proc/{armed.pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] == "T":
+                break
+            time.sleep(0.01)
+        s = dump("engine 0", armed.pid, "here")
+        assert s.stopped and "it is stopped" in s.error
+    finally:
+        for proc in (armed, bare):
+            proc.kill()
+            proc.wait()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from slime.backends.base import RolloutBackend, WeightSender
 from slime.backends.rollout.builtin.args import BUILTIN_ENGINE_ARGS, builtin_engine_arg
+from slime.diagnosis import fault_dump
 from slime.diagnosis.beats import beat
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ class EngineHost:
         from slime.placement import normal_priority
 
         normal_priority()
+        fault_dump.arm()  # the watchdog's stack dump where py-spy cannot read this process
         self.model_dir, self.seed, self.gpu_slot = model_dir, seed, gpu_slot
         self.fake_gpus, self.name = fake_gpus, name
         self.kwargs, self.weight_version, self.host = dict(kwargs), weight_version, host
