@@ -375,3 +375,43 @@ def test_without_py_spy_a_workers_own_faulthandler_dump_names_the_frame(tmp_path
         for proc in (armed, bare):
             proc.kill()
             proc.wait()
+
+
+# What the driver gets when a trainer rank runs out of GPU memory mid-step: Ray's header naming the actor
+# task, the rank's traceback, and torch's own message (torch 2.5+: torch.OutOfMemoryError).
+RANK_OOM = """\
+ray::TrainerRank.train() (pid=48213, ip=10.0.0.7, actor_id=5f1c0a2be8d7, repr=<TrainerRank object at 0x7f3a>)
+  File "/opt/slime/slime/runtime/trainer_group.py", line 313, in _train_steps
+    m = self.backend.train_step(batch.select(slice(start, start + size)), step=first_step + s)
+  File "/opt/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1751, in _call_impl
+    return forward_call(*args, **kwargs)
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.88 GiB. GPU 0 has a total capacity of 79.10 GiB \
+of which 2.06 GiB is free. Including non-PyTorch memory, this process has 77.03 GiB memory in use. Of the allocated \
+memory 71.52 GiB is allocated by PyTorch, and 4.21 GiB is reserved by PyTorch but unallocated. If reserved but \
+unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."""
+
+
+def test_a_ranks_cuda_oom_from_its_real_text_names_the_rank_and_its_fit_breakdown(tmp_path):
+    """A fake at the GPU boundary: no GPU here, so the error is the text a real rank's OOM reaches the driver
+    with (Ray's wrapping and torch's message, as above); the fit estimate is the real one (slime.fit)."""
+    from slime.runtime.failures import diagnose
+    from tests.fixtures.fit_configs import QWEN25_7B, write_model
+    from tests.fixtures.spec_helpers import GPU_SPEC, load, spec
+
+    model = write_model(tmp_path, "Qwen2.5-7B-Instruct", QWEN25_7B)
+    s = load(spec(GPU_SPEC, **{"model.path": str(model), "cluster.gpu": {"name": "H100-80GB"}})).spec
+    d = diagnose(RuntimeError(RANK_OOM), ExitCode.BUG, phase="train step", rollout=5, step=5, since=time.time(), spec=s)
+    assert (d.cause, d.who, d.pid, d.phase) == ("cuda_oom", "TrainerRank.train", 48213, "train step")
+    assert d.node.endswith("10.0.0.7") and d.title == "a GPU ran out of memory"
+    assert d.fix.startswith("lower train.micro_batch_size")
+    fit = d.fix[d.fix.index("; the fit estimate") + 2 :]
+    assert fit.startswith("the fit estimate for the actor: ") and " GiB of 80.0 GiB per GPU" in fit
+    assert "largest: weights " in fit
+    assert any("Tried to allocate 3.88 GiB" in line for line in d.evidence)
+    # no record (the driver was killed first): `why` reads the same cause from the log's error line
+    run = RunPaths(tmp_path / "run")
+    run.task(0).logs.mkdir(parents=True)
+    run.task(0).state.write_text(json.dumps({"state": "failed", "exit_code": 1}))
+    (run.task(0).logs / "driver.err").write_text(RANK_OOM + "\n")
+    ex = explain(run, 0)
+    assert ex.source == "logs" and ex.diagnosis["cause"] == "cuda_oom"
