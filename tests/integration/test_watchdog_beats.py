@@ -38,8 +38,8 @@ def test_a_workers_beats_keep_a_long_phase_alive_and_its_silence_is_a_stall(loca
         ray.get(worker.work.remote("rollout", 0.1, 0.05))  # the worker is up (its process started)
         with w.phase("checkpoint save", rollout=1, step=2):
             t0 = time.monotonic()
-            assert ray.get(worker.work.remote("checkpoint save", 8.0, 0.25)) > 20  # over twice the timeout
-            assert time.monotonic() - t0 >= 8.0 and not fired
+            assert ray.get(worker.work.remote("checkpoint save", 6.5, 0.25)) > 15  # over twice the timeout
+            assert time.monotonic() - t0 >= 6.5 and not fired
             silent = time.monotonic()
             ref = worker.work.remote("checkpoint save", 0.0, 0.0, hang=60.0)
             while not fired and time.monotonic() - silent < 30:
