@@ -13,24 +13,14 @@ import signal
 import subprocess
 import threading
 from collections.abc import Callable
-from pathlib import Path
+
+from slime.core.procfs import catches
 
 __all__ = ["catches", "run_driver_process"]
 
 
 def _ignore_usr1() -> None:
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-
-
-def catches(pid: int, sig: int) -> bool | None:
-    """Whether process ``pid`` has a handler for ``sig`` (``SigCgt`` in /proc; None: cannot tell)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("SigCgt:"):
-                return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def run_driver_process(

@@ -7,7 +7,7 @@ The trainer ranks' collective timeout is the train phase's, so a hung all-reduce
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_TIMEOUT_S", "PHASES", "collective_timeout_s", "phase_timeout_s"]
+__all__ = ["DEFAULT_TIMEOUT_S", "PHASES", "beat_key", "collective_timeout_s", "phase_timeout_s"]
 
 #: phase -> default seconds without progress (sized for real GPU jobs: model loads, long rollouts)
 DEFAULT_TIMEOUT_S: dict[str, float] = {
@@ -32,6 +32,11 @@ def phase_timeout_s(setting: float | None, phase: str) -> float | None:
     if setting is None:
         return DEFAULT_TIMEOUT_S[phase]
     return float(setting) * (2 if phase in FIRST_TIME else 1)
+
+
+def beat_key(phase: str | None) -> str | None:
+    """The name progress in ``phase`` is reported under (``beats.beat``): both train steps are "train step"."""
+    return "train step" if phase == "first train step" else phase
 
 
 def collective_timeout_s(setting: float | None) -> float:

@@ -2,9 +2,9 @@
 
 py-spy (a dependency of the runtime extra) reads a process's stacks without its cooperation, also one
 that is stuck in C or stopped (SIGSTOP). The calling process's own threads are read in-process
-(``sys._current_frames``: py-spy cannot attach to its caller, and faulthandler only writes text to a
-file descriptor); without py-spy the others are listed as not dumped, with the reason. Not guaranteed:
-native frames (py-spy's ``--native`` is not used: it is slow and needs debug symbols).
+(``sys._current_frames``: py-spy cannot attach to its caller). Without py-spy, or where it fails, a
+worker's own faulthandler dump is asked for (``fault_dump``); else it is listed as not dumped, with the
+reasons. Not guaranteed: native frames (py-spy's ``--native`` is slow and needs debug symbols).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ class ProcStacks:
     text: str = ""
     error: str | None = None
     stopped: bool = False  # the process is stopped (SIGSTOP or a debugger)
+    via: str = "py-spy"  # what read the stacks: py-spy, faulthandler (the process's own dump), in-process
 
     def frames(self) -> list[dict]:
         """Every frame, main thread first, innermost first within a thread."""
@@ -71,27 +72,36 @@ def dump(label: str, pid: int, node: str, *, timeout_s: float = 30.0) -> ProcSta
     out = ProcStacks(label, pid, node, stopped=_stopped(pid))
     tool = pyspy()
     if pid == os.getpid():  # py-spy cannot attach to its caller: read our own threads
-        out.threads = own_threads()
+        out.threads, out.via = own_threads(), "in-process"
         out.text = render(out)
         return out
     if tool is None:
-        out.error = "py-spy is not installed (pip install py-spy): only the driver's own stacks were dumped"
-        return out
+        return _fallback(out, "py-spy is not installed (pip install py-spy)")
     run = _pyspy(tool, pid, out.stopped, timeout_s)
     if isinstance(run, subprocess.CompletedProcess) and run.returncode != 0 and not out.stopped:
         out.stopped = _stopped(pid)  # stopped between our look and py-spy's attach: read it as it is
         run = _pyspy(tool, pid, True, timeout_s) if out.stopped else run
     if isinstance(run, str):
-        out.error = run
-        return out
+        return _fallback(out, run)
     if run.returncode != 0:
-        out.error = f"py-spy failed: {(run.stderr or run.stdout).strip()[-500:]}"
-        return out
+        return _fallback(out, f"py-spy failed: {(run.stderr or run.stdout).strip()[-500:]}")
     try:
         out.threads = json.loads(run.stdout)
     except json.JSONDecodeError:
-        out.error = "py-spy printed no JSON"
+        return _fallback(out, "py-spy printed no JSON")
+    out.text = render(out)
+    return out
+
+
+def _fallback(out: ProcStacks, why: str) -> ProcStacks:
+    """The process's own faulthandler dump where py-spy could not read it (``why``)."""
+    from slime.diagnosis.fault_dump import request
+
+    threads = "it is stopped: it cannot dump itself" if out.stopped else request(out.pid)
+    if isinstance(threads, str):
+        out.error = f"{why}; faulthandler: {threads}"
         return out
+    out.threads, out.via = threads, "faulthandler"
     out.text = render(out)
     return out
 
@@ -115,7 +125,8 @@ def own_threads() -> list[dict]:
 
 
 def render(p: ProcStacks) -> str:
-    lines = [f"{p.label}: pid {p.pid} on {p.node}" + (" (stopped)" if p.stopped else "")]
+    via = " (its own faulthandler dump)" if p.via == "faulthandler" else ""
+    lines = [f"{p.label}: pid {p.pid} on {p.node}" + (" (stopped)" if p.stopped else "") + via]
     for t in p.threads:
         lines.append(f"\nThread {t.get('os_thread_id') or t.get('thread_id')} ({t.get('thread_name') or '?'})")
         lines += [f"    {fr.get('name')} ({fr.get('filename')}:{fr.get('line')})" for fr in t.get("frames", [])]

@@ -31,7 +31,7 @@ from slime.runtime.rollout_feed import RolloutFeed
 from slime.runtime.state import StopFlag, TaskState
 from slime.runtime.step_plan import critic_only
 from slime.runtime.train_state import ResumePoint, TrainState, restore_checkpoint, save_checkpoint
-from slime.runtime.watchdog import Watchdog, job_processes
+from slime.runtime.watchdog import Watchdog, job_processes, start_board
 from slime.runtime.weight_sync import WeightSync, write_dir
 from slime.spec.task import load_task_spec
 
@@ -109,7 +109,7 @@ class Driver:
         ready = in_thread("prepare", lambda: model_dir(spec, self.tp))  # a built-in model build overlaps Ray's start
         self.job.connect()
         self.stop.install()  # after ray.init, which installs its own SIGTERM handler
-        self.watch.start()
+        self.watch.start(board=start_board)  # before the workers start: their beats find it
         self.model_dir = ready.result()
         self.say(f"connected to Ray ({'local' if self.job.own_ray else os.environ.get('RAY_ADDRESS')})")
         with self.watch.phase("engine start"):

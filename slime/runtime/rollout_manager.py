@@ -16,10 +16,12 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from slime.diagnosis import fault_dump
+from slime.diagnosis.beats import beat
 from slime.rl.sample import Sample, SampleStatus, episode_id
 from slime.runtime.record import FULL_CREDIT
 from slime.runtime.rollout import RolloutBatch
@@ -115,6 +117,7 @@ class RolloutManager:
         from slime.runtime.rollout.source import PromptSource
 
         normal_priority()
+        fault_dump.arm()  # the watchdog's stack dump where py-spy cannot read this process
         spec = self.spec
         r, d = spec.rollout, spec.data
         self.tokenizer = load_tokenizer(self._tokenizer_dir)
@@ -320,10 +323,17 @@ class RolloutManager:
 
 # Module-level on purpose: a Ray actor class with any ``async def`` method becomes an async actor whose
 # sync methods run inside a running event loop, where ``run_until_complete`` fails.
-async def _score(reward_fn: Any, samples: list[Sample]) -> None:
+async def _score(reward_fn: Any, samples: list[Sample], phase: str = "rollout") -> None:
     from slime.rl.rewards import batch_rewards
 
     await batch_rewards(reward_fn, samples)
+    beat(phase)  # a long rollout or eval moves group by group (the watchdog's progress)
+
+
+async def _then_beat(work: Awaitable[Any], phase: str) -> Any:
+    out = await work
+    beat(phase)
+    return out
 
 
 async def _collect(
@@ -340,7 +350,7 @@ async def _collect(
             mgr.sampling_params(temperature=r.temperature, seed=sampling_seed(seed, "rollout", rollout_id, i))
             for i in range(position * n, position * n + len(group.samples))
         ]
-        await gen.run(group, position, params)
+        await _then_beat(gen.run(group, position, params), "rollout")
 
     cfg = CollectConfig(
         batch_size=r.batch_size,
@@ -379,9 +389,9 @@ async def _evaluate_set(mgr: RolloutManager, e: EvalSet, tag: int) -> dict[str, 
         seeds = [sampling_seed(mgr.spec.train.seed, "eval", e.name, tag, g * k + j) for j in range(k)]
         params = [mgr.sampling_params(temperature=e.temperature, seed=x, e=e) for x in seeds]
         groups.append(group)
-        runs.append(gen.run(group, g, params))
+        runs.append(_then_beat(gen.run(group, g, params), "eval"))
     await asyncio.gather(*runs)
-    await _score(mgr.reward_fn, _numbered(groups, tag))
+    await _score(mgr.reward_fn, _numbered(groups, tag), "eval")
     # one entry per episode (the leaves of a forked agent episode share its reward); plain samples: each
     per_group = [_first_per_episode(grp.samples) for grp in groups]
     episodes = [s for grp in per_group for s in grp]

@@ -90,6 +90,7 @@ def save_checkpoint(
     """Checkpoint ``state`` and every rank of ``groups`` (actor first) as rollout ``state.rollout_id``;
     ``files`` (name → text) are written beside ``state.json`` (an async run's prefetched rollout)."""
     from slime.core.paths import atomic_write
+    from slime.diagnosis.beats import beat
     from slime.runtime.failures import checkpoint_save_error
 
     tmp = None
@@ -97,8 +98,10 @@ def save_checkpoint(
         tmp = store.begin(state.rollout_id)
         for group in groups:
             group.call("save", str(tmp))
+            beat("checkpoint save")  # a long save of many groups and files is progress, not a stall
         for name, text in (files or {}).items():
             atomic_write(tmp / name, text)
+            beat("checkpoint save")
         world = len(groups[0].ranks) if groups else 0  # 0: debug.mode rollout_only has no trainer ranks
         doc = {"format": FORMAT, **state.state_dict(), "world_size": world, "saved_at": time.time()}
         return store.commit(tmp, state.rollout_id, doc)

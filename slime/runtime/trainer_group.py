@@ -18,6 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from slime.diagnosis import fault_dump
+from slime.diagnosis.beats import beat
+
 if TYPE_CHECKING:
     from slime.backends.base import WeightSender
     from slime.runtime.step_plan import ShardScores, StepPlan
@@ -77,6 +80,7 @@ class TrainerRank:
         from slime.placement import normal_priority
 
         normal_priority()
+        fault_dump.arm()  # the watchdog's stack dump where py-spy cannot read this process
         torch.set_num_threads(max(1, threads))
         self.spec, self.role, self.rank, self.world_size = spec, role, rank, world_size
         self.gpu_slot, self.slot = gpu_slot, slot
@@ -110,6 +114,7 @@ class TrainerRank:
             device=self.device,
         )
         self.backend.init(self.spec, self.rank_info, Path(model_dir), role=self.role)  # type: ignore[arg-type]
+        beat("engine start")  # the engine-start phase also loads the trainer ranks: one more is up
         return self.backend.data_parallel_coords()
 
     def init_ref(self, ref_dir: str) -> None:
@@ -312,6 +317,7 @@ class TrainerRank:
             m = self.backend.train_step(batch.select(slice(start, start + size)), step=first_step + s)
             m["step_time_s"] = time.perf_counter() - t0
             out.append(m)
+            beat("train step")
             start += size
         self.batch = None
         return out

@@ -1,12 +1,13 @@
 """The stall watchdog: each driver phase has a deadline; one missed dumps every run process's stacks.
 
 ``with watchdog.phase("rollout", rollout=r):`` arms a deadline from ``cluster.stall_timeout_s``
-(``slime.diagnosis.phases``); ``beat()`` pushes it back. A thread checks it; when one passes it dumps
-the stacks of the driver, trainer ranks, engines (and their children) and the rollout manager, on
-every node (py-spy, through a Ray task per node), names the process that is behind and the frame it
-waits in, writes ``tasks/<i>/diagnosis/<stamp>/`` and a ``diagnosis.json`` record, then calls
-``on_stall`` (the driver's: record, tear down, exit 124) from its own thread: the main thread may be
-blocked in a call no signal interrupts (``ray.get``). Not guaranteed: stacks of a node whose Ray is gone.
+(``slime.diagnosis.phases``); ``beat()`` pushes it back, also a worker's ``slime.diagnosis.beats.beat``
+(read from the job's beat board every poll). A thread checks it; when one passes it dumps the stacks
+of the driver, trainer ranks, engines (and their children) and the rollout manager on every node
+(py-spy, else a worker's own faulthandler dump; a Ray task per node), names the process that is behind
+and the frame it waits in, writes ``tasks/<i>/diagnosis/<stamp>/`` and a ``diagnosis.json`` record, then
+calls ``on_stall`` (the driver's: record, tear down, exit 124) from its own thread: the main thread may
+be blocked in a call no signal interrupts (``ray.get``). Not guaranteed: stacks of a node whose Ray is gone.
 """
 
 from __future__ import annotations
@@ -21,13 +22,15 @@ from typing import Any
 
 from slime.core.errors import ExitCode
 from slime.core.paths import TaskPaths
+from slime.diagnosis import beats
 from slime.diagnosis import record as records
-from slime.diagnosis.phases import phase_timeout_s
+from slime.diagnosis.phases import beat_key, phase_timeout_s
 from slime.diagnosis.stacks import ProcStacks, behind, descendants, dump
 
-__all__ = ["Watchdog", "dump_all", "job_processes"]
+__all__ = ["Watchdog", "dump_all", "job_processes", "start_board"]
 
 GRACE_S = 60.0  # on_stall has this long to tear the job down before the process exits by itself
+BOARD_READ_S = 5.0  # a board read that takes longer is skipped: the deadline decides
 
 
 class Watchdog:
@@ -55,19 +58,25 @@ class Watchdog:
         self.failed_in: tuple[str, int | None, int | None] | None = None  # (phase, rollout, step) a failure left
         self._lock = threading.Lock()
         self._seen: set[str] = set()
+        self.board: Callable[[], dict[str, int]] | None = None  # the workers' beats per phase (beats.start_board)
+        self._counts: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ the driver's side
-    def start(self) -> Watchdog:
+    def start(self, board: Callable[[], Callable[[], dict[str, int]]] | None = None) -> Watchdog:
+        """Watch; ``board`` starts the workers' beat board (``beats.start_board``), only when it is on."""
         if self.setting is not None and self.setting <= 0:
             return self  # cluster.stall_timeout_s: 0 turns it off
+        self.board = board() if board is not None else None
+        beats.set_local(self.beat)  # this process's beats come straight here
         self._thread = threading.Thread(target=self._watch, name="slime-watchdog", daemon=True)
         self._thread.start()
         return self
 
     def close(self) -> None:
         self._stop.set()
+        beats.set_local(None)
 
     @contextlib.contextmanager
     def phase(self, name: str, *, rollout: int | None = None, step: int | None = None) -> Iterator[None]:
@@ -90,21 +99,36 @@ class Watchdog:
             with self._lock:
                 self.name, self.deadline, self.timeout_s = before
 
-    def beat(self) -> None:
-        """Progress in the current phase: its deadline starts again."""
+    def beat(self, phase: str | None = None) -> None:
+        """Progress in the current phase (or in ``phase``, ignored unless it is the current one): its deadline
+        starts again."""
         with self._lock:
-            if self.timeout_s is not None:
+            if self.timeout_s is not None and (phase is None or phase == beat_key(self.name)):
                 self.deadline = time.monotonic() + self.timeout_s
 
     # ------------------------------------------------------------------ the watchdog thread
     def _watch(self) -> None:
         while not self._stop.wait(self.poll_s):
+            self._read_board()
             with self._lock:
                 late = self.deadline is not None and time.monotonic() > self.deadline
                 phase, timeout = self.name, self.timeout_s
             if late and phase is not None:
                 self._fire(phase, timeout or 0.0)
                 return
+
+    def _read_board(self) -> None:
+        """A beat of the current phase where the workers' count of it moved since the last poll."""
+        if self.board is None or self.name is None:
+            return
+        try:
+            counts = self.board()
+        except Exception:  # noqa: BLE001 - an unreadable board is no progress; the deadline decides
+            return
+        moved = [k for k, n in counts.items() if self._counts.get(k) != n]
+        self._counts = counts
+        for key in moved:
+            self.beat(key)
 
     def _fire(self, phase: str, timeout_s: float) -> None:
         self.firing.set()
@@ -272,3 +296,18 @@ def job_processes(job: Any) -> list[tuple[str, int, str | None]]:
         if aid in labels and a.get("State") == "ALIVE" and a.get("Pid"):
             out.append((labels[aid], int(a["Pid"]), (a.get("Address") or {}).get("NodeID")))
     return sorted(out, key=lambda x: (x[0] != "driver", x[0]))
+
+
+def start_board() -> Callable[[], dict[str, int]]:
+    """Start the job's beat board (``slime.diagnosis.beats``) on this node, after ``ray.init``; returns its
+    reader (for :meth:`Watchdog.start`)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = ray.get_runtime_context().get_node_id()
+    board = (
+        ray.remote(beats.BeatBoard)
+        .options(name=beats.BOARD, num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False))
+        .remote()
+    )
+    return lambda: ray.get(board.read.remote(), timeout=BOARD_READ_S)

@@ -284,3 +284,134 @@ def test_a_cuda_oom_names_the_roles_fit_estimate(tmp_path):
     assert "the fit estimate for the actor:" in d.fix and "GiB per GPU" in d.fix and "largest: " in d.fix
     d = diagnose(err, ExitCode.BUG, phase="train step", rollout=3, step=3, since=time.time(), spec=None)
     assert "fit estimate" not in d.fix
+
+
+def test_a_phase_longer_than_its_timeout_lives_while_it_beats_and_stalls_once_it_stops(tmp_path):
+    """The real Watchdog and ``beats.beat`` (the call the phases' work makes, here in the driver's own
+    process): 3 s of beating work under a 1 s timeout is not a stall; beats of another phase do not count;
+    silence is a stall within the timeout plus a poll."""
+    from slime.diagnosis import beats
+    from slime.runtime.watchdog import Watchdog
+
+    tp = RunPaths(tmp_path / "run").task(0)
+    tp.dir.mkdir(parents=True)
+    fired: list = []
+    w = Watchdog(
+        1.0, tp, processes=list, on_stall=fired.append, say=lambda m: None, poll_s=0.05, hard_exit=lambda: None
+    )
+    w.start()
+    try:
+        with w.phase("checkpoint save", rollout=2, step=4):
+            for _ in range(15):  # 3 s in all: three times the timeout, one "file" every 0.2 s
+                time.sleep(0.2)
+                beats.beat("checkpoint save")
+            assert not fired
+            silent = time.monotonic()
+            while not fired and time.monotonic() - silent < 10:
+                time.sleep(0.1)
+                beats.beat("rollout")  # an async rollout's progress is not the save's
+        assert fired and 1.0 <= time.monotonic() - silent < 1.0 + 1.0
+        assert (fired[0].cause, fired[0].phase, fired[0].exit_code) == ("stall", "checkpoint save", ExitCode.STALL)
+    finally:
+        w.close()
+    beats.beat("checkpoint save")  # closed: the process's beats no longer reach it
+    assert beats._local is None
+
+
+ARMED = textwrap.dedent(
+    """
+    import sys, threading, time
+    from slime.diagnosis import fault_dump
+    def wait_here():
+        print("ready", flush=True)
+        time.sleep(600)
+    def side():
+        time.sleep(600)
+    if sys.argv[1] == "arm":
+        fault_dump.arm()
+    threading.Thread(target=side, daemon=True).start()
+    wait_here()
+    """
+)
+
+
+def _started(tmp_path, mode: str):
+    script = tmp_path / f"armed-{mode}.py"
+    script.write_text(ARMED)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, str(script), mode], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc, script
+
+
+def test_without_py_spy_a_workers_own_faulthandler_dump_names_the_frame(tmp_path, monkeypatch):
+    """py-spy made unavailable (``pyspy() -> None``): the real worker process writes its own stacks on
+    SIGUSR2 (``fault_dump.arm``); one that never armed it is left alone (the signal would kill it)."""
+    from slime.diagnosis import stacks
+
+    monkeypatch.setattr(stacks, "pyspy", lambda: None)
+    armed, script = _started(tmp_path, "arm")
+    bare, _ = _started(tmp_path, "bare")
+    try:
+        for _ in range(2):  # twice: the second dump is read from where the first ended
+            p = dump("engine 0", armed.pid, "here")
+            assert p.error is None and p.via == "faulthandler", p.error
+            assert f"wait_here ({script}:6)" in p.text and "(its own faulthandler dump)" in p.text
+            assert len(p.threads) == 2 and sum("side" in str(t["frames"]) for t in p.threads) == 1
+        b = behind([p], "rollout")
+        assert (b.proc, b.kind) == (p, "user_code") and b.frame == f"wait_here ({script}:6)"
+        t0 = time.monotonic()
+        q = dump("rollout manager", bare.pid, "here")
+        assert q.threads == [] and "py-spy is not installed" in q.error and "no faulthandler dump armed" in q.error
+        assert time.monotonic() - t0 < 1 and bare.poll() is None  # not signalled: still running
+        os.kill(armed.pid, 19)  # SIGSTOP: it cannot run its handler; the dump says so at once
+        for _ in range(200):
+            if Path(f"/proc/{armed.pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] == "T":
+                break
+            time.sleep(0.01)
+        s = dump("engine 0", armed.pid, "here")
+        assert s.stopped and "it is stopped" in s.error
+    finally:
+        for proc in (armed, bare):
+            proc.kill()
+            proc.wait()
+
+
+# What the driver gets when a trainer rank runs out of GPU memory mid-step: Ray's header naming the actor
+# task, the rank's traceback, and torch's own message (torch 2.5+: torch.OutOfMemoryError).
+RANK_OOM = """\
+ray::TrainerRank.train() (pid=48213, ip=10.0.0.7, actor_id=5f1c0a2be8d7, repr=<TrainerRank object at 0x7f3a>)
+  File "/opt/slime/slime/runtime/trainer_group.py", line 313, in _train_steps
+    m = self.backend.train_step(batch.select(slice(start, start + size)), step=first_step + s)
+  File "/opt/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1751, in _call_impl
+    return forward_call(*args, **kwargs)
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.88 GiB. GPU 0 has a total capacity of 79.10 GiB \
+of which 2.06 GiB is free. Including non-PyTorch memory, this process has 77.03 GiB memory in use. Of the allocated \
+memory 71.52 GiB is allocated by PyTorch, and 4.21 GiB is reserved by PyTorch but unallocated. If reserved but \
+unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."""
+
+
+def test_a_ranks_cuda_oom_from_its_real_text_names_the_rank_and_its_fit_breakdown(tmp_path):
+    """A fake at the GPU boundary: no GPU here, so the error is the text a real rank's OOM reaches the driver
+    with (Ray's wrapping and torch's message, as above); the fit estimate is the real one (slime.fit)."""
+    from slime.runtime.failures import diagnose
+    from tests.fixtures.fit_configs import QWEN25_7B, write_model
+    from tests.fixtures.spec_helpers import GPU_SPEC, load, spec
+
+    model = write_model(tmp_path, "Qwen2.5-7B-Instruct", QWEN25_7B)
+    s = load(spec(GPU_SPEC, **{"model.path": str(model), "cluster.gpu": {"name": "H100-80GB"}})).spec
+    d = diagnose(RuntimeError(RANK_OOM), ExitCode.BUG, phase="train step", rollout=5, step=5, since=time.time(), spec=s)
+    assert (d.cause, d.who, d.pid, d.phase) == ("cuda_oom", "TrainerRank.train", 48213, "train step")
+    assert d.node.endswith("10.0.0.7") and d.title == "a GPU ran out of memory"
+    assert d.fix.startswith("lower train.micro_batch_size")
+    fit = d.fix[d.fix.index("; the fit estimate") + 2 :]
+    assert fit.startswith("the fit estimate for the actor: ") and " GiB of 80.0 GiB per GPU" in fit
+    assert "largest: weights " in fit
+    assert any("Tried to allocate 3.88 GiB" in line for line in d.evidence)
+    # no record (the driver was killed first): `why` reads the same cause from the log's error line
+    run = RunPaths(tmp_path / "run")
+    run.task(0).logs.mkdir(parents=True)
+    run.task(0).state.write_text(json.dumps({"state": "failed", "exit_code": 1}))
+    (run.task(0).logs / "driver.err").write_text(RANK_OOM + "\n")
+    ex = explain(run, 0)
+    assert ex.source == "logs" and ex.diagnosis["cause"] == "cuda_oom"

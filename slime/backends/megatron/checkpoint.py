@@ -18,6 +18,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from slime.diagnosis.beats import beat
+
 __all__ = ["load_rank", "restore_adam_steps", "save_rank"]
 
 # dp_reshardable: each rank saves its own slice of the distributed optimizer's buffers, with no
@@ -45,6 +47,7 @@ def save_rank(ckpt: Path, *, gpt: Any, optimizer: Any, scheduler: Any, device: t
     (ckpt / "megatron").mkdir(parents=True, exist_ok=True)  # dist_checkpointing wants it to exist
     dist.barrier()
     dist_checkpointing.save(_sharded_state(gpt, optimizer, loading=False), str(ckpt / "megatron"))
+    beat("checkpoint save")
     cuda = device.type == "cuda"
     extra = {
         "rng": torch.get_rng_state(),
@@ -54,6 +57,7 @@ def save_rank(ckpt: Path, *, gpt: Any, optimizer: Any, scheduler: Any, device: t
         "scheduler": scheduler.state_dict() if scheduler else None,
     }
     torch.save(extra, _rank_file(ckpt))
+    beat("checkpoint save")
 
 
 def load_rank(ckpt: Path, *, gpt: Any, optimizer: Any, scheduler: Any, device: torch.device, what: str) -> None:

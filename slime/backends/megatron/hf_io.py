@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from slime.diagnosis.beats import beat
+
 __all__ = ["HF_SIDE_FILES", "copy_side_files", "read_tensors", "weight_map", "write_index", "write_shards"]
 
 # Files next to the weights that an engine needs to serve the checkpoint.
@@ -97,6 +99,7 @@ def write_shards(
         if pending:
             fname = f"{prefix}-{count:05d}.safetensors"
             save_file(pending, str(out / fname), metadata={"format": "pt"})
+            beat("weight sync")  # a sync's export, shard by shard (outside a sync no phase takes it)
             mapping.update(dict.fromkeys(pending, fname))
             count += 1
             pending, size = {}, 0

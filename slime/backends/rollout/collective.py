@@ -18,6 +18,7 @@ from typing import Any
 
 from slime.backends.base import WeightSender
 from slime.core.errors import InfraError
+from slime.diagnosis.beats import beat
 
 __all__ = [
     "EngineWeightSender",
@@ -156,6 +157,7 @@ class NcclWeightSync:
             for bucket in buckets(named_tensors, self.bucket_bytes):
                 await self._send_bucket(bucket, version)
                 sent += len(bucket)
+                beat("weight sync")
         finally:
             await call_all(clients, lambda c: c.post("/continue_generation", {}))
         return sent

@@ -73,6 +73,9 @@ class NodeProcesses:
     """Ray actor body: starts and stops the server processes of one node, keeping their handles."""
 
     def __init__(self) -> None:
+        from slime.diagnosis import fault_dump
+
+        fault_dump.arm()  # the watchdog's stack dump where py-spy cannot read this process
         self.processes: list[process.ManagedProcess] = []
 
     def busy_ports(self, ports: Sequence[int]) -> list[int]:

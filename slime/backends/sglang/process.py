@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slime.core.errors import InfraError
+from slime.diagnosis.beats import beat
 
 __all__ = ["EngineStartError", "ManagedProcess", "ProcessSpec", "busy_ports", "start_processes", "stop_all"]
 
@@ -159,6 +160,16 @@ def stop_all(processes: Sequence[ManagedProcess], grace_s: float = 10.0) -> None
         p.stop(grace_s)
 
 
+def _log_bytes(processes: Sequence[ManagedProcess]) -> int:
+    total = 0
+    for p in processes:
+        try:
+            total += p.log_path.stat().st_size
+        except OSError:
+            pass
+    return total
+
+
 def start_processes(
     specs: Sequence[ProcessSpec], log_dir: str | Path, *, timeout_s: float = 600.0, interval_s: float = 0.5
 ) -> list[ManagedProcess]:
@@ -187,10 +198,14 @@ def start_processes(
             started.append(ManagedProcess(s, log_dir).start())
         deadline = time.monotonic() + timeout_s
         waiting = [p for p in started if p.spec.url]
+        logged = 0
         while True:
             for p in started:
                 if not p.alive():
                     raise p.error(f"exited with code {p.proc.returncode} during startup")
+            if (now := _log_bytes(started)) != logged:  # a server that logs (shards loaded, graphs captured) moves
+                logged = now
+                beat("engine start")
             waiting = [p for p in waiting if not p.healthy(timeout=min(2.0, max(0.1, interval_s)))]
             if not waiting:
                 return started

@@ -22,6 +22,7 @@ import torch
 
 from slime.backends.base import RankInfo, TrainBackend, TrainBatch
 from slime.backends.train.optim import build_adamw, lr_at, set_lr
+from slime.diagnosis.beats import beat
 from slime.rl.losses import entropy_from_logits, logprobs_from_logits, sft_loss
 from slime.rl.micro_batches import plan_micro_batches
 from slime.rl.train_loss import policy_loss_of, value_loss_of, wants_entropy
@@ -355,6 +356,7 @@ class TorchTrainBackend(TrainBackend):
         if self.tied:
             state.pop("lm_head.weight", None)  # shares storage with the embeddings; HF re-ties on load
         save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+        beat("weight sync")
         for f in self.model_dir.iterdir():
             if f.is_file() and f.suffix in _HF_SIDE_FILES and not f.name.endswith(".index.json"):
                 shutil.copy2(f, out / f.name)
@@ -374,6 +376,7 @@ class TorchTrainBackend(TrainBackend):
             },
         }
         torch.save(state, self._file(ckpt_dir))
+        beat("checkpoint save")
 
     def load(self, ckpt_dir: Path) -> None:
         path = self._file(ckpt_dir)

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from slime.backends.base import RolloutBackend, WeightSender
 from slime.backends.rollout.builtin.args import BUILTIN_ENGINE_ARGS, builtin_engine_arg
+from slime.diagnosis import fault_dump
+from slime.diagnosis.beats import beat
 
 if TYPE_CHECKING:
     from slime.spec.layout import Layout
@@ -62,6 +64,7 @@ class EngineHost:
         from slime.placement import normal_priority
 
         normal_priority()
+        fault_dump.arm()  # the watchdog's stack dump where py-spy cannot read this process
         self.model_dir, self.seed, self.gpu_slot = model_dir, seed, gpu_slot
         self.fake_gpus, self.name = fake_gpus, name
         self.kwargs, self.weight_version, self.host = dict(kwargs), weight_version, host
@@ -90,6 +93,7 @@ class EngineHost:
             **self.kwargs,
         )
         self.server.engine.weight_version = self.weight_version
+        beat("engine start")  # loaded: while the others load, the start moves
         return self.server.url
 
     def pid(self) -> int:
