@@ -100,6 +100,7 @@ class RolloutManager:
         self._ready = False
         self.clients: list[Any] = []  # one client per generate target (set_engines): not prefill engines
         self._prefill: Any = None  # the prefill engines' PrefillPool (prefill/decode groups), else None
+        self._bootstrap: dict[str, int] = {}  # prefill engine URL -> KV bootstrap port (set_engines)
         self._context: GenerateContext | None = None  # the agent plug-in's context of these engines
 
     def setup(self) -> None:
@@ -138,7 +139,7 @@ class RolloutManager:
         ds = r.dynamic_sampling
         self.group_filter = load_filter(ds.filter, args=SlimeArgs(**slime_args(spec))) if ds is not None else None
         self._loop = asyncio.new_event_loop()
-        self.set_engines(self._urls)
+        self.set_engines(self._urls, self._bootstrap)
         eos = self.tokenizer.eos_token_id
         self.eos_id = int(eos) if eos is not None else None
         self._ready = True
@@ -152,10 +153,10 @@ class RolloutManager:
         from slime.backends.rollout.pd import paired_clients
 
         self._close_clients()
-        self._urls = list(engine_urls)
+        self._urls, self._bootstrap = list(engine_urls), dict(prefill or {})
         timeout = max(600.0, self.spec.rollout.startup_timeout_s)
         secret = engine_secret(self.spec)  # external engines: their own token, else the job's
-        self.clients, self._prefill = paired_clients(self._urls, prefill or {}, timeout_s=timeout, secret=secret)
+        self.clients, self._prefill = paired_clients(self._urls, self._bootstrap, timeout_s=timeout, secret=secret)
         self._context = None  # built at first use, for these engines
 
     def _close_clients(self) -> None:

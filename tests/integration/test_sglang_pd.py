@@ -10,6 +10,7 @@ named by the request's ``bootstrap_host``/``bootstrap_port`` has served its ``bo
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import sys
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from msgspec.structs import replace
 
 from slime.backends.rollout.client import EngineClient, EngineError
 from slime.backends.sglang.backend import SGLangRolloutBackend
@@ -24,6 +26,7 @@ from slime.backends.sglang.launch import EngineCommand
 from slime.core.auth import SECRET_ENV, new_secret
 from slime.runtime.rollout_manager import RolloutManager
 from slime.spec.load import load_spec
+from tests.fixtures.tiny_models import ONE_LAYER
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -118,7 +121,7 @@ def test_each_request_reaches_a_prefill_and_the_decode_engine_with_one_room(engi
     (a, b), c = asyncio.run(go())
     for res in (a, b, c):  # the decode engine's reply, first token (from the prefill) included
         assert res.output_ids == [11, 12, 13] and res.logprobs == [-0.25, -0.5, -0.75]
-        assert res.weight_version == f"decode:{backend.urls[2].rsplit(':', 1)[1]}" and res.text == "decoded"
+        assert res.text == "decoded" and res.weight_version == "0"  # the prefill's reply has neither
     mine = {str(["a.", "b."]), "c."}
     decoded = {str(body["rid"]): body for body in asyncio.run(_seen(backend.urls[2])) if str(body["rid"]) in mine}
     used = []
@@ -133,6 +136,36 @@ def test_each_request_reaches_a_prefill_and_the_decode_engine_with_one_room(engi
             assert all(0 <= r < 2**63 for r in rooms) and len(set(rooms)) == len(rooms)
             assert set(ports) == {boot[url]}
     assert sorted(used) == sorted(boot)  # one request on each prefill engine
+
+
+def test_a_rollout_generates_every_group_through_a_pair(engines, tmp_path, tiny_model):
+    """The rollout manager's own path (GroupGenerator over its clients): every sample is the decode's reply."""
+    backend, _, _ = engines
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"{i}+1=", "label": str(i + 1)}) + "\n" for i in range(4)))
+    spec = load_spec(ROOT / "specs" / "quickstart.yaml").spec
+    spec = replace(
+        spec,
+        data=replace(spec.data, prompts=str(prompts), eval=()),
+        rollout=replace(spec.rollout, batch_size=4, n_samples_per_prompt=2),
+    )
+    mgr = RolloutManager(spec, [], str(tiny_model(seed=0, **ONE_LAYER)))
+    mgr.setup()
+    mgr.set_engines(backend.urls, backend.prefill_engines())
+    try:
+        samples = mgr.generate(0).samples
+    finally:
+        mgr.close()
+    assert len(samples) == 8 and {s.group_index for s in samples} == {0, 1, 2, 3}
+    for s in samples:
+        assert s.tokens[-3:] == [11, 12, 13] and s.response_length == 3
+        assert s.rollout_log_probs == [-0.25, -0.5, -0.75] and s.response == "decoded"
+
+    def rollout_rids(url: str) -> set[str]:
+        return {str(b["rid"]) for b in asyncio.run(_seen(url)) if str(b["rid"]).startswith("['r0-")}
+
+    decoded = rollout_rids(backend.urls[2])  # one request per drawn group, each also on a prefill engine
+    assert len(decoded) >= 4 and decoded == rollout_rids(backend.urls[0]) | rollout_rids(backend.urls[1])
 
 
 def test_a_failure_on_either_side_names_that_engine_and_ends_the_other(engines):
