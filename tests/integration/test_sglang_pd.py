@@ -119,6 +119,7 @@ def test_each_request_reaches_a_prefill_and_the_decode_engine_with_one_room(engi
             await _close(mgr)
 
     (a, b), c = asyncio.run(go())
+    assert mgr._prefill.load == [0, 0]  # every prompt token in flight was given back
     for res in (a, b, c):  # the decode engine's reply, first token (from the prefill) included
         assert res.output_ids == [11, 12, 13] and res.logprobs == [-0.25, -0.5, -0.75]
         assert res.text == "decoded" and res.weight_version == "0"  # the prefill's reply has neither

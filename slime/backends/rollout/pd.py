@@ -112,13 +112,18 @@ class PairedClient:
 
     async def _both(self, i: int, tokens: int, payload: dict[str, Any], rids: list[str]) -> Any:
         """POST ``payload`` to prefill engine ``i`` and the decode engine; the decode's reply."""
-        prefill = self.pool.clients[i]
+        prefill, released = self.pool.clients[i], []
+
+        def release() -> None:  # once: at the prefill's reply, or at the end if its task never ran
+            if not released:
+                released.append(True)
+                self.pool.load[i] -= tokens
 
         async def prefill_side() -> Any:
             try:
                 return await _side("prefill", prefill, payload)
             finally:
-                self.pool.load[i] -= tokens  # its share of the work ends with its reply
+                release()  # its share of the work ends with its reply
 
         sides = [asyncio.ensure_future(prefill_side()), asyncio.ensure_future(_side("decode", self.decode, payload))]
         try:
@@ -135,6 +140,7 @@ class PairedClient:
             await asyncio.gather(
                 *(s for s, _ in left), *(c.abort(r) for _, c in left for r in rids), return_exceptions=True
             )
+            release()
 
     async def abort(self, rid: str | None = None, *, abort_all: bool = False) -> None:
         """Abort ``rid`` on the decode engine and on the prefill engine it was paired with."""
