@@ -185,6 +185,11 @@ class RolloutBackend(ABC):
 
         ``log_dir``: where this run's engine logs go, if the backend writes any."""
 
+    def prefill_engines(self) -> dict[str, int]:
+        """The engines (after ``start``) that only prefill, URL → KV bootstrap port: the rollout manager pairs
+        each request to another engine with one of these; weight updates and control calls reach all."""
+        return {}
+
     @abstractmethod
     def update_weights(self, source: Path, version: int) -> None:
         """Make every engine serve the weights in ``source`` (HF dir), tagged ``version``."""

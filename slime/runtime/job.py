@@ -149,7 +149,8 @@ class Job:
         if not spec.rollout.external:  # external engines hold their own token (the preflight checked them)
             check_engine_auth(self.urls)
         ray.get(manager_ready)  # data and reward errors surface here, typed
-        ray.get(self.manager.set_engines.remote(self.urls))
+        prefill = self.engines.prefill_engines() if self.engines is not None else {}
+        ray.get(self.manager.set_engines.remote(self.urls, prefill))
         where = ray.get([r.where.remote() for g in self.trainers for r in g.ranks])
         self.say(
             f"{len(where)} trainer rank(s) up: "

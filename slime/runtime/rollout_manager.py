@@ -1,9 +1,9 @@
 """The rollout manager: prompts in, the scored samples a rollout trains on out (``RolloutBatch``).
 
 One per job (a Ray actor; a plain object in tests), owning the prompt source, tokenizer, reward,
-filter and one ``EngineClient`` per engine. ``generate(rollout_id)`` runs ``slime.runtime.rollout``
-and returns the kept samples in group order (or, ``train_only``, reads saved ones); with an
-``agent`` section each sample is an agent episode. :meth:`RolloutManager.evaluate` runs eval sets.
+filter and one engine client per engine that generates (a decode engine's pairs each request with a
+prefill engine). ``generate(rollout_id)`` runs ``slime.runtime.rollout`` and returns the kept samples
+in group order (or, ``train_only``, reads saved ones); with ``agent``, agent episodes. ``evaluate``: eval sets.
 Guaranteed: each request's ``sampling_seed`` derives from (seed, rollout, draw position, sample),
 so a resumed run draws the same prompts and responses (partial responses depend on abort timing).
 Not implemented: custom rollout plug-ins (slime's ``--rollout-function-path``).
@@ -16,7 +16,7 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -100,7 +100,9 @@ class RolloutManager:
         self.spec, self._urls, self._tokenizer_dir = spec, list(engine_urls), tokenizer_dir
         self.rollouts_dir = rollouts_dir  # debug.save_rollouts: where each rollout's samples are written
         self._ready = False
-        self.clients: list[Any] = []  # one EngineClient per engine (set_engines)
+        self.clients: list[Any] = []  # one client per generate target (set_engines): not prefill engines
+        self._prefill: Any = None  # the prefill engines' PrefillPool (prefill/decode groups), else None
+        self._bootstrap: dict[str, int] = {}  # prefill engine URL -> KV bootstrap port (set_engines)
         self._context: GenerateContext | None = None  # the agent plug-in's context of these engines
 
     def setup(self) -> None:
@@ -140,23 +142,31 @@ class RolloutManager:
         ds = r.dynamic_sampling
         self.group_filter = load_filter(ds.filter, args=SlimeArgs(**slime_args(spec))) if ds is not None else None
         self._loop = asyncio.new_event_loop()
-        self.set_engines(self._urls)
+        self.set_engines(self._urls, self._bootstrap)
         eos = self.tokenizer.eos_token_id
         self.eos_id = int(eos) if eos is not None else None
         self._ready = True
 
-    def set_engines(self, engine_urls: Sequence[str]) -> None:
-        """Talk to these engines from now on (the driver starts them while the data loads)."""
-        from slime.backends.rollout.client import EngineClient
-        from slime.backends.rollout.external import engine_secret
+    def set_engines(self, engine_urls: Sequence[str], prefill: Mapping[str, int] | None = None) -> None:
+        """Talk to these engines from now on (the driver starts them while the data loads).
 
-        if self.clients:
-            self._run(_close(self.clients))
-        self._urls = list(engine_urls)
+        ``prefill``: the engines among them that only prefill (URL → KV bootstrap port); requests then go to
+        the others, each paired with one of these (``slime.backends.rollout.pd``)."""
+        from slime.backends.rollout.external import engine_secret
+        from slime.backends.rollout.pd import paired_clients
+
+        self._close_clients()
+        self._urls, self._bootstrap = list(engine_urls), dict(prefill or {})
         timeout = max(600.0, self.spec.rollout.startup_timeout_s)
         secret = engine_secret(self.spec)  # external engines: their own token, else the job's
-        self.clients = [EngineClient(u, timeout_s=timeout, secret=secret) for u in self._urls]
+        self.clients, self._prefill = paired_clients(self._urls, self._bootstrap, timeout_s=timeout, secret=secret)
         self._context = None  # built at first use, for these engines
+
+    def _close_clients(self) -> None:
+        if self._prefill is not None:
+            self._run(self._prefill.close())
+        if self.clients:
+            self._run(_close(self.clients))
 
     # ---------------------------------------------------------------- helpers
     def encode(self, text: str) -> list[int]:
@@ -314,11 +324,12 @@ class RolloutManager:
 
     def engine_health(self) -> dict[str, bool]:
         self.setup()
-        return {c.base_url: ok for c, ok in zip(self.clients, self._run(_health(self.clients)))}
+        every = [*self.clients, *(self._prefill.clients if self._prefill is not None else ())]
+        return {c.base_url: ok for c, ok in zip(every, self._run(_health(every)))}
 
     def close(self) -> None:
         if self._ready:
-            self._run(_close(self.clients))
+            self._close_clients()
 
 
 # Module-level on purpose: a Ray actor class with any ``async def`` method becomes an async actor whose

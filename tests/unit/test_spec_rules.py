@@ -100,7 +100,7 @@ def test_every_rule_has_a_failing_case():
     # tested below: long_responses, sequence_parallel_without_tensor and (with a config.json) engine_heads;
     # memory_headroom (a warning, with a config.json) in tests/unit/test_fit_check.py
     covered = {c[1] for c in CASES} | {"long_responses", "sequence_parallel_without_tensor", "engine_heads"}
-    covered |= {"memory_headroom", "pd_not_runnable"}  # a warning: test_prefill_decode_warns_that_a_run_refuses_it
+    covered |= {"memory_headroom"}
     covered |= {
         "container_image"
     }  # a warning: tests/unit/test_slurm_site.py::test_an_image_written_for_the_other_runtime_is_a_warning
@@ -124,11 +124,11 @@ def test_long_responses_is_a_warning_not_an_error():
     assert not load(C).warnings
 
 
-def test_prefill_decode_warns_that_a_run_refuses_it():
+def test_prefill_decode_groups_are_valid_and_runnable():
+    """A run pairs their requests (slime.backends.rollout.pd): no warning that it would refuse them."""
     loaded = load(spec(G, **{"rollout.sglang.pd": {"prefill_engines": 1}}))
-    (w,) = [p for p in loaded.warnings if p.path == "rollout.sglang.pd"]
-    assert w.severity == "warning" and "a run cannot start them yet" in w.message
-    assert not [p for p in load(G).warnings if p.path.startswith("rollout.sglang")]
+    assert not [p for p in loaded.warnings if p.path.startswith("rollout.sglang")]
+    assert problems(spec(G, **{"rollout.sglang.pd": {"prefill_engines": 1}})) == []
 
 
 def test_slurm_limits_under_the_local_launcher_are_refused():

@@ -21,7 +21,15 @@ import aiohttp
 
 from slime.core.auth import auth_headers
 
-__all__ = ["ClientPool", "EngineClient", "EngineError", "EngineUnavailable", "GenerateResult"]
+__all__ = [
+    "ClientPool",
+    "EngineClient",
+    "EngineError",
+    "EngineUnavailable",
+    "GenerateResult",
+    "generate_payload",
+    "generate_results",
+]
 
 
 class EngineError(RuntimeError):
@@ -107,6 +115,40 @@ def _message(body: Any, text: str) -> str:
         if body.get("message"):
             return str(body["message"])
     return text.strip()[:500] or "no message"
+
+
+def generate_payload(
+    input_ids: Sequence[int] | Sequence[Sequence[int]],
+    sampling_params: dict | Sequence[dict] | None = None,
+    *,
+    return_logprob: bool = True,
+    rid: str | Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """The ``/generate`` body of SGLang's ``GenerateReqInput`` for token ids (a list of lists: a batch)."""
+    ids = list(input_ids)
+    if not ids:
+        raise ValueError("input_ids must not be empty")
+    batched = isinstance(ids[0], (list, tuple))
+    payload: dict[str, Any] = {
+        "input_ids": [list(x) for x in ids] if batched else ids,
+        "sampling_params": (
+            list(sampling_params) if isinstance(sampling_params, (list, tuple)) else dict(sampling_params or {})
+        ),
+        "return_logprob": return_logprob,
+    }
+    if rid is not None:
+        payload["rid"] = list(rid) if isinstance(rid, (list, tuple)) else rid
+    return payload
+
+
+def generate_results(body: Any, payload: dict[str, Any], url: str) -> GenerateResult | list[GenerateResult]:
+    """The typed reply to ``payload`` (a list for a batch), or EngineError naming ``url``."""
+    ids = payload["input_ids"]
+    if isinstance(ids[0], list):
+        if not isinstance(body, list) or len(body) != len(ids):
+            raise EngineError(url, f"expected a list of {len(ids)} results, got {str(body)[:200]}")
+        return [GenerateResult.from_response(item, url) for item in body]
+    return GenerateResult.from_response(body, url)
 
 
 class EngineClient:
@@ -213,26 +255,9 @@ class EngineClient:
         rid: str | Sequence[str] | None = None,
     ) -> GenerateResult | list[GenerateResult]:
         """Generate from token ids; a list of lists gives a list of results (one request)."""
-        ids = list(input_ids)
-        if not ids:
-            raise ValueError("input_ids must not be empty")
-        batched = isinstance(ids[0], (list, tuple))
-        payload: dict[str, Any] = {
-            "input_ids": [list(x) for x in ids] if batched else ids,
-            "sampling_params": (
-                list(sampling_params) if isinstance(sampling_params, (list, tuple)) else dict(sampling_params or {})
-            ),
-            "return_logprob": return_logprob,
-        }
-        if rid is not None:
-            payload["rid"] = list(rid) if isinstance(rid, (list, tuple)) else rid
+        payload = generate_payload(input_ids, sampling_params, return_logprob=return_logprob, rid=rid)
         body = await self._request("POST", "/generate", payload, idempotent=False)
-        url = self.base_url + "/generate"
-        if batched:
-            if not isinstance(body, list) or len(body) != len(ids):
-                raise EngineError(url, f"expected a list of {len(ids)} results, got {str(body)[:200]}")
-            return [GenerateResult.from_response(item, url) for item in body]
-        return GenerateResult.from_response(body, url)
+        return generate_results(body, payload, self.base_url + "/generate")
 
     async def health(self) -> bool:
         """True when ``/health`` answers 200; False when it answers otherwise or not at all."""

@@ -2,11 +2,12 @@
 
 ``start`` builds the commands (``launch.engine_commands``; tests swap in the built-in engine), starts them with
 bounded health-checked startup, one small Ray actor per node (:class:`NodeProcesses`) holding the handles, then a
-router for several engines. ``update_weights`` follows ``rollout.weight_sync``: ``disk``, ``delta`` (checksummed
-changed tensors rebuilt on the node) or ``nccl`` (driven by trainer rank 0 through :meth:`weight_sender`). Colocated
-runs release and resume memory in the order SGLang needs. ``placement`` may be a mapping (tests). Logs:
-``<log_dir>/<process>.log``. The job's secret reaches each server as ``--api-key`` in a 0600 ``--config`` file,
-never argv. Placement, ports, GPU visibility: docs/design-notes.md.
+router for several regular engines (prefill/decode groups get none: the rollout manager pairs each request using
+:meth:`prefill_engines`). ``update_weights`` (every engine, prefill ones too) follows ``rollout.weight_sync``:
+``disk``, ``delta`` (checksummed changed tensors rebuilt on the node) or ``nccl`` (driven by trainer rank 0 through
+:meth:`weight_sender`). Colocated runs release and resume memory in the order SGLang needs. ``placement`` may be a
+mapping (tests). Logs: ``<log_dir>/<process>.log``. The job's secret reaches each server as ``--api-key`` in a 0600
+``--config`` file, never argv. Placement, ports, GPU visibility: docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from typing import Any
 
 from slime.backends.base import RolloutBackend, WeightSender
 from slime.backends.sglang import launch, process
-from slime.backends.sglang.flags import PD_NOT_RUNNABLE
 from slime.backends.sglang.weights import sync_delta, sync_from_disk
 from slime.core.auth import SECRET_ENV, job_secret, write_private
 
@@ -97,14 +97,13 @@ class SGLangRolloutBackend(RolloutBackend):
         self.processes: list[process.ManagedProcess] = []
         self.urls: list[str] = []
         self.router_url: str | None = None
+        self.bootstrap: dict[str, int] = {}  # prefill engine URL -> its KV bootstrap port
         self._base: Path | None = None  # delta sync: the last full checkpoint on this node
         self.nodes: dict[int, Any] = {}  # node rank -> NodeProcesses actor (runs with a Placement)
 
     def start(self, spec, layout, placement: Any, model_dir: Path, *, log_dir: Path | None = None) -> list[str]:
         from slime.placement import Placement
 
-        if spec.rollout.sglang.pd is not None:  # before any process starts (validate warns of it)
-            raise launch.LaunchError(f"rollout.sglang.pd: {PD_NOT_RUNNABLE}")
         self.spec = spec
         if isinstance(placement, Placement):
             self.log_dir = Path(log_dir or Path(spec.logging.dir) / "engines")
@@ -117,8 +116,8 @@ class SGLangRolloutBackend(RolloutBackend):
         commands = [with_api_key(c, config) for c in self.command_builder(spec, layout, hosts=hosts)]
         specs = process_specs(commands, set(local) if local is not None else None)
         self.processes = process.start_processes(specs, self.log_dir, timeout_s=spec.rollout.startup_timeout_s)
-        self.urls = [c.url for c in commands if c.url]
-        if self.use_router and (local is None or 0 in local):
+        self._set_urls(commands)
+        if self._router_wanted(spec) and (local is None or 0 in local):
             cmd = launch.router_command(spec, self.urls, host=(hosts or ["127.0.0.1"])[0])
             if cmd is not None:
                 router = process.ProcessSpec(name="router", argv=cmd.argv, url=cmd.url, ports=(cmd.port,))
@@ -172,9 +171,13 @@ class SGLangRolloutBackend(RolloutBackend):
                     for n in engine_nodes
                 ]
             )
-            self.urls = [c.url for c in commands if c.url]
+            self._set_urls(commands)
             first = layout.engines[0][0].node
-            cmd = launch.router_command(spec, self.urls, host=hosts[first], port=base) if self.use_router else None
+            cmd = (
+                launch.router_command(spec, self.urls, host=hosts[first], port=base)
+                if self._router_wanted(spec)
+                else None
+            )
             if cmd is not None:
                 router = process.ProcessSpec(name="router", argv=cmd.argv, url=cmd.url, ports=(cmd.port,))
                 ray.get(self.nodes[first].start.remote([router], str(self.log_dir), timeout))
@@ -183,6 +186,18 @@ class SGLangRolloutBackend(RolloutBackend):
             self.stop()
             raise
         return list(self.urls)
+
+    def _set_urls(self, commands: Sequence[launch.EngineCommand]) -> None:
+        self.urls = [c.url for c in commands if c.url]
+        self.bootstrap = {c.url: c.bootstrap_port for c in commands if c.url and c.role == "prefill"}
+
+    def _router_wanted(self, spec) -> bool:
+        """A router in front of regular engines; none for prefill/decode groups (the rollout manager pairs)."""
+        return self.use_router and spec.rollout.sglang.pd is None
+
+    def prefill_engines(self) -> dict[str, int]:
+        """Prefill engines (``rollout.sglang.pd``): URL → ``--disaggregation-bootstrap-port`` as launched."""
+        return dict(self.bootstrap)
 
     def _port_block(self, nodes: Sequence[int]) -> int:
         """The base of the job's first engine port block that is free on every engine node."""

@@ -15,7 +15,6 @@ from pathlib import Path
 
 __all__ = [
     "EP_FLAGS",
-    "PD_NOT_RUNNABLE",
     "PP_FLAGS",
     "SGLANG_RESERVED",
     "engine_pp",
@@ -68,15 +67,6 @@ _FIELD_OF = {
     "disaggregation-transfer-backend": "rollout.sglang.pd.transfer",
     "disaggregation-ib-device": "rollout.sglang.pd.ib_device",
 }
-
-
-# Each request must reach a prefill and a decode engine with the same bootstrap room: the PD router does it,
-# but sglang-router 0.3.2 takes no client secret (it would serve anyone) and needs the engines' key in argv.
-PD_NOT_RUNNABLE = (
-    "prefill/decode engines are rendered and placed, but a run cannot start them yet: "
-    "requests must be paired across a prefill and a decode engine, and the PD router (sglang-router 0.3.2) "
-    "cannot hold the job's secret; remove rollout.sglang.pd to run (see the SGLang backend's README)"
-)
 
 
 def reserved_hint(flag: str) -> str:

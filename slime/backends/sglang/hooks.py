@@ -14,7 +14,6 @@ from msgspec.structs import replace
 
 from slime.backends.sglang.flags import (
     EP_FLAGS,
-    PD_NOT_RUNNABLE,
     PP_FLAGS,
     engine_pp,
     engine_tp,
@@ -27,7 +26,7 @@ from slime.spec.plugin import Finding
 from slime.spec.resolve import model_config
 from slime.spec.rules import attention_heads, over_context
 
-__all__ = ["RULES", "WARNINGS", "engine_roles", "preview", "resolve", "smoke_edits", "untested"]
+__all__ = ["RULES", "engine_roles", "preview", "resolve", "smoke_edits", "untested"]
 
 
 def checkpoint_model(s) -> Iterator[Finding]:
@@ -41,7 +40,7 @@ def checkpoint_model(s) -> Iterator[Finding]:
 
 def no_router(s) -> Iterator[Finding]:
     if s.rollout.sglang.router_args:
-        pd = " (prefill/decode groups get a PD router whose flags slime-submit derives)" if s.rollout.sglang.pd else ""
+        pd = " (the rollout manager pairs prefill and decode engines itself)" if s.rollout.sglang.pd else ""
         yield (
             "rollout.sglang.router_args",
             "the rollout manager sends requests straight to the engines and spreads them itself; the "
@@ -51,7 +50,8 @@ def no_router(s) -> Iterator[Finding]:
 
 
 def prefill_decode(s) -> Iterator[Finding]:
-    """slime's PD rules: a decode engine remains, engines the job starts, mooncake_tcp picks no RDMA device."""
+    """slime's PD rules: a decode engine remains, engines the job starts, mooncake_tcp picks no RDMA device;
+    requests are paired by the rollout manager's client, which agent episodes do not use."""
     r = s.rollout
     pd = r.sglang.pd
     if pd is None:
@@ -64,6 +64,13 @@ def prefill_decode(s) -> Iterator[Finding]:
             "remove rollout.sglang.pd, or rollout.external",
         )
         return
+    if s.agent is not None:
+        yield (
+            "rollout.sglang.pd",
+            "agent episodes reach an engine through an adapter server that sends each request to one engine; "
+            "prefill/decode groups need every request paired across a prefill and a decode engine",
+            "remove rollout.sglang.pd, or the agent section",
+        )
     engines = (r.gpus or 0) // r.gpus_per_engine
     if engines and pd.prefill_engines >= engines:
         yield (
@@ -112,11 +119,6 @@ def pd_flags_need_pd(s) -> Iterator[Finding]:
                     "a prefill/decode (PD) setting, but the engines are regular ones: nothing would read it",
                     "remove it, or set rollout.sglang.pd",
                 )
-
-
-def pd_not_runnable(s) -> Iterator[Finding]:
-    if s.rollout.sglang.pd is not None:
-        yield ("rollout.sglang.pd", PD_NOT_RUNNABLE, "render and validate it for now; remove it to run the job")
 
 
 def reserved_args(s) -> Iterator[Finding]:
@@ -233,7 +235,6 @@ RULES = (
     sglang_expert_parallel,
     context_fits,
 )
-WARNINGS = (pd_not_runnable,)
 
 
 def resolve(spec):

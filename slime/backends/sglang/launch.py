@@ -4,9 +4,10 @@ Pure and deterministic (no I/O but reading ``config.json`` for ``--trust-remote-
 so ``slime-submit render`` prints the argv the runtime executes and golden tests pin it. Flags derive from
 the spec and layout (model, TP size, GPU ids, host and ports, multi-node rendezvous, memory saver,
 deterministic inference, prefill/decode role), then ``rollout.sglang.args`` and a role's own args verbatim;
-a key that would override a derived flag or break the placement is rejected. Several engines get a router on
-the first node (a PD router for prefill/decode groups). Without ``hosts`` commands render ``node0``...; ports
-render from the default base, while the runtime takes a per-job block. Rules: docs/design-notes.md.
+a key that would override a derived flag or break the placement is rejected. Several regular engines get a
+router on the first node; prefill/decode groups none (the rollout manager pairs their requests). Without
+``hosts`` commands render ``node0``...; ports render from the default base, while the runtime takes a per-job
+block. Rules: docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -34,11 +35,9 @@ __all__ = [
     "RouterCommand",
     "engine_commands",
     "flags_from_args",
-    "pd_router_command",
     "port_blocks",
     "render_engine_commands",
     "router_command",
-    "router_for",
 ]
 
 ROUTER_PORT = 30000
@@ -69,7 +68,7 @@ class EngineCommand:
     ports: tuple[int, ...] = ()  # every port it binds on its node (checked free before launch)
     env: Mapping[str, str] = field(default_factory=dict)
     role: str = ""  # 'prefill' / 'decode' (rollout.sglang.pd), '' for a regular engine
-    bootstrap_port: int | None = None  # a prefill engine's KV bootstrap server (the PD router pairs on it)
+    bootstrap_port: int | None = None  # a prefill engine's KV bootstrap server (each paired request names it)
 
     @property
     def url(self) -> str | None:
@@ -295,30 +294,6 @@ def router_command(
     return RouterCommand(host=host, port=port, argv=tuple(argv))
 
 
-def pd_router_command(
-    commands: Sequence[EngineCommand], *, host: str, port: int = ROUTER_PORT, python: str = "python"
-) -> RouterCommand:
-    """The sglang-router in PD mode: it pairs each request's prefill engine (URL and bootstrap port) with a
-    decode engine (sglang-router 0.3.2: ``--pd-disaggregation --prefill URL PORT ... --decode URL ...``)."""
-    argv = [python, "-m", "sglang_router.launch_router", "--host", host, "--port", str(port), "--pd-disaggregation"]
-    for c in commands:
-        if c.url and c.role == "prefill":
-            argv += ["--prefill", c.url, str(c.bootstrap_port)]
-    for c in commands:
-        if c.url and c.role == "decode":
-            argv += ["--decode", c.url]
-    return RouterCommand(host=host, port=port, argv=tuple(argv))
-
-
-def router_for(
-    spec: Spec, commands: Sequence[EngineCommand], *, host: str, port: int = ROUTER_PORT, python: str = "python"
-) -> RouterCommand | None:
-    """The router these engines need: a PD router for prefill/decode groups, else ``router_command``."""
-    if any(c.role for c in commands):
-        return pd_router_command(commands, host=host, port=port, python=python)
-    return router_command(spec, [c.url for c in commands if c.url], host=host, port=port, python=python)
-
-
 def port_blocks(key: str) -> Iterator[int]:
     """Bases of the candidate engine port blocks of the job ``key``, its own first (``slime.core.ports.candidates``
     over ``$SLIME_ENGINE_PORT_RANGE``, which must lie outside ``$SLIME_RAY_PORT_RANGE``)."""
@@ -368,8 +343,11 @@ def render_engine_commands(spec: Spec, hosts: Sequence[str] | None = None) -> st
         boot = f", KV bootstrap port {c.bootstrap_port}" if c.bootstrap_port and c.url else ""
         name = f"{c.role} engine" if c.role else "engine"
         lines += [f"# {name} {c.engine} ({rank}node{c.node} {gpus}) {where}{boot}", c.render()]
-    router = router_for(spec, cmds, host=(hosts or ["node0"])[0])
-    if router:
-        kind = "PD router (pairs a prefill and a decode engine per request)" if pd else "router"
-        lines += [f"# {kind} on node0, url {router.url}", router.render()]
+    if pd:
+        lines.append(
+            "# no router: the rollout manager sends each request to a decode engine and a prefill engine at once "
+            "(its host and KV bootstrap port, one bootstrap room)"
+        )
+    elif router := router_command(spec, [c.url for c in cmds if c.url], host=(hosts or ["node0"])[0]):
+        lines += [f"# router on node0, url {router.url}", router.render()]
     return "\n".join(lines) + "\n"
