@@ -6,7 +6,7 @@ starting policy; per rollout :meth:`Driver.rollout_step` (rollout, train, weight
 evals, checkpoints) or, ``kind: SFTJob``, :meth:`Driver.sft_rollout_step` (the warm-up's SFT step on the
 data's transcripts); at the end the HF copy, plots and summary. Exit codes: ``slime.core.errors.ExitCode``
 (75 = stopped after a checkpoint, "requeue me").
-Not done: checkpoints during the SFT warm-up (a stop reruns it), more than one step of staleness.
+Not done: checkpoints during the SFT warm-up (a stop reruns it).
 """
 
 from __future__ import annotations
