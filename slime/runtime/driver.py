@@ -6,7 +6,7 @@ starting policy; per rollout :meth:`Driver.rollout_step` (rollout, train, weight
 evals, checkpoints) or, ``kind: SFTJob``, :meth:`Driver.sft_rollout_step` (the warm-up's SFT step on the
 data's transcripts); at the end the HF copy, plots and summary. Exit codes: ``slime.core.errors.ExitCode``
 (75 = stopped after a checkpoint, "requeue me").
-Not done: checkpoints during the SFT warm-up (a stop reruns it), more than one step of staleness.
+Not done: checkpoints during the SFT warm-up (a stop reruns it).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from slime.core.worker_env import apply_worker_env
 from slime.runtime.checkpoint import CheckpointStore
 from slime.runtime.job import Job, in_thread, model_dir
 from slime.runtime.perf import PerfModel, perf_model, step_perf
-from slime.runtime.rollout_feed import RolloutFeed
+from slime.runtime.rollout_feed import RolloutFeed, make_feed
 from slime.runtime.state import StopFlag, TaskState
 from slime.runtime.step_plan import critic_only
 from slime.runtime.train_state import ResumePoint, TrainState, restore_checkpoint, save_checkpoint
@@ -116,7 +116,7 @@ class Driver:
             where = self.job.start(self.model_dir, spec.model.tokenizer or str(self.model_dir))
         self.status.update(ranks=where, engines=self.job.urls)
         self.weights = WeightSync(spec, self.job.actor, self.job.engines, self.tp.weights, say=self.say)
-        self.feed = RolloutFeed(self.job.manager, ahead=spec.train.async_, total=spec.rollout.num_rollouts or 0)
+        self.feed = make_feed(self.job.manager, spec)
         self.perf = perf_model(spec, self.model_dir, [w for w in where if w["role"] == "actor"])
 
     def resume(self, point: ResumePoint) -> None:
@@ -268,6 +268,9 @@ class Driver:
         )
         if steps and (c := self.spec.algorithm.critic) is not None and c.warmup_rollouts:  # only where it can be 1
             record["train/critic_only"] = float(not actor)
+        if self.spec.train.async_mode == "fully":  # samples of several versions: the bound is what must hold
+            k = self.spec.train.async_.max_staleness
+            record["check/stale_samples"] = sum(policy_version - s.weight_version > k for s in taken.samples)
         record.update(taken.metrics)  # rollout/groups_*: what the generation drew, kept and dropped
         record.update(self.evaluate(r))
         times = {
@@ -362,7 +365,7 @@ class Driver:
 
     def sync_weights(self) -> float:
         """The engines serve the actor's weights as the next version; returns the seconds taken."""
-        seconds = self.weights.sync(self.state.weight_version + 1)
+        seconds = self.weights.sync(self.state.weight_version + 1, hold=self.feed.hold)
         self.state.weight_version += 1
         return seconds
 
@@ -397,6 +400,8 @@ class Driver:
         else:
             self.resume(point)
         self.progress.phase("SFT" if self.sft_job else "RL", total, completed=st.rollout_id + 1)
+        if st.rollout_id + 1 < total:
+            self.feed.start()  # fully-async: the stream generates from here on (else nothing)
         interval = spec.train.checkpoint.interval
         stop_after = _stop_after()
         for r in range(st.rollout_id + 1, total):
@@ -424,7 +429,7 @@ class Driver:
 
         with self.watch.phase("rollout", rollout=self.state.rollout_id):
             self.feed.settle()
-        with self.watch.phase("checkpoint save", rollout=self.state.rollout_id, step=self.state.step):
+        with self.watch.phase("checkpoint save", rollout=self.state.rollout_id, step=self.state.step), self.feed.hold():
             self.state.data = ray.get(self.job.manager.state_dict.remote())
             self.state.prefetched = self.feed.pending_id
             files = self.feed.checkpoint_files()

@@ -5,13 +5,16 @@ returns rollout ``r``, :meth:`~RolloutFeed.prefetch` (``train.async``) starts ``
 weights served now, :meth:`~RolloutFeed.settle` waits for it before a weight sync, so one rollout
 has one weight version and async rollouts are one update stale. Guaranteed: checkpoints stay exact
 (an async checkpoint saves the prefetched rollout and a resume replays it). Not guaranteed: a
-prefetch in flight when the run fails is lost. Details: docs/design-notes.md.
+prefetch in flight when the run fails is lost. :class:`StreamFeed` (``train.async`` mode fully) takes
+from the manager's continuous stream instead. Details: docs/design-notes.md.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,7 @@ from typing import Any
 from slime.rl.sample import Sample
 from slime.runtime.rollout import RolloutBatch
 
-__all__ = ["PREFETCH_FILE", "RolloutFeed", "Taken"]
+__all__ = ["PREFETCH_FILE", "RolloutFeed", "StreamFeed", "Taken", "make_feed"]
 
 PREFETCH_FILE = "prefetched_rollout.json"
 
@@ -81,6 +84,14 @@ class RolloutFeed:
             ray.wait([self._pending[2]], num_returns=1, fetch_local=False)
             self.settle_wait_s += time.monotonic() - t
 
+    def start(self) -> None:
+        """Generation that runs on its own (fully-async) starts; here nothing does."""
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        """Around a weight update or a checkpoint: generation that runs on its own pauses; here none does."""
+        yield
+
     def checkpoint_files(self) -> dict[str, str]:
         """``{PREFETCH_FILE: json}`` when a rollout was generated ahead (call after :meth:`settle`)."""
         import ray
@@ -116,3 +127,52 @@ class RolloutFeed:
                 f"({PREFETCH_FILE}: {exc}); move this checkpoint aside to resume from an older one"
             ) from None
         self._pending = (rollout_id, int(doc["version"]), ray.put((batch, float(doc["generate_s"]))))
+
+
+class StreamFeed(RolloutFeed):
+    """``train.async`` mode fully: each rollout is ``rollout.batch_size`` groups the manager's stream has
+    ready; the stream pauses (between groups) while the weights change or a checkpoint is taken, whose
+    manager state then holds the ready groups (nothing is generated ahead in this feed's own sense)."""
+
+    def __init__(self, manager: Any, *, total: int) -> None:
+        super().__init__(manager, ahead=False, total=total)
+        self.started = False  # weight syncs before the RL loop (SFT warm-up, resume) have no stream to pause
+
+    def take(self, rollout_id: int, version: int) -> Taken:
+        import ray
+
+        t = time.monotonic()
+        batch, seconds = ray.get(self.manager.stream_take.remote(rollout_id, version))
+        return Taken(
+            rollout_id=rollout_id,
+            samples=batch.samples,
+            metrics=batch.metrics,
+            version=version,
+            generate_s=seconds,
+            wait_s=time.monotonic() - t,
+        )
+
+    def start(self) -> None:
+        import ray
+
+        ray.get(self.manager.stream_start.remote())
+        self.started = True
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        import ray
+
+        if not self.started:
+            yield
+            return
+        ray.get(self.manager.stream_pause.remote())
+        yield
+        ray.get(self.manager.stream_start.remote())
+
+
+def make_feed(manager: Any, spec: Any) -> RolloutFeed:
+    """The feed ``train.async`` asks for."""
+    total, mode = spec.rollout.num_rollouts or 0, spec.train.async_mode
+    if mode == "fully":
+        return StreamFeed(manager, total=total)
+    return RolloutFeed(manager, ahead=mode == "one_step", total=total)

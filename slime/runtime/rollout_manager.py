@@ -104,6 +104,9 @@ class RolloutManager:
         self._prefill: Any = None  # the prefill engines' PrefillPool (prefill/decode groups), else None
         self._bootstrap: dict[str, int] = {}  # prefill engine URL -> KV bootstrap port (set_engines)
         self._context: GenerateContext | None = None  # the agent plug-in's context of these engines
+        self._stream: Any = None  # fully-async: the GroupStream, started by stream_start
+        self._stream_saved: list[dict[str, Any]] = []  # its ready groups from a checkpoint, loaded at start
+        self._stream_rollout = 0  # the rollout the stream's new groups are drawn for
 
     def setup(self) -> None:
         """Load the tokenizer, the prompt data (every row checked), the reward function and the filter."""
@@ -232,6 +235,41 @@ class RolloutManager:
         batch = self.generate(rollout_id, weight_version)
         return batch, time.perf_counter() - t
 
+    # ---------------------------------------------------------------- fully-async (train.async mode fully)
+    def stream_start(self) -> None:
+        """Start (or continue) generating groups into the ready buffer with the weights served now."""
+        self.setup()
+        if self._stream is None:
+            self._stream = _make_stream(self)
+            self._stream.ready.load(self._stream_saved)
+        self._stream.resume()
+
+    def stream_pause(self) -> None:
+        """Stop between groups (before a weight update or a checkpoint); :meth:`stream_start` continues."""
+        if self._stream is not None:
+            self._stream.pause()
+
+    def stream_take(self, rollout_id: int, current: int) -> tuple[RolloutBatch, float]:
+        """Rollout ``rollout_id``: ``rollout.batch_size`` ready groups within the staleness bound of version
+        ``current`` (older ones dropped) and the stream's generating seconds since the last take."""
+        self._stream_rollout = rollout_id + 1  # the groups drawn from now on are for the next take
+        taken, dropped, seconds = self._stream.take(self.spec.rollout.batch_size, current)
+        if rollout_id + 1 == self.spec.rollout.num_rollouts:
+            self._stream.close()  # the last rollout: nothing more to generate
+        samples = _numbered([x.group for x in taken], rollout_id)
+        lags = [current - x.version for x in taken]
+        metrics: dict[str, Any] = {
+            "rollout/groups_kept": len(taken),
+            "rollout/stale_dropped": len(dropped),
+            "rollout/buffer_ready": len(self._stream.ready),
+            **{f"rollout/staleness_groups/{k}": lags.count(k) for k in range(self._stream.ready.max_staleness + 1)},
+        }
+        if self.rollouts_dir is not None:
+            from slime.runtime.rollout.saved import write_rollout
+
+            write_rollout(self.rollouts_dir, rollout_id, samples)
+        return RolloutBatch(samples, metrics), seconds
+
     # ---------------------------------------------------------------- eval
     def eval_dataset(self, e: EvalSet):
         from slime.data.jsonl import PromptDataset
@@ -314,13 +352,18 @@ class RolloutManager:
 
     # ---------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
-        """The prompt source's state (cursor, partial-rollout buffer): part of every checkpoint."""
+        """The prompt source's state (cursor, partial-rollout buffer) and, fully-async (taken paused), the
+        ready groups not yet trained: part of every checkpoint."""
         self.setup()
-        return self.source.state_dict()
+        state = self.source.state_dict()
+        if self._stream is not None:
+            state["stream_ready"] = self._stream.ready.to_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.setup()
         self.source.load_state_dict(state)
+        self._stream_saved = list(state.get("stream_ready", []))
 
     def engine_health(self) -> dict[str, bool]:
         self.setup()
@@ -328,6 +371,8 @@ class RolloutManager:
         return {c.base_url: ok for c, ok in zip(every, self._run(_health(every)))}
 
     def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
         if self._ready:
             self._close_clients()
 
@@ -383,6 +428,43 @@ async def _collect(
         current = weight_version if weight_version is not None else max(_newest(s) for s in samples)
         metrics["rollout/masked_offpolicy_tokens"] = mask_offpolicy(samples, current)
     return samples, metrics
+
+
+def _make_stream(mgr: RolloutManager) -> Any:
+    """The manager's GroupStream: groups from the prompt source, generated with seeds from their draw."""
+    from slime.runtime.rollout.stream import GroupStream
+
+    r, a, seed = mgr.spec.rollout, mgr.spec.train.async_, mgr.spec.train.seed
+    gens: list[Any] = [mgr.generator("stream", r.max_response_len)]
+
+    def draw() -> Group:
+        (group,) = mgr.source.take(1, mgr._stream_rollout)
+        for s in group.samples:
+            s.metadata["draw"] = group.draw  # which group a trained sample came from (debug.save_rollouts)
+        return group
+
+    async def run(group: Group) -> bool:
+        n = len(group.samples)
+        params = [
+            mgr.sampling_params(temperature=r.temperature, seed=sampling_seed(seed, "stream", group.draw, j))
+            for j in range(n)
+        ]
+        await gens[0].run(group, group.draw, params)
+        if any(s.status == SampleStatus.ABORTED for s in group.samples):
+            return False
+        await _score(mgr.reward_fn, group.samples)
+        return True
+
+    async def abort() -> None:
+        await gens[0].abort()
+        gens[0] = mgr.generator("stream", r.max_response_len)  # continued requests get fresh rids
+
+    def put_back(groups: list[Group]) -> None:
+        mgr.source.buffer.extendleft(reversed(groups))  # before any group buffered earlier: oldest first
+
+    return GroupStream(
+        draw=draw, run=run, abort=abort, put_back=put_back, capacity=a.buffer_groups, max_staleness=a.max_staleness
+    )
 
 
 async def _evaluate_set(mgr: RolloutManager, e: EvalSet, tag: int) -> dict[str, float]:

@@ -14,6 +14,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -71,9 +72,11 @@ class WeightSync:
             )
         self.released = True
 
-    def sync(self, version: int) -> float:
+    def sync(self, version: int, hold: Callable[[], AbstractContextManager[object]] = nullcontext) -> float:
         """Every engine serves the actor's current weights as ``version``; returns the seconds taken.
-        Without engines (``train_only``) or a policy (``rollout_only``) there is nothing to move."""
+        ``hold()`` is entered around the engines' update only (fully-async: generation pauses there, not
+        while the weights are exported). Without engines (``train_only``) or a policy (``rollout_only``)
+        there is nothing to move."""
         t = time.monotonic()
         if self.engines is None or self.policy is None:
             return 0.0
@@ -82,20 +85,22 @@ class WeightSync:
         if self.mode == "nccl":
             if self._sender is None:
                 self._sender = self.engines.weight_sender()
-            self.policy.push_weights(version, self._sender)
+            with hold():
+                self.policy.push_weights(version, self._sender)
         else:
-            self._sync_from_disk(version)
+            self._sync_from_disk(version, hold)
         if self.released:
             self.engines.resume_memory(["kv_cache", "cuda_graph"])
             self.released = False
         return time.monotonic() - t
 
-    def _sync_from_disk(self, version: int) -> None:
+    def _sync_from_disk(self, version: int, hold: Callable[[], AbstractContextManager[object]]) -> None:
         out = self.exports / f"v{version}"
         if out.exists():
             shutil.rmtree(out)
         self.policy.export(out)
-        self.engines.update_weights(out, version)
+        with hold():
+            self.engines.update_weights(out, version)
         if self.last_export is not None and self.last_export != out:
             shutil.rmtree(self.last_export, ignore_errors=True)
         self.last_export = out

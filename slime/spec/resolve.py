@@ -17,7 +17,7 @@ from pathlib import Path
 from msgspec.structs import replace
 
 from slime.spec.plugin import KINDS, hook, profiles, selected
-from slime.spec.types import Algorithm, Critic, Model, Rollout, Spec, Train
+from slime.spec.types import Algorithm, AsyncTrain, Critic, Model, Rollout, Spec, Train
 
 __all__ = ["BUILTIN_CONTEXT", "DERIVED_FROM", "count_jsonl_rows", "model_config", "resolve", "variable_count_reason"]
 
@@ -42,6 +42,7 @@ DERIVED_FROM: dict[str, tuple[str, ...]] = {
     "rollout.num_engines": ("cluster.gpus_per_node", "rollout.gpus", "rollout.gpus_per_engine", "rollout.external"),
     "rollout.num_rollouts": ("rollout.epochs", "data.prompts", "rollout.batch_size"),
     "rollout.over_sampling_batch_size": ("rollout.batch_size",),
+    "train.async.buffer_groups": ("train.async.max_staleness", "rollout.batch_size"),
     "train.global_batch_size": ("rollout.batch_size", "rollout.n_samples_per_prompt", "train.num_steps_per_rollout"),
     "train.num_steps_per_rollout": (
         "rollout.batch_size",
@@ -281,7 +282,10 @@ def _batches(spec: Spec, t: Train, r: Rollout) -> Train:
     # a hand-written warmup_steps is kept (the warm-up rule refuses the pair); no length: the rule refuses it
     if o.warmup_fraction is not None and not o.warmup_steps and r.num_rollouts and steps:
         o = replace(o, warmup_steps=int(o.warmup_fraction * r.num_rollouts * steps))
-    return replace(t, global_batch_size=gbs, num_steps_per_rollout=steps, optimizer=o)
+    a = t.async_
+    if isinstance(a, AsyncTrain) and a.mode == "fully" and a.buffer_groups is None:  # what the bound lets a step use
+        a = replace(a, buffer_groups=a.max_staleness * r.batch_size)
+    return replace(t, global_batch_size=gbs, num_steps_per_rollout=steps, optimizer=o, async_=a)
 
 
 def _algorithm(spec: Spec) -> Algorithm:

@@ -15,7 +15,7 @@ from typing import Literal
 from slime.spec.layout import LayoutError, plan_layout
 from slime.spec.plugin import KINDS, Finding, Rule, hook, profiles, selected
 from slime.spec.resolve import starts_engines, variable_count_reason
-from slime.spec.types import BUILTIN_FILTERS, SandboxSpec, Spec, Tis
+from slime.spec.types import BUILTIN_FILTERS, AsyncTrain, SandboxSpec, Spec, Tis
 
 RULES: list[Rule] = []
 WARNINGS: list[Rule] = []
@@ -657,6 +657,62 @@ def async_training(s: Spec) -> Iterator[Finding]:
             f"async training on CPU splits each node's cores between trainer and engines, but "
             f"cluster.cpus_per_node is {cpus}",
             "give the nodes at least 2 CPUs (cluster.cpus_per_node), or train.async: false",
+        )
+
+
+_FULLY = "train.async mode fully"
+
+
+@rule
+def fully_async(s: Spec) -> Iterator[Finding]:
+    """``train.async: {mode: fully}``: what it runs with (the built-in engine's stream) and what it refuses."""
+    a, r = s.train.async_, s.rollout
+    if not isinstance(a, AsyncTrain):
+        return
+    if a.mode != "fully":
+        for name, default in (("max_staleness", 1), ("buffer_groups", None)):
+            if getattr(a, name) != default:
+                yield (
+                    f"train.async.{name}",
+                    "applies only to train.async mode fully",
+                    f"remove {name}, or set mode: fully",
+                )
+        return
+    if r.backend != "builtin" or r.external:
+        yield (
+            "train.async.mode",
+            f"{_FULLY} aborts and continues in-flight requests around each weight update; that is built and "
+            f"tested on the built-in engine only, not yet on {'external engines' if r.external else r.backend}",
+            "use train.async: true (one step ahead), or rollout.backend: builtin",
+        )
+    if s.debug.mode != "normal":
+        yield (
+            "train.async.mode",
+            f"{_FULLY} needs engines and a trainer; debug.mode is {s.debug.mode}",
+            "remove train.async",
+        )
+    if s.agent is not None:
+        yield ("train.async.mode", f"{_FULLY} cannot abort agent episodes at a weight update", "use train.async: true")
+    over = (r.over_sampling_batch_size or r.batch_size) != r.batch_size
+    for name, on in (("dynamic_sampling", r.dynamic_sampling is not None), ("over_sampling_batch_size", over)):
+        if on:
+            yield (
+                f"rollout.{name}",
+                f"{_FULLY} trains on groups as they finish; no rollout to filter or over-draw",
+                f"remove rollout.{name}",
+            )
+    for name in ("partial", "partial_mask_offpolicy"):
+        if getattr(r, name):
+            yield (
+                f"rollout.{name}",
+                f"{_FULLY} always continues the groups a weight update aborted",
+                f"remove rollout.{name}",
+            )
+    if a.buffer_groups is not None and a.buffer_groups < r.batch_size:
+        yield (
+            "train.async.buffer_groups",
+            f"a step trains on rollout.batch_size ({r.batch_size}) groups; the buffer holds {a.buffer_groups}",
+            f"set buffer_groups >= {r.batch_size}, or leave it derived",
         )
 
 

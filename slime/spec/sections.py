@@ -205,6 +205,26 @@ class Checkpoint(Section, kw_only=True):
     save_hf: Annotated[bool, D("Also write an HF-format copy of the final policy.")] = True
 
 
+class AsyncTrain(Section, kw_only=True):
+    """How generation overlaps training (``train.async`` as a mapping)."""
+
+    mode: Annotated[
+        Literal["one_step", "fully"],
+        D(
+            "one_step: rollout k+1 generates while k trains (= true); fully: the engines generate groups "
+            "continuously and each step trains on rollout.batch_size ready ones (slime's fully-async rollout)."
+        ),
+    ] = "one_step"
+    max_staleness: Annotated[
+        int,
+        D("fully: train on groups at most K weight versions older than the trainer's; older ones are dropped.", ge=1),
+    ] = 1
+    buffer_groups: Annotated[
+        Annotated[int, Meta(ge=1)] | None,
+        D("fully: groups generated ahead, ready or in flight (derived: max_staleness x rollout.batch_size)."),
+    ] = None
+
+
 class Train(Section, kw_only=True):
     """The trainer (actor, and critic under PPO)."""
 
@@ -231,13 +251,20 @@ class Train(Section, kw_only=True):
     precision: Annotated[Literal["fp32", "bf16", "fp16"], D("Training precision (fp32 on CPU).")] = "fp32"
     seed: Annotated[int, D("Random seed (data order, sampling, init).", ge=0)] = 1234
     async_: Annotated[
-        bool,
+        bool | AsyncTrain,
         D(
-            "Generate rollout k+1 while training on k (one step off-policy, slime's train_async.py); needs "
-            "engines on their own slots (rollout.colocate: false; on CPU the node's cores are split between "
-            "trainer and engines)."
+            "Overlap generation with training (true = one_step: rollout k+1 generates while k trains, slime's "
+            "train_async.py; or a mapping, e.g. {mode: fully, max_staleness: 2}); needs engines on their own "
+            "slots (rollout.colocate: false; on CPU the node's cores are split between trainer and engines)."
         ),
     ] = field(default=False, name="async")
+
+    @property
+    def async_mode(self) -> Literal["off", "one_step", "fully"]:
+        """``train.async`` as one word: off, one_step (``true``) or fully."""
+        if isinstance(self.async_, AsyncTrain):
+            return self.async_.mode
+        return "one_step" if self.async_ else "off"
 
 
 # --------------------------------------------------------------------------- rollout
