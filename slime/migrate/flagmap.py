@@ -253,8 +253,9 @@ def _refused_reason(f: Flag) -> str:
         return SFT_REASON
     if f.name in ("--rollout-function-path", "--data-source-path") and any("fully_async" in v for v in f.values):
         return (
-            "fully-async mode (a rollout loop that never waits for training): not in slime/v2 yet; train.async "
-            "overlaps one rollout with training"
+            "fully-async mode through slime's example rollout function, whose staleness handling is its own "
+            "code: write train.async: {mode: fully, max_staleness: K} by hand (groups more than K weight "
+            "versions old are dropped)"
         )
     return slime_only_reason(f.name)
 

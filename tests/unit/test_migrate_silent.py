@@ -244,7 +244,7 @@ def test_a_sourced_model_file_given_on_the_command_line_defines_its_arrays(tmp_p
         ("--use-opd --opd-type sglang", "teacher SGLang server the job does not start"),
         (
             "--rollout-function-path examples.fully_async.fully_async_rollout.generate_rollout",
-            "train.async overlaps one",
+            "write train.async: {mode: fully",
         ),
     ],
 )
