@@ -678,12 +678,14 @@ def fully_async(s: Spec) -> Iterator[Finding]:
                     f"remove {name}, or set mode: fully",
                 )
         return
-    if r.backend != "builtin" or r.external:
+    if not selected(s, "rollout_backend").streams or r.external:
+        streaming = sorted(n for n, p in profiles("rollout_backend").items() if p.streams)
         yield (
             "train.async.mode",
-            f"{_FULLY} aborts and continues in-flight requests around each weight update; that is built and "
-            f"tested on the built-in engine only, not yet on {'external engines' if r.external else r.backend}",
-            "use train.async: true (one step ahead), or rollout.backend: builtin",
+            f"{_FULLY} aborts and continues in-flight requests around each weight update; that is built for "
+            f"rollout.backend {' or '.join(streaming)} only, not yet for "
+            f"{'external engines' if r.external else r.backend}",
+            f"use train.async: true (one step ahead), or rollout.backend: {streaming[0]}",
         )
     if s.debug.mode != "normal":
         yield (

@@ -27,6 +27,7 @@ PROFILE = Profile(
     options_doc="Built-in engine options (only with rollout.backend: builtin).",
     default=True,
     cpu=True,
+    streams=True,
     hooks="slime.backends.rollout.builtin.hooks",
     v1_moves=(V1Move(old="rollout.engine_args", new="args", when_selected=True),),
     derived={"rollout.weight_sync": ("rollout.backend",)},
