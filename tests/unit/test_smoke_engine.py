@@ -1,6 +1,7 @@
 """The smoke's engine check, fast parts: the folded layout, the tiny model of each family, and one deliberately
 broken case per stage failing that stage with a clear message (a config the converter cannot take, an EP
-that does not divide the scaled experts, an export that drops a tensor, an engine serving stale weights).
+that does not divide the scaled experts, an export that drops a tensor, an engine serving stale weights),
+and ``--fast`` keeping the tiny-dense path with an exact list of changes.
 
 Real parts: published config.json contents, transformers' own model classes, megatron's rules
 (``model_check``), the built-in engine's weight loader. No megatron-core process here (see
@@ -20,6 +21,8 @@ from slime.cli.smoke_engine import MAX_RANKS, engine_plan, fold_parallel, skip_r
 from slime.models.tiny_family import scale_config
 from slime.spec.types import Parallel
 from tests.fixtures.family_configs import FAMILY_CONFIGS, QWEN3_4B, QWEN3_30B_A3B
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
@@ -202,3 +205,40 @@ def _names(model: Path) -> list[str]:
         with safe_open(str(f), framework="pt") as h:
             out += list(h.keys())
     return out
+
+
+# ----------------------------------------------------------------------------- --fast
+def test_fast_keeps_the_tiny_dense_path_and_its_change_list_is_exact(tmp_path, capsys):
+    """``smoke --fast`` on a Megatron spec whose engine check could run: the run is the built-in tiny dense
+    model on the torch trainer, no engine check is planned (the report says why), the "not tested" list keeps
+    its generic model and Megatron lines, and the "changed to fit a CPU" list is exactly what differs."""
+    from slime.cli.init_cmd import load_checked
+    from slime.cli.smoke import _engine_plan, _print_plan
+    from slime.spec.smoke import scale_down
+    from tests.fixtures.spec_helpers import change_list_gaps
+
+    model = tmp_path / "Qwen3-30B-A3B"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(QWEN3_30B_A3B))
+    sets = [f"model.path={model}", "train.parallel.tensor=4", "train.parallel.expert=4"]
+    sets += ["train.parallel.sequence_parallel=true"]
+    spec = load_checked(REPO / "specs" / "grpo-multinode.yaml", overrides=sets).tasks[0].spec
+    plan = scale_down(spec, rollouts=2, logging_dir=str(tmp_path / "runs"))
+    fast, (engine, why) = _engine_plan(plan, spec, tmp_path, fast=True)
+    assert fast is plan and engine is None and why == "--fast"
+    s = fast.spec
+    assert (s.model.builtin, s.model.path, s.train.backend, s.rollout.backend) == ("tiny", None, "torch", "builtin")
+    assert fast.untested[0].startswith(f"your model ({model}): its config")
+    assert any(u.startswith("Megatron-core training: parallel sizes (tensor 4, expert 4") for u in fast.untested)
+    paths = [c.path for c in fast.changes]
+    assert change_list_gaps(spec, s, paths) == ([], [])
+    assert {"model.path", "train.backend", "train.parallel.tensor", "train.parallel.expert"} <= set(paths)
+    _print_plan(fast, (engine, why))
+    printed = capsys.readouterr().out
+    assert f"changed to fit a CPU smoke run ({len(paths)}):" in printed
+    assert "engine check (your model family on your train backend): not run: --fast" in printed
+    listed = re.findall(r"^  (\S+): ", printed.split("not tested")[0], flags=re.M)
+    assert listed == paths  # the printed list is the plan's, entry for entry
+    if skip_reason(spec) is None:  # without --fast the same spec plans the engine check
+        full, (engine, why) = _engine_plan(plan, spec, tmp_path, fast=False)
+        assert engine is not None and why is None and full.untested[0].startswith(f"your model ({model}) at full")
