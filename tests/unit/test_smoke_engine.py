@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from slime.backends.megatron.model_check import ModelShape
-from slime.cli.smoke_engine import MAX_RANKS, engine_plan, fold_parallel, skip_reason
+from slime.cli.smoke_engine import MAX_RANKS, engine_plan, engine_untested, fold_parallel, skip_reason
 from slime.models.tiny_family import scale_config
 from slime.spec.types import Parallel
 from tests.fixtures.family_configs import FAMILY_CONFIGS, QWEN3_4B, QWEN3_30B_A3B
@@ -70,7 +70,7 @@ def test_scaled_config_is_the_same_family_with_its_features(family):
         assert small.mla.yarn is not None and small.mla.yarn["rotary_scaling_factor"] == 40.0
 
 
-def _spec(tmp_path, config, **parallel):
+def _spec(tmp_path, config, megatron=None, **parallel):
     import msgspec
 
     from slime.spec.resolve import resolve
@@ -87,29 +87,38 @@ def _spec(tmp_path, config, **parallel):
         "data": {"prompts": "p.jsonl"},
         "train": {"backend": "megatron", "parallel": parallel, "precision": "bf16"},
     }
+    if megatron is not None:
+        data["train"]["megatron"] = megatron
     return resolve(msgspec.convert(data, Spec), tmp_path)
 
 
 def test_engine_plan_lists_every_change_and_skips_what_cannot_run(tmp_path):
-    spec = _spec(tmp_path, QWEN3_30B_A3B, tensor=4, expert=8)
+    from tests.fixtures.spec_helpers import change_list_gaps
+
+    # Moonlight's script as THUDM/slime runs it: DeepEP's flex dispatch and the optimizer offloaded to the host
+    gpu_only = {"moe-enable-deepep": True, "moe-token-dispatcher-type": "flex", "recompute-granularity": "full"}
+    megatron = {"args": gpu_only, "optimizer_offload": 1.0}
+    spec = _spec(tmp_path, QWEN3_30B_A3B, megatron, tensor=4, expert=8, sequence_parallel=True)
     assert skip_reason(spec) is None or "megatron-core" in skip_reason(spec)
     plan = engine_plan(spec, tmp_path / "engine" / "model")
     changed = {path: (before, after) for path, before, after, _ in plan.changes}
     assert changed["train.parallel.tensor"] == (4, 2) and changed["train.parallel.expert"] == (8, 2)
     assert changed["train.precision"] == ("bf16", "fp32")
+    assert changed["train.megatron.args.moe-enable-deepep"] == (True, False)
+    assert changed["train.megatron.args.moe-token-dispatcher-type"] == ("flex", "alltoall")
+    assert changed["train.megatron.optimizer_offload"] == (1.0, 0.0)
+    assert plan.spec.train.megatron.args["recompute-granularity"] == "full"  # CPU-capable options are kept
     assert plan.spec.model.path == str(tmp_path / "engine" / "model")
     # exact: every field that differs between the two specs is listed, nothing else
-    import msgspec
+    assert change_list_gaps(spec, plan.spec, list(changed)) == ([], [])
+    megatron_line = engine_untested(spec, plan)[1]
+    assert "your GPU-only options (args.moe-enable-deepep, args.moe-token-dispatcher-type, optimizer_offload)" in (
+        megatron_line
+    )
+    from msgspec.structs import replace
 
-    def flat(obj, prefix=""):
-        if isinstance(obj, dict):
-            return {k: v for key, val in obj.items() for k, v in flat(val, f"{prefix}{key}.").items()}
-        return {prefix.rstrip("."): obj}
-
-    a, b = flat(msgspec.to_builtins(spec)), flat(msgspec.to_builtins(plan.spec))
-    assert {k for k in a if a[k] != b.get(k)} == set(changed)
-    elsewhere = msgspec.structs.replace(spec.model, path=str(tmp_path / "not-here"))
-    assert "config.json is not readable here" in skip_reason(msgspec.structs.replace(spec, model=elsewhere))
+    elsewhere = replace(spec.model, path=str(tmp_path / "not-here"))
+    assert "config.json is not readable here" in skip_reason(replace(spec, model=elsewhere))
 
 
 # ----------------------------------------------------------------------------- broken cases, one per stage

@@ -35,7 +35,11 @@ CASES = {
     "llama": (dict(tensor=2, pipeline=2), ["tensor 2", "pipeline 2"], 4),
     "qwen2": (dict(tensor=4, pipeline=2, context=2), ["tensor 4 -> 2", "pipeline 2"], 4),
     "qwen3": (dict(tensor=2, pipeline=4), ["tensor 2", "pipeline 4 -> 2"], 4),
-    "qwen3_moe": (dict(tensor=4, expert=8, pipeline=2, sequence_parallel=True), ["tensor 4 -> 2", "expert 8 -> 2", "pipeline 2"], 4),
+    "qwen3_moe": (
+        dict(tensor=4, expert=8, pipeline=2, sequence_parallel=True),
+        ["tensor 4 -> 2", "expert 8 -> 2", "pipeline 2"],
+        4,
+    ),
     # DeepSeek-V3's 61 layers split over no pipeline > 1 (megatron needs an even split): TP x EP, 2 ranks
     "deepseek_v3": (
         dict(tensor=8, expert=8, sequence_parallel=True, expert_tensor=1),
