@@ -302,20 +302,24 @@ def conversion_verdict(records: list[dict[str, Any]], tol: float) -> str:
 
 
 def train_verdict(records: list[dict[str, Any]], optimizer: str, label: str = REWARD_LABEL) -> str:
+    """The step's evidence: a finite loss, a gradient, changed parameters on every rank, and moved log-probs
+    (a change below the weights' precision in all but a few tensors moves none)."""
     r0 = records[0]
-    if not all(r["loss_finite"] for r in records):
-        raise StageFailed(f"the loss is {r0['loss']!r}, not finite")
-    if not all(r["params_changed"] > 0 for r in records) or not r0["grad_norm"] > 0:
-        raise StageFailed(
-            f"the step left the weights unchanged (grad norm {r0['grad_norm']:.3g}, "
-            f"{min(r['params_changed'] for r in records)} parameter tensor(s) changed on some rank)"
-        )
     changed = sum(r["params_changed"] for r in records)
     total = sum(r["params_total"] for r in records)
+    moved = max(r["logp_moved"] for r in records)
+    if not all(r["loss_finite"] for r in records):
+        raise StageFailed(f"the loss is {r0['loss']!r}, not finite")
+    if not all(r["params_changed"] > 0 for r in records) or not r0["grad_norm"] > 0 or not moved > 0:
+        raise StageFailed(
+            f"the step left the weights unchanged (grad norm {r0['grad_norm']:.3g}; {changed}/{total} parameter "
+            f"tensors changed, {min(r['params_changed'] for r in records)} on some rank; log-probs moved by up to "
+            f"{moved:.2g}): an update below the weights' precision (train.optimizer.lr) or a loss that does not "
+            "reach them"
+        )
     return (
         f"loss {r0['loss']:.3g}, grad norm {r0['grad_norm']:.3g}; {changed}/{total} parameter tensors "
-        f"changed ({optimizer}); log-probs moved by up to {max(r['logp_moved'] for r in records):.2g}; "
-        f"{label}"
+        f"changed ({optimizer}); log-probs moved by up to {moved:.2g}; {label}"
     )
 
 
