@@ -161,6 +161,19 @@ def test_config_the_converter_cannot_take_fails_the_conversion_stage(tmp_path):
     assert "built-in, with the qwen3_moe chat template" in stages["tiny model (your family)"]["detail"]
 
 
+def test_conversion_log_probs_off_by_more_than_the_tolerance_fail_the_conversion_stage():
+    """The other way the converter fails: it takes the config but computes another model (the ranks' record of
+    Megatron's log-probs against the HF model's, as ``smoke_rank`` writes it)."""
+    from slime.backends.smoke_check import StageFailed, conversion_verdict
+
+    records = [{"conversion_diff": 4.8e-7}, {"conversion_diff": 0.37}]
+    with pytest.raises(StageFailed, match=r"differ from the HF model's by 0\.37 \(> 0\.001\).*mishandles"):
+        conversion_verdict(records, 1e-3)
+    assert conversion_verdict(records[:1], 1e-3).endswith("max diff 4.8e-07 on 1 rank(s)")
+    with pytest.raises(StageFailed):  # a NaN (a broken forward) is no pass either
+        conversion_verdict([{"conversion_diff": float("nan")}], 1e-3)
+
+
 def _drop_tensor(src: Path, dst: Path, name: str) -> None:
     from safetensors.torch import load_file, save_file
 
