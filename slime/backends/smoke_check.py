@@ -5,8 +5,8 @@ builds the tiny model (:mod:`slime.models.tiny_family`), samples a batch from it
 ranks (:mod:`slime.backends.megatron.smoke_rank`: HF -> Megatron conversion, forward/backward, the optimizer step,
 the weight export) and loads the export into the engine's model; it writes ``engine-check.json`` with
 one verdict per stage, each from what was measured. The reward of the train step is synthetic and
-labelled (a random-weight model earns no signal from a real one). SGLang is not run: the engine
-reload uses the built-in engine's weight loader on the HF model of the family.
+labelled (a random-weight model earns no signal from a real one; an SFT job trains its SFT loss).
+SGLang is not run: the engine reload uses the built-in engine's weight loader on the family's HF model.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ REWARD_LABEL = (
     "synthetic reward: random per-sample scores with variance in every group (a random-weight tiny model "
     "earns no signal from your reward); train step only"
 )
+SFT_LABEL = "your SFT loss (masked NLL) on the tiny model's own samples: an SFT job has no reward"
 
 
 class StageFailed(Exception):
@@ -300,21 +301,25 @@ def conversion_verdict(records: list[dict[str, Any]], tol: float) -> str:
     return f"Megatron vs HF log-probs before training: max diff {diff:.1e} on {len(records)} rank(s)"
 
 
-def train_verdict(records: list[dict[str, Any]], optimizer: str) -> str:
+def train_verdict(records: list[dict[str, Any]], optimizer: str, label: str = REWARD_LABEL) -> str:
+    """The step's evidence: a finite loss, a gradient, changed parameters on every rank, and moved log-probs
+    (a change below the weights' precision in all but a few tensors moves none)."""
     r0 = records[0]
-    if not all(r["loss_finite"] for r in records):
-        raise StageFailed(f"the loss is {r0['loss']!r}, not finite")
-    if not all(r["params_changed"] > 0 for r in records) or not r0["grad_norm"] > 0:
-        raise StageFailed(
-            f"the step left the weights unchanged (grad norm {r0['grad_norm']:.3g}, "
-            f"{min(r['params_changed'] for r in records)} parameter tensor(s) changed on some rank)"
-        )
     changed = sum(r["params_changed"] for r in records)
     total = sum(r["params_total"] for r in records)
+    moved = max(r["logp_moved"] for r in records)
+    if not all(r["loss_finite"] for r in records):
+        raise StageFailed(f"the loss is {r0['loss']!r}, not finite")
+    if not all(r["params_changed"] > 0 for r in records) or not r0["grad_norm"] > 0 or not moved > 0:
+        raise StageFailed(
+            f"the step left the weights unchanged (grad norm {r0['grad_norm']:.3g}; {changed}/{total} parameter "
+            f"tensors changed, {min(r['params_changed'] for r in records)} on some rank; log-probs moved by up to "
+            f"{moved:.2g}): an update below the weights' precision (train.optimizer.lr) or a loss that does not "
+            "reach them"
+        )
     return (
         f"loss {r0['loss']:.3g}, grad norm {r0['grad_norm']:.3g}; {changed}/{total} parameter tensors "
-        f"changed ({optimizer}); log-probs moved by up to {max(r['logp_moved'] for r in records):.2g}; "
-        f"{REWARD_LABEL}"
+        f"changed ({optimizer}); log-probs moved by up to {moved:.2g}; {label}"
     )
 
 
@@ -339,6 +344,7 @@ class _Check:
         self.records: list[dict[str, Any]] = []
         self.failure: tuple[str, str] | None = None
         self.batch: dict[str, Any] = {}
+        self.label = SFT_LABEL if self.req.get("spec", {}).get("kind") == "SFTJob" else REWARD_LABEL
 
     def _from_ranks(self, stage: str) -> None:
         if self.failure and self.failure[0] == stage:
@@ -368,7 +374,7 @@ class _Check:
 
     def train(self) -> str:
         self._from_ranks(TRAIN)
-        return train_verdict(self.records, self.req["optimizer"])
+        return train_verdict(self.records, self.req["optimizer"], self.label)
 
     def export(self) -> str:
         self._from_ranks(EXPORT)
@@ -410,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     check = _Check(args.request.resolve())
     stages = check.run()
-    result = {"stages": stages, "seconds": round(time.monotonic() - t0, 1), "reward": REWARD_LABEL}
+    result = {"stages": stages, "seconds": round(time.monotonic() - t0, 1), "reward": check.label}
     (check.out / "engine-check.json").write_text(json.dumps(result, indent=1) + "\n")
     return 0 if all(s["status"] == "passed" for s in stages) else 1
 

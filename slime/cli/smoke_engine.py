@@ -4,8 +4,9 @@ With ``train.backend: megatron``, a readable ``model.path/config.json`` and mega
 ``slime-submit smoke`` (not ``--fast``) also runs ``python -m slime.backends.smoke_check``: the
 user's model family (scaled down) on the Megatron backend over gloo, their parallel layout folded to
 at most :data:`MAX_RANKS` ranks (:func:`fold_parallel`: every size > 1 kept at 2 while the world
-allows). :func:`engine_plan` lists every change from the user's spec, exactly. Torch-free: the
-check runs in its own process. Not run: SGLang (the built-in engine's weight loader stands in).
+allows; megatron options with GPU-only kernels set to their CPU path). :func:`engine_plan` lists every
+change from the user's spec, exactly. Torch-free: the check runs in its own process. Not run: SGLang
+(the built-in engine's weight loader stands in).
 """
 
 from __future__ import annotations
@@ -22,7 +23,16 @@ import msgspec
 
 from slime.spec.resolve import model_config
 
-__all__ = ["MAX_RANKS", "EnginePlan", "Fold", "engine_plan", "fold_parallel", "run_engine_check", "skip_reason"]
+__all__ = [
+    "MAX_RANKS",
+    "EnginePlan",
+    "Fold",
+    "engine_plan",
+    "engine_untested",
+    "fold_parallel",
+    "run_engine_check",
+    "skip_reason",
+]
 
 MAX_RANKS = 4  # gloo ranks on a CI machine's CPUs
 _PRIORITY = ("tensor", "expert", "pipeline", "context")  # kept first when the world cannot hold them all
@@ -92,6 +102,35 @@ class EnginePlan:
     changes: tuple[tuple[str, Any, Any, str], ...]  # (field, before, after, why)
 
 
+# megatron options whose GPU-only kernels have no CPU path: (needs the change, the CPU value, why)
+_GPU_ONLY_ARGS: dict[str, tuple[Any, Any, str]] = {
+    "moe_enable_deepep": (bool, False, "DeepEP's dispatch runs on NVIDIA GPUs only (all-to-all stands in)"),
+    "moe_token_dispatcher_type": (
+        lambda v: v == "flex",
+        "alltoall",
+        "the flex dispatcher is DeepEP's or HybridEP's, GPU only (all-to-all moves the same tokens)",
+    ),
+}
+_OFFLOAD_WHY = "the host-offloaded optimizer is megatron's precision-aware one, which needs Transformer Engine on CUDA"
+
+
+def _cpu_megatron(m: Any) -> tuple[Any, list[tuple[str, Any, Any, str]]]:
+    """``train.megatron`` with its GPU-only options set to what runs on a CPU, and those changes."""
+    from msgspec.structs import replace
+
+    if m is None:
+        return m, []
+    args, changes = dict(m.args), []
+    for key, value in m.args.items():
+        needs, cpu, why = _GPU_ONLY_ARGS.get(key.replace("-", "_"), (None, None, ""))
+        if needs is not None and needs(value):
+            args[key] = cpu
+            changes.append((f"train.megatron.args.{key}", value, cpu, why))
+    if m.optimizer_offload:
+        changes.append(("train.megatron.optimizer_offload", m.optimizer_offload, 0.0, _OFFLOAD_WHY))
+    return replace(m, args=args, optimizer_offload=0.0), changes
+
+
 def engine_plan(spec: Any, model_dir: Path) -> EnginePlan:
     """The spec the engine check trains with and every field it changed (before, after, why)."""
     from msgspec.structs import replace
@@ -100,7 +139,10 @@ def engine_plan(spec: Any, model_dir: Path) -> EnginePlan:
     fold = fold_parallel(t.parallel)
     par = replace(t.parallel, **fold.parallel)
     opt = replace(t.optimizer, clip_grad=0.0, warmup_steps=0)
+    megatron, gpu_only = _cpu_megatron(getattr(t, "megatron", None))
     train = replace(t, parallel=par, precision="fp32", optimizer=opt)
+    if gpu_only:
+        train = replace(train, megatron=megatron)
     out = replace(spec, train=train, model=replace(spec.model, path=str(model_dir)))
     why = {
         "model.path": "a tiny random model of your family, scaled from your config.json",
@@ -116,7 +158,7 @@ def engine_plan(spec: Any, model_dir: Path) -> EnginePlan:
         before, after = getattr(t.parallel, f.name), getattr(par, f.name)
         if before != after:
             changes.append((f"train.parallel.{f.encode_name}", before, after, f"folded to {fold.world} CPU rank(s)"))
-    return EnginePlan(fold, out, tuple(changes))
+    return EnginePlan(fold, out, tuple(changes + gpu_only))
 
 
 def run_engine_check(spec: Any, plan: EnginePlan, out: Path, *, tolerance: float, verbose: bool) -> dict[str, Any]:
@@ -166,9 +208,12 @@ def engine_untested(spec: Any, plan: EnginePlan) -> tuple[str, ...]:
         f"{model_type} of the same architecture)"
     ]
     sizes = ", ".join(f"{c[0].removeprefix('train.parallel.')} {c[1]}" for c in plan.changes if "parallel" in c[0])
+    gpu_only = [c[0].removeprefix("train.megatron.") for c in plan.changes if c[0].startswith("train.megatron.")]
     out.append(
         "Megatron-core "
         + (f"at your parallel sizes ({sizes}; the check ran {plan.fold.world} gloo rank(s)), " if sizes else "")
-        + f"precision {t.precision}, gradient clipping and NCCL"
+        + f"precision {t.precision}, gradient clipping"
+        + (f", your GPU-only options ({', '.join(gpu_only)})" if gpu_only else "")
+        + " and NCCL"
     )
     return tuple(out)

@@ -94,6 +94,9 @@ def _plugins(s: Spec) -> Iterator[Edit]:
     for kind, (_, section, attr) in KINDS.items():
         target, chosen = default_profile(kind), selected(s, kind)
         yield f"{section}.{attr}", target.name, f"the embedded default {kind.replace('_', ' ')} (runs on this CPU)"
+        if target.options is not None:  # unchanged here; resolving fills its defaults, which the list must show
+            own = f"{section}.{target.name}"
+            yield own, _get(s, _parts(own)), f"the {target.name} {kind.replace('_', ' ')}'s settings: its defaults"
         for name, p in profiles(kind).items():
             if p.options is not None and name != target.name:
                 yield f"{section}.{name}", None, f"settings of the {name} {kind.replace('_', ' ')}"

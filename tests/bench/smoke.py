@@ -56,7 +56,7 @@ def _baseline_sets(spec: str) -> list[str]:
 
     loaded = load_spec(spec)
     plan = scale_down(loaded.tasks[0].spec, rollouts=2, logging_dir="DIR")
-    return [f"{c.path}={json.dumps(c.after)}" for c in plan.changes if c.path != "logging.dir"]
+    return [f"{c.path}={json.dumps(c.to_json()['after'])}" for c in plan.changes if c.path != "logging.dir"]
 
 
 def main() -> int:

@@ -1,6 +1,7 @@
 """The smoke's engine check, fast parts: the folded layout, the tiny model of each family, and one deliberately
 broken case per stage failing that stage with a clear message (a config the converter cannot take, an EP
-that does not divide the scaled experts, an export that drops a tensor, an engine serving stale weights).
+that does not divide the scaled experts, an export that drops a tensor, an engine serving stale weights),
+and ``--fast`` keeping the tiny-dense path with an exact list of changes.
 
 Real parts: published config.json contents, transformers' own model classes, megatron's rules
 (``model_check``), the built-in engine's weight loader. No megatron-core process here (see
@@ -16,10 +17,12 @@ from pathlib import Path
 import pytest
 
 from slime.backends.megatron.model_check import ModelShape
-from slime.cli.smoke_engine import MAX_RANKS, engine_plan, fold_parallel, skip_reason
+from slime.cli.smoke_engine import MAX_RANKS, engine_plan, engine_untested, fold_parallel, skip_reason
 from slime.models.tiny_family import scale_config
 from slime.spec.types import Parallel
 from tests.fixtures.family_configs import FAMILY_CONFIGS, QWEN3_4B, QWEN3_30B_A3B
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
@@ -67,7 +70,7 @@ def test_scaled_config_is_the_same_family_with_its_features(family):
         assert small.mla.yarn is not None and small.mla.yarn["rotary_scaling_factor"] == 40.0
 
 
-def _spec(tmp_path, config, **parallel):
+def _spec(tmp_path, config, megatron=None, **parallel):
     import msgspec
 
     from slime.spec.resolve import resolve
@@ -84,29 +87,38 @@ def _spec(tmp_path, config, **parallel):
         "data": {"prompts": "p.jsonl"},
         "train": {"backend": "megatron", "parallel": parallel, "precision": "bf16"},
     }
+    if megatron is not None:
+        data["train"]["megatron"] = megatron
     return resolve(msgspec.convert(data, Spec), tmp_path)
 
 
 def test_engine_plan_lists_every_change_and_skips_what_cannot_run(tmp_path):
-    spec = _spec(tmp_path, QWEN3_30B_A3B, tensor=4, expert=8)
+    from tests.fixtures.spec_helpers import change_list_gaps
+
+    # Moonlight's script as THUDM/slime runs it: DeepEP's flex dispatch and the optimizer offloaded to the host
+    gpu_only = {"moe-enable-deepep": True, "moe-token-dispatcher-type": "flex", "recompute-granularity": "full"}
+    megatron = {"args": gpu_only, "optimizer_offload": 1.0}
+    spec = _spec(tmp_path, QWEN3_30B_A3B, megatron, tensor=4, expert=8, sequence_parallel=True)
     assert skip_reason(spec) is None or "megatron-core" in skip_reason(spec)
     plan = engine_plan(spec, tmp_path / "engine" / "model")
     changed = {path: (before, after) for path, before, after, _ in plan.changes}
     assert changed["train.parallel.tensor"] == (4, 2) and changed["train.parallel.expert"] == (8, 2)
     assert changed["train.precision"] == ("bf16", "fp32")
+    assert changed["train.megatron.args.moe-enable-deepep"] == (True, False)
+    assert changed["train.megatron.args.moe-token-dispatcher-type"] == ("flex", "alltoall")
+    assert changed["train.megatron.optimizer_offload"] == (1.0, 0.0)
+    assert plan.spec.train.megatron.args["recompute-granularity"] == "full"  # CPU-capable options are kept
     assert plan.spec.model.path == str(tmp_path / "engine" / "model")
     # exact: every field that differs between the two specs is listed, nothing else
-    import msgspec
+    assert change_list_gaps(spec, plan.spec, list(changed)) == ([], [])
+    megatron_line = engine_untested(spec, plan)[1]
+    assert "your GPU-only options (args.moe-enable-deepep, args.moe-token-dispatcher-type, optimizer_offload)" in (
+        megatron_line
+    )
+    from msgspec.structs import replace
 
-    def flat(obj, prefix=""):
-        if isinstance(obj, dict):
-            return {k: v for key, val in obj.items() for k, v in flat(val, f"{prefix}{key}.").items()}
-        return {prefix.rstrip("."): obj}
-
-    a, b = flat(msgspec.to_builtins(spec)), flat(msgspec.to_builtins(plan.spec))
-    assert {k for k in a if a[k] != b.get(k)} == set(changed)
-    elsewhere = msgspec.structs.replace(spec.model, path=str(tmp_path / "not-here"))
-    assert "config.json is not readable here" in skip_reason(msgspec.structs.replace(spec, model=elsewhere))
+    elsewhere = replace(spec.model, path=str(tmp_path / "not-here"))
+    assert "config.json is not readable here" in skip_reason(replace(spec, model=elsewhere))
 
 
 # ----------------------------------------------------------------------------- broken cases, one per stage
@@ -147,6 +159,19 @@ def test_config_the_converter_cannot_take_fails_the_conversion_stage(tmp_path):
     assert "norm_topk_prob=true with num_experts_per_tok=1" in stages["HF -> Megatron conversion"]["detail"]
     assert "tiny model's config.json, scaled from yours" in stages["HF -> Megatron conversion"]["detail"]
     assert "built-in, with the qwen3_moe chat template" in stages["tiny model (your family)"]["detail"]
+
+
+def test_conversion_log_probs_off_by_more_than_the_tolerance_fail_the_conversion_stage():
+    """The other way the converter fails: it takes the config but computes another model (the ranks' record of
+    Megatron's log-probs against the HF model's, as ``smoke_rank`` writes it)."""
+    from slime.backends.smoke_check import StageFailed, conversion_verdict
+
+    records = [{"conversion_diff": 4.8e-7}, {"conversion_diff": 0.37}]
+    with pytest.raises(StageFailed, match=r"differ from the HF model's by 0\.37 \(> 0\.001\).*mishandles"):
+        conversion_verdict(records, 1e-3)
+    assert conversion_verdict(records[:1], 1e-3).endswith("max diff 4.8e-07 on 1 rank(s)")
+    with pytest.raises(StageFailed):  # a NaN (a broken forward) is no pass either
+        conversion_verdict([{"conversion_diff": float("nan")}], 1e-3)
 
 
 def _drop_tensor(src: Path, dst: Path, name: str) -> None:
@@ -202,3 +227,40 @@ def _names(model: Path) -> list[str]:
         with safe_open(str(f), framework="pt") as h:
             out += list(h.keys())
     return out
+
+
+# ----------------------------------------------------------------------------- --fast
+def test_fast_keeps_the_tiny_dense_path_and_its_change_list_is_exact(tmp_path, capsys):
+    """``smoke --fast`` on a Megatron spec whose engine check could run: the run is the built-in tiny dense
+    model on the torch trainer, no engine check is planned (the report says why), the "not tested" list keeps
+    its generic model and Megatron lines, and the "changed to fit a CPU" list is exactly what differs."""
+    from slime.cli.init_cmd import load_checked
+    from slime.cli.smoke import _engine_plan, _print_plan
+    from slime.spec.smoke import scale_down
+    from tests.fixtures.spec_helpers import change_list_gaps
+
+    model = tmp_path / "Qwen3-30B-A3B"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(QWEN3_30B_A3B))
+    sets = [f"model.path={model}", "train.parallel.tensor=4", "train.parallel.expert=4"]
+    sets += ["train.parallel.sequence_parallel=true"]
+    spec = load_checked(REPO / "specs" / "grpo-multinode.yaml", overrides=sets).tasks[0].spec
+    plan = scale_down(spec, rollouts=2, logging_dir=str(tmp_path / "runs"))
+    fast, (engine, why) = _engine_plan(plan, spec, tmp_path, fast=True)
+    assert fast is plan and engine is None and why == "--fast"
+    s = fast.spec
+    assert (s.model.builtin, s.model.path, s.train.backend, s.rollout.backend) == ("tiny", None, "torch", "builtin")
+    assert fast.untested[0].startswith(f"your model ({model}): its config")
+    assert any(u.startswith("Megatron-core training: parallel sizes (tensor 4, expert 4") for u in fast.untested)
+    paths = [c.path for c in fast.changes]
+    assert change_list_gaps(spec, s, paths) == ([], [])
+    assert {"model.path", "train.backend", "train.parallel.tensor", "train.parallel.expert"} <= set(paths)
+    _print_plan(fast, (engine, why))
+    printed = capsys.readouterr().out
+    assert f"changed to fit a CPU smoke run ({len(paths)}):" in printed
+    assert "engine check (your model family on your train backend): not run: --fast" in printed
+    listed = re.findall(r"^  (\S+): ", printed.split("not tested")[0], flags=re.M)
+    assert listed == paths  # the printed list is the plan's, entry for entry
+    if skip_reason(spec) is None:  # without --fast the same spec plans the engine check
+        full, (engine, why) = _engine_plan(plan, spec, tmp_path, fast=False)
+        assert engine is not None and why is None and full.untested[0].startswith(f"your model ({model}) at full")

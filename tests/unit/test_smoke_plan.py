@@ -1,6 +1,7 @@
 """``slime.spec.smoke.scale_down``: every example spec (and random valid variations of a GPU spec)
 scales down to a spec that validates as the embedded CPU default, keeps what the smoke promises to
-keep, and lists every change with its reason and what the changes leave untested."""
+keep, and lists every change (exactly: each field that differs, nothing else) with its reason and what the
+changes leave untested."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from msgspec.structs import replace
 from slime.cli.smoke_driver import STOP_AFTER_ENV as DRIVER_ENV
 from slime.spec import SpecError, load_spec, load_spec_text
 from slime.spec.smoke import MAX_PROMPTS, MAX_SAMPLES, TINY_CONTEXT, scale_down
-from tests.fixtures.spec_helpers import DELETE, GPU_SPEC, load, spec
+from tests.fixtures.spec_helpers import DELETE, GPU_SPEC, change_list_gaps, load, spec
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(ROOT.glob("specs/*.yaml"))
@@ -62,6 +63,8 @@ def test_every_example_scales_down_to_the_cpu_default_and_validates(path):
     _kept(loaded.tasks[0].spec, s)
     for c in plan.changes:
         assert c.before != c.after and c.reason, c
+    # the "changed to fit a CPU" list is exact: every field that differs, under a listed path, and no other
+    assert change_list_gaps(loaded.tasks[0].spec, s, [c.path for c in plan.changes]) == ([], [])
     assert plan.untested[-1].startswith("full-size batches")
 
 
@@ -172,6 +175,7 @@ def test_whatever_validates_on_a_gpu_cluster_scales_down_to_a_valid_cpu_spec(edi
     plan, again = _scaled(resolved, rollouts=1)
     assert again == plan.spec
     _kept(resolved, plan.spec)
+    assert change_list_gaps(resolved, plan.spec, [c.path for c in plan.changes]) == ([], [])
 
 
 def test_secrets_that_do_not_resolve_here_are_dropped_and_listed_as_not_checked(monkeypatch, tmp_path):

@@ -2,7 +2,8 @@
 
 ``python -m slime.backends.megatron.smoke_rank REQUEST.json RANK PORT`` (started by
 :mod:`slime.backends.smoke_check`): HF -> Megatron conversion (log-probs against the engine's), one
-optimizer step on the synthetic advantages (parameters must change), the HF weight export.
+optimizer step on the synthetic advantages (an SFT job's: its SFT loss; parameters must change), the HF
+weight export.
 It records the stage it is in and what it measured in ``rank<R>.json`` as it goes, so a crash is
 charged to the right stage. CPU only (:mod:`slime.backends.megatron.cpu`).
 """
@@ -29,7 +30,8 @@ class _Record:
         self.path.write_text(json.dumps(self.data))
 
 
-def _batch(out: Path, rows: slice):
+def _batch(out: Path, rows: slice, kind: str):
+    """This rank's rows; an SFT job's batch is ``kind="sft"`` (its masked NLL, no advantages), as it trains."""
     import torch
 
     from slime.backends.base import TrainBatch
@@ -39,7 +41,8 @@ def _batch(out: Path, rows: slice):
         tokens=b["tokens"][rows],
         attention_mask=b["attention_mask"][rows],
         response_mask=b["response_mask"][rows],
-        advantages=b["advantages"][rows],
+        advantages=None if kind == "sft" else b["advantages"][rows],
+        kind=kind,
     )
     return batch, b["engine_logp"][rows], list(range(b["tokens"].shape[0]))[rows]
 
@@ -53,14 +56,15 @@ def _train(backend: Any, batch: Any, record: _Record) -> Any:
     changed = sum(not torch.equal(before[n], p.detach()) for n, p in backend.gpt.named_parameters())
     after = backend.log_probs(batch, temperature=1.0)
     moved = float(((after - batch.old_log_probs).abs() * batch.response_mask).max())
+    loss = metrics["sft_loss" if batch.kind == "sft" else "loss"]
     record.at(
         record.data["stage"],
-        loss=metrics["loss"],
+        loss=loss,
         grad_norm=metrics["grad_norm"],
         params_changed=changed,
         params_total=len(before),
         logp_moved=moved,
-        loss_finite=math.isfinite(metrics["loss"]),
+        loss_finite=math.isfinite(loss),
     )
     return after
 
@@ -86,7 +90,7 @@ def main(argv: list[str]) -> None:
     backend.init(spec, info, out / "model", role="actor")
     dp, dp_size = backend.data_parallel_coords()
     rows = slice(dp, None, dp_size)
-    batch, engine_logp, row_ids = _batch(out, rows)
+    batch, engine_logp, row_ids = _batch(out, rows, "sft" if spec.kind == "SFTJob" else "rl")
     logp = backend.log_probs(batch, temperature=1.0)
     diff = float(((logp - engine_logp).abs() * batch.response_mask).max())
     record.at(req["stages"]["train"], conversion_diff=diff, rows=row_ids)
