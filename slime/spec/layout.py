@@ -237,7 +237,8 @@ def layout_table(layout: Layout) -> list[str]:
             )
         )
     if layout.teacher:
-        rows.append(("teacher", "1", str(sum(s.gpu is not None for s in layout.teacher)), _span(layout.teacher)))
+        gpus = str(sum(s.gpu is not None for s in layout.teacher))
+        rows.append(("teacher", "1", gpus, _span(layout.teacher) + " (engine 0's)"))
     widths = [max(len(r[k]) for r in rows) for k in range(3)]
     return [" ".join(v.ljust(w) for v, w in zip(r[:3], widths)) + " " + r[3] for r in rows]
 
