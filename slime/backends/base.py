@@ -218,6 +218,13 @@ class RolloutBackend(ABC):
     def stop(self) -> None:
         """Stop every engine this backend started (by PID / actor handle only)."""
 
+    def start_teacher(self, spec: Spec, layout: Layout, placement: Any, teacher_dir: Path) -> str:
+        """``algorithm.opd.type: engine``: start one engine serving the teacher on ``layout.teacher``; its URL.
+
+        Called on a backend object of its own, so its ``stop`` stops the teacher and no weight sync reaches
+        it. Backends without a teacher engine keep this default (the spec rules refuse them first)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot serve an on-policy distillation teacher")
+
 
 def _registry(kind: str) -> Registry:
     """Implementations by plug-in name, from the installed profiles (``slime.spec.plugin``)."""

@@ -708,8 +708,8 @@ def _opd(b: Builder, seen: dict[str, Flag]) -> None:
 _OPD_REFUSED = {
     None: "--use-opd needs one --opd-type (sglang or megatron; slime requires it)",
     "sglang": "slime's sglang OPD type scores with a teacher SGLang server the job does not start (--rm-url and "
-    "its OPD reward hooks); a teacher engine started by the job (algorithm.opd.type: engine) is not built yet: "
-    "use --opd-type megatron (algorithm.opd.type: trainer)",
+    "its OPD reward hooks); slime-submit's algorithm.opd.type engine starts its own teacher engine, on the "
+    "built-in rollout backend only: use --opd-type megatron (algorithm.opd.type: trainer)",
 }
 
 

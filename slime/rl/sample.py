@@ -5,8 +5,8 @@ torch, so plug-ins, reward servers and the control plane can use it cheaply.
 Guaranteed: ``from_dict(s.to_dict()) == s`` for JSON-like ``label``/``metadata``; unknown keys
 survive a round trip in ``extra``; ``from_dict`` rejects wrong types naming the field. Not checked
 there: cross-field lengths (:meth:`Sample.check_lengths`, once a sample is complete).
-Conventions: ``tokens`` is prompt + response; ``loss_mask``, ``rollout_log_probs`` and
-``token_versions`` cover the last ``response_length`` tokens only.
+Conventions: ``tokens`` is prompt + response; ``loss_mask``, ``rollout_log_probs``,
+``teacher_log_probs`` and ``token_versions`` cover the last ``response_length`` tokens only.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ class Sample:
     reward: float | None = None
     loss_mask: list[int] = field(default_factory=list)
     rollout_log_probs: list[float] = field(default_factory=list)
+    teacher_log_probs: list[float] = field(default_factory=list)  # algorithm.opd type engine: the teacher's
     status: SampleStatus = SampleStatus.PENDING
     metadata: dict[str, Any] = field(default_factory=dict)
     weight_version: int = 0
@@ -69,6 +70,11 @@ class Sample:
         if self.rollout_log_probs and len(self.rollout_log_probs) != self.response_length:
             raise ValueError(
                 f"sample {self.index}: rollout_log_probs has {len(self.rollout_log_probs)} entries "
+                f"but response_length is {self.response_length}"
+            )
+        if self.teacher_log_probs and len(self.teacher_log_probs) != self.response_length:
+            raise ValueError(
+                f"sample {self.index}: teacher_log_probs has {len(self.teacher_log_probs)} entries "
                 f"but response_length is {self.response_length}"
             )
         if self.token_versions and len(self.token_versions) != self.response_length:
@@ -145,7 +151,7 @@ def _check_field(key: str, value: Any) -> Any:
         if not isinstance(value, list) or not all(_is_int(t) for t in value):
             raise bad("a list of integers")
         return list(value)
-    if key == "rollout_log_probs":
+    if key in ("rollout_log_probs", "teacher_log_probs"):
         if not isinstance(value, list) or not all(
             isinstance(t, (int, float)) and not isinstance(t, bool) for t in value
         ):

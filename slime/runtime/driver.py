@@ -210,7 +210,8 @@ class Driver:
     def init_ref(self, *, fresh: bool) -> None:
         """Load the frozen reference model (``model.ref_path``) and the OPD teacher into the actor ranks."""
         opd = self.spec.algorithm.opd
-        if opd is not None and self.job.actor is not None:  # on-policy distillation's teacher, beside the reference
+        # on-policy distillation's teacher, beside the reference (type engine: served by the teacher engine)
+        if opd is not None and opd.type == "trainer" and self.job.actor is not None:
             self.job.actor.call("init_teacher", opd.teacher)
         ref = self.spec.model.ref_path
         if not ref or self.job.actor is None:

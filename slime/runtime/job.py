@@ -2,11 +2,11 @@
 
 :class:`Job` holds each resource (``None`` until started), so :meth:`Job.teardown` stops exactly
 what a run got to: :meth:`~Job.connect` (the job's Ray, or a private local one standalone),
-:meth:`~Job.start` (placement group, trainer ranks, rollout manager, engines; engines load while
-the ranks and the manager do) and teardown in reverse. Guaranteed: the manager's data and reward
-errors surface from ``start`` typed; a critic whose data-parallel layout differs from the actor's
-is refused; a GPU slot without CUDA fails the start; the first engine must refuse a request
-without the job's secret. Not guaranteed: after a lost node, only local things are stopped.
+:meth:`~Job.start` (placement group, trainer ranks, rollout manager, engines, an OPD teacher engine;
+engines load while the ranks and the manager do) and teardown in reverse. Guaranteed: the manager's
+data and reward errors surface from ``start`` typed; a critic whose data-parallel layout differs from
+the actor's is refused; a GPU slot without CUDA fails the start; the first engine must refuse a
+request without the job's secret. Not guaranteed: after a lost node, only local things are stopped.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ class Job:
         self.manager: Any = None  # the RolloutManager Ray actor
         self.engines: RolloutBackend | None = None
         self.urls: list[str] = []  # the engines' base URLs
+        self.teacher: RolloutBackend | None = None  # algorithm.opd type engine: the teacher engine (layout.teacher)
 
     @property
     def trainers(self) -> list[TrainerGroup]:
@@ -139,6 +140,7 @@ class Job:
                 "start-engines",
                 lambda: engines.start(spec, layout, self.placement, model, log_dir=self.tp.logs / "engines"),
             )
+        teacher = self._start_teacher(layout)
         self._init_trainers(model)
         self.urls = started.result() if started is not None else []
         self.say(
@@ -151,12 +153,27 @@ class Job:
         ray.get(manager_ready)  # data and reward errors surface here, typed
         prefill = self.engines.prefill_engines() if self.engines is not None else {}
         ray.get(self.manager.set_engines.remote(self.urls, prefill))
+        if teacher is not None:
+            url = teacher.result()
+            self.say(f"teacher engine up: {url} ({self.spec.algorithm.opd.teacher})")
+            ray.get(self.manager.set_teacher.remote(url))
         where = ray.get([r.where.remote() for g in self.trainers for r in g.ranks])
         self.say(
             f"{len(where)} trainer rank(s) up: "
             + ", ".join(f"{w['role']}{w['rank']}@{w['host']}/{w['device']}" for w in where)
         )
         return where
+
+    def _start_teacher(self, layout: Layout) -> Future | None:
+        """``algorithm.opd.type: engine``: the teacher's engine on ``layout.teacher``, starting in a thread."""
+        from slime.backends.base import ROLLOUT_BACKENDS
+
+        if not layout.teacher:
+            return None
+        spec = self.spec
+        self.teacher = teacher = ROLLOUT_BACKENDS.get(spec.rollout.backend)()
+        path = Path(spec.algorithm.opd.teacher)
+        return in_thread("start-teacher", lambda: teacher.start_teacher(spec, layout, self.placement, path))
 
     def _init_trainers(self, model: Path) -> None:
         if self.actor is None:
@@ -188,6 +205,7 @@ class Job:
         if not node_lost:
             for closer in (
                 lambda: self.engines and self.engines.stop(),
+                lambda: self.teacher and self.teacher.stop(),
                 lambda: self.actor and self.actor.kill(),
                 lambda: self.critic and self.critic.kill(),
                 lambda: self.manager and ray.kill(self.manager),

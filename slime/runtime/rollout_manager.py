@@ -107,6 +107,7 @@ class RolloutManager:
         self._stream: Any = None  # fully-async: the GroupStream, started by stream_start
         self._stream_saved: list[dict[str, Any]] = []  # its ready groups from a checkpoint, loaded at start
         self._stream_rollout = 0  # the rollout the stream's new groups are drawn for
+        self._teacher: Any = None  # algorithm.opd type engine: an EngineClient to the teacher engine (set_teacher)
 
     def setup(self) -> None:
         """Load the tokenizer, the prompt data (every row checked), the reward function and the filter."""
@@ -171,6 +172,24 @@ class RolloutManager:
         if self.clients:
             self._run(_close(self.clients))
 
+    def set_teacher(self, url: str) -> None:
+        """``algorithm.opd.type: engine``: score every kept sample on the teacher engine at ``url`` from now on."""
+        from slime.backends.rollout.client import EngineClient
+
+        self.setup()
+        if self._teacher is not None:
+            self._run(self._teacher.close())
+        # the job started it: the job's secret (secret=None), whatever the student engines take
+        self._teacher = EngineClient(url, timeout_s=max(600.0, self.spec.rollout.startup_timeout_s))
+
+    def _ask_teacher(self, samples: list[Sample], metrics: dict[str, Any]) -> None:
+        """The teacher engine's log-probs of each sample's response (``rollout/teacher_s``: the seconds taken)."""
+        from slime.runtime.rollout.teacher import ask_teacher
+
+        t = time.perf_counter()
+        self._run(ask_teacher(self._teacher, samples, self.spec.rollout.temperature))
+        metrics["rollout/teacher_s"] = time.perf_counter() - t
+
     # ---------------------------------------------------------------- helpers
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
@@ -223,6 +242,8 @@ class RolloutManager:
             metrics: dict[str, Any] = {"rollout/groups_kept": len({s.group_index for s in samples})}
         else:
             samples, metrics = self._run(_collect(self, rollout_id, weight_version))
+            if self._teacher is not None and samples:
+                self._ask_teacher(samples, metrics)
         if self.rollouts_dir is not None:
             from slime.runtime.rollout.saved import write_rollout
 
@@ -264,6 +285,8 @@ class RolloutManager:
             "rollout/buffer_ready": len(self._stream.ready),
             **{f"rollout/staleness_groups/{k}": lags.count(k) for k in range(self._stream.ready.max_staleness + 1)},
         }
+        if self._teacher is not None and samples:
+            self._ask_teacher(samples, metrics)
         if self.rollouts_dir is not None:
             from slime.runtime.rollout.saved import write_rollout
 
@@ -375,6 +398,8 @@ class RolloutManager:
             self._stream.close()
         if self._ready:
             self._close_clients()
+            if self._teacher is not None:
+                self._run(self._teacher.close())
 
 
 # Module-level on purpose: a Ray actor class with any ``async def`` method becomes an async actor whose

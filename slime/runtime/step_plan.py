@@ -105,6 +105,7 @@ def train_inputs(samples: Sequence[Any]) -> list[dict[str, Any]]:
             "response_length": s.response_length,
             "loss_mask": s.loss_mask,
             "rollout_log_probs": s.rollout_log_probs,
+            "teacher_log_probs": s.teacher_log_probs,
             "row": row,
             "group_index": s.group_index,
             "index": s.index,

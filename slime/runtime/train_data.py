@@ -101,8 +101,8 @@ def rank_scores(shard: ShardScores, *, estimator: str, normalize_std: bool) -> l
 
 
 def collate(samples: Sequence[dict], *, kind: str = "rl", pad_id: int = 0) -> TrainBatch:
-    """Right-pad samples (dicts with ``tokens``, ``response_length``, optional ``loss_mask`` and
-    ``rollout_log_probs`` over the response) into a ``TrainBatch``."""
+    """Right-pad samples (dicts with ``tokens``, ``response_length``, optional ``loss_mask``,
+    ``rollout_log_probs`` and ``teacher_log_probs`` over the response) into a ``TrainBatch``."""
     if not samples:
         raise ValueError("cannot collate an empty list of samples")
     B = len(samples)
@@ -113,7 +113,9 @@ def collate(samples: Sequence[dict], *, kind: str = "rl", pad_id: int = 0) -> Tr
     attention = torch.zeros(B, T, dtype=torch.long)
     mask = torch.zeros(B, T - 1, dtype=torch.float32)
     rollout_lp = torch.zeros(B, T - 1, dtype=torch.float32)
+    teacher_lp = torch.zeros(B, T - 1, dtype=torch.float32)
     have_lp = all(s.get("rollout_log_probs") for s in samples)
+    have_teacher = all(s.get("teacher_log_probs") for s in samples)
     for i, s in enumerate(samples):
         toks = s["tokens"]
         L, R = len(toks), int(s["response_length"])
@@ -126,11 +128,14 @@ def collate(samples: Sequence[dict], *, kind: str = "rl", pad_id: int = 0) -> Tr
         mask[i, P - 1 : L - 1] = torch.tensor(lm, dtype=torch.float32)
         if have_lp:
             rollout_lp[i, P - 1 : L - 1] = torch.tensor(s["rollout_log_probs"], dtype=torch.float32)
+        if have_teacher:
+            teacher_lp[i, P - 1 : L - 1] = torch.tensor(s["teacher_log_probs"], dtype=torch.float32)
     return TrainBatch(
         tokens=tokens,
         attention_mask=attention,
         response_mask=mask,
         rollout_log_probs=rollout_lp if have_lp else None,
+        teacher_log_probs=teacher_lp if have_teacher else None,
         kind=kind,
     )  # type: ignore[arg-type]
 

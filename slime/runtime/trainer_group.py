@@ -88,7 +88,7 @@ class TrainerRank:
         self.backend_cls = TRAIN_BACKENDS.get(spec.train.backend)
         self.backend = self.backend_cls()
         self.ref = None
-        self.teacher = None  # algorithm.opd (type trainer): the teacher, frozen like the reference
+        self.teacher = None  # algorithm.opd type trainer: the teacher, frozen like the reference (engine: none)
         self.batch = None
         self._weight_sender: WeightSender | None = None  # rank 0: connected on the first push
         self._loop = None
@@ -205,7 +205,7 @@ class TrainerRank:
             lambd=a.lam,
             all_reduce=self._all_reduce,
         )
-        if self.teacher is not None:  # on-policy distillation: the teacher's log-probs at the rollout temperature
+        if a.opd is not None:  # on-policy distillation: the teacher's log-probs at the rollout temperature
             adv, opd_kl = self._opd(batch, student, adv, temperature)
             sums[4] = opd_kl.sum()
         batch.advantages, batch.returns = adv, returns
@@ -213,7 +213,7 @@ class TrainerRank:
         sums[3] = zero_masked(adv.abs(), mask).sum()
         self._all_reduce(sums)
         n = max(1.0, float(sums[0]))
-        if self.teacher is not None:
+        if a.opd is not None:
             metrics["train/opd_kl"] = float(sums[4]) / n
         metrics["train/tokens"] = float(sums[0])
         metrics["train/adv_abs_mean"] = float(sums[3]) / n  # over every rank's tokens
@@ -235,11 +235,19 @@ class TrainerRank:
         return kl
 
     def _opd(self, batch, student, adv, temperature: float):
-        """``(advantages with the teacher's KL penalty, per-token KL)``; keeps ``batch.teacher_log_probs``."""
+        """``(advantages with the teacher's KL penalty, per-token KL)``; keeps ``batch.teacher_log_probs``:
+        the teacher on this rank forwards (type trainer), or the teacher engine's came with the samples."""
         from slime.rl.opd import opd_advantages
 
-        batch.teacher_log_probs = self.teacher.log_probs(batch, temperature=temperature)
         opd = self.spec.algorithm.opd
+        if self.teacher is not None:
+            batch.teacher_log_probs = self.teacher.log_probs(batch, temperature=temperature)
+        elif batch.teacher_log_probs is None:
+            raise ValueError(
+                f"algorithm.opd (type {opd.type}) needs the teacher's log-probs, but these samples have none "
+                "(type engine: the rollout manager asks the teacher engine; saved rollouts from a run without it "
+                "have none)"
+            )
         return opd_advantages(adv, student, batch.teacher_log_probs, batch.response_mask, opd.kl_coef)
 
     def _rollout_mismatch(self, batch) -> dict[str, float]:

@@ -3,7 +3,8 @@
 The validator, the preflight and the runtime all use :func:`plan_layout`, so they cannot disagree.
 GPU clusters: colocated engines share the actor's slots, disaggregated ones follow them; CPU-only
 clusters have one slot per node (two with ``train.async``). The PPO critic reuses the actor's slots.
-Engines may have roles (the rollout plug-in's ``engine_roles`` hook: SGLang's prefill/decode groups).
+Engines may have roles (the rollout plug-in's ``engine_roles`` hook: SGLang's prefill/decode groups);
+an OPD teacher engine shares engine 0's slots.
 Guaranteed: pure and deterministic (no I/O; the spec types and plug-in hooks only); the layouts of
 the last few (frozen) specs are cached, so one process computes each once.
 """
@@ -55,6 +56,7 @@ class Layout:
     rollout_offset: int
     cpu_split: bool = False  # CPU-only: trainer and engines on separate slots (parts) of each node
     engine_roles: tuple[str, ...] = ()  # engine i's role (e.g. 'prefill', 'decode'); () = all regular
+    teacher: tuple[Slot, ...] = ()  # algorithm.opd type engine: the teacher engine's slots (engine 0's)
 
     def engine_name(self, i: int) -> str:
         """``engine3``, or ``engine3:decode`` where engines have roles (placement rows, preflight, render)."""
@@ -82,6 +84,8 @@ class Layout:
         for i, engine in enumerate(self.engines):
             if slot in engine:
                 roles.append(self.engine_name(i))
+        if slot in self.teacher:
+            roles.append("teacher")
         return roles
 
 
@@ -130,6 +134,7 @@ def _cpu_layout(spec: Spec) -> Layout:
         total_slots=len({*actor, *(e[0] for e in engines)}) if split else nodes,
         rollout_offset=0,
         cpu_split=split,
+        teacher=_teacher_slots(spec, engines),
     )
 
 
@@ -175,7 +180,14 @@ def _plan(spec: Spec) -> Layout:
         total_slots=len(used),
         rollout_offset=n.offset,
         engine_roles=_engine_roles(spec, len(engines)),
+        teacher=_teacher_slots(spec, engines),
     )
+
+
+def _teacher_slots(spec: Spec, engines) -> tuple[Slot, ...]:
+    """On-policy distillation from a teacher engine: it shares engine 0's slots (it scores while they idle)."""
+    opd = spec.algorithm.opd
+    return tuple(engines[0]) if opd is not None and opd.type == "engine" and engines else ()
 
 
 def _engine_roles(spec: Spec, n: int) -> tuple[str, ...]:
@@ -224,6 +236,9 @@ def layout_table(layout: Layout) -> list[str]:
                 _span(slots),
             )
         )
+    if layout.teacher:
+        gpus = str(sum(s.gpu is not None for s in layout.teacher))
+        rows.append(("teacher", "1", gpus, _span(layout.teacher) + " (engine 0's)"))
     widths = [max(len(r[k]) for r in rows) for k in range(3)]
     return [" ".join(v.ljust(w) for v, w in zip(r[:3], widths)) + " " + r[3] for r in rows]
 

@@ -14,7 +14,7 @@ from typing import Literal
 
 from slime.spec.layout import LayoutError, plan_layout
 from slime.spec.plugin import KINDS, Finding, Rule, hook, profiles, selected
-from slime.spec.resolve import starts_engines, variable_count_reason
+from slime.spec.resolve import model_config, starts_engines, variable_count_reason
 from slime.spec.types import BUILTIN_FILTERS, AsyncTrain, SandboxSpec, Spec, Tis
 
 RULES: list[Rule] = []
@@ -561,6 +561,36 @@ def weight_sync_support(s: Spec) -> Iterator[Finding]:
 
 
 @rule
+def opd_teacher(s: Spec) -> Iterator[Finding]:
+    """On-policy distillation: a teacher engine the job cannot start, a teacher of another vocabulary."""
+    opd, r = s.algorithm.opd, s.rollout
+    if opd is None:
+        return
+    if opd.type == "engine" and r.backend != "builtin":
+        yield (
+            "algorithm.opd.type",
+            f"a teacher engine is started for rollout.backend builtin only, not {r.backend} (the teacher SGLang "
+            "server is not rendered or placed yet)",
+            "use type: trainer (the teacher forwards on the trainer ranks), or rollout.backend: builtin",
+        )
+    if opd.type == "engine" and r.external:
+        yield (
+            "algorithm.opd.type",
+            "a teacher engine shares engine 0's slot, and with rollout.external the job starts no engine",
+            "use type: trainer (the teacher forwards on the trainer ranks)",
+        )
+    teacher, student = model_config(opd.teacher), model_config(s.model.path)
+    vocab = [c.get("vocab_size") if c else None for c in (teacher, student)]
+    if None not in vocab and vocab[0] != vocab[1]:
+        yield (
+            "algorithm.opd.teacher",
+            f"the teacher's vocabulary has {vocab[0]} tokens, the student's (model.path) {vocab[1]}: its log-probs "
+            "would score other tokens than the student sampled",
+            "distil from a teacher with the student's tokenizer",
+        )
+
+
+@rule
 def algorithm(s: Spec) -> Iterator[Finding]:
     a, m = s.algorithm, s.model
     if (a.kl_coef > 0 or a.kl_loss_coef > 0) and m.ref_path is None:
@@ -586,12 +616,6 @@ def algorithm(s: Spec) -> Iterator[Finding]:
         )
     if a.critic is not None and a.estimator != "ppo":
         yield ("algorithm.critic", f"a critic is only used by ppo, not {a.estimator}", "remove algorithm.critic")
-    if a.opd is not None and a.opd.type == "engine":
-        yield (
-            "algorithm.opd.type",
-            "teacher log-probs from a second engine are not supported yet",
-            "use type: trainer (the teacher forwards on the trainer ranks, at the rollout temperature)",
-        )
     n = s.rollout.num_rollouts
     if a.critic is not None and n is not None and a.critic.warmup_rollouts >= n:
         yield (

@@ -3,14 +3,16 @@
 Run by hand (not part of the test suite)::
 
     python tests/bench/opd.py                                  # teacher: 300 SFT steps; student: 30; 30 rollouts
-    python tests/bench/opd.py --rollouts 40 --out /tmp/opd.png
+    python tests/bench/opd.py --types engine --rollouts 40 --out /tmp/opd.png
 
 What runs: the built-in tiny model gets the quickstart's SFT warm-up in this process twice, a long one
-(the teacher) and a short one (the student, which then still gets most sums wrong). Then two
+(the teacher) and a short one (the student, which then still gets most sums wrong). Then
 ``slime-submit specs/quickstart.yaml`` runs start from the same student with the same seed, one after the
-other: **reward** (GRPO on the exact-match reward) and **opd** (the same, plus ``algorithm.opd`` with the
-teacher on the trainer ranks). Printed: a table of the rollout reward (moving mean over 5 rollouts) and the
-held-out accuracy of both at the same rollouts; written: both curves in one PNG (``--out``).
+other: **reward** (GRPO on the exact-match reward) and, per ``--types``, **opd-trainer** (the same, plus
+``algorithm.opd`` with the teacher on the trainer ranks) and **opd-engine** (the teacher served by a second
+built-in engine that scores each sample at rollout time). Printed: a table of the rollout reward (moving
+mean over 5 rollouts) and the held-out accuracy of each at the same rollouts; written: the curves in one
+PNG (``--out``).
 """
 
 from __future__ import annotations
@@ -108,8 +110,14 @@ def report(curves: dict[str, list[dict]], out: Path) -> None:
     last = len(next(iter(reward.values()))) - 1
     table.add_row(str(last), *[c for n in curves for c in (f"{reward[n][last]:.3f}", f"{evals[n].get(last, 0):.3f}")])
     Console().print(table)
+    for n, rows in curves.items():
+        steps = [r for r in rows if r["rollout_id"] >= 0]
+        mean = {k: sum(r.get(k, 0.0) for r in steps) / max(1, len(steps)) for k in ("time/step_s", "rollout/teacher_s")}
+        kl = [r["train/opd_kl"] for r in steps if "train/opd_kl" in r]
+        line = f"{n}: step {mean['time/step_s']:.3f} s, teacher {mean['rollout/teacher_s']:.3f} s per rollout"
+        print(line + (f"; opd_kl first 5 {sum(kl[:5]) / 5:.3f} -> last 5 {sum(kl[-5:]) / 5:.3f}" if kl else ""))
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
-    for (n, ys), color in zip(reward.items(), ("tab:blue", "tab:orange")):
+    for (n, ys), color in zip(reward.items(), ("tab:blue", "tab:orange", "tab:green")):
         ax.plot(range(len(ys)), ys, color=color, label=f"{n}: rollout reward (mean of 5)")
         pts = sorted(evals[n].items())
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "o--", color=color, label=f"{n}: held-out accuracy")
@@ -128,17 +136,17 @@ def main() -> None:
     ap.add_argument("--student-steps", type=int, default=30, help="SFT steps of the student")
     ap.add_argument("--rollouts", type=int, default=30)
     ap.add_argument("--kl-coef", type=float, default=1.0)
+    ap.add_argument("--types", default="trainer,engine", help="OPD types to run beside the reward alone")
     ap.add_argument("--out", type=Path, default=Path("opd_curves.png"))
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="opd-bench-") as d:
         tmp = Path(d)
         teacher = sft_model(args.teacher_steps, tmp, "teacher")
         student = sft_model(args.student_steps, tmp, "student")
-        opd = {"algorithm.opd": {"teacher": str(teacher), "kl_coef": args.kl_coef}}
-        curves = {
-            "reward": run(tmp, "reward", student, args.rollouts, {}),
-            "opd": run(tmp, "opd", student, args.rollouts, opd),
-        }
+        curves = {"reward": run(tmp, "reward", student, args.rollouts, {})}
+        for kind in args.types.split(","):
+            opd = {"algorithm.opd": {"teacher": str(teacher), "type": kind, "kl_coef": args.kl_coef}}
+            curves[f"opd-{kind}"] = run(tmp, f"opd-{kind}", student, args.rollouts, opd)
         report(curves, args.out)
 
 

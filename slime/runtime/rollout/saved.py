@@ -63,6 +63,7 @@ def _schema():
             ("status", pa.string()),
             ("loss_mask", pa.list_(pa.int8())),
             ("rollout_log_probs", floats),
+            ("teacher_log_probs", floats),
             ("weight_version", pa.int64()),
             ("token_versions", ints),
             ("label_json", pa.string()),
@@ -86,6 +87,7 @@ def _row(rollout_id: int, s: Sample) -> dict[str, Any]:
         "status": SampleStatus(s.status).value,
         "loss_mask": list(s.loss_mask),
         "rollout_log_probs": [float(x) for x in s.rollout_log_probs],
+        "teacher_log_probs": [float(x) for x in s.teacher_log_probs],
         "weight_version": s.weight_version,
         "token_versions": list(s.token_versions),
         "label_json": json.dumps(s.label),
@@ -149,6 +151,7 @@ def read_rollout(directory: Path | str, rollout_id: int) -> list[Sample]:
                 reward=row["reward"],
                 loss_mask=[int(x) for x in row["loss_mask"]],
                 rollout_log_probs=list(row["rollout_log_probs"]),
+                teacher_log_probs=list(row.get("teacher_log_probs") or []),  # files from before OPD engines: none
                 status=SampleStatus(status),
                 metadata=json.loads(row["metadata_json"]),
                 weight_version=row["weight_version"],

@@ -1,7 +1,8 @@
 """``rollout.backend: builtin``: one Ray actor per engine, each hosting the built-in HTTP server.
 
-``start`` places engine ``i`` on the first slot of ``layout.engines[i]``, loads the model there and
-returns the base URLs once every ``/health`` answers (bounded by ``rollout.startup_timeout_s``).
+``start`` places engine ``i`` on the first slot of ``layout.engines[i]`` (``start_teacher``: the OPD
+teacher on ``layout.teacher``), loads the model there and returns the base URLs once every ``/health``
+answers (bounded by ``rollout.startup_timeout_s``).
 Everything else (generation, weight loads, collective weight sync, memory release/resume) goes over
 HTTP through ``EngineClient``, exactly as with SGLang. ``rollout.builtin.args`` maps onto the
 engine's options; other keys are rejected with the valid names. Devices: CUDA on a GPU slot, CPU on
@@ -118,37 +119,54 @@ class BuiltinRolloutBackend(RolloutBackend):
     def start(
         self, spec: Spec, layout: Layout, placement: Any, model_dir: Path, *, log_dir: Path | None = None
     ) -> list[str]:  # log_dir unused: engines log through Ray
+        kwargs = engine_kwargs(spec)
+        for i, slots in enumerate(layout.engines):
+            self._spawn(
+                spec, layout, placement, slots[0], model_dir, dict(kwargs), seed=spec.train.seed + i, name="engine"
+            )
+        return self._wait_started(spec, f"the {len(layout.engines)} built-in engine(s)")
+
+    def start_teacher(self, spec: Spec, layout: Layout, placement: Any, teacher_dir: Path) -> str:
+        """The OPD teacher: one built-in engine on ``layout.teacher`` serving ``teacher_dir`` (its own tokenizer)."""
+        kw = {k: v for k, v in engine_kwargs(spec).items() if k != "tokenizer_path"}
+        self._spawn(spec, layout, placement, layout.teacher[0], teacher_dir, kw, seed=spec.train.seed, name="teacher")
+        return self._wait_started(spec, "the teacher engine (algorithm.opd.type: engine)")[0]
+
+    def _spawn(
+        self, spec: Spec, layout: Layout, placement: Any, slot: Any, model_dir: Path, kw: dict, *, seed: int, name: str
+    ) -> None:
+        """One ``EngineHost`` actor on ``slot`` serving ``model_dir`` (not started yet: ``_wait_started``)."""
+        import ray
+
+        from slime.placement import placement_options, torch_threads
+
+        kw.setdefault("num_threads", torch_threads(layout, slot, "engine", spec.cluster.cpus_per_node))
+        cls = ray.remote(EngineHost).options(max_concurrency=4, **placement_options(layout, placement, slot))
+        what = f"engine {len(self.actors)}" if name == "engine" else name
+        self.actors.append(
+            cls.remote(
+                str(model_dir),
+                seed=seed,
+                gpu_slot=slot.gpu is not None,
+                kwargs=kw,
+                fake_gpus=spec.cluster.fake_gpus,
+                name=f"{what} (slot {slot})",
+                weights_root=os.environ.get("SLIME_RUN_DIR"),  # set by the bootstrap for the driver
+            )
+        )
+
+    def _wait_started(self, spec: Spec, what: str) -> list[str]:
+        """Start every actor's server and wait until each answers ``/health`` (``rollout.startup_timeout_s``)."""
         import ray
 
         from slime.backends.rollout.client import EngineClient
-        from slime.placement import placement_options, torch_threads
 
-        kwargs = engine_kwargs(spec)
-        for i, slots in enumerate(layout.engines):
-            slot = slots[0]
-            kw = dict(kwargs)
-            kw.setdefault("num_threads", torch_threads(layout, slot, "engine", spec.cluster.cpus_per_node))
-            cls = ray.remote(EngineHost).options(max_concurrency=4, **placement_options(layout, placement, slot))
-            self.actors.append(
-                cls.remote(
-                    str(model_dir),
-                    seed=spec.train.seed + i,
-                    gpu_slot=slot.gpu is not None,
-                    kwargs=kw,
-                    fake_gpus=spec.cluster.fake_gpus,
-                    name=f"engine {i} (slot {slot})",
-                    weights_root=os.environ.get("SLIME_RUN_DIR"),  # set by the bootstrap for the driver
-                )
-            )
         timeout = spec.rollout.startup_timeout_s
         try:
             self.urls = ray.get([a.start.remote() for a in self.actors], timeout=timeout)
         except ray.exceptions.GetTimeoutError:
             self.stop()
-            raise TimeoutError(
-                f"the {len(layout.engines)} built-in engine(s) did not start within {timeout:g} s "
-                "(rollout.startup_timeout_s)"
-            ) from None
+            raise TimeoutError(f"{what} did not start within {timeout:g} s (rollout.startup_timeout_s)") from None
 
         async def wait_all() -> None:
             clients = [EngineClient(u) for u in self.urls]

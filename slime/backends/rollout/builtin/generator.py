@@ -5,8 +5,9 @@ owns the model: it applies aborts and weight updates, admits waiting requests in
 and runs one decode step per iteration. Guaranteed: log-probs are ``log_softmax(logits / T)`` in
 fp32 (trainer parity to rounding); ``output_ids`` keep a matched stop token, ``text`` is trimmed as
 SGLang does; SGLang's ``finish_reason`` shapes; an abort returns what was generated; weight updates
-wait for running requests; ``sampling_seed`` makes a request independent of its batch.
-Not provided: prefix caching, streaming, n > 1, penalties. Scheduling: docs/design-notes.md.
+wait for running requests; ``sampling_seed`` makes a request independent of its batch; input log-probs
+from ``logprob_start_len`` (SGLang's) come from one forward at admission. Not provided: prefix
+caching, streaming, n > 1, penalties. Scheduling: docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -45,6 +46,22 @@ class Completion:
     prompt_tokens: int
     weight_version: str
     e2e_latency: float
+    # SGLang's input_token_logprobs: (log-prob, token id) for input_ids[logprob_start_len:], the first None
+    input_logprobs: list[tuple[float | None, int]] | None = None
+
+
+def _logprob_start(value: int | None, n: int) -> int | None:
+    """SGLang's ``logprob_start_len`` as an index into an ``n``-token input (-1: the last token), or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise ValueError(f"logprob_start_len must be an integer >= -1, got {value!r}")
+    if value >= n:
+        raise ValueError(
+            f"logprob_start_len ({value}) is not below the number of input tokens ({n}); "
+            "request a lower logprob_start_len"
+        )
+    return n - 1 if value == -1 else value
 
 
 @dataclass(eq=False)
@@ -59,6 +76,8 @@ class _Request:
     slot: int = -1
     stop_window: int = 0
     burst_end: bool = False  # the last of a batch submitted together: admit without waiting for more
+    logprob_start: int | None = None  # score input_ids[logprob_start:] (SGLang's logprob_start_len); None: no
+    input_logprobs: list[tuple[float | None, int]] | None = None
 
 
 class Engine:
@@ -156,16 +175,24 @@ class Engine:
 
     # ------------------------------------------------------------- public API
     def submit(
-        self, input_ids: list[int], params: SamplingParams, rid: str | None = None, *, burst_end: bool = False
+        self,
+        input_ids: list[int],
+        params: SamplingParams,
+        rid: str | None = None,
+        *,
+        burst_end: bool = False,
+        logprob_start_len: int | None = None,
     ) -> Future:
         """Queue one request; raises ValueError for invalid input (nothing queued). ``burst_end``: this
-        request ends a batch submitted together, so an idle engine starts on it without waiting for more."""
+        request ends a batch submitted together, so an idle engine starts on it without waiting for more.
+        ``logprob_start_len``: also return the input tokens' log-probs from there (SGLang's; -1: the last)."""
         if not isinstance(input_ids, list) or not input_ids:
             raise ValueError("input_ids must be a non-empty list of token ids")
         for t in input_ids:
             if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < self.vocab_size:
                 raise ValueError(f"input_ids contains {t!r}; token ids must be integers in [0, {self.vocab_size})")
-        if len(input_ids) >= self.context_length:
+        # A scoring-only request (max_new_tokens 0) never decodes: the whole context is its own.
+        if len(input_ids) >= self.context_length + (params.max_new_tokens == 0):
             raise ValueError(
                 f"the input has {len(input_ids)} tokens; the context length is {self.context_length} "
                 "(prompt + at least one new token must fit)"
@@ -173,6 +200,7 @@ class Engine:
         rid = uuid.uuid4().hex if rid is None else rid
         if not isinstance(rid, str) or not rid:
             raise ValueError(f"rid must be a non-empty string, got {rid!r}")
+        start = _logprob_start(logprob_start_len, len(input_ids))
         stop_ids = set(params.stop_token_ids)
         if not params.ignore_eos:
             stop_ids |= self.eos_ids
@@ -184,6 +212,7 @@ class Engine:
             max_new=min(params.max_new_tokens, self.context_length - len(input_ids)),
             stop_ids=frozenset(stop_ids),
             burst_end=burst_end,
+            logprob_start=start,
         )
         if params.stop:
             req.stop_window = max(len(self.tokenizer.encode(s, add_special_tokens=False)) for s in params.stop) + 2
@@ -380,6 +409,9 @@ class Engine:
                 self._waiting.popleft()
                 budget -= len(r.input_ids)
                 batch.append(r)
+        scored = [r for r in batch if r.logprob_start is not None]
+        if scored:
+            self._score_inputs(scored)
         ready = []
         for r in batch:
             if r.max_new <= 0:
@@ -418,6 +450,30 @@ class Engine:
         self._stop_tab[slots] = tab.to(dev)
         self._append(slots, slots, nxt, logp)
         self._refresh_bounds()
+
+    @torch.inference_mode()
+    def _score_inputs(self, reqs: list[_Request]) -> None:
+        """Each request's ``input_logprobs``: SGLang's input_token_logprobs for ``input_ids[k:]``, the first
+        None (no logit at ``k`` predicts token ``k``), token ``t > k`` scored by the logits at ``t - 1`` over
+        the request's temperature (raw when greedy, as sampled log-probs are). One forward of the
+        right-padded batch through the HF-layout model: causal attention keeps the padding out of every
+        real position, so no mask is needed."""
+        todo = [r for r in reqs if r.logprob_start < len(r.input_ids) - 1]
+        for r in reqs:
+            r.input_logprobs = [(None, r.input_ids[r.logprob_start])]
+        if not todo:
+            return
+        width = max(len(r.input_ids) for r in todo)
+        ids = torch.tensor([r.input_ids + [0] * (width - len(r.input_ids)) for r in todo], device=self.device)
+        hidden = self.hf_model.model(ids).last_hidden_state
+        for i, r in enumerate(todo):
+            k, n = r.logprob_start, len(r.input_ids)
+            logits = self.hf_model.lm_head(hidden[i, k : n - 1]).float()
+            if not r.params.greedy and r.params.temperature != 1.0:
+                logits = logits / r.params.temperature
+            targets = ids[i, k + 1 : n, None]
+            lps = torch.log_softmax(logits, dim=-1).gather(1, targets).squeeze(1).tolist()
+            r.input_logprobs += zip(lps, r.input_ids[k + 1 :])
 
     def _decode_step(self) -> None:
         hi = self._hi
@@ -530,6 +586,7 @@ class Engine:
                     prompt_tokens=len(r.input_ids),
                     weight_version=self.weight_version,
                     e2e_latency=time.perf_counter() - r.created,
+                    input_logprobs=r.input_logprobs,
                 )
             )
 

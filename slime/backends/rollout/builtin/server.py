@@ -1,12 +1,13 @@
 """HTTP front end of the built-in engine, speaking a subset of SGLang's native API.
 
 The rollout client drives real SGLang and this server through the same code, so shapes follow
-SGLang's ``http_server.py``: ``/generate`` (single or batch), health, cache flush, weight loads and
-versions, server info, ``/abort_request``, and the RL control endpoints of ``rl_control.py``.
-Errors are HTTP 400 (500 if unexpected) with SGLang's ``{"error": {"message": ...}}`` body; the
-server keeps running. Not implemented (400): streaming, multimodal input, LoRA, top-logprobs,
-constrained decoding. With the job's secret every path but ``/health`` needs it (401/403), weights
-load only from the run dir. aiohttp: a dependency already; it runs in a plain thread (Ray actors).
+SGLang's ``http_server.py``: ``/generate`` (single or batch; ``input_token_logprobs`` from
+``logprob_start_len``, scoring with ``max_new_tokens: 0``), health, cache flush, weight loads and
+versions, server info, ``/abort_request``, the RL control endpoints of ``rl_control.py``. Errors are
+HTTP 400 (500 if unexpected) with SGLang's ``{"error": {"message": ...}}`` body; the server keeps
+running. Not implemented (400): streaming, multimodal, LoRA, top-logprobs, constrained decoding.
+With the job's secret every path but ``/health`` needs it (401/403), weights load only from the run
+dir. aiohttp: a dependency already; it runs in a plain thread (Ray actors).
 """
 
 from __future__ import annotations
@@ -44,10 +45,18 @@ __all__ = ["EngineServer", "build_app", "main", "start_server"]
 
 log = logging.getLogger(__name__)
 
-_GENERATE_KEYS = {"input_ids", "text", "sampling_params", "rid", "return_logprob", "stream", "return_text_in_logprobs"}
+_GENERATE_KEYS = {
+    "input_ids",
+    "text",
+    "sampling_params",
+    "rid",
+    "return_logprob",
+    "logprob_start_len",
+    "stream",
+    "return_text_in_logprobs",
+}
 # SGLang fields that change nothing here when left at these values.
 _GENERATE_NEUTRAL = {
-    "logprob_start_len": (None, -1, 0),
     "top_logprobs_num": (None, 0),
     "token_ids_logprob": (None,),
     "image_data": (None,),
@@ -135,15 +144,8 @@ class _Handlers:
         self.weights_root = None if weights_root is None else Path(weights_root).resolve()
 
     # ---------------------------------------------------------------- generate
-    def _parse_generate(self, body: dict) -> tuple[bool, list[list[int]], list[SamplingParams], list, list[bool]]:
-        unknown = set(body) - _GENERATE_KEYS - set(_GENERATE_NEUTRAL) - _GENERATE_IGNORED
-        if unknown:
-            raise BadRequest(f"unknown /generate field(s) {sorted(unknown)}; supported: {sorted(_GENERATE_KEYS)}")
-        for key, ok in _GENERATE_NEUTRAL.items():
-            if body.get(key) not in ok:
-                raise BadRequest(f"/generate field {key!r}={body[key]!r} is not supported by the built-in engine")
-        if body.get("stream"):
-            raise BadRequest("stream=true is not supported by the built-in engine")
+    def _prompts(self, body: dict) -> tuple[bool, list[list[int]]]:
+        """(batched, token ids per input) from ``input_ids`` or ``text``."""
         has_ids, has_text = body.get("input_ids") is not None, body.get("text") is not None
         if has_ids == has_text:
             raise BadRequest("give exactly one of 'input_ids' or 'text'")
@@ -171,6 +173,20 @@ class _Handlers:
             if not texts or not all(isinstance(t, str) and t for t in texts):
                 raise BadRequest("text must be a non-empty string or a list of them")
             prompts = [self.engine.tokenizer.encode(t) for t in texts]
+        return batched, prompts
+
+    def _parse_generate(
+        self, body: dict
+    ) -> tuple[bool, list[list[int]], list[SamplingParams], list, list[bool], list[int | None]]:
+        unknown = set(body) - _GENERATE_KEYS - set(_GENERATE_NEUTRAL) - _GENERATE_IGNORED
+        if unknown:
+            raise BadRequest(f"unknown /generate field(s) {sorted(unknown)}; supported: {sorted(_GENERATE_KEYS)}")
+        for key, ok in _GENERATE_NEUTRAL.items():
+            if body.get(key) not in ok:
+                raise BadRequest(f"/generate field {key!r}={body[key]!r} is not supported by the built-in engine")
+        if body.get("stream"):
+            raise BadRequest("stream=true is not supported by the built-in engine")
+        batched, prompts = self._prompts(body)
         n = len(prompts)
         raw_params = _per_item(body.get("sampling_params"), n, "sampling_params", batched, {})
         try:
@@ -191,7 +207,10 @@ class _Handlers:
         want_lp = _per_item(body.get("return_logprob"), n, "return_logprob", batched, False)
         if not all(isinstance(x, bool) for x in want_lp):
             raise BadRequest("return_logprob must be true/false (or one per input)")
-        return batched, prompts, params, rids, want_lp
+        starts = _per_item(body.get("logprob_start_len"), n, "logprob_start_len", batched, None)
+        # As SGLang: without return_logprob the start is ignored; with it, unset means -1 (the last input token).
+        starts = [(-1 if k is None else k) if lp else None for k, lp in zip(starts, want_lp)]
+        return batched, prompts, params, rids, want_lp, starts
 
     def _render(self, c: Completion, return_logprob: bool, lp_text: bool) -> dict:
         meta = {
@@ -208,11 +227,15 @@ class _Handlers:
             meta["output_token_logprobs"] = [
                 [lp, t, tok.decode([t]) if lp_text else None] for lp, t in zip(c.logprobs, c.output_ids)
             ]
+            if c.input_logprobs is not None:  # SGLang's shape: one per input_ids[logprob_start_len:]
+                meta["input_token_logprobs"] = [
+                    [lp, t, tok.decode([t]) if lp_text else None] for lp, t in c.input_logprobs
+                ]
         return {"text": c.text, "output_ids": c.output_ids, "meta_info": meta}
 
     async def generate(self, request: web.Request) -> web.Response:
         body = await _json_object(request)
-        batched, prompts, params, rids, want_lp = self._parse_generate(body)
+        batched, prompts, params, rids, want_lp, starts = self._parse_generate(body)
         await self.control.admit_generate()  # paused: wait; memory released: refuse
         # Name every request so a disconnect or a rejected batch item can abort the rest.
         rids = [rid if rid is not None else uuid.uuid4().hex for rid in rids]
@@ -221,8 +244,8 @@ class _Handlers:
             # No burst_end: a rollout sends its groups as concurrent batch requests, so a batch's last
             # item need not be the last arrival; the engine's short quiet window (batch_window_s) lets
             # them all into one prefill.
-            for p, sp, rid in zip(prompts, params, rids):
-                futures.append(self.engine.submit(p, sp, rid))
+            for p, sp, rid, start in zip(prompts, params, rids, starts):
+                futures.append(self.engine.submit(p, sp, rid, logprob_start_len=start))
                 submitted.append(rid)
         except ValueError as exc:
             for rid in submitted:
