@@ -80,6 +80,9 @@ derive_names() {  # names that follow from NAME and CONF_DIR (again after load_r
 derive_names
 readonly PACKAGES=(slurmctld slurmd slurm-client munge iproute2 procps)
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# Daemons inherit the working directory: run from / so a checkout removed later leaves none of them in it
+# (slurmstepd then fails every step with "Unable to get current working directory").
+cd /
 readonly SCRIPT_DIR
 readonly NODE_INIT="$SCRIPT_DIR/slurm/node-init.pl"
 

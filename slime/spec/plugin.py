@@ -71,6 +71,7 @@ class Profile:
     default: bool = False  # the embedded default of its kind (the spec's default, and smoke's target)
     cpu: bool = False  # runs without GPUs (CPU-only jobs, fake GPU slots, the smoke)
     streams: bool = False  # rollout backends: generation continues across weight updates (train.async fully)
+    teacher: bool = False  # rollout backends: starts a teacher engine that scores samples (algorithm.opd engine)
     hooks: str | None = None  # module with optional RULES, WARNINGS, RAW_WARNINGS, resolve, smoke, site_check, ...
     node_env: str | None = None  # launchers: 'module:attr' of the node environment (who/where a node is)
     pool_option: str | None = None  # launchers: the option naming a node pool (a cluster profile's ``partitions``)

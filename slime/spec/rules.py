@@ -566,12 +566,13 @@ def opd_teacher(s: Spec) -> Iterator[Finding]:
     opd, r = s.algorithm.opd, s.rollout
     if opd is None:
         return
-    if opd.type == "engine" and r.backend != "builtin":
+    if opd.type == "engine" and not selected(s, "rollout_backend").teacher:
+        able = sorted(n for n, p in profiles("rollout_backend").items() if p.teacher)
         yield (
             "algorithm.opd.type",
-            f"a teacher engine is started for rollout.backend builtin only, not {r.backend} (the teacher SGLang "
-            "server is not rendered or placed yet)",
-            "use type: trainer (the teacher forwards on the trainer ranks), or rollout.backend: builtin",
+            f"a teacher engine is started for rollout.backend {' or '.join(able)} only, not {r.backend} (its "
+            "teacher server is not rendered or placed yet)",
+            f"use type: trainer (the teacher forwards on the trainer ranks), or rollout.backend: {able[0]}",
         )
     if opd.type == "engine" and r.external:
         yield (

@@ -458,8 +458,8 @@ class Opd(Section, kw_only=True):
         Literal["engine", "trainer"],
         D(
             "Where teacher log-probs come from (slime's --opd-type): 'trainer' forwards the teacher on the trainer "
-            "ranks at the rollout temperature; 'engine' (slime's sglang) serves it on a second built-in engine, on "
-            "engine 0's slot, that scores each kept sample at rollout time, at the rollout temperature."
+            "ranks at the rollout temperature; 'engine' serves it on a second engine of the "
+            "rollout backend, on engine 0's slot, that scores each kept sample at rollout time and temperature."
         ),
     ] = "trainer"
     kl_coef: Annotated[

@@ -28,6 +28,7 @@ PROFILE = Profile(
     default=True,
     cpu=True,
     streams=True,
+    teacher=True,
     hooks="slime.backends.rollout.builtin.hooks",
     v1_moves=(V1Move(old="rollout.engine_args", new="args", when_selected=True),),
     derived={"rollout.weight_sync": ("rollout.backend",)},
