@@ -42,6 +42,7 @@ SETS = {
     "ppo.yaml": [TRAIN],
     "grpo-disaggregated.yaml": [TRAIN],
     "grpo-multinode.yaml": [TRAIN, HELDOUT],
+    "grpo-pd.yaml": [TRAIN],
 }
 EXAMPLES = sorted(p.name for p in (REPO / "specs").glob("*.yaml"))
 PROPERTY_EXAMPLES = int(os.environ.get("SLIME_SMOKE_EXAMPLES", "2"))

@@ -40,6 +40,7 @@ def _smoke(tmp_path: Path, *args: str) -> tuple[int, dict]:
         "train.parallel.tensor": "4",
         "train.parallel.expert": "4",
         "train.parallel.sequence_parallel": "true",
+        "rollout.gpus_per_engine": "4",  # the 30B model's weights on 2 GPUs leave the engine no KV cache
         "data.prompts": str(DATA / "train.jsonl"),
         "data.eval[0].path": str(DATA / "heldout.jsonl"),
     }
