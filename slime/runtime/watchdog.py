@@ -3,8 +3,7 @@
 ``with watchdog.phase("rollout", rollout=r):`` arms a deadline from ``cluster.stall_timeout_s``
 (``slime.diagnosis.phases``); ``beat()`` pushes it back, also a worker's ``slime.diagnosis.beats.beat``
 (read from the job's beat board every poll). A thread checks it; when one passes it dumps the stacks
-of the driver, trainer ranks, engines (and their children) and the rollout manager on every node
-(py-spy, else a worker's own faulthandler dump; a Ray task per node), names the process that is behind
+of every run process on every node (py-spy, else a worker's faulthandler dump), names the one behind
 and the frame it waits in, writes ``tasks/<i>/diagnosis/<stamp>/`` and a ``diagnosis.json`` record, then
 calls ``on_stall`` (the driver's: record, tear down, exit 124) from its own thread: the main thread may
 be blocked in a call no signal interrupts (``ray.get``). Not guaranteed: stacks of a node whose Ray is gone.

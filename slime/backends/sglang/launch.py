@@ -6,8 +6,7 @@ the spec and layout (model, TP size, GPU ids, host and ports, multi-node rendezv
 deterministic inference, prefill/decode role), then ``rollout.sglang.args`` and a role's own args verbatim;
 a key that would override a derived flag or break the placement is rejected. Several regular engines get a
 router on the first node; prefill/decode groups none (the rollout manager pairs their requests). Without
-``hosts`` commands render ``node0``...; ports render from the default base, while the runtime takes a per-job
-block. Rules: docs/design-notes.md.
+``hosts`` commands render ``node0``... and default ports (the runtime takes a per-job block). docs/design-notes.md.
 """
 
 from __future__ import annotations
