@@ -39,6 +39,18 @@ class Taken:
     wait_s: float  # the loop's wait for it in take()
 
 
+def _taken(rollout_id: int, batch: RolloutBatch, version: int, seconds: float, *, since: float) -> Taken:
+    """``batch`` handed to the loop, waited for since ``since`` (``time.monotonic``)."""
+    return Taken(
+        rollout_id=rollout_id,
+        samples=batch.samples,
+        metrics=batch.metrics,
+        version=version,
+        generate_s=seconds,
+        wait_s=time.monotonic() - since,
+    )
+
+
 class RolloutFeed:
     def __init__(self, manager: Any, *, ahead: bool, total: int) -> None:
         self.manager, self.ahead, self.total = manager, ahead, total
@@ -61,14 +73,7 @@ class RolloutFeed:
         self._pending = None
         batch, seconds = ray.get(ref)
         self.settle_wait_s = 0.0
-        return Taken(
-            rollout_id=rollout_id,
-            samples=batch.samples,
-            metrics=batch.metrics,
-            version=used,
-            generate_s=seconds,
-            wait_s=time.monotonic() - t,
-        )
+        return _taken(rollout_id, batch, used, seconds, since=t)
 
     def prefetch(self, rollout_id: int, version: int) -> None:
         """Async only: start generating ``rollout_id`` (if the run has it) with the engines' ``version``."""
@@ -143,14 +148,7 @@ class StreamFeed(RolloutFeed):
 
         t = time.monotonic()
         batch, seconds = ray.get(self.manager.stream_take.remote(rollout_id, version))
-        return Taken(
-            rollout_id=rollout_id,
-            samples=batch.samples,
-            metrics=batch.metrics,
-            version=version,
-            generate_s=seconds,
-            wait_s=time.monotonic() - t,
-        )
+        return _taken(rollout_id, batch, version, seconds, since=t)
 
     def start(self) -> None:
         import ray

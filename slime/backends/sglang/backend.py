@@ -5,9 +5,8 @@ bounded health-checked startup, one small Ray actor per node (:class:`NodeProces
 router for several regular engines (prefill/decode groups get none: the rollout manager pairs each request using
 :meth:`prefill_engines`). ``update_weights`` (every engine, prefill ones too) follows ``rollout.weight_sync``:
 ``disk``, ``delta`` (checksummed changed tensors rebuilt on the node) or ``nccl`` (driven by trainer rank 0 through
-:meth:`weight_sender`). Colocated runs release and resume memory in the order SGLang needs. Logs:
-``<log_dir>/<process>.log``. The job's secret reaches each server as ``--api-key`` in a 0600 ``--config`` file,
-never argv. Placement, ports, GPU visibility: docs/design-notes.md.
+:meth:`weight_sender`). Colocated runs release and resume memory in the order SGLang needs. The job's secret
+reaches each server as ``--api-key`` in a 0600 ``--config`` file, never argv. More: docs/design-notes.md.
 """
 
 from __future__ import annotations

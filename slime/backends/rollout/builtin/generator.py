@@ -1,13 +1,12 @@
 """The built-in engine: continuous batched decoding with per-token log-probs.
 
-Requests come from any thread (:meth:`Engine.submit` returns a ``Future``); one scheduler thread
-owns the model: it applies aborts and weight updates, admits waiting requests into free cache slots
-and runs one decode step per iteration. Guaranteed: log-probs are ``log_softmax(logits / T)`` in
-fp32 (trainer parity to rounding); ``output_ids`` keep a matched stop token, ``text`` is trimmed as
-SGLang does; SGLang's ``finish_reason`` shapes; an abort returns what was generated; weight updates
-wait for running requests; ``sampling_seed`` makes a request independent of its batch; input log-probs
-from ``logprob_start_len`` (SGLang's) come from one forward at admission. Not provided: prefix
-caching, streaming, n > 1, penalties. Scheduling: docs/design-notes.md.
+Requests come from any thread (:meth:`Engine.submit` returns a ``Future``); one scheduler thread owns the
+model: it applies aborts and weight updates, admits waiting requests into free cache slots and runs one
+decode step per iteration. Guaranteed: log-probs are ``log_softmax(logits / T)`` in fp32 (trainer parity
+to rounding); stops, ``text`` and ``finish_reason`` as SGLang; an abort returns what was generated; weight
+updates wait for running requests; ``sampling_seed`` makes a request independent of its batch; input
+log-probs (``logprob_start_len``) come from one forward at admission. Not provided: prefix caching,
+streaming, n > 1, penalties. Scheduling: docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -5,9 +5,8 @@ SGLang's ``http_server.py``: ``/generate`` (single or batch; ``input_token_logpr
 ``logprob_start_len``, scoring with ``max_new_tokens: 0``), health, cache flush, weight loads and
 versions, server info, ``/abort_request``, the RL control endpoints of ``rl_control.py``. Errors are
 HTTP 400 (500 if unexpected) with SGLang's ``{"error": {"message": ...}}`` body; the server keeps
-running. Not implemented (400): streaming, multimodal, LoRA, top-logprobs, constrained decoding.
-With the job's secret every path but ``/health`` needs it (401/403), weights load only from the run
-dir. aiohttp: a dependency already; it runs in a plain thread (Ray actors).
+running. Not implemented (400): streaming, multimodal, LoRA, top-logprobs, constrained decoding. With the
+job's secret every path but ``/health`` needs it (401/403); weights load only from the run dir. aiohttp.
 """
 
 from __future__ import annotations
