@@ -1,12 +1,11 @@
 """``rollout.backend: builtin``: one Ray actor per engine, each hosting the built-in HTTP server.
 
-``start`` places engine ``i`` on the first slot of ``layout.engines[i]`` (``start_teacher``: the OPD
-teacher on ``layout.teacher``), loads the model there and returns the base URLs once every ``/health``
-answers (bounded by ``rollout.startup_timeout_s``).
-Everything else (generation, weight loads, collective weight sync, memory release/resume) goes over
-HTTP through ``EngineClient``, exactly as with SGLang. ``rollout.builtin.args`` maps onto the
-engine's options; other keys are rejected with the valid names. Devices: CUDA on a GPU slot, CPU on
-a CPU slot or with ``cluster.fake_gpus``; a GPU slot without CUDA fails ``start`` with an
+``start`` places engine ``i`` on the first slot of ``layout.engines[i]`` (``start_teacher``: the OPD teacher
+on ``layout.teacher``), loads the model there and returns the base URLs once every ``/health`` answers
+(bounded by ``rollout.startup_timeout_s``). Everything else (generation, weight loads, weight sync, memory
+release/resume) goes over HTTP through ``EngineClient``, exactly as with SGLang. ``rollout.builtin.args``
+maps onto the engine's options; other keys are rejected with the valid names. Devices: CUDA on a GPU slot,
+CPU on a CPU slot or with ``cluster.fake_gpus``; a GPU slot without CUDA fails ``start`` with an
 ``InfraError`` naming the host, never a silent CPU engine. Servers require the job's secret.
 """
 
